@@ -1,0 +1,5 @@
+"""``python -m factutil`` runs the command line."""
+
+from factutil.cli import main
+
+main()

@@ -1,0 +1,519 @@
+"""``compute_process_advantages``: rollouts -> per-action advantages (SPEC.md §1–§5).
+
+The steps, each in its own module: outcome rewards (:mod:`factutil.metrics`), clusters
+(:mod:`factutil.cluster`), utilities (:mod:`factutil.utility`), potentials, shaping, back-credit
+and penalties (:mod:`factutil.shaping`), advantages (:mod:`factutil.advantages`). This module only
+walks the groups, feeds those pure functions and assembles the records.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from factutil.advantages import outcome_advantages, process_advantages, total_advantages
+from factutil.cluster import Clusterer, make_clusterer, normalize_fact_text, triple_text
+from factutil.metrics import qa_scores
+from factutil.schema import (
+    AnswerAction,
+    AssertAction,
+    FactUtilConfig,
+    Group,
+    Rollout,
+    SearchAction,
+    group_rollouts,
+)
+from factutil.shaping import KIND_CODES, rollout_process_rewards
+from factutil.utility import cluster_utilities
+
+logger = logging.getLogger("factutil")
+
+GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
+
+
+@dataclass(slots=True)
+class ActionRecord:
+    """One action's credit: the output line of SPEC §8.
+
+    ``ignored`` marks an action after the rollout's first answer or beyond ``max_turns``: it has no
+    effect and every reward and advantage field is 0. ``new_clusters`` holds the cluster ids an
+    assert brought into the store.
+    """
+
+    uid: str
+    rollout_id: str
+    step: int
+    action: str
+    shaping: float
+    back_credit: float
+    penalty: float
+    process_reward: float
+    outcome_reward: float
+    outcome_advantage: float
+    process_advantage: float
+    advantage: float
+    new_clusters: list[int]
+    ignored: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict, keys in SPEC §8 order."""
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class RolloutRecord:
+    """One rollout's outcome (SPEC §1, §3, §5).
+
+    ``outcome_reward`` is R after the no-answer and empty-store rules; ``success`` is y.
+    ``em`` and ``f1`` score the answer as given (0 when there is none).
+    """
+
+    uid: str
+    rollout_id: str
+    answer: str | None
+    answered: bool
+    empty_store_answer: bool
+    em: float
+    f1: float
+    outcome_reward: float
+    success: float
+    outcome_advantage: float
+    actions: int
+    ignored_actions: int
+
+
+@dataclass(slots=True)
+class ClusterRecord:
+    """One cluster of a group: SPEC §8's ``factutil clusters`` item.
+
+    ``members`` are the distinct triples (original text) asserted in the group that fall in the
+    cluster, sorted; ``n``, ``s``, ``mean`` and ``utility`` are SPEC §3's n_c, s_c, m_c and u_c.
+    """
+
+    uid: str
+    cluster_id: int
+    members: list[list[str]]
+    n: int
+    s: float
+    mean: float
+    utility: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProcessAdvantages:
+    """Result of :func:`compute_process_advantages`.
+
+    Attributes:
+        actions: one :class:`ActionRecord` per input action, in input order (groups, rollouts,
+            actions as given).
+        rollouts: one :class:`RolloutRecord` per rollout, in input order.
+        clusters: :class:`ClusterRecord` per group and cluster id.
+        advantages: float32 (N,), ``actions[k].advantage`` in input action order; every token of
+            action k's response gets ``advantages[k]``.
+        metrics: named floats: counts, clusters per group, utility mean/min/max, share of
+            actions with non-zero shaping, mean EM/F1, and ``time_<stage>_s`` in seconds.
+        warnings: messages also sent to the ``factutil`` logger.
+    """
+
+    actions: list[ActionRecord]
+    rollouts: list[RolloutRecord]
+    clusters: list[ClusterRecord]
+    advantages: np.ndarray
+    metrics: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _RolloutWork:
+    """Per-rollout state gathered before clustering."""
+
+    rollout: Rollout
+    effective: list[Any]
+    texts_per_action: list[list[str]]
+    record: RolloutRecord
+
+
+def _as_groups(groups: GroupsInput) -> list[Group]:
+    """Accept a path, a Group, or an iterable of Groups / Rollouts / dicts (see the API doc)."""
+    if isinstance(groups, (str, os.PathLike)):
+        from factutil.io import read_groups
+
+        return read_groups(groups)
+    if isinstance(groups, Group):
+        return [groups]
+    if isinstance(groups, Mapping):
+        groups = [groups]
+    result: list[Group] = []
+    loose: list[Rollout] = []
+    for item in groups:
+        if isinstance(item, Group):
+            result.append(item)
+        elif isinstance(item, Rollout):
+            loose.append(item)
+        elif isinstance(item, Mapping) and "rollouts" in item:
+            result.append(Group.model_validate(item))
+        elif isinstance(item, Mapping):
+            loose.append(Rollout.model_validate(item))
+        else:
+            raise TypeError(
+                f"groups must hold Group, Rollout or dict items, got {type(item).__name__}"
+            )
+    result.extend(group_rollouts(loose))
+    seen: set[str] = set()
+    for group in result:
+        if group.uid in seen:
+            raise ValueError(f"uid {group.uid!r} appears in two groups; a uid names one group")
+        seen.add(group.uid)
+    return result
+
+
+def _effective_actions(rollout: Rollout, max_turns: int) -> list[Any]:
+    """Actions up to and including the first answer, at most ``max_turns`` of them (SPEC §1)."""
+    effective = []
+    for action in rollout.actions[:max_turns]:
+        effective.append(action)
+        if isinstance(action, AnswerAction):
+            break
+    return effective
+
+
+def _prepare_rollout(
+    group: Group, rollout: Rollout, config: FactUtilConfig, warn: Any
+) -> _RolloutWork:
+    effective = _effective_actions(rollout, config.max_turns)
+    ignored = len(rollout.actions) - len(effective)
+    if ignored:
+        warn(
+            f"group {group.uid!r} rollout {rollout.rollout_id!r}: {ignored} action(s) after the "
+            f"answer or beyond max_turns={config.max_turns} ignored"
+        )
+    texts_per_action: list[list[str]] = []
+    store_empty = True
+    answer: AnswerAction | None = None
+    empty_store_answer = False
+    for action in effective:
+        texts: list[str] = []
+        if isinstance(action, AssertAction):
+            texts = [triple_text(triple, config.triple_template) for triple in action.triples]
+            store_empty = False
+        elif isinstance(action, AnswerAction):
+            answer = action
+            empty_store_answer = store_empty
+        texts_per_action.append(texts)
+    if answer is None:
+        em = f1 = 0.0
+    else:
+        em, f1 = qa_scores(answer.answer, group.golden_answers, fold_unicode=config.fold_unicode)
+    if answer is None or empty_store_answer:
+        reward = 0.0
+    elif rollout.reward is not None:
+        reward = rollout.reward
+    else:
+        reward = f1
+    if answer is None or empty_store_answer:
+        success = 0.0
+    elif config.success == "em":
+        success = em
+    elif config.success == "f1":
+        success = f1
+    else:
+        success = min(max(reward, 0.0), 1.0)
+    record = RolloutRecord(
+        uid=group.uid,
+        rollout_id=rollout.rollout_id,
+        answer=None if answer is None else answer.answer,
+        answered=answer is not None,
+        empty_store_answer=empty_store_answer,
+        em=em,
+        f1=f1,
+        outcome_reward=reward,
+        success=success,
+        outcome_advantage=0.0,
+        actions=len(effective),
+        ignored_actions=ignored,
+    )
+    return _RolloutWork(rollout, effective, texts_per_action, record)
+
+
+def _repeated_searches(effective: list[Any]) -> np.ndarray:
+    """True on each search whose normalised query equals an earlier search's (SPEC §4, §5)."""
+    seen: set[str] = set()
+    repeated = np.zeros(len(effective), dtype=bool)
+    for t, action in enumerate(effective):
+        if isinstance(action, SearchAction):
+            query = normalize_fact_text(action.query)
+            repeated[t] = query in seen
+            seen.add(query)
+    return repeated
+
+
+def _cluster_members(
+    rollouts: list[_RolloutWork], label_of: dict[str, int], config: FactUtilConfig
+) -> dict[int, list[list[str]]]:
+    """Distinct original triples of each cluster, sorted (for display, SPEC §8)."""
+    members: dict[int, set[tuple[str, str, str]]] = {}
+    for item in rollouts:
+        for action in item.effective:
+            if isinstance(action, AssertAction):
+                for triple in action.triples:
+                    label = label_of[triple_text(triple, config.triple_template)]
+                    members.setdefault(label, set()).add(
+                        (triple.subject, triple.relation, triple.object)
+                    )
+    return {label: [list(t) for t in sorted(found)] for label, found in members.items()}
+
+
+def compute_process_advantages(
+    groups: GroupsInput,
+    config: FactUtilConfig | Mapping[str, Any] | None = None,
+    *,
+    clusterer: Clusterer | None = None,
+) -> ProcessAdvantages:
+    """Per-action advantages A = A_out + omega * A_proc for a batch of groups (SPEC §1–§5).
+
+    Args:
+        groups: a path to a SPEC §8 JSONL file; a :class:`Group`; or an iterable of Groups,
+            Rollouts, group dicts (with ``rollouts``) or rollout dicts (SPEC §8 lines, grouped by
+            ``uid`` only). Inputs are never mutated.
+        config: a :class:`FactUtilConfig` or a mapping of its fields; None uses the defaults.
+        clusterer: the :class:`~factutil.cluster.Clusterer` to use; None builds the one
+            ``config.mode`` names. Pass one to reuse its state (e.g. an embedding cache) across
+            calls.
+
+    Returns:
+        :class:`ProcessAdvantages`; ``advantages`` is float32 (N,) over all N input actions in
+        input order (0 for ignored actions). Deterministic, and independent of the order of
+        groups, of rollouts within a group and of triples within an assert.
+
+    Raises:
+        pydantic.ValidationError: bad groups or config (the message names field and value).
+        factutil.io.InputError: a bad input file (every problem as ``FILE:LINE: field: ...``).
+        ValueError: a uid shared by two groups.
+        NotImplementedError: ``mode="semantic"`` until semantic clustering lands.
+    """
+    started = time.perf_counter()
+    if config is None:
+        config = FactUtilConfig()
+    elif not isinstance(config, FactUtilConfig):
+        config = FactUtilConfig.model_validate(dict(config))
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        logger.warning(message)
+
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    batch = _as_groups(groups)
+    timings["load"] = time.perf_counter() - clock
+
+    # 1. Outcomes and the fact texts of every rollout (SPEC §1, §2.1).
+    clock = time.perf_counter()
+    work: list[list[_RolloutWork]] = []
+    group_texts: list[list[str]] = []
+    for group in batch:
+        if len(group.rollouts) == 1:
+            warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
+        if config.group_size is not None and len(group.rollouts) != config.group_size:
+            warn(
+                f"group {group.uid!r} has {len(group.rollouts)} rollouts, group_size is "
+                f"{config.group_size}"
+            )
+        rollouts = [_prepare_rollout(group, rollout, config, warn) for rollout in group.rollouts]
+        work.append(rollouts)
+        texts = {text for item in rollouts for action in item.texts_per_action for text in action}
+        group_texts.append(sorted(texts))
+    timings["prepare"] = time.perf_counter() - clock
+
+    # 2. Clusters (SPEC §2).
+    clock = time.perf_counter()
+    clusterer = clusterer if clusterer is not None else make_clusterer(config)
+    group_labels = clusterer.cluster_batch(group_texts)
+    timings["cluster"] = time.perf_counter() - clock
+
+    action_records: list[ActionRecord] = []
+    rollout_records: list[RolloutRecord] = []
+    cluster_records: list[ClusterRecord] = []
+    stage = {"utility": 0.0, "shaping": 0.0, "advantage": 0.0}
+    counts = {"searches_repeated": 0}
+    for group, rollouts, texts, labels in zip(batch, work, group_texts, group_labels):
+        # 3. Utilities (SPEC §3); rows in rollout_id order so sums never depend on input order.
+        clock = time.perf_counter()
+        label_of = dict(zip(texts, labels.tolist()))
+        n_clusters = int(labels.max()) + 1 if len(labels) else 0
+        order = sorted(range(len(rollouts)), key=lambda i: rollouts[i].rollout.rollout_id)
+        membership = np.zeros((len(rollouts), n_clusters), dtype=bool)
+        for row, index in enumerate(order):
+            for action_texts in rollouts[index].texts_per_action:
+                for text in action_texts:
+                    membership[row, label_of[text]] = True
+        success = np.array([rollouts[i].record.success for i in order], dtype=np.float64)
+        table = cluster_utilities(membership, success, config.epsilon)
+        members = _cluster_members(rollouts, label_of, config)
+        for cluster_id in range(n_clusters):
+            cluster_records.append(
+                ClusterRecord(
+                    uid=group.uid,
+                    cluster_id=cluster_id,
+                    members=members.get(cluster_id, []),
+                    n=int(table.n[cluster_id]),
+                    s=float(table.s[cluster_id]),
+                    mean=float(table.mean[cluster_id]),
+                    utility=float(table.utility[cluster_id]),
+                )
+            )
+        stage["utility"] += time.perf_counter() - clock
+
+        # 4. Potentials, shaping, back-credit and penalties per rollout (SPEC §4).
+        clock = time.perf_counter()
+        parts = []
+        for item in rollouts:
+            kinds = np.array([KIND_CODES[a.action] for a in item.effective], dtype=np.int8)
+            store: set[int] = set()
+            new_clusters = []
+            for action_texts in item.texts_per_action:
+                added = sorted({label_of[text] for text in action_texts} - store)
+                store.update(added)
+                new_clusters.append(np.array(added, dtype=np.int64))
+            repeated = _repeated_searches(item.effective)
+            counts["searches_repeated"] += int(repeated.sum())
+            rewards = rollout_process_rewards(
+                kinds,
+                new_clusters,
+                table.utility,
+                repeated,
+                gamma=config.gamma,
+                alpha=config.alpha,
+                invalid_penalty=config.invalid_penalty,
+                repeat_search_penalty=config.repeat_search_penalty,
+                empty_store_answer_penalty=config.empty_store_answer_penalty,
+            )
+            parts.append((new_clusters, rewards))
+        stage["shaping"] += time.perf_counter() - clock
+
+        # 5. Advantages (SPEC §5).
+        clock = time.perf_counter()
+        a_out = outcome_advantages(
+            np.array([item.record.outcome_reward for item in rollouts], dtype=np.float64),
+            eps=config.norm_eps,
+            norm_by_std=config.norm_by_std,
+        )
+        rollout_index = np.concatenate(
+            [np.full(len(item.effective), i, dtype=np.int64) for i, item in enumerate(rollouts)]
+        ) if rollouts else np.zeros(0, dtype=np.int64)
+        process_reward = np.concatenate([rewards.process_reward for _, rewards in parts])
+        a_proc = process_advantages(process_reward, eps=config.norm_eps, mode=config.process_norm)
+        total = total_advantages(a_out, a_proc, rollout_index, omega=config.omega)
+        offset = 0
+        for i, (item, (new_clusters, rewards)) in enumerate(zip(rollouts, parts)):
+            item.record.outcome_advantage = float(a_out[i])
+            rollout_records.append(item.record)
+            for t, action in enumerate(item.rollout.actions):
+                if t < len(item.effective):
+                    k = offset + t
+                    action_records.append(
+                        ActionRecord(
+                            uid=group.uid,
+                            rollout_id=item.rollout.rollout_id,
+                            step=t,
+                            action=action.action,
+                            shaping=float(rewards.shaping[t]),
+                            back_credit=float(rewards.back_credit[t]),
+                            penalty=float(rewards.penalty[t]),
+                            process_reward=float(rewards.process_reward[t]),
+                            outcome_reward=item.record.outcome_reward,
+                            outcome_advantage=float(a_out[i]),
+                            process_advantage=float(a_proc[k]),
+                            advantage=float(total[k]),
+                            new_clusters=new_clusters[t].tolist(),
+                        )
+                    )
+                else:
+                    action_records.append(
+                        ActionRecord(
+                            uid=group.uid,
+                            rollout_id=item.rollout.rollout_id,
+                            step=t,
+                            action=action.action,
+                            shaping=0.0,
+                            back_credit=0.0,
+                            penalty=0.0,
+                            process_reward=0.0,
+                            outcome_reward=item.record.outcome_reward,
+                            outcome_advantage=0.0,
+                            process_advantage=0.0,
+                            advantage=0.0,
+                            new_clusters=[],
+                            ignored=True,
+                        )
+                    )
+            offset += len(item.effective)
+        stage["advantage"] += time.perf_counter() - clock
+    timings.update(stage)
+
+    advantages = np.array([record.advantage for record in action_records], dtype=np.float32)
+    if not np.all(np.isfinite(advantages)):
+        raise FloatingPointError("non-finite advantage computed; this is a bug, please report it")
+    timings["total"] = time.perf_counter() - started
+    metrics = _metrics(batch, action_records, rollout_records, cluster_records, warnings, timings)
+    metrics.update({name: float(value) for name, value in counts.items()})
+    return ProcessAdvantages(
+        actions=action_records,
+        rollouts=rollout_records,
+        clusters=cluster_records,
+        advantages=advantages,
+        metrics=metrics,
+        warnings=warnings,
+    )
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+def _metrics(
+    batch: list[Group],
+    actions: list[ActionRecord],
+    rollouts: list[RolloutRecord],
+    clusters: list[ClusterRecord],
+    warnings: list[str],
+    timings: dict[str, float],
+) -> dict[str, float]:
+    """Batch metrics (all floats, never NaN: empty sets give 0)."""
+    effective = [record for record in actions if not record.ignored]
+    utilities = [record.utility for record in clusters]
+    metrics = {
+        "groups": float(len(batch)),
+        "rollouts": float(len(rollouts)),
+        "actions": float(len(actions)),
+        "actions_ignored": float(len(actions) - len(effective)),
+        "actions_invalid": float(sum(r.action == "invalid" for r in effective)),
+        "answers_empty_store": float(sum(r.empty_store_answer for r in rollouts)),
+        "rollouts_unanswered": float(sum(not r.answered for r in rollouts)),
+        "groups_single_rollout": float(sum(len(g.rollouts) == 1 for g in batch)),
+        "clusters": float(len(clusters)),
+        "clusters_per_group": len(clusters) / len(batch) if batch else 0.0,
+        "utility_mean": _mean(utilities),
+        "utility_min": min(utilities) if utilities else 0.0,
+        "utility_max": max(utilities) if utilities else 0.0,
+        "shaping_nonzero_share": (
+            sum(r.shaping != 0.0 for r in effective) / len(effective) if effective else 0.0
+        ),
+        "em_mean": _mean([r.em for r in rollouts]),
+        "f1_mean": _mean([r.f1 for r in rollouts]),
+        "outcome_reward_mean": _mean([r.outcome_reward for r in rollouts]),
+        "warnings": float(len(warnings)),
+    }
+    metrics.update({f"time_{name}_s": seconds for name, seconds in timings.items()})
+    return metrics

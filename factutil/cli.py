@@ -1,0 +1,194 @@
+"""The ``factutil`` command line (SPEC.md §8).
+
+    factutil score IN.jsonl -o OUT.jsonl [--config FILE] [--set key=value ...]
+    factutil clusters IN.jsonl [--format table|json] [--config FILE] [--set key=value ...]
+    factutil schema [--what input|config]
+
+Bad input or configuration: exit status 2 and one line per problem, ``FILE:LINE: field: what is
+wrong`` (``config: field: ...`` for the configuration), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from factutil.api import ProcessAdvantages, compute_process_advantages
+from factutil.io import InputError, field_path, json_line, read_groups, write_jsonl
+from factutil.schema import FactUtilConfig, input_json_schema
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Dense per-step credit for search agents (FactAgent): score rollouts, show clusters.",
+)
+console = Console()
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_BAD_INPUT = 2
+
+
+class ConfigError(ValueError):
+    """Bad configuration; ``str()`` is one ``config: field: message`` line per problem."""
+
+
+def load_config(path: Path | None = None, sets: list[str] | None = None) -> FactUtilConfig:
+    """Build a :class:`FactUtilConfig` from a YAML/JSON file, then ``key=value`` overrides.
+
+    Values of ``--set`` are read as YAML scalars (``0.3`` a float, ``true`` a bool, ``exact`` a
+    string).
+
+    Raises:
+        ConfigError: unreadable file, a ``--set`` without ``=``, or a field that fails validation
+            (the message names the field and the value).
+    """
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as error:
+            raise ConfigError(f"config: {path}: cannot read: {error}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config: {path}: expected a mapping of fields, got {type(loaded).__name__}")
+        values.update(loaded or {})
+    problems = []
+    for item in sets or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"config: --set {item!r}: expected key=value")
+            continue
+        try:
+            values[key.strip()] = yaml.safe_load(text) if text.strip() else text
+        except yaml.YAMLError:
+            values[key.strip()] = text
+    if problems:
+        raise ConfigError("\n".join(problems))
+    try:
+        return FactUtilConfig.model_validate(values)
+    except ValidationError as error:
+        lines = []
+        for item in error.errors(include_url=False):
+            message = item["msg"].removeprefix("Value error, ")
+            lines.append(f"config: {field_path(item['loc'])}: {message} (got {item.get('input')!r})")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def _score(path: Path, config_path: Path | None, sets: list[str] | None) -> ProcessAdvantages:
+    """Load config and input, compute; exit 2 with one line per problem on bad input."""
+    try:
+        config = load_config(config_path, sets)
+        groups = read_groups(path)
+    except (ConfigError, InputError) as error:
+        errors.print(str(error), markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except OSError as error:
+        errors.print(f"{path}: cannot read: {error.strerror or error}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    try:
+        return compute_process_advantages(groups, config)
+    except NotImplementedError as error:
+        errors.print(f"config: mode: {error}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML or JSON file of config fields.")
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override one config field: key=value (repeatable)."),
+]
+
+
+def summary_table(result: ProcessAdvantages) -> Table:
+    """The rich summary of a scoring run: sizes, mean EM/F1, clusters, utility spread, time."""
+    m = result.metrics
+    table = Table(title="factutil score", show_header=True, header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("groups", f"{m['groups']:.0f}"),
+        ("rollouts", f"{m['rollouts']:.0f}"),
+        ("actions (ignored / invalid)",
+         f"{m['actions']:.0f} ({m['actions_ignored']:.0f} / {m['actions_invalid']:.0f})"),
+        ("mean EM", f"{m['em_mean']:.3f}"),
+        ("mean F1", f"{m['f1_mean']:.3f}"),
+        ("clusters (per group)", f"{m['clusters']:.0f} ({m['clusters_per_group']:.1f})"),
+        ("utility min / mean / max",
+         f"{m['utility_min']:+.3f} / {m['utility_mean']:+.3f} / {m['utility_max']:+.3f}"),
+        ("actions with non-zero shaping", f"{100 * m['shaping_nonzero_share']:.1f}%"),
+        ("repeated searches / empty-store answers / no answer",
+         f"{m['searches_repeated']:.0f} / {m['answers_empty_store']:.0f} / {m['rollouts_unanswered']:.0f}"),
+        ("warnings", f"{m['warnings']:.0f}"),
+        ("time (s)", f"{m['time_total_s']:.3f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+@app.command()
+def score(
+    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (SPEC §8).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Per-action JSONL to write.")],
+    config: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Write one line of credit per action (SPEC §8) and print a summary table."""
+    result = _score(input, config, set_)
+    write_jsonl(output, (record.to_dict() for record in result.actions))
+    console.print(summary_table(result))
+    console.print(f"wrote {len(result.actions)} action lines to {output}")
+
+
+@app.command()
+def clusters(
+    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (SPEC §8).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    config: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Print each group's fact clusters with n, s, mean and utility (SPEC §8)."""
+    if format not in ("table", "json"):
+        errors.print(f"--format: expected 'table' or 'json', got {format!r}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    result = _score(input, config, set_)
+    if format == "json":
+        typer.echo(json_line([record.to_dict() for record in result.clusters]))
+        return
+    table = Table(title="fact clusters", header_style="bold")
+    for column in ("uid", "cluster", "members", "n", "s", "mean", "utility"):
+        table.add_column(column, justify="right" if column in ("n", "s", "mean", "utility") else "left")
+    for record in result.clusters:
+        members = "\n".join(" | ".join(member) for member in record.members)
+        table.add_row(
+            record.uid, str(record.cluster_id), members, str(record.n), f"{record.s:g}",
+            f"{record.mean:.3f}", f"{record.utility:+.3f}",
+        )
+    console.print(table)
+
+
+@app.command()
+def schema(
+    what: Annotated[str, typer.Option(help="input (one JSONL line) or config.")] = "input",
+) -> None:
+    """Print the JSON Schema of the input line (SPEC §8) or of the configuration."""
+    if what == "input":
+        typer.echo(json.dumps(input_json_schema(), indent=2, ensure_ascii=False))
+    elif what == "config":
+        typer.echo(json.dumps(FactUtilConfig.model_json_schema(), indent=2, ensure_ascii=False))
+    else:
+        errors.print(f"--what: expected 'input' or 'config', got {what!r}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

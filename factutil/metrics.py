@@ -1,0 +1,226 @@
+"""Answer metrics for the outcome reward: normalisation, exact match and token F1 (SPEC §1).
+
+The outcome reward R of a rollout is the token-level F1 of its answer against the best-matching
+gold answer; EM is computed alongside and reported. Both follow the reference scripts that
+search-agent papers report with:
+
+- SQuAD v1.1 ``evaluate-v1.1.py`` (Rajpurkar et al. 2016): ``normalize_answer``, ``f1_score``,
+  ``exact_match_score`` and the max over gold answers;
+- HotpotQA ``hotpot_evaluate_v1.py`` (Yang et al. 2018): the same normalisation and F1 plus the
+  yes/no/no-answer rule below. Search-R1 and R1-Searcher copy these functions.
+
+Normalisation (default, ``fold_unicode=False``) is byte for byte the reference one, in its order:
+``lower()``; drop every character of ``string.punctuation``; replace the whole words ``a``,
+``an``, ``the`` (regex ``\\b(a|an|the)\\b``) with a space; split on whitespace and join with one
+space. So ``"U.S."`` -> ``"us"`` and ``"The  Beatles!"`` -> ``"beatles"``.
+
+Decisions where the references are silent or where this library departs from them:
+
+- **yes / no / no answer (HotpotQA).** For one gold answer, F1 is 0 when the normalised prediction
+  is ``"yes"``, ``"no"`` or ``"noanswer"`` and differs from the normalised gold, and also when the
+  normalised gold is one of those three and differs from the normalised prediction. So "no" never
+  earns partial credit against "no way", nor "yes" against "yes sir". EM is unaffected (those
+  cases are not equal strings anyway). With several gold answers the rule applies to each, then
+  the maximum is taken.
+- **Empty prediction.** A prediction that is empty, whitespace-only or normalises to no tokens
+  (``"the"``, ``"!!!"``) scores EM 0 and F1 0, whatever the gold (SPEC: an empty prediction
+  scores 0). SQuAD's EM would give 1 for ``""`` against gold ``"the"``, since both normalise to
+  ``""``; this library does not, so a model cannot earn reward by answering nothing.
+- **Gold that normalises to no tokens** but is not blank (``"The"``, ``"!!!"``). It is accepted,
+  and EM compares normalised strings as SQuAD does; but the only prediction equal to ``""`` is an
+  empty one, which scores 0. F1 is 0 when either side has no tokens (SQuAD v1.1: no common
+  token -> 0). Such a gold therefore scores 0 against every prediction; other gold answers of
+  the same list still count in the maximum.
+- **Blank gold, or no gold.** A gold answer that is empty or whitespace-only, or an empty list of
+  gold answers, raises ``ValueError`` naming ``golden_answers`` and the value: it is a data error,
+  never silently scored (the file loader reports these too).
+- **Unicode folding** (``fold_unicode=True``, off by default because the references do not do it).
+  Before the SQuAD steps: (1) Unicode NFKC, which among much else turns fullwidth and small forms
+  into their plain characters (``－`` U+FF0D and ``﹣`` U+FE63 -> ``-``, ``﹘`` U+FE58 -> ``—``,
+  ``＇`` U+FF07 -> ``'``, ``＂`` U+FF02 -> ``"``), ligatures into letters (``ﬁ`` -> ``fi``),
+  no-break spaces into spaces, and ``″``/``‴`` into two/three ``′``; then (2) the table
+  :data:`UNICODE_FOLDS`: the dashes U+2010 ‐, U+2011 ‑, U+2012 ‒, U+2013 –, U+2014 —, U+2015 ―,
+  U+2212 −, U+2E3A ⸺, U+2E3B ⸻ -> ``-``; the single quotes and primes U+2018 ‘, U+2019 ’,
+  U+201A ‚, U+201B ‛, U+2032 ′, U+2035 ‵, U+02BC ʼ -> ``'``; the double quotes U+201C “,
+  U+201D ”, U+201E „, U+201F ‟ -> ``"``. As ``-``, ``'`` and ``"`` are ASCII punctuation, the
+  SQuAD step then drops them: "Jean–Pierre" and "Jean-Pierre" both become ``"jeanpierre"``.
+  Nothing else is folded: accents stay (``"Ramírez"`` != ``"Ramirez"``), as do guillemets.
+
+All functions are pure: no state, no I/O, no globals beyond the constant tables.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "UNICODE_FOLDS",
+    "exact_match",
+    "f1",
+    "normalize_answer",
+    "qa_scores",
+]
+
+_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e3a\u2e3b"
+_SINGLE_QUOTES = "\u2018\u2019\u201a\u201b\u2032\u2035\u02bc"
+_DOUBLE_QUOTES = "\u201c\u201d\u201e\u201f"
+
+#: Characters that ``fold_unicode=True`` maps to ASCII after NFKC (see the module docstring).
+UNICODE_FOLDS: dict[str, str] = {
+    **dict.fromkeys(_DASHES, "-"),
+    **dict.fromkeys(_SINGLE_QUOTES, "'"),
+    **dict.fromkeys(_DOUBLE_QUOTES, '"'),
+}
+_FOLD_TABLE = str.maketrans(UNICODE_FOLDS)
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+# HotpotQA: these answers are all-or-nothing; no partial F1 against a different answer.
+_YES_NO_NOANSWER = frozenset({"yes", "no", "noanswer"})
+
+
+def normalize_answer(text: str, fold_unicode: bool = False) -> str:
+    """Normalise an answer as SQuAD v1.1 / HotpotQA do, optionally folding Unicode first.
+
+    Args:
+        text: the answer text.
+        fold_unicode: if True, apply NFKC and then :data:`UNICODE_FOLDS` before the SQuAD steps
+            (module docstring). If False (default) the result equals the reference
+            ``normalize_answer`` of SQuAD v1.1 ``evaluate-v1.1.py`` for every string.
+
+    Returns:
+        The normalised text: lower-cased, without ``string.punctuation`` characters or the
+        articles a/an/the, tokens joined by single spaces; ``""`` when nothing is left.
+
+    Raises:
+        TypeError: ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}: {text!r}")
+    if fold_unicode:
+        # NFKC first so that fullwidth and small dash/quote forms reach the fold table.
+        text = unicodedata.normalize("NFKC", text).translate(_FOLD_TABLE)
+    # The reference order: white_space_fix(remove_articles(remove_punc(lower(s)))).
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def qa_scores(
+    prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False
+) -> tuple[float, float]:
+    """Exact match and token F1 of one prediction, each maximised over the gold answers.
+
+    Each text is normalised once. Sources: SQuAD v1.1 ``evaluate-v1.1.py`` (``exact_match_score``,
+    ``f1_score``, ``metric_max_over_ground_truths``) and HotpotQA ``hotpot_evaluate_v1.py``
+    (yes/no/no-answer rule); SPEC §1. The module docstring gives the rules for empty
+    predictions, token-less golds and ``fold_unicode``.
+
+    Args:
+        prediction: the rollout's answer text.
+        golden_answers: one gold answer, or a non-empty sequence of them (any non-string
+            iterable of ``str``, such as a NumPy array, is accepted).
+        fold_unicode: fold Unicode dashes and quotes and apply NFKC before normalising.
+
+    Returns:
+        ``(em, f1)``: em is 1.0 if the normalised prediction equals a normalised gold answer,
+        else 0.0; f1 in [0, 1] is the best token F1 over the gold answers. Both are 0.0 for a
+        prediction that normalises to no tokens.
+
+    Raises:
+        TypeError: ``prediction`` or a gold answer is not a ``str``, or ``golden_answers`` is
+            neither a ``str`` nor an iterable of them.
+        ValueError: ``golden_answers`` is empty or holds a blank (empty or whitespace-only)
+            answer.
+    """
+    golds = _checked_golden_answers(golden_answers)
+    if not isinstance(prediction, str):
+        raise TypeError(
+            f"prediction must be a str, got {type(prediction).__name__}: {prediction!r}"
+        )
+    normalized_prediction = normalize_answer(prediction, fold_unicode)
+    if not normalized_prediction:
+        return 0.0, 0.0
+    prediction_tokens = normalized_prediction.split()
+    best_em = 0.0
+    best_f1 = 0.0
+    for gold in golds:
+        normalized_gold = normalize_answer(gold, fold_unicode)
+        if normalized_gold == normalized_prediction:
+            best_em = 1.0
+        best_f1 = max(best_f1, _token_f1(normalized_prediction, prediction_tokens, normalized_gold))
+    return best_em, best_f1
+
+
+def exact_match(
+    prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False
+) -> float:
+    """1.0 if the normalised prediction equals any normalised gold answer, else 0.0.
+
+    Source: SQuAD v1.1 ``exact_match_score`` with the max over gold answers; an empty
+    prediction scores 0.0 (module docstring). Arguments and errors as :func:`qa_scores`.
+    """
+    return qa_scores(prediction, golden_answers, fold_unicode)[0]
+
+
+def f1(prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False) -> float:
+    """Token-level F1 in [0, 1] against the best-matching gold answer (SPEC §1 outcome reward).
+
+    Source: SQuAD v1.1 ``f1_score`` (multiset token overlap, precision and recall over the
+    normalised tokens) with HotpotQA's yes/no/no-answer rule, maximised over the gold answers;
+    an empty prediction scores 0.0 (module docstring). Arguments and errors as
+    :func:`qa_scores`.
+    """
+    return qa_scores(prediction, golden_answers, fold_unicode)[1]
+
+
+def _token_f1(
+    normalized_prediction: str, prediction_tokens: list[str], normalized_gold: str
+) -> float:
+    if normalized_prediction != normalized_gold and (
+        normalized_prediction in _YES_NO_NOANSWER or normalized_gold in _YES_NO_NOANSWER
+    ):
+        return 0.0
+    gold_tokens = normalized_gold.split()
+    common = Counter(prediction_tokens) & Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(prediction_tokens)
+    recall = num_same / len(gold_tokens)
+    # Same expression as the reference, so the float is bit-identical to SQuAD's.
+    return (2 * precision * recall) / (precision + recall)
+
+
+def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
+    if isinstance(golden_answers, str):
+        candidates: list[object] = [golden_answers]
+    elif isinstance(golden_answers, (bytes, bytearray, Mapping)) or not hasattr(
+        golden_answers, "__iter__"
+    ):
+        raise TypeError(
+            "golden_answers must be a str or a sequence of str, got "
+            f"{type(golden_answers).__name__}: {golden_answers!r}"
+        )
+    else:
+        candidates = list(golden_answers)
+    if not candidates:
+        raise ValueError(f"golden_answers must hold at least one answer, got {golden_answers!r}")
+    golds: list[str] = []
+    for index, gold in enumerate(candidates):
+        if not isinstance(gold, str):
+            raise TypeError(
+                f"golden_answers[{index}] must be a str, got {type(gold).__name__}: {gold!r}"
+            )
+        if not gold.strip():
+            raise ValueError(
+                f"golden_answers[{index}] is blank (empty or whitespace-only): {gold!r}; "
+                f"golden_answers={golden_answers!r}"
+            )
+        golds.append(gold)
+    return golds

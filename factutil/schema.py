@@ -1,0 +1,437 @@
+"""Data model: triples, actions, rollouts, groups and the configuration (SPEC.md §1, §8).
+
+Every model is pydantic v2, so bad input raises :class:`pydantic.ValidationError` naming the
+field and the offending value. The input file of SPEC §8 is one :class:`Rollout` per line;
+:class:`Group` gathers the rollouts of one ``uid``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+TRIPLE_PARTS = ("subject", "relation", "object")
+
+
+def _reject_blank(value: str, field: str) -> str:
+    if not value.strip():
+        raise ValueError(f"{field} must not be empty or whitespace, got {value!r}")
+    return value
+
+
+class Triple(BaseModel):
+    """One fact ``(subject, relation, object)`` (SPEC §1).
+
+    Accepts a list or tuple of three strings as well as a mapping with the three fields.
+    Raises ``ValidationError`` for a wrong arity, a non-string part or an empty part.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subject: str
+    relation: str
+    object: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_sequence(cls, data: Any) -> Any:
+        if isinstance(data, (list, tuple)):
+            if len(data) != 3:
+                raise ValueError(
+                    f"a triple has 3 parts (subject, relation, object), got {len(data)}: "
+                    f"{_short(data)}"
+                )
+            return dict(zip(TRIPLE_PARTS, data))
+        return data
+
+    @field_validator("subject", "relation", "object")
+    @classmethod
+    def _not_blank(cls, value: str, info: Any) -> str:
+        return _reject_blank(value, info.field_name)
+
+    def as_list(self) -> list[str]:
+        """The triple as ``[subject, relation, object]`` (the file form of SPEC §8)."""
+        return [self.subject, self.relation, self.object]
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        as_object = handler(schema)
+        as_array = {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "minItems": 3,
+            "maxItems": 3,
+            "description": "[subject, relation, object]",
+        }
+        return {"anyOf": [as_array, as_object]}
+
+
+class _ActionBase(BaseModel):
+    # Trainers attach their own keys to actions (scores, token counts); keep them, never fail on them.
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class SearchAction(_ActionBase):
+    """``search``: a retrieval query and, optionally, the retriever's observation (SPEC §1)."""
+
+    action: Literal["search"] = "search"
+    query: str
+    observation: str | None = None
+
+
+class AssertAction(_ActionBase):
+    """``assert``: triples taken from the current observation into the store (SPEC §1).
+
+    The file form names the list ``triples``; model output (SPEC §1) names it ``facts``; both are
+    accepted. At least one triple is required.
+    """
+
+    action: Literal["assert"] = "assert"
+    triples: list[Triple] = Field(
+        min_length=1, validation_alias=AliasChoices("triples", "facts")
+    )
+
+
+class AnswerAction(_ActionBase):
+    """``answer``: the final answer; ends the rollout (SPEC §1)."""
+
+    action: Literal["answer"] = "answer"
+    answer: str
+
+
+class InvalidAction(_ActionBase):
+    """An action that failed to parse: the raw text and why (SPEC §1). It has no effect."""
+
+    action: Literal["invalid"] = "invalid"
+    raw: str
+    reason: str
+    observation: str | None = None
+
+
+Action = Annotated[
+    SearchAction | AssertAction | AnswerAction | InvalidAction,
+    Field(discriminator="action"),
+]
+"""A parsed action: a discriminated union on the ``action`` field."""
+
+ActionKind = Literal["search", "assert", "answer", "invalid"]
+
+
+class RawAction(BaseModel):
+    """The ``raw`` input form: model output still to be parsed (SPEC §8).
+
+    The observation, if any, belongs to the action when it parses as a ``search``.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    raw: str
+    observation: str | None = None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _assert_content_problem(item: dict[str, Any]) -> str | None:
+    """Why a structured ``assert`` is an invalid *action* (SPEC §1), or None.
+
+    An assert with no triple or with an empty part is the agent's format error, penalised like any
+    invalid action; a wrongly typed field is left to pydantic and becomes a data error.
+    """
+    triples = item.get("triples", item.get("facts"))
+    if not isinstance(triples, list):
+        return None
+    if not triples:
+        return "assert with no triple"
+    for index, triple in enumerate(triples):
+        if isinstance(triple, (list, tuple)):
+            if len(triple) != 3:
+                return f"triple {index} has {len(triple)} parts, expected 3"
+            parts = dict(zip(TRIPLE_PARTS, triple))
+        elif isinstance(triple, dict):
+            parts = triple
+        else:
+            return None
+        for name in TRIPLE_PARTS:
+            part = parts.get(name)
+            if isinstance(part, str) and not part.strip():
+                return f"triple {index} has an empty {name}"
+    return None
+
+
+def coerce_action(item: Any) -> Any:
+    """Turn one input item of SPEC §8 into an action model or leave it for pydantic to reject.
+
+    - ``{"raw": ..., "observation"?: ...}`` (no ``action`` key) is parsed with
+      :func:`factutil.parse.parse_action`;
+    - a structured ``assert`` with no triple or an empty part becomes an :class:`InvalidAction`;
+    - anything else is returned unchanged for validation.
+    """
+    if isinstance(item, RawAction):
+        from factutil.parse import parse_action
+
+        return parse_action(item.raw, observation=item.observation)
+    if not isinstance(item, dict):
+        return item
+    if "raw" in item and "action" not in item:
+        raw = RawAction.model_validate(item)
+        from factutil.parse import parse_action
+
+        return parse_action(raw.raw, observation=raw.observation)
+    if item.get("action") == "assert":
+        problem = _assert_content_problem(item)
+        if problem is not None:
+            return InvalidAction(
+                raw=json.dumps(item, ensure_ascii=False, default=str), reason=problem
+            )
+    return item
+
+
+def _reject_blank_list(values: list[str], field: str) -> list[str]:
+    for index, value in enumerate(values):
+        if not value.strip():
+            raise ValueError(f"{field}[{index}] is empty or whitespace: {value!r}")
+    return values
+
+
+class Rollout(BaseModel):
+    """One rollout of a group: the input line of SPEC §8.
+
+    ``reward`` (optional) replaces the computed answer F1 as the outcome reward; it must be a finite
+    number. Keys the model does not know are moved into ``metadata``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    uid: str = Field(min_length=1)
+    question: str
+    golden_answers: list[str] = Field(min_length=1)
+    rollout_id: str = Field(min_length=1)
+    actions: list[Action]
+    reward: float | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_metadata(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        known = set(cls.model_fields)
+        extra = {key: value for key, value in data.items() if key not in known}
+        if not extra:
+            return data
+        kept = {key: value for key, value in data.items() if key in known}
+        given = data.get("metadata", {})
+        kept["metadata"] = {**given, **extra} if isinstance(given, dict) else given
+        return kept
+
+    @field_validator("actions", mode="before")
+    @classmethod
+    def _coerce_actions(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [coerce_action(item) for item in value]
+        return value
+
+    @field_validator("golden_answers")
+    @classmethod
+    def _golden_not_blank(cls, value: list[str]) -> list[str]:
+        return _reject_blank_list(value, "golden_answers")
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward_is_number(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # pydantic turns only ValueError into a ValidationError naming the field.
+            raise ValueError(f"reward must be a number or null, got {_short(value)}")  # noqa: TRY004
+        if not math.isfinite(float(value)):
+            raise ValueError(f"reward must be finite, got {value!r}")
+        return float(value)
+
+
+class Group(BaseModel):
+    """The G rollouts of one question, keyed by ``uid`` only (SPEC §1).
+
+    Raises ``ValidationError`` when a rollout belongs to another uid, when two rollouts share a
+    ``rollout_id``, or when rollouts disagree on ``golden_answers``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    uid: str = Field(min_length=1)
+    question: str
+    golden_answers: list[str] = Field(min_length=1)
+    rollouts: list[Rollout] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_rollouts(cls, data: Any) -> Any:
+        # A group may be given as just its rollouts; uid, question and gold come from the first.
+        if isinstance(data, dict) and data.get("rollouts"):
+            first = data["rollouts"][0]
+            if isinstance(first, Rollout):
+                first = first.model_dump()
+            if isinstance(first, dict):
+                data = dict(data)
+                for key in ("uid", "question", "golden_answers"):
+                    if key not in data and key in first:
+                        data[key] = first[key]
+        return data
+
+    @field_validator("golden_answers")
+    @classmethod
+    def _golden_not_blank(cls, value: list[str]) -> list[str]:
+        return _reject_blank_list(value, "golden_answers")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Group:
+        seen: dict[str, int] = {}
+        for index, rollout in enumerate(self.rollouts):
+            if rollout.uid != self.uid:
+                raise ValueError(
+                    f"rollouts[{index}].uid is {rollout.uid!r}, the group's uid is {self.uid!r}"
+                )
+            if rollout.rollout_id in seen:
+                raise ValueError(
+                    f"rollouts[{index}].rollout_id {rollout.rollout_id!r} repeats "
+                    f"rollouts[{seen[rollout.rollout_id]}] in group {self.uid!r}"
+                )
+            seen[rollout.rollout_id] = index
+            if rollout.golden_answers != self.golden_answers:
+                raise ValueError(
+                    f"rollouts[{index}].golden_answers {rollout.golden_answers!r} differ from "
+                    f"the group's {self.golden_answers!r}"
+                )
+        return self
+
+    @classmethod
+    def from_rollouts(cls, rollouts: Iterable[Rollout]) -> Group:
+        """Build one group from rollouts that share a uid."""
+        rollouts = list(rollouts)
+        if not rollouts:
+            raise ValueError("a group needs at least one rollout")
+        return cls(
+            uid=rollouts[0].uid,
+            question=rollouts[0].question,
+            golden_answers=rollouts[0].golden_answers,
+            rollouts=rollouts,
+        )
+
+
+def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
+    """Gather rollouts into groups by ``uid`` (never by question), in order of first appearance."""
+    by_uid: dict[str, list[Rollout]] = {}
+    for rollout in rollouts:
+        by_uid.setdefault(rollout.uid, []).append(rollout)
+    return [Group.from_rollouts(members) for members in by_uid.values()]
+
+
+_TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
+
+
+class FactUtilConfig(BaseModel):
+    """Every parameter of the method, with its SPEC default and valid range (SPEC §1–§5).
+
+    Validation errors name the field and the value (``pydantic.ValidationError``). Unknown fields
+    are rejected so a typo never silently keeps a default.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    # §1 the agent
+    max_turns: int = Field(8, ge=1, description="Most actions a rollout may take; later ones are ignored.")
+    group_size: int | None = Field(
+        None, ge=1, description="Expected rollouts per group (G, 6 in the paper); None accepts any."
+    )
+    # §2 clusters
+    mode: Literal["exact", "semantic"] = Field(
+        "exact",
+        description="Clustering: 'exact' (normalised text, the paper's ablation) or 'semantic'.",
+    )
+    triple_template: str = Field(
+        "{subject} | {relation} | {object}", description="Text of a triple before normalisation."
+    )
+    embedding_model: str | None = Field(
+        None, description="semantic mode: sentence-transformers name or path; None = bundled MiniLM."
+    )
+    sim_threshold: float = Field(
+        0.85, ge=-1.0, le=1.0, description="semantic mode: cosine at or above which two facts may merge."
+    )
+    # §3 utility
+    success: Literal["em", "f1", "reward"] = Field(
+        "em", description="Per-rollout success y: EM, F1, or the outcome reward clipped to [0, 1]."
+    )
+    epsilon: float = Field(0.5, gt=0.0, description="Beta(epsilon, epsilon) prior of cluster success.")
+    # §4 process rewards
+    gamma: float = Field(1.0, gt=0.0, le=1.0, description="Shaping discount: F = gamma*Phi(S') - Phi(S).")
+    alpha: float = Field(0.2, ge=0.0, le=1.0, description="Share of an assert's shaping sent back to its search.")
+    invalid_penalty: float = Field(-0.1, le=0.0, description="Process reward of an invalid action.")
+    repeat_search_penalty: float = Field(-0.1, le=0.0, description="Penalty of a repeated search query.")
+    empty_store_answer_penalty: float = Field(
+        -0.1, le=0.0, description="Penalty of an answer from an empty store (its outcome becomes 0)."
+    )
+    # §5 advantages
+    omega: float = Field(0.5, ge=0.0, description="Weight of the process advantage: A = A_out + omega*A_proc.")
+    norm_by_std: bool = Field(True, description="Divide the outcome advantage by the group std (verl's norm_adv_by_std_in_grpo).")
+    norm_eps: float = Field(1e-6, gt=0.0, description="eps in (x - mean) / (std + eps).")
+    process_norm: Literal["group", "none"] = Field(
+        "group", description="Normalise process rewards over the group's actions, or keep them raw."
+    )
+    # QA metrics
+    fold_unicode: bool = Field(
+        False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."
+    )
+
+    @field_validator("triple_template")
+    @classmethod
+    def _template_has_parts(cls, value: str) -> str:
+        missing = [part for part in _TEMPLATE_FIELDS if part not in value]
+        if missing:
+            raise ValueError(f"triple_template {value!r} lacks {', '.join(missing)}")
+        try:
+            value.format(subject="s", relation="r", object="o")
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"triple_template {value!r} is not a valid format string: {error}") from None
+        return value
+
+    @field_validator(
+        "sim_threshold", "epsilon", "gamma", "alpha", "invalid_penalty", "repeat_search_penalty",
+        "empty_store_answer_penalty", "omega", "norm_eps",
+    )
+    @classmethod
+    def _finite(cls, value: float, info: Any) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"{info.field_name} must be finite, got {value!r}")
+        return value
+
+
+def input_json_schema() -> dict[str, Any]:
+    """JSON Schema of one input line (SPEC §8): a rollout, actions in any accepted form."""
+    schema = Rollout.model_json_schema(mode="validation")
+    raw_schema = RawAction.model_json_schema()
+    actions = schema["properties"]["actions"]
+    item = actions["items"]
+    actions["items"] = {"anyOf": [item, {"$ref": "#/$defs/RawAction"}]}
+    schema.setdefault("$defs", {})["RawAction"] = raw_schema
+    schema["title"] = "factutil rollout (one JSONL line)"
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

@@ -1,0 +1,98 @@
+"""The command line of SPEC §8: exit status 2 with one line per problem, config overrides, schema."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from factutil.cli import ConfigError, app, load_config
+
+runner = CliRunner()
+ROW = {"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollout_id": "q-0",
+       "actions": [{"action": "search", "query": "capital"},
+                   {"action": "assert", "triples": [["France", "capital", "Paris"]]},
+                   {"action": "answer", "answer": "Paris"}]}
+
+
+@pytest.fixture
+def rollouts(tmp_path):
+    path = tmp_path / "in.jsonl"
+    rows = [ROW, dict(ROW, rollout_id="q-1", actions=ROW["actions"][:1] + [{"action": "answer", "answer": "Lyon"}])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_bad_input_exit_2_one_line_per_problem_no_traceback(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(dict(ROW, reward="x")) + "\n{oops\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "factutil", "score", str(path), "-o", str(tmp_path / "o.jsonl")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        f"{path}:1: reward: reward must be a number or null, got 'x'",
+        f"{path}:2: (line): invalid JSON: Expecting property name enclosed in double quotes at column 2",
+    ]
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_missing_file_exit_2(tmp_path):
+    result = runner.invoke(app, ["score", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 2
+
+
+def test_set_and_config_file(tmp_path, rollouts):
+    config = tmp_path / "c.yaml"
+    config.write_text("mode: exact\nomega: 0.3\nalpha: 0.0\n")
+    loaded = load_config(config, ["omega=0", "success=f1", "norm_by_std=false"])
+    assert (loaded.omega, loaded.alpha, loaded.success, loaded.norm_by_std) == (0.0, 0.0, "f1", False)
+    (tmp_path / "c.json").write_text(json.dumps({"mode": "exact", "epsilon": 1.0}))
+    assert load_config(tmp_path / "c.json").epsilon == 1.0
+    with pytest.raises(ConfigError, match=r"config: omega: Input should be greater than or equal to 0 \(got -1\)"):
+        load_config(None, ["omega=-1"])
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_config(None, ["omega"])
+    result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"), "--set", "alpha=2"])
+    assert result.exit_code == 2
+    assert "config: alpha: Input should be less than or equal to 1 (got 2)" in result.output
+
+
+def test_score_writes_lines_and_omega_zero(tmp_path, rollouts):
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(app, ["score", str(rollouts), "-o", str(out), "--set", "mode=exact", "--set", "omega=0"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 5
+    assert all(row["advantage"] == pytest.approx(row["outcome_advantage"], abs=1e-7) for row in rows)
+    assert rows[0]["outcome_advantage"] == pytest.approx(1 / (2 ** 0.5 + 1e-6))
+
+
+def test_clusters_table_and_json(rollouts):
+    table = runner.invoke(app, ["clusters", str(rollouts), "--set", "mode=exact"])
+    assert table.exit_code == 0 and "France | capital | Paris" in table.output
+    as_json = runner.invoke(app, ["clusters", str(rollouts), "--format", "json", "--set", "mode=exact"])
+    data = json.loads(as_json.output)
+    # y = [1, 0]: the one cluster was held by the correct rollout only: m = 1.5 / 2, u = 0.75 - 0.5.
+    assert data == [{"uid": "q", "cluster_id": 0, "members": [["France", "capital", "Paris"]],
+                     "n": 1, "s": 1.0, "mean": 0.75, "utility": 0.25}]
+    assert runner.invoke(app, ["clusters", str(rollouts), "--format", "xml"]).exit_code == 2
+
+
+def test_schema_describes_the_input_line():
+    result = runner.invoke(app, ["schema"])
+    schema = json.loads(result.output)
+    assert set(schema["required"]) == {"uid", "question", "golden_answers", "rollout_id", "actions"}
+    assert "RawAction" in schema["$defs"] and "SearchAction" in schema["$defs"]
+    config = json.loads(runner.invoke(app, ["schema", "--what", "config"]).output)
+    assert config["properties"]["omega"]["default"] == 0.5
+
+
+def test_console_script_installed():
+    exe = shutil.which("factutil") or str(__import__("pathlib").Path(sys.executable).parent / "factutil")
+    done = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "score" in done.stdout

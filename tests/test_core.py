@@ -1,0 +1,206 @@
+"""The pure functions of each SPEC step, checked against values worked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from factutil import FactUtilConfig, Group, Rollout, Triple, compute_process_advantages
+from factutil.advantages import (
+    group_normalize,
+    outcome_advantages,
+    process_advantages,
+    total_advantages,
+)
+from factutil.cluster import (
+    ExactClusterer,
+    canonical_labels,
+    make_clusterer,
+    normalize_fact_text,
+    triple_text,
+)
+from factutil.shaping import (
+    ANSWER,
+    ASSERT,
+    INVALID,
+    SEARCH,
+    back_credit,
+    rollout_process_rewards,
+    shaping_rewards,
+    store_potentials,
+)
+from factutil.utility import cluster_utilities
+
+
+def test_fact_text_normalisation():
+    assert normalize_fact_text("  Ｐａｒｉｓ\tIS  the\nCAPITAL ") == "paris is the capital"
+    assert normalize_fact_text("Straße") == "strasse"  # case-fold, not lower()
+    triple = Triple(subject="France", relation=" capital", object="Paris ")
+    assert triple_text(triple) == "france | capital | paris"
+    assert triple_text(triple, "{object} <- {relation} - {subject}") == "paris <- capital - france"
+
+
+def test_triple_accepts_list_and_rejects_bad_parts():
+    assert Triple.model_validate(["a", "b", "c"]).as_list() == ["a", "b", "c"]
+    with pytest.raises(ValidationError, match="3 parts"):
+        Triple.model_validate(["a", "b"])
+    with pytest.raises(ValidationError, match="relation"):
+        Triple(subject="a", relation="  ", object="c")
+
+
+def test_canonical_labels_order_by_smallest_member():
+    assert canonical_labels(np.array([7, 3, 7, 5])).tolist() == [0, 1, 0, 2]
+    assert ExactClusterer().cluster_batch([["a", "b"], []])[0].tolist() == [0, 1]
+    with pytest.raises(ValueError, match="sorted"):
+        ExactClusterer().cluster_batch([["b", "a"]])
+    with pytest.raises(NotImplementedError, match="semantic"):
+        make_clusterer(FactUtilConfig(mode="semantic"))
+
+
+def test_cluster_utilities_by_hand():
+    membership = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 1], [0, 0, 0]], dtype=bool)
+    success = np.array([1.0, 0.0, 0.5, 1.0])
+    table = cluster_utilities(membership, success, epsilon=0.5)
+    assert table.baseline == 0.625
+    assert table.n.tolist() == [2, 1, 1]
+    assert table.s.tolist() == [1.0, 1.0, 0.5]
+    assert table.mean.tolist() == [1.5 / 3, 1.5 / 2, 1.0 / 2]
+    assert table.utility.tolist() == pytest.approx([0.5 - 0.625, 0.75 - 0.625, 0.5 - 0.625])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        cluster_utilities(membership, np.array([1.5, 0, 0, 0]))
+    with pytest.raises(ValueError, match="epsilon"):
+        cluster_utilities(membership, success, epsilon=0.0)
+
+
+def test_potential_shaping_and_back_credit_by_hand():
+    utility = np.array([0.3, -0.1, 0.2])
+    new = [np.array([], int), np.array([0, 1]), np.array([], int), np.array([2]), np.array([], int)]
+    potential = store_potentials(new, utility)
+    assert potential.tolist() == pytest.approx([0, math.tanh(0.2), math.tanh(0.2), math.tanh(0.4), math.tanh(0.4)])
+    shaping = shaping_rewards(potential)
+    assert shaping.tolist() == pytest.approx([0, math.tanh(0.2), 0, math.tanh(0.4) - math.tanh(0.2), 0])
+    kinds = np.array([SEARCH, ASSERT, SEARCH, ASSERT, ANSWER])
+    credit = back_credit(kinds, shaping, alpha=0.25)
+    f1, f2 = shaping[1], shaping[3]
+    assert credit.tolist() == pytest.approx([0.25 * f1, -0.25 * f1, 0.25 * f2, -0.25 * f2, 0])
+    # gamma < 1: F = gamma * Phi(S') - Phi(S) on every action.
+    discounted = shaping_rewards(potential, gamma=0.9)
+    assert discounted[2] == pytest.approx(0.9 * math.tanh(0.2) - math.tanh(0.2))
+
+
+def test_assert_with_no_earlier_search_keeps_all():
+    credit = back_credit(np.array([ASSERT, SEARCH]), np.array([0.4, 0.0]), alpha=0.2)
+    assert credit.tolist() == [0.0, 0.0]
+
+
+def test_penalties_and_empty_store_answer():
+    kinds = np.array([INVALID, SEARCH, SEARCH, ANSWER])
+    parts = rollout_process_rewards(
+        kinds, [np.array([], int)] * 4, np.zeros(0), np.array([False, False, True, False]),
+        invalid_penalty=-0.3, repeat_search_penalty=-0.2, empty_store_answer_penalty=-0.5,
+    )
+    assert parts.penalty.tolist() == [-0.3, 0.0, -0.2, -0.5]
+    assert parts.empty_store_answer.tolist() == [False, False, False, True]
+    assert parts.process_reward.tolist() == [-0.3, 0.0, -0.2, -0.5]
+
+
+def test_group_normalize_by_hand_and_degenerate_groups():
+    values = np.array([1.0, 0.0, 0.0, 1.0])
+    std = math.sqrt(1 / 3)  # ddof = 1: sum of squares 1.0 over n - 1 = 3
+    a = 0.5 / (std + 1e-6)
+    assert group_normalize(values).tolist() == pytest.approx([a, -a, -a, a])
+    assert group_normalize(values, by_std=False).tolist() == [0.5, -0.5, -0.5, 0.5]
+    # 0.1 * 3 is not exactly representable: a constant group must still give exact zeros.
+    assert group_normalize(np.array([0.1, 0.1, 0.1])).tolist() == [0.0, 0.0, 0.0]
+    assert group_normalize(np.array([0.7])).tolist() == [0.0]
+    assert outcome_advantages(np.array([])).tolist() == []
+    with pytest.raises(ValueError, match="finite"):
+        group_normalize(np.array([1.0, np.nan]))
+    assert process_advantages(np.array([0.2, -0.1]), mode="none").tolist() == [0.2, -0.1]
+    with pytest.raises(ValueError, match="process_norm"):
+        process_advantages(np.array([0.2]), mode="batch")
+    total = total_advantages(np.array([1.0, -1.0]), np.array([2.0, 0.0, -2.0]), np.array([0, 0, 1]), 0.5)
+    assert total.tolist() == [2.0, 1.0, -2.0]
+
+
+def test_config_validation_names_field_and_value():
+    for fields, name in [
+        ({"epsilon": 0}, "epsilon"), ({"alpha": 1.5}, "alpha"), ({"omega": -0.1}, "omega"),
+        ({"invalid_penalty": 0.1}, "invalid_penalty"), ({"gamma": 0}, "gamma"),
+        ({"mode": "fuzzy"}, "mode"), ({"triple_template": "{subject} {object}"}, "triple_template"),
+        ({"omega": float("nan")}, "omega"), ({"omgea": 0.3}, "omgea"), ({"max_turns": 0}, "max_turns"),
+    ]:
+        with pytest.raises(ValidationError) as error:
+            FactUtilConfig(**fields)
+        assert name in str(error.value)
+    assert FactUtilConfig().omega == 0.5 and FactUtilConfig().alpha == 0.2 and FactUtilConfig().epsilon == 0.5
+
+
+def test_group_validation():
+    def rollout(rid, uid="q", gold=("a",)):
+        return Rollout(uid=uid, question="?", golden_answers=list(gold), rollout_id=rid, actions=[])
+
+    with pytest.raises(ValidationError, match="repeats"):
+        Group.from_rollouts([rollout("1"), rollout("1")])
+    with pytest.raises(ValidationError, match="uid"):
+        Group.from_rollouts([rollout("1"), rollout("2", uid="other")])
+    with pytest.raises(ValidationError, match="golden_answers"):
+        Group.from_rollouts([rollout("1"), rollout("2", gold=("b",))])
+    with pytest.raises(ValidationError, match="golden_answers"):
+        rollout("1", gold=(" ",))
+    with pytest.raises(ValidationError, match="finite"):
+        Rollout(uid="q", question="?", golden_answers=["a"], rollout_id="1", actions=[], reward=float("inf"))
+    with pytest.raises(ValidationError, match="number"):
+        Rollout.model_validate({"uid": "q", "question": "?", "golden_answers": ["a"], "rollout_id": "1", "actions": [], "reward": "0.5"})
+
+
+def test_unknown_keys_kept_in_metadata_and_structured_assert_problems_are_invalid_actions():
+    rollout = Rollout.model_validate({
+        "uid": "q", "question": "?", "golden_answers": ["a"], "rollout_id": "1", "step_count": 3,
+        "actions": [
+            {"action": "assert", "triples": []},
+            {"action": "assert", "triples": [["a", "", "c"]]},
+            {"action": "assert", "facts": [["a", "b", "c"]]},
+        ],
+    })
+    assert rollout.metadata == {"step_count": 3}
+    assert [a.action for a in rollout.actions] == ["invalid", "invalid", "assert"]
+    assert rollout.actions[0].reason == "assert with no triple"
+    assert rollout.actions[1].reason == "triple 0 has an empty relation"
+
+
+def test_groups_keyed_by_uid_not_question():
+    rows = [
+        {"uid": "u1", "question": "same", "golden_answers": ["a"], "rollout_id": "1", "actions": []},
+        {"uid": "u2", "question": "same", "golden_answers": ["a"], "rollout_id": "1", "actions": []},
+    ]
+    result = compute_process_advantages(rows, {"mode": "exact"})
+    assert result.metrics["groups"] == 2.0
+    with pytest.raises(ValueError, match="two groups"):
+        compute_process_advantages([Group.from_rollouts([Rollout.model_validate(rows[0])])] * 2)
+
+
+def test_success_modes_and_supplied_reward():
+    row = {"uid": "q", "question": "?", "golden_answers": ["New York City"], "rollout_id": "1",
+           "actions": [{"action": "assert", "triples": [["x", "y", "z"]]},
+                       {"action": "answer", "answer": "New York"}], "reward": 0.9}
+    other = dict(row, rollout_id="2", reward=None, actions=[])
+    for success, expected in [("em", 0.0), ("f1", 0.8), ("reward", 0.9)]:
+        result = compute_process_advantages([row, other], {"mode": "exact", "success": success})
+        assert result.rollouts[0].success == pytest.approx(expected)
+        assert result.rollouts[0].outcome_reward == 0.9  # the supplied reward replaces F1
+        assert result.clusters[0].s == pytest.approx(expected)
+    clipped = compute_process_advantages([dict(row, reward=1.7), other], {"mode": "exact", "success": "reward"})
+    assert clipped.rollouts[0].success == 1.0
+
+
+def test_empty_batch_and_rollout_without_actions():
+    empty = compute_process_advantages([], {"mode": "exact"})
+    assert empty.advantages.shape == (0,) and empty.metrics["groups"] == 0.0
+    row = {"uid": "q", "question": "?", "golden_answers": ["a"], "rollout_id": "1", "actions": []}
+    result = compute_process_advantages([row, dict(row, rollout_id="2")], {"mode": "exact"})
+    assert result.advantages.shape == (0,)
+    assert all(math.isfinite(v) for v in result.metrics.values())

@@ -1,0 +1,176 @@
+"""Hypothesis properties of SPEC §6 that hold in exact mode."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from factutil import FactUtilConfig, compute_process_advantages
+from factutil.cluster import triple_text
+
+SUBJECTS = ["Paris", "France", "Lyon", "Marie Curie", "Warsaw"]
+RELATIONS = ["capital", "born in", "located in", "not born in"]
+GOLD = ["Paris", "Warsaw"]
+
+triples = st.tuples(st.sampled_from(SUBJECTS), st.sampled_from(RELATIONS), st.sampled_from(SUBJECTS))
+actions = st.one_of(
+    st.builds(lambda q: {"action": "search", "query": q}, st.sampled_from(["a", "b", "A ", "c"])),
+    st.builds(
+        lambda ts: {"action": "assert", "triples": [list(t) for t in ts]},
+        st.lists(triples, min_size=1, max_size=3),
+    ),
+    st.builds(lambda a: {"action": "answer", "answer": a}, st.sampled_from(GOLD + ["Lyon", ""])),
+    st.just({"action": "invalid", "raw": "{", "reason": "truncated JSON"}),
+)
+rollout_actions = st.lists(actions, min_size=0, max_size=9)
+rewards = st.one_of(st.none(), st.floats(-1, 2, allow_nan=False))
+
+
+@st.composite
+def batches(draw):
+    n_groups = draw(st.integers(1, 3))
+    rows = []
+    for g in range(n_groups):
+        gold = [draw(st.sampled_from(GOLD))]
+        for i in range(draw(st.integers(1, 5))):
+            rows.append({
+                "uid": f"g{g}", "question": f"question {g}", "golden_answers": gold,
+                "rollout_id": f"g{g}-{i}", "actions": draw(rollout_actions),
+                "reward": draw(rewards),
+            })
+    return rows
+
+
+config_fields = st.fixed_dictionaries({
+    "mode": st.just("exact"),
+    "alpha": st.floats(0, 1),
+    "omega": st.floats(0, 2),
+    "success": st.sampled_from(["em", "f1", "reward"]),
+    "norm_by_std": st.booleans(),
+    "process_norm": st.sampled_from(["group", "none"]),
+    "max_turns": st.integers(1, 9),
+})
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _key(record):
+    return (record.uid, record.rollout_id, record.step)
+
+
+def _rows(result):
+    return {_key(r): r.to_dict() for r in result.actions}
+
+
+@SETTINGS
+@given(batches(), config_fields)
+def test_bounds_telescoping_and_finiteness(rows, fields):
+    config = FactUtilConfig(**fields)
+    result = compute_process_advantages(rows, config)
+    assert np.all(np.isfinite(result.advantages))
+    utility = {(c.uid, c.cluster_id): c.utility for c in result.clusters}
+    assert all(-1.0 < u < 1.0 for u in utility.values())
+    by_rollout: dict[tuple[str, str], list] = {}
+    for record in result.actions:
+        if not record.ignored:
+            by_rollout.setdefault((record.uid, record.rollout_id), []).append(record)
+    for (uid, _), records in by_rollout.items():
+        final = [c for r in records for c in r.new_clusters]
+        assert len(final) == len(set(final)), "a cluster enters a store once"
+        phi_final = math.tanh(math.fsum(utility[(uid, c)] for c in final))
+        assert -1.0 < phi_final < 1.0
+        assert math.fsum(r.shaping for r in records) == pytest_approx(phi_final)
+        # Back-credit moves reward, never creates it.
+        assert abs(math.fsum(r.back_credit for r in records)) < 1e-12
+        for r in records:
+            assert r.shaping + r.back_credit + r.penalty == pytest_approx(r.process_reward)
+            if r.action != "assert":
+                assert r.shaping == 0.0 and r.new_clusters == []
+
+
+def pytest_approx(value):
+    import pytest
+
+    return pytest.approx(value, abs=1e-12)
+
+
+@SETTINGS
+@given(batches(), config_fields, st.randoms(use_true_random=False))
+def test_order_of_groups_rollouts_and_triples_does_not_matter(rows, fields, rnd):
+    config = FactUtilConfig(**fields)
+    baseline = _rows(compute_process_advantages(rows, config))
+    shuffled = [dict(row, actions=[dict(a) for a in row["actions"]]) for row in rows]
+    rnd.shuffle(shuffled)
+    for row in shuffled:
+        for action in row["actions"]:
+            if action["action"] == "assert":
+                action["triples"] = rnd.sample(action["triples"], len(action["triples"]))
+    assert _rows(compute_process_advantages(shuffled, config)) == baseline
+
+
+@SETTINGS
+@given(batches(), config_fields)
+def test_deterministic_and_input_not_mutated(rows, fields):
+    import copy
+
+    frozen = copy.deepcopy(rows)
+    config = FactUtilConfig(**fields)
+    first = compute_process_advantages(rows, config)
+    second = compute_process_advantages(rows, config)
+    assert rows == frozen
+    assert first.advantages.tobytes() == second.advantages.tobytes()
+    assert [r.to_dict() for r in first.actions] == [r.to_dict() for r in second.actions]
+
+
+@SETTINGS
+@given(batches())
+def test_alpha_does_not_change_a_rollouts_total(rows):
+    with_credit = compute_process_advantages(rows, FactUtilConfig(mode="exact", alpha=0.2))
+    without = compute_process_advantages(rows, FactUtilConfig(mode="exact", alpha=0.0))
+    totals: dict[tuple[str, str], list[float]] = {}
+    for a, b in zip(with_credit.actions, without.actions):
+        pair = totals.setdefault((a.uid, a.rollout_id), [0.0, 0.0])
+        pair[0] += a.process_reward
+        pair[1] += b.process_reward
+    for x, y in totals.values():
+        assert abs(x - y) < 1e-12
+
+
+@SETTINGS
+@given(batches())
+def test_omega_zero_reproduces_outcome_advantage_exactly(rows):
+    result = compute_process_advantages(rows, FactUtilConfig(mode="exact", omega=0.0))
+    expected = np.array(
+        [0.0 if r.ignored else r.outcome_advantage for r in result.actions], dtype=np.float32
+    )
+    assert np.array_equal(result.advantages, expected)
+
+
+@SETTINGS
+@given(batches(), st.integers(0, 2), st.sampled_from(["upper", "lower", "spaces"]))
+def test_reasserting_a_fact_or_its_case_variant_earns_zero(rows, which, variant):
+    """Append a re-assert of an already stored fact (in another letter case or spacing)."""
+    config = FactUtilConfig(mode="exact", max_turns=20)
+    row = rows[which % len(rows)]
+    stored = [a for a in row["actions"] if a["action"] == "assert"]
+    answered = any(a["action"] == "answer" for a in row["actions"])
+    if not stored or answered:
+        return
+    s, r, o = stored[0]["triples"][0]
+    change = {
+        "upper": lambda t: t.upper(),
+        "lower": lambda t: t.lower(),
+        "spaces": lambda t: f"  {t.replace(' ', '   ')} ",
+    }[variant]
+    again = {"action": "assert", "triples": [[change(s), change(r), change(o)]]}
+    assert triple_text(
+        __import__("factutil").Triple(subject=s, relation=r, object=o)
+    ) == triple_text(__import__("factutil").Triple(subject=change(s), relation=change(r), object=change(o)))
+    extended = [dict(x) for x in rows]
+    extended[which % len(rows)] = dict(row, actions=row["actions"] + [again])
+    result = compute_process_advantages(extended, config)
+    last = [a for a in result.actions if a.rollout_id == row["rollout_id"]][-1]
+    assert last.action == "assert" and last.shaping == 0.0 and last.new_clusters == []
