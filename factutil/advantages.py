@@ -107,3 +107,92 @@ def total_advantages(
     if omega == 0.0:
         return outcome
     return outcome + omega * np.asarray(process_advantage, dtype=np.float64)
+
+
+def mask_spans(response_mask: np.ndarray) -> np.ndarray:
+    """The runs of 1s of a response mask: one run per model turn in the span layout.
+
+    Args:
+        response_mask: (T,) int or bool, 1 on the model's tokens, 0 on observations and padding.
+
+    Returns:
+        int64 (R, 2): ``[start, end)`` token indices of each run, in order.
+    """
+    mask = np.asarray(response_mask).astype(bool).reshape(-1)
+    edges = np.diff(np.concatenate(([False], mask, [False])).astype(np.int8))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    return np.stack([starts, ends], axis=1).astype(np.int64)
+
+
+def scatter_to_spans(
+    values: np.ndarray,
+    spans: np.ndarray,
+    length: int,
+    response_mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Put each action's value on every token of its span (SPEC §5: every token of an action's
+    response gets its advantage).
+
+    Args:
+        values: float (n,), one value per action, in order.
+        spans: int (n, 2), ``[start, end)`` token range of each action (e.g. OpenRLHF's
+            ``action_ranges`` or :func:`mask_spans`). Ranges are clipped to ``[0, length)``, so an
+            action cut by truncation keeps the tokens that remain and one cut off entirely has none.
+        length: T, the number of token positions of the row.
+        response_mask: optional (T,); tokens where it is 0 get 0 (observation tokens inside a span).
+
+    Returns:
+        float32 (T,); tokens outside every span are 0.
+
+    Raises:
+        ValueError: when values and spans differ in count, a span has end < start, or spans overlap.
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    if len(values) != len(spans):
+        raise ValueError(f"got {len(values)} values for {len(spans)} spans; need one per action")
+    if np.any(spans[:, 1] < spans[:, 0]):
+        raise ValueError(f"a span ends before it starts: {spans.tolist()}")
+    order = np.argsort(spans[:, 0], kind="stable")
+    ordered = spans[order]
+    if len(ordered) > 1 and np.any(ordered[1:, 0] < ordered[:-1, 1]):
+        raise ValueError(f"spans overlap: {spans.tolist()}")
+    out = np.zeros(length, dtype=np.float32)
+    clipped = np.clip(spans, 0, length)
+    for value, (start, end) in zip(values, clipped):
+        out[start:end] = value
+    if response_mask is not None:
+        mask = np.asarray(response_mask).astype(bool).reshape(-1)
+        if mask.shape != (length,):
+            raise ValueError(f"response_mask has shape {mask.shape}, expected ({length},)")
+        out[~mask] = 0.0
+    return out
+
+
+def scatter_to_turns(values: np.ndarray, response_mask: np.ndarray) -> np.ndarray:
+    """Span layout: the k-th run of 1s in ``response_mask`` gets ``values[k]``.
+
+    One row holds a whole rollout; its model turns are the runs of 1s (observations are 0s). When
+    the sequence was truncated, the last turn's run is shorter and actions after it have no run:
+    their values are dropped.
+
+    Args:
+        values: float (n,), per-action values of the rollout, in order.
+        response_mask: (T,), 1 on model tokens.
+
+    Returns:
+        float32 (T,).
+
+    Raises:
+        ValueError: when the mask has more turns than there are actions (the layout does not
+            match the action list; the caller should fall back to outcome-only advantages).
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    mask = np.asarray(response_mask).reshape(-1)
+    spans = mask_spans(mask)
+    if len(spans) > len(values):
+        raise ValueError(
+            f"response_mask has {len(spans)} turns but only {len(values)} actions are listed"
+        )
+    return scatter_to_spans(values[: len(spans)], spans, len(mask))

@@ -1,0 +1,45 @@
+"""Span scatter: per-action advantages onto token spans (shared by the verl and OpenRLHF adapters)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from factutil.advantages import mask_spans, scatter_to_spans, scatter_to_turns
+
+
+def test_mask_spans_finds_each_run():
+    mask = np.array([1, 1, 0, 0, 1, 0, 1, 1, 1, 0])
+    assert mask_spans(mask).tolist() == [[0, 2], [4, 5], [6, 9]]
+    assert mask_spans(np.zeros(4)).tolist() == []
+    assert mask_spans(np.ones(3, dtype=bool)).tolist() == [[0, 3]]
+
+
+def test_scatter_to_turns_by_hand():
+    mask = np.array([1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0])
+    out = scatter_to_turns(np.array([0.5, -1.0, 2.0]), mask)
+    assert out.tolist() == [0.5, 0.5, 0, 0, -1.0, 0, 2.0, 2.0, 2.0, 0, 0]
+    assert out.dtype == np.float32
+
+
+def test_truncated_last_turn_keeps_its_remaining_tokens_and_drops_cut_actions():
+    # Three actions, but the sequence was cut inside the second turn: two runs remain.
+    mask = np.array([1, 1, 0, 0, 1])
+    out = scatter_to_turns(np.array([0.25, -0.75, 9.0]), mask)
+    assert out.tolist() == [0.25, 0.25, 0, 0, -0.75]
+
+
+def test_more_turns_than_actions_is_an_error():
+    with pytest.raises(ValueError, match="2 turns but only 1 actions"):
+        scatter_to_turns(np.array([1.0]), np.array([1, 0, 1]))
+
+
+def test_scatter_to_spans_clips_and_masks():
+    spans = np.array([[0, 3], [5, 9], [12, 15]])
+    mask = np.array([1, 1, 1, 0, 0, 1, 1, 0, 1, 0])  # a 0 inside the second span
+    out = scatter_to_spans(np.array([1.0, 2.0, 3.0]), spans, 10, response_mask=mask)
+    assert out.tolist() == [1, 1, 1, 0, 0, 2, 2, 0, 2, 0]
+    with pytest.raises(ValueError, match="overlap"):
+        scatter_to_spans(np.array([1.0, 2.0]), np.array([[0, 4], [3, 6]]), 8)
+    with pytest.raises(ValueError, match="one per action"):
+        scatter_to_spans(np.array([1.0]), np.array([[0, 4], [5, 6]]), 8)
