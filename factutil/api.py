@@ -28,7 +28,6 @@ from factutil.schema import (
     Group,
     Rollout,
     SearchAction,
-    group_rollouts,
 )
 from factutil.shaping import KIND_CODES, rollout_process_rewards
 from factutil.utility import cluster_utilities
@@ -124,6 +123,7 @@ class ProcessAdvantages:
         metrics: named floats: counts, clusters per group, utility mean/min/max, share of
             actions with non-zero shaping, mean EM/F1, and ``time_<stage>_s`` in seconds.
         warnings: messages also sent to the ``factutil`` logger.
+        skipped: uid -> reason for groups left out under ``on_invalid_group="skip"``.
     """
 
     actions: list[ActionRecord]
@@ -132,6 +132,7 @@ class ProcessAdvantages:
     advantages: np.ndarray
     metrics: dict[str, float]
     warnings: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,38 +145,57 @@ class _RolloutWork:
     record: RolloutRecord
 
 
-def _as_groups(groups: GroupsInput) -> list[Group]:
-    """Accept a path, a Group, or an iterable of Groups / Rollouts / dicts (see the API doc)."""
+def _as_groups(groups: GroupsInput, skip_invalid: bool = False) -> tuple[list[Group], dict[str, str]]:
+    """Accept a path, a Group, or an iterable of Groups / Rollouts / dicts (see the API doc).
+
+    Returns the groups and, when ``skip_invalid``, the uids of groups that failed validation with
+    the reason (otherwise the first failure raises).
+    """
     if isinstance(groups, (str, os.PathLike)):
         from factutil.io import read_groups
 
-        return read_groups(groups)
+        return read_groups(groups), {}
     if isinstance(groups, Group):
-        return [groups]
+        return [groups], {}
     if isinstance(groups, Mapping):
         groups = [groups]
-    result: list[Group] = []
-    loose: list[Rollout] = []
+    # Validation happens per group so that, when skipping, one bad group costs only itself.
+    pending: list[tuple[str, Any]] = []
+    loose: dict[str, list[Any]] = {}
     for item in groups:
         if isinstance(item, Group):
-            result.append(item)
-        elif isinstance(item, Rollout):
-            loose.append(item)
+            pending.append((item.uid, item))
         elif isinstance(item, Mapping) and "rollouts" in item:
-            result.append(Group.model_validate(item))
-        elif isinstance(item, Mapping):
-            loose.append(Rollout.model_validate(item))
+            pending.append((str(item.get("uid", "?")), item))
+        elif isinstance(item, (Rollout, Mapping)):
+            uid = item.uid if isinstance(item, Rollout) else item.get("uid")
+            if str(uid) not in loose:
+                pending.append((str(uid), None))
+            loose.setdefault(str(uid), []).append(item)
         else:
             raise TypeError(
                 f"groups must hold Group, Rollout or dict items, got {type(item).__name__}"
             )
-    result.extend(group_rollouts(loose))
+    result: list[Group] = []
+    skipped: dict[str, str] = {}
     seen: set[str] = set()
-    for group in result:
-        if group.uid in seen:
-            raise ValueError(f"uid {group.uid!r} appears in two groups; a uid names one group")
+    for uid, item in pending:
+        try:
+            if item is None:
+                rollouts = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in loose[uid]]
+                group = Group.from_rollouts(rollouts)
+            else:
+                group = item if isinstance(item, Group) else Group.model_validate(item)
+            if group.uid in seen:
+                raise ValueError(f"uid {group.uid!r} appears in two groups; a uid names one group")
+        except (ValueError, TypeError) as error:  # pydantic.ValidationError is a ValueError
+            if not skip_invalid:
+                raise
+            skipped[uid] = str(error)
+            continue
         seen.add(group.uid)
-    return result
+        result.append(group)
+    return result, skipped
 
 
 def _effective_actions(rollout: Rollout, max_turns: int) -> list[Any]:
@@ -279,6 +299,7 @@ def compute_process_advantages(
     config: FactUtilConfig | Mapping[str, Any] | None = None,
     *,
     clusterer: Clusterer | None = None,
+    on_invalid_group: str = "raise",
 ) -> ProcessAdvantages:
     """Per-action advantages A = A_out + omega * A_proc for a batch of groups (SPEC §1–§5).
 
@@ -290,6 +311,9 @@ def compute_process_advantages(
         clusterer: the :class:`~factutil.cluster.Clusterer` to use; None builds the one
             ``config.mode`` names. Pass one to reuse its state (e.g. an embedding cache) across
             calls.
+        on_invalid_group: ``"raise"`` (default) raises on the first group that fails validation;
+            ``"skip"`` leaves such groups out, lists them in ``skipped`` with the reason and logs a
+            warning, so a trainer can fall back to outcome-only advantages for them alone.
 
     Returns:
         :class:`ProcessAdvantages`; ``advantages`` is float32 (N,) over all N input actions in
@@ -315,7 +339,11 @@ def compute_process_advantages(
 
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    batch = _as_groups(groups)
+    if on_invalid_group not in ("raise", "skip"):
+        raise ValueError(f"on_invalid_group must be 'raise' or 'skip', got {on_invalid_group!r}")
+    batch, skipped = _as_groups(groups, skip_invalid=on_invalid_group == "skip")
+    for uid, reason in skipped.items():
+        warn(f"group {uid!r} skipped: {reason}")
     timings["load"] = time.perf_counter() - clock
 
     # 1. Outcomes and the fact texts of every rollout (SPEC §1, §2.1).
@@ -468,6 +496,7 @@ def compute_process_advantages(
     timings["total"] = time.perf_counter() - started
     metrics = _metrics(batch, action_records, rollout_records, cluster_records, warnings, timings)
     metrics.update({name: float(value) for name, value in counts.items()})
+    metrics["groups_skipped"] = float(len(skipped))
     return ProcessAdvantages(
         actions=action_records,
         rollouts=rollout_records,
@@ -475,6 +504,7 @@ def compute_process_advantages(
         advantages=advantages,
         metrics=metrics,
         warnings=warnings,
+        skipped=skipped,
     )
 
 

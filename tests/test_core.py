@@ -204,3 +204,19 @@ def test_empty_batch_and_rollout_without_actions():
     result = compute_process_advantages([row, dict(row, rollout_id="2")], {"mode": "exact"})
     assert result.advantages.shape == (0,)
     assert all(math.isfinite(v) for v in result.metrics.values())
+
+
+def test_skip_invalid_groups_scores_the_rest():
+    good = {"uid": "g", "question": "?", "golden_answers": ["a"], "rollout_id": "1",
+            "actions": [{"action": "answer", "answer": "a"}]}
+    bad = dict(good, uid="b", golden_answers=[""])
+    with pytest.raises(ValidationError, match="golden_answers"):
+        compute_process_advantages([good, bad], {"mode": "exact"})
+    result = compute_process_advantages([good, dict(good, rollout_id="2"), bad], {"mode": "exact"},
+                                        on_invalid_group="skip")
+    assert list(result.skipped) == ["b"] and "golden_answers" in result.skipped["b"]
+    assert result.metrics["groups"] == 1.0 and result.metrics["groups_skipped"] == 1.0
+    assert [r.uid for r in result.actions] == ["g", "g"]
+    assert any("skipped" in w for w in result.warnings)
+    with pytest.raises(ValueError, match="on_invalid_group"):
+        compute_process_advantages([good], on_invalid_group="ignore")
