@@ -23,8 +23,8 @@ venv: $(VENV)/.torch
 
 demo: venv
 	$(BIN)/pip install --quiet -e '.[examples]'
-	$(BIN)/factutil score examples/data/2wiki_rollouts.jsonl -o out/2wiki_scored.jsonl --set mode=exact
-	$(BIN)/python examples/credit_check.py examples/data/2wiki_rollouts.jsonl --set mode=exact --plot out/2wiki_utility.png
+	$(BIN)/factutil score examples/data/2wiki_rollouts.jsonl -o out/2wiki_scored.jsonl
+	$(BIN)/python examples/credit_check.py examples/data/2wiki_rollouts.jsonl --modes exact,semantic --plot out/2wiki_utility.png
 
 test: venv
 	$(BIN)/pip install --quiet -e '.[test]'

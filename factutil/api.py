@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from factutil.advantages import outcome_advantages, process_advantages, total_advantages
-from factutil.cluster import Clusterer, make_clusterer, normalize_fact_text, triple_text
+from factutil.cluster import (
+    Clusterer,
+    make_clusterer,
+    normalize_fact_text,
+    representatives,
+    triple_text,
+)
 from factutil.metrics import qa_scores
 from factutil.schema import (
     AnswerAction,
@@ -324,7 +330,6 @@ def compute_process_advantages(
         pydantic.ValidationError: bad groups or config (the message names field and value).
         factutil.io.InputError: a bad input file (every problem as ``FILE:LINE: field: ...``).
         ValueError: a uid shared by two groups.
-        NotImplementedError: ``mode="semantic"`` until semantic clustering lands.
     """
     started = time.perf_counter()
     if config is None:
@@ -350,6 +355,7 @@ def compute_process_advantages(
     clock = time.perf_counter()
     work: list[list[_RolloutWork]] = []
     group_texts: list[list[str]] = []
+    group_facts: list[list[Any]] = []
     for group in batch:
         if len(group.rollouts) == 1:
             warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
@@ -360,14 +366,22 @@ def compute_process_advantages(
             )
         rollouts = [_prepare_rollout(group, rollout, config, warn) for rollout in group.rollouts]
         work.append(rollouts)
-        texts = {text for item in rollouts for action in item.texts_per_action for text in action}
-        group_texts.append(sorted(texts))
+        triples = [
+            triple
+            for item in rollouts
+            for action in item.effective
+            if isinstance(action, AssertAction)
+            for triple in action.triples
+        ]
+        texts, facts = representatives(triples, config.triple_template)
+        group_texts.append(texts)
+        group_facts.append(facts)
     timings["prepare"] = time.perf_counter() - clock
 
     # 2. Clusters (SPEC §2).
     clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    group_labels = clusterer.cluster_batch(group_texts)
+    group_labels = clusterer.cluster_batch(group_facts)
     timings["cluster"] = time.perf_counter() - clock
 
     action_records: list[ActionRecord] = []
@@ -497,6 +511,7 @@ def compute_process_advantages(
     metrics = _metrics(batch, action_records, rollout_records, cluster_records, warnings, timings)
     metrics.update({name: float(value) for name, value in counts.items()})
     metrics["groups_skipped"] = float(len(skipped))
+    metrics.update({f"cluster_{name}": value for name, value in clusterer.metrics.items()})
     return ProcessAdvantages(
         actions=action_records,
         rollouts=rollout_records,

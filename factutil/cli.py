@@ -3,6 +3,7 @@
     factutil score IN.jsonl -o OUT.jsonl [--config FILE] [--set key=value ...]
     factutil clusters IN.jsonl [--format table|json] [--config FILE] [--set key=value ...]
     factutil schema [--what input|config]
+    factutil serve [--corpus FILE] [--host 127.0.0.1] [--port 8000] [--topk 3]
 
 Bad input or configuration: exit status 2 and one line per problem, ``FILE:LINE: field: what is
 wrong`` (``config: field: ...`` for the configuration), never a traceback.
@@ -91,11 +92,7 @@ def _score(path: Path, config_path: Path | None, sets: list[str] | None) -> Proc
     except OSError as error:
         errors.print(f"{path}: cannot read: {error.strerror or error}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    try:
-        return compute_process_advantages(groups, config)
-    except NotImplementedError as error:
-        errors.print(f"config: mode: {error}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+    return compute_process_advantages(groups, config)
 
 
 ConfigOption = Annotated[
@@ -187,6 +184,33 @@ def schema(
     else:
         errors.print(f"--what: expected 'input' or 'config', got {what!r}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command()
+def serve(
+    corpus: Annotated[
+        Path | None,
+        typer.Option(help="JSON array or JSONL of {title, text} or {id, contents}; default: 2Wiki."),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to bind (this machine only by default).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8000,
+    topk: Annotated[
+        int, typer.Option(min=1, help="Passages per query when a request gives no topk.")
+    ] = 3,
+) -> None:
+    """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""
+    from factutil.retrieval import serve as serve_retrieval
+
+    def announce(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        serve_retrieval(corpus, host=host, port=port, topk=topk, announce=announce)
+    except (OSError, ValueError, ImportError) as error:
+        errors.print(f"serve: {error}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 def main() -> None:

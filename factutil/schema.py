@@ -131,6 +131,7 @@ Action = Annotated[
 """A parsed action: a discriminated union on the ``action`` field."""
 
 ActionKind = Literal["search", "assert", "answer", "invalid"]
+FilterName = Literal["negation", "numeric", "relation", "entity"]
 
 
 class RawAction(BaseModel):
@@ -364,8 +365,8 @@ class FactUtilConfig(BaseModel):
     )
     # §2 clusters
     mode: Literal["exact", "semantic"] = Field(
-        "exact",
-        description="Clustering: 'exact' (normalised text, the paper's ablation) or 'semantic'.",
+        "semantic",
+        description="Clustering: 'semantic' (embeddings + filters) or 'exact' (the paper's ablation).",
     )
     triple_template: str = Field(
         "{subject} | {relation} | {object}", description="Text of a triple before normalisation."
@@ -374,7 +375,36 @@ class FactUtilConfig(BaseModel):
         None, description="semantic mode: sentence-transformers name or path; None = bundled MiniLM."
     )
     sim_threshold: float = Field(
-        0.85, ge=-1.0, le=1.0, description="semantic mode: cosine at or above which two facts may merge."
+        0.90, ge=-1.0, le=1.0, description="semantic mode: cosine at or above which two facts may merge."
+    )
+    sim_decimals: int = Field(
+        4, ge=1, le=7, description="semantic mode: cosines are rounded to this many decimals first."
+    )
+    filters: tuple[FilterName, ...] = Field(
+        ("negation", "numeric", "relation", "entity"),
+        description="semantic mode: the vetoes applied to candidate pairs (empty = embeddings only).",
+    )
+    key_edges: bool = Field(
+        True,
+        description="semantic mode: also link facts the filter analysis reads as the same fact "
+        "(e.g. an inverse relation with subject and object swapped), whatever their cosine.",
+    )
+    embedding_device: str | None = Field(
+        None, description="semantic mode: torch device for the embedder; None = CUDA when present."
+    )
+    embedding_batch_size: int = Field(64, ge=1, description="semantic mode: texts per forward pass.")
+    knn_min_size: int = Field(
+        4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."
+    )
+    knn_k: int = Field(10, ge=1, description="semantic mode: neighbours per fact in the k-NN graph.")
+    hnsw_m: int = Field(16, ge=2, description="semantic mode: hnswlib M.")
+    hnsw_ef: int = Field(64, ge=1, description="semantic mode: hnswlib ef_construction and ef.")
+    hnsw_seed: int = Field(0, ge=0, description="semantic mode: hnswlib random seed.")
+    cache_max_entries: int = Field(
+        100_000, ge=0, description="semantic mode: most embeddings kept in the LRU cache."
+    )
+    cache_max_bytes: int = Field(
+        256 * 2**20, ge=0, description="semantic mode: most bytes of embeddings kept in the cache."
     )
     # §3 utility
     success: Literal["em", "f1", "reward"] = Field(
@@ -400,6 +430,15 @@ class FactUtilConfig(BaseModel):
     fold_unicode: bool = Field(
         False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."
     )
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _filters_unique(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, (list, tuple)) and len(set(value)) != len(value):
+            raise ValueError(f"filters repeats a name: {list(value)!r}")
+        return value
 
     @field_validator("triple_template")
     @classmethod

@@ -17,9 +17,12 @@ from factutil.advantages import (
 )
 from factutil.cluster import (
     ExactClusterer,
+    SemanticClusterer,
     canonical_labels,
+    cluster_triples,
     make_clusterer,
     normalize_fact_text,
+    representatives,
     triple_text,
 )
 from factutil.shaping import (
@@ -53,11 +56,14 @@ def test_triple_accepts_list_and_rejects_bad_parts():
 
 def test_canonical_labels_order_by_smallest_member():
     assert canonical_labels(np.array([7, 3, 7, 5])).tolist() == [0, 1, 0, 2]
-    assert ExactClusterer().cluster_batch([["a", "b"], []])[0].tolist() == [0, 1]
-    with pytest.raises(ValueError, match="sorted"):
-        ExactClusterer().cluster_batch([["b", "a"]])
-    with pytest.raises(NotImplementedError, match="semantic"):
-        make_clusterer(FactUtilConfig(mode="semantic"))
+    facts = [Triple.model_validate(t) for t in (["b", "r", "o"], ["B", "R", "O"], ["a", "r", "o"])]
+    texts, reps = representatives(facts)
+    assert texts == ["a | r | o", "b | r | o"]
+    assert [r.as_list() for r in reps] == [["a", "r", "o"], ["B", "R", "O"]]  # smallest parts win
+    assert ExactClusterer().cluster_batch([reps, []])[0].tolist() == [0, 1]
+    assert [x.tolist() for x in cluster_triples(ExactClusterer(), [facts])] == [[1, 1, 0]]
+    assert isinstance(make_clusterer(FactUtilConfig(mode="exact")), ExactClusterer)
+    assert isinstance(make_clusterer(FactUtilConfig()), SemanticClusterer)
 
 
 def test_cluster_utilities_by_hand():

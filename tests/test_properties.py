@@ -1,15 +1,33 @@
-"""Hypothesis properties of SPEC §6 that hold in exact mode."""
+"""Hypothesis properties of SPEC §6, in exact mode and in semantic mode.
+
+Semantic mode runs here with a character-n-gram embedder: these tests are about the algebra
+(bounds, telescoping, order independence); clustering quality with the real model is tested in
+test_semantic.py.
+"""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from factutil import FactUtilConfig, compute_process_advantages
-from factutil.cluster import triple_text
+from factutil import FactUtilConfig
+from factutil import compute_process_advantages as _compute
+from factutil.cluster import SemanticClusterer, triple_text
+from tests.conftest import CharGramEmbedder
+
+CHAR_GRAMS = CharGramEmbedder()
+MODES = pytest.mark.parametrize("mode", ["exact", "semantic"])
+
+
+def compute_process_advantages(rows, config):
+    """Score with the mode's clusterer (semantic: char-gram embedder, fresh cache)."""
+    if config.mode == "semantic":
+        return _compute(rows, config, clusterer=SemanticClusterer(config, embedder=CHAR_GRAMS))
+    return _compute(rows, config)
 
 SUBJECTS = ["Paris", "France", "Lyon", "Marie Curie", "Warsaw"]
 RELATIONS = ["capital", "born in", "located in", "not born in"]
@@ -45,7 +63,6 @@ def batches(draw):
 
 
 config_fields = st.fixed_dictionaries({
-    "mode": st.just("exact"),
     "alpha": st.floats(0, 1),
     "omega": st.floats(0, 2),
     "success": st.sampled_from(["em", "f1", "reward"]),
@@ -54,7 +71,7 @@ config_fields = st.fixed_dictionaries({
     "max_turns": st.integers(1, 9),
 })
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _key(record):
@@ -65,10 +82,11 @@ def _rows(result):
     return {_key(r): r.to_dict() for r in result.actions}
 
 
+@MODES
 @SETTINGS
 @given(batches(), config_fields)
-def test_bounds_telescoping_and_finiteness(rows, fields):
-    config = FactUtilConfig(**fields)
+def test_bounds_telescoping_and_finiteness(mode, rows, fields):
+    config = FactUtilConfig(mode=mode, **fields)
     result = compute_process_advantages(rows, config)
     assert np.all(np.isfinite(result.advantages))
     utility = {(c.uid, c.cluster_id): c.utility for c in result.clusters}
@@ -97,10 +115,11 @@ def pytest_approx(value):
     return pytest.approx(value, abs=1e-12)
 
 
+@MODES
 @SETTINGS
 @given(batches(), config_fields, st.randoms(use_true_random=False))
-def test_order_of_groups_rollouts_and_triples_does_not_matter(rows, fields, rnd):
-    config = FactUtilConfig(**fields)
+def test_order_of_groups_rollouts_and_triples_does_not_matter(mode, rows, fields, rnd):
+    config = FactUtilConfig(mode=mode, **fields)
     baseline = _rows(compute_process_advantages(rows, config))
     shuffled = [dict(row, actions=[dict(a) for a in row["actions"]]) for row in rows]
     rnd.shuffle(shuffled)
@@ -111,13 +130,14 @@ def test_order_of_groups_rollouts_and_triples_does_not_matter(rows, fields, rnd)
     assert _rows(compute_process_advantages(shuffled, config)) == baseline
 
 
+@MODES
 @SETTINGS
 @given(batches(), config_fields)
-def test_deterministic_and_input_not_mutated(rows, fields):
+def test_deterministic_and_input_not_mutated(mode, rows, fields):
     import copy
 
     frozen = copy.deepcopy(rows)
-    config = FactUtilConfig(**fields)
+    config = FactUtilConfig(mode=mode, **fields)
     first = compute_process_advantages(rows, config)
     second = compute_process_advantages(rows, config)
     assert rows == frozen
@@ -125,11 +145,12 @@ def test_deterministic_and_input_not_mutated(rows, fields):
     assert [r.to_dict() for r in first.actions] == [r.to_dict() for r in second.actions]
 
 
+@MODES
 @SETTINGS
 @given(batches())
-def test_alpha_does_not_change_a_rollouts_total(rows):
-    with_credit = compute_process_advantages(rows, FactUtilConfig(mode="exact", alpha=0.2))
-    without = compute_process_advantages(rows, FactUtilConfig(mode="exact", alpha=0.0))
+def test_alpha_does_not_change_a_rollouts_total(mode, rows):
+    with_credit = compute_process_advantages(rows, FactUtilConfig(mode=mode, alpha=0.2))
+    without = compute_process_advantages(rows, FactUtilConfig(mode=mode, alpha=0.0))
     totals: dict[tuple[str, str], list[float]] = {}
     for a, b in zip(with_credit.actions, without.actions):
         pair = totals.setdefault((a.uid, a.rollout_id), [0.0, 0.0])
@@ -139,21 +160,23 @@ def test_alpha_does_not_change_a_rollouts_total(rows):
         assert abs(x - y) < 1e-12
 
 
+@MODES
 @SETTINGS
 @given(batches())
-def test_omega_zero_reproduces_outcome_advantage_exactly(rows):
-    result = compute_process_advantages(rows, FactUtilConfig(mode="exact", omega=0.0))
+def test_omega_zero_reproduces_outcome_advantage_exactly(mode, rows):
+    result = compute_process_advantages(rows, FactUtilConfig(mode=mode, omega=0.0))
     expected = np.array(
         [0.0 if r.ignored else r.outcome_advantage for r in result.actions], dtype=np.float32
     )
     assert np.array_equal(result.advantages, expected)
 
 
+@MODES
 @SETTINGS
 @given(batches(), st.integers(0, 2), st.sampled_from(["upper", "lower", "spaces"]))
-def test_reasserting_a_fact_or_its_case_variant_earns_zero(rows, which, variant):
+def test_reasserting_a_fact_or_its_case_variant_earns_zero(mode, rows, which, variant):
     """Append a re-assert of an already stored fact (in another letter case or spacing)."""
-    config = FactUtilConfig(mode="exact", max_turns=20)
+    config = FactUtilConfig(mode=mode, max_turns=20)
     row = rows[which % len(rows)]
     stored = [a for a in row["actions"] if a["action"] == "assert"]
     answered = any(a["action"] == "answer" for a in row["actions"])

