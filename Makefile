@@ -26,12 +26,19 @@ demo: venv
 	$(BIN)/factutil score examples/data/2wiki_rollouts.jsonl -o out/2wiki_scored.jsonl
 	$(BIN)/python examples/credit_check.py examples/data/2wiki_rollouts.jsonl --modes exact,semantic --plot out/2wiki_utility.png
 
+# Core, then verl 0.9.1 and its adapter, then OpenRLHF 0.11.2 (--no-deps: its pins clash with verl's
+# and it needs flash-attn / vLLM only on a GPU) and its adapter, in one venv; then every test.
 test: venv
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet "verl==0.9.1" "ray[default]==2.55.0"
+	$(BIN)/pip install --quiet -e 'integrations/verl[test]'
+	$(BIN)/pip install --quiet -e integrations/openrlhf
+	$(BIN)/pip install --quiet --no-deps openrlhf==0.11.2
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet deepspeed==0.19.6 peft torchdata pylatexenc aiohttp datasets einops
 	$(BIN)/python -m pytest -q
 
 lint:
-	$(BIN)/ruff check factutil tests examples
+	$(BIN)/ruff check factutil tests examples benchmarks integrations
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -323,7 +323,7 @@ def test_scoring_pipeline_with_a_stand_in_clusterer(built):
 @pytest.mark.slow
 def test_quick_benchmark_runs(minilm, tmp_path, monkeypatch, capsys):
     """``--quick`` end to end with the real MiniLM and factutil's semantic clusterer."""
-    monkeypatch.setattr(cq, "default_embedder", lambda device=None: cq.MemoEmbedder(minilm))
+    monkeypatch.setattr(cq, "default_embedder", lambda device=None, backend="minilm": cq.MemoEmbedder(minilm))
     out = tmp_path / "cq.json"
     assert cq.main(["--quick", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())

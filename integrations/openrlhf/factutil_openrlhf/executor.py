@@ -1,0 +1,191 @@
+"""``make_executor``: an OpenRLHF ``AgentExecutor`` that records each action and its token span.
+
+OpenRLHF 0.11's ``MultiTurnAgentExecutor.execute`` builds one ``AgentInstance`` per sample,
+alternates ``llm_engine.generate`` and ``AgentInstance.step`` and returns a response dict with
+``action_ranges``; the runs of one prompt go through ``asyncio.gather``. The wrapper keeps that
+loop untouched and records, per episode (a ``contextvars`` value, so concurrent episodes never
+mix), each action's parsed form (:func:`factutil.parse.parse_action` on the action text, SPEC
+§1) and its ``[start, end)`` token span as measured on the engine call. The record goes into the
+response under ``"factutil"`` (see :data:`factutil_openrlhf.settings.PAYLOAD_KEY`):
+
+    {"version": 1, "actions": [{"action": "search", "query": ...}, ...],
+     "spans": [[start, end], ...], "step_rewards": [...], "done": true}
+
+or ``{"version": 1, "error": "..."}`` when the recorded spans disagree with ``action_ranges``
+(that sample's group then keeps OpenRLHF's advantages).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from factutil_openrlhf.settings import PAYLOAD_KEY
+
+PAYLOAD_VERSION = 1
+REWARD_MODES = ("final", "sum")
+
+_episode: contextvars.ContextVar[_Episode | None] = contextvars.ContextVar(
+    "factutil_openrlhf_episode", default=None
+)
+
+
+class _Episode:
+    """What one ``execute`` call saw: parsed actions, spans, step rewards."""
+
+    def __init__(self) -> None:
+        self.actions: list[dict[str, Any]] = []
+        self.spans: list[list[int]] = []
+        self.step_rewards: list[float] = []
+        self.done = False
+
+    def record_step(self, action_text: str, result: dict[str, Any], reward: str) -> dict[str, Any]:
+        from factutil.parse import parse_action
+
+        self.actions.append(action_record(parse_action(action_text)))
+        rewards = result.get("rewards")
+        value = rewards.item() if hasattr(rewards, "item") else rewards
+        self.step_rewards.append(float(value) if value is not None else 0.0)
+        done = bool(result.get("done"))
+        self.done = self.done or done
+        if reward == "final" and not done and hasattr(rewards, "item"):
+            import torch
+
+            # OpenRLHF sums step rewards; only the outcome (the done step's) may reach `rewards`.
+            result = {**result, "rewards": torch.zeros_like(rewards)}
+        return result
+
+    def payload(self, action_ranges: Any) -> dict[str, Any]:
+        ranges = [[int(start), int(end)] for start, end in (action_ranges or [])]
+        if ranges != self.spans:
+            return {
+                "version": PAYLOAD_VERSION,
+                "error": f"recorded spans {self.spans} differ from action_ranges {ranges}",
+            }
+        if len(self.actions) != len(self.spans):
+            return {
+                "version": PAYLOAD_VERSION,
+                "error": f"{len(self.actions)} steps recorded for {len(self.spans)} generations",
+            }
+        return {
+            "version": PAYLOAD_VERSION,
+            "actions": self.actions,
+            "spans": self.spans,
+            "step_rewards": self.step_rewards,
+            "done": self.done,
+        }
+
+
+def action_record(action: Any) -> dict[str, Any]:
+    """A parsed factutil action as a plain, picklable dict in the SPEC §8 item form.
+
+    ``assert`` triples become ``[subject, relation, object]`` lists; None fields are left out.
+    """
+    record = action.model_dump(mode="json", exclude_none=True)
+    if record.get("action") == "assert":
+        record["triples"] = [triple.as_list() for triple in action.triples]
+    return record
+
+
+class _SpanRecordingEngine:
+    """Stands in for the ``llm_engine`` of one episode: measures each generation's token span."""
+
+    def __init__(self, engine: Any, episode: _Episode):
+        self._engine = engine
+        self._episode = episode
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        output = await self._engine.generate(
+            prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data
+        )
+        start = len(prompt_token_ids)
+        self._episode.spans.append([start, start + len(output.outputs[0].token_ids)])
+        return output
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+def make_executor(agent_instance_cls: type, *, reward: str = "final") -> type:
+    """An OpenRLHF ``AgentExecutor`` class for ``agent_instance_cls`` that records factutil's payload.
+
+    Use it as the agent file's ``AgentExecutor`` (``--train.agent_func_path``)::
+
+        class AgentInstance(AgentInstanceBase): ...
+        AgentExecutor = make_executor(AgentInstance)
+
+    The class subclasses OpenRLHF's ``MultiTurnAgentExecutor`` and takes no constructor argument
+    (OpenRLHF instantiates it as ``AgentExecutor()``); each sample gets its own instance of a
+    subclass of ``agent_instance_cls`` whose ``step`` records the action (see the module doc).
+    Safe under ``asyncio.gather`` of many episodes.
+
+    Args:
+        agent_instance_cls: a subclass of ``openrlhf.utils.agent.AgentInstanceBase`` whose
+            ``__init__`` takes no argument.
+        reward: ``"final"`` (default): only the reward of the step that returns ``done=True``
+            (the outcome reward, SPEC §1) reaches OpenRLHF's ``rewards``; earlier step rewards
+            are zeroed (they are kept in the payload's ``step_rewards``) and an episode that never
+            reaches ``done`` scores 0. ``"sum"``: OpenRLHF's own sum of step rewards.
+
+    Returns:
+        The executor class.
+
+    Raises:
+        TypeError: ``agent_instance_cls`` is not an ``AgentInstanceBase`` subclass.
+        ValueError: an unknown ``reward`` mode.
+        ImportError: OpenRLHF is not importable.
+    """
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+
+    if not (isinstance(agent_instance_cls, type) and issubclass(agent_instance_cls, AgentInstanceBase)):
+        raise TypeError(
+            "agent_instance_cls must subclass openrlhf.utils.agent.AgentInstanceBase, got "
+            f"{agent_instance_cls!r}"
+        )
+    if reward not in REWARD_MODES:
+        raise ValueError(f"reward must be one of {REWARD_MODES}, got {reward!r}")
+
+    async def step(self, state_dict, **kwargs):
+        result = await super(recording, self).step(state_dict, **kwargs)
+        episode = _episode.get()
+        if episode is not None:
+            result = episode.record_step(state_dict.get("action_text", ""), result, reward)
+        return result
+
+    recording = type(
+        f"FactUtilRecording{agent_instance_cls.__name__}",
+        (agent_instance_cls,),
+        {"step": step, "__module__": agent_instance_cls.__module__},
+    )
+
+    class AgentExecutor(MultiTurnAgentExecutor):
+        __doc__ = (
+            f"OpenRLHF MultiTurnAgentExecutor over {agent_instance_cls.__name__} that adds the "
+            f"factutil payload to each response (factutil_openrlhf.make_executor)."
+        )
+
+        def __init__(self):
+            super().__init__(recording)
+
+        async def execute(
+            self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
+        ):
+            episode = _Episode()
+            token = _episode.set(episode)
+            try:
+                response = await super().execute(
+                    prompt,
+                    label,
+                    sampling_params,
+                    max_length,
+                    hf_tokenizer,
+                    _SpanRecordingEngine(llm_engine, episode),
+                    images=images,
+                )
+            finally:
+                _episode.reset(token)
+            response[PAYLOAD_KEY] = episode.payload(response.get("action_ranges"))
+            return response
+
+    AgentExecutor.__module__ = agent_instance_cls.__module__
+    return AgentExecutor

@@ -1,0 +1,423 @@
+"""The two OpenRLHF 0.11 patches: carry the payload, then add omega * A_proc on action tokens.
+
+Imported only when OpenRLHF's experience modules are (see :func:`factutil_openrlhf.install`).
+No method logic lives here (STYLE.md): rows are turned into factutil rollouts, one core call
+(:func:`factutil.compute_process_advantages`) scores them, and the core's span scatter
+(:func:`factutil.advantages.scatter_to_spans`) puts each action's value on its tokens.
+
+Layout facts of OpenRLHF 0.11.2 this relies on (``trainer/ppo_utils/samples_generator.py`` and
+``experience_maker.py``):
+
+- ``action_ranges`` are ``[start, end)`` token positions in ``sequences``; ``action_mask`` and
+  ``advantages`` are ``(B, T - 1)`` and index *i* is the prediction of token *i + 1*, so a span
+  becomes ``[start - 1, end - 1)`` there; truncation to ``--data.max_len`` and the right padding of
+  micro-batches are zeros of ``action_mask``.
+- ``experience.index[r]`` is the row's position in the rollout batch and the GRPO group is
+  ``index // n_samples_per_prompt`` (``rewards.reshape(-1, n_samples_per_prompt)``).
+- ``info`` values are merged across samples by list concatenation (``Experience._merge_item``) and
+  everything left in ``info`` becomes a logged actor metric, so the payload is stored as a
+  one-item list on every sample and popped before OpenRLHF's own advantage code runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from factutil_openrlhf.settings import PAYLOAD_KEY, config_from_env, golden_answers_from_label
+
+logger = logging.getLogger("factutil.openrlhf")
+
+PATCHED = "__factutil_patched__"
+"""Attribute set on each patched method (its value: the original); guards against double wrapping."""
+
+WHITENING_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline")
+"""Estimators whose advantages OpenRLHF whitens over the batch after computing them."""
+
+METRIC_KEYS = (
+    "factutil/skipped",
+    "factutil/actions",
+    "factutil/process_adv_abs",
+    "factutil/clusters_per_group",
+    "factutil/shaping_nonzero_share",
+    "factutil/time_s",
+)
+"""Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
+over samples). ``factutil/skipped`` is the warning metric: 1 on rows whose group kept OpenRLHF's
+advantages unchanged."""
+
+
+class ProcessAdvantagePatch:
+    """The state the patched ``compute_advantages_and_returns`` uses: config and clusterer.
+
+    Args:
+        config: a ``factutil.FactUtilConfig``, a mapping of its fields, or None for the
+            ``FACTUTIL_*`` environment (:func:`factutil_openrlhf.config_from_env`).
+
+    Raises:
+        factutil_openrlhf.SettingsError: bad ``FACTUTIL_*`` variables (None config).
+        pydantic.ValidationError: a bad mapping.
+    """
+
+    def __init__(self, config: Any = None):
+        from factutil.schema import FactUtilConfig
+
+        if config is None:
+            config = config_from_env()
+        elif not isinstance(config, FactUtilConfig):
+            config = FactUtilConfig.model_validate(dict(config))
+        self.config = config
+        self._clusterer = None
+        self._warned: set[str] = set()
+
+    def clusterer(self):
+        """One clusterer for the whole run, so its state (an embedding cache) is reused."""
+        if self._clusterer is None:
+            from factutil.cluster import make_clusterer
+
+            self._clusterer = make_clusterer(self.config)
+        return self._clusterer
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)
+
+    def add_process_advantages(self, maker: Any, experiences: Sequence[Any], payloads: list[Any]) -> None:
+        """Add omega * A_proc on each action's tokens of ``experiences`` (in place). Never raises.
+
+        Args:
+            maker: the ``RemoteExperienceMaker`` (its ``args`` give ``n_samples_per_prompt`` and
+                the estimator).
+            experiences: OpenRLHF ``Experience`` micro-batches after OpenRLHF's own
+                ``compute_advantages_and_returns``: ``advantages`` and ``action_mask`` (B, T-1),
+                ``index`` (B,), ``prompts``/``labels`` (B,), ``info`` of (B,) tensors.
+            payloads: per experience, the popped ``info["factutil"]`` list (B payload dicts or
+                None), or None when that experience had none.
+
+        A group whose rows lack a valid payload, that fails the core's validation, whose call
+        raises, or whose spans do not fit keeps OpenRLHF's advantages: its rows get
+        ``factutil/skipped = 1`` and one warning is logged per call. omega = 0 leaves every
+        advantage bit-identical.
+        """
+        started = time.perf_counter()
+        config = self.config
+        stats = {key: [np.zeros(len(e.advantages)) for e in experiences] for key in METRIC_KEYS}
+        batch_stats = {"factutil/clusters_per_group": 0.0, "factutil/shaping_nonzero_share": 0.0}
+        skipped: dict[int, str] = {}
+        deltas: dict[tuple[int, int], np.ndarray] = {}
+        # Never crash training for the process term: any failure keeps OpenRLHF's advantages.
+        try:
+            rows, groups = self._score(maker, experiences, payloads, skipped, batch_stats, deltas)
+        except Exception as error:
+            logger.exception("factutil: process advantages failed; OpenRLHF's advantages kept")
+            deltas.clear()
+            for values in stats["factutil/skipped"]:
+                values[:] = 1.0
+            skipped = {}
+            failure = f"all groups: {type(error).__name__}: {error}"
+        else:
+            failure = None
+            # Only now, with every group's term computed, is any advantage touched.
+            for (i, r), delta in deltas.items():
+                values = rows[(i, r)]["values"]
+                stats["factutil/actions"][i][r] = len(values)
+                stats["factutil/process_adv_abs"][i][r] = (
+                    float(np.mean(np.abs(values))) if len(values) else 0.0
+                )
+                if config.omega != 0.0:
+                    advantages = experiences[i].advantages
+                    advantages[r] += torch.from_numpy(delta).to(
+                        device=advantages.device, dtype=advantages.dtype
+                    )
+            for group, keys in groups.items():
+                if group in skipped:
+                    for i, r in keys:
+                        stats["factutil/skipped"][i][r] = 1.0
+        if skipped or failure:
+            reasons = [f"group {group}: {reason}" for group, reason in sorted(skipped.items())]
+            logger.warning(
+                "factutil: %s kept OpenRLHF's advantages (factutil/skipped): %s%s",
+                "every group" if failure else f"{len(skipped)} group(s)",
+                failure or "; ".join(reasons[:3]),
+                " ..." if len(reasons) > 3 else "",
+            )
+        elapsed = time.perf_counter() - started
+        for i, experience in enumerate(experiences):
+            for key in METRIC_KEYS:
+                values = stats[key][i]
+                if key in batch_stats:
+                    values[:] = batch_stats[key]
+                elif key == "factutil/time_s":
+                    values[:] = elapsed
+                experience.info[key] = torch.tensor(values, dtype=torch.float32)
+
+
+    def _score(
+        self,
+        maker: Any,
+        experiences: Sequence[Any],
+        payloads: list[Any],
+        skipped: dict[int, str],
+        batch_stats: dict[str, float],
+        deltas: dict[tuple[int, int], np.ndarray],
+    ) -> tuple[dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]]]:
+        """Group the rows, score them with the core, fill ``deltas`` (float32 (T-1,) per row),
+        ``skipped`` (group -> reason) and ``batch_stats``. Touches no advantage."""
+        args = maker.strategy.args
+        n = int(args.rollout.n_samples_per_prompt)
+        estimator = getattr(maker, "advantage_estimator", None) or args.algo.advantage.estimator
+        if estimator in WHITENING_ESTIMATORS:
+            self.warn_once(
+                "whitening",
+                f"factutil: --algo.advantage.estimator {estimator} whitens advantages over the "
+                "batch; omega * A_proc is added after that whitening, so its scale is relative "
+                "to unit-variance advantages (group_norm, rloo or dr_grpo keep GRPO's scale)",
+            )
+        rows, groups = _collect_rows(experiences, payloads, n)
+        skipped.update(_unscorable_groups(groups, rows))
+        rollouts = [
+            _rollout_dict(rows[key], group)
+            for group, keys in sorted(groups.items())
+            if group not in skipped
+            for key in keys
+        ]
+        if not rollouts:
+            return rows, groups
+        from factutil.api import compute_process_advantages
+
+        try:
+            result = compute_process_advantages(
+                rollouts, self.config, clusterer=self.clusterer(), on_invalid_group="skip"
+            )
+        except Exception as error:  # noqa: BLE001 - a bad batch must never stop training
+            for group in groups:
+                skipped.setdefault(group, f"factutil failed: {type(error).__name__}: {error}")
+            return rows, groups
+        for uid, reason in result.skipped.items():
+            skipped[int(uid)] = reason
+        for key in ("clusters_per_group", "shaping_nonzero_share"):
+            batch_stats[f"factutil/{key}"] = float(result.metrics.get(key, 0.0))
+        deltas.update(_group_deltas(result, rows, groups, skipped, experiences, self.config.omega))
+        return rows, groups
+
+def _collect_rows(
+    experiences: Sequence[Any], payloads: list[Any], n: int
+) -> tuple[dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]]]:
+    """Rows keyed by (experience, row) with their sample index, payload, prompt, label, reward;
+    and the rows of each GRPO group (``index // n``), in sample-index order."""
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for i, experience in enumerate(experiences):
+        batch = len(experience.advantages)
+        index = experience.index
+        if index is None or len(index) != batch:
+            raise ValueError(f"experience {i} has index {index!r} for {batch} rows")
+        payload_list = payloads[i]
+        if not isinstance(payload_list, list) or len(payload_list) != batch:
+            payload_list = [None] * batch
+        rewards = experience.info.get("reward")
+        for r in range(batch):
+            sample = int(index[r])
+            reward = None
+            if isinstance(rewards, torch.Tensor) and rewards.numel() == batch:
+                reward = float(rewards[r])
+            rows[(i, r)] = {
+                "index": sample,
+                "payload": payload_list[r],
+                "prompt": experience.prompts[r] if r < len(experience.prompts) else "",
+                "label": experience.labels[r] if r < len(experience.labels) else None,
+                "reward": reward,
+            }
+            groups.setdefault(sample // n, []).append((i, r))
+    for keys in groups.values():
+        keys.sort(key=lambda key: rows[key]["index"])
+    return rows, groups
+
+
+def _unscorable_groups(
+    groups: dict[int, list[tuple[int, int]]], rows: dict[tuple[int, int], dict[str, Any]]
+) -> dict[int, str]:
+    """Groups with a row whose payload is missing or malformed, with the reason."""
+    skipped = {}
+    for group, keys in groups.items():
+        for key in keys:
+            payload = rows[key]["payload"]
+            problem = _payload_problem(payload)
+            if problem is not None:
+                skipped[group] = f"sample {rows[key]['index']}: {problem}"
+                break
+    return skipped
+
+
+def _payload_problem(payload: Any) -> str | None:
+    if payload is None:
+        return (
+            "no factutil payload (is the agent file's AgentExecutor made with "
+            "factutil_openrlhf.make_executor?)"
+        )
+    if not isinstance(payload, dict):
+        return f"payload is a {type(payload).__name__}, not a dict"
+    if payload.get("error"):
+        return f"executor: {payload['error']}"
+    actions, spans = payload.get("actions"), payload.get("spans")
+    if not isinstance(actions, list) or not isinstance(spans, list):
+        return "payload lacks its actions or spans lists"
+    if len(actions) != len(spans):
+        return f"{len(actions)} actions but {len(spans)} spans"
+    return None
+
+
+def _rollout_dict(row: dict[str, Any], group: int) -> dict[str, Any]:
+    """One OpenRLHF sample as a factutil rollout (SPEC §8 line); uid = the GRPO group."""
+    prompt = row["prompt"]
+    rollout = {
+        "uid": str(group),
+        "question": prompt if isinstance(prompt, str) else str(prompt),
+        "golden_answers": golden_answers_from_label(row["label"]),
+        "rollout_id": str(row["index"]),
+        "actions": row["payload"]["actions"],
+    }
+    reward = row["reward"]
+    if reward is not None and math.isfinite(reward):
+        rollout["reward"] = reward
+    return rollout
+
+
+def _group_deltas(
+    result: Any,
+    rows: dict[tuple[int, int], dict[str, Any]],
+    groups: dict[int, list[tuple[int, int]]],
+    skipped: dict[int, str],
+    experiences: Sequence[Any],
+    omega: float,
+) -> dict[tuple[int, int], np.ndarray]:
+    """Per row, the float32 (T-1,) term omega * A_proc on its action spans; a group whose spans
+    do not fit is added to ``skipped`` and gets none."""
+    from factutil.advantages import scatter_to_spans
+
+    per_rollout: dict[tuple[str, str], list[float]] = {}
+    for record in result.actions:
+        per_rollout.setdefault((record.uid, record.rollout_id), []).append(record.process_advantage)
+    deltas = {}
+    for group, keys in sorted(groups.items()):
+        if group in skipped:
+            continue
+        found = {}
+        try:
+            for key in keys:
+                i, r = key
+                row = rows[key]
+                process = per_rollout.get((str(group), str(row["index"])))
+                if process is None:
+                    raise ValueError(f"sample {row['index']} was not scored")
+                values = omega * np.asarray(process, dtype=np.float64)
+                # action_mask/advantages index i predicts token i + 1.
+                spans = np.asarray(row["payload"]["spans"], dtype=np.int64).reshape(-1, 2) - 1
+                mask = experiences[i].action_mask[r].detach().cpu().numpy()
+                length = experiences[i].advantages.shape[1]
+                found[key] = scatter_to_spans(values, spans, length, response_mask=mask)
+                row["values"] = values
+        except (ValueError, TypeError, IndexError) as error:
+            skipped[group] = f"spans do not fit: {error}"
+            continue
+        deltas.update(found)
+    return deltas
+
+
+_active: ProcessAdvantagePatch | None = None
+
+
+def configure(config: Any = None) -> ProcessAdvantagePatch:
+    """Set the config the patched methods use (see :class:`ProcessAdvantagePatch`); returns it."""
+    global _active
+    _active = ProcessAdvantagePatch(config)
+    return _active
+
+
+def active() -> ProcessAdvantagePatch:
+    """The current :class:`ProcessAdvantagePatch`, built from the environment on first use."""
+    return _active if _active is not None else configure(None)
+
+
+def patch_samples_generator(module: Any) -> None:
+    """Wrap ``SamplesGenerator._process_response_into_experience`` of OpenRLHF 0.11.
+
+    The executor's ``response["factutil"]`` (or None) goes into ``experience.info["factutil"]``
+    as a one-item list on every sample, so rows stay aligned when samples are concatenated.
+
+    Raises:
+        RuntimeError: the module has no such method (an OpenRLHF version this adapter does not
+            know); training must not run silently without the process term.
+    """
+    cls = getattr(module, "SamplesGenerator", None)
+    original = getattr(cls, "_process_response_into_experience", None)
+    if original is None:
+        raise RuntimeError(
+            f"factutil_openrlhf: {module.__name__}.SamplesGenerator._process_response_into_experience "
+            "not found; this adapter supports OpenRLHF 0.11"
+        )
+    if getattr(original, PATCHED, None) is not None:
+        return
+
+    @functools.wraps(original)
+    def _process_response_into_experience(self, response, **generate_kwargs):
+        experience = original(self, response, **generate_kwargs)
+        payload = response.get(PAYLOAD_KEY) if isinstance(response, dict) else None
+        experience.info[PAYLOAD_KEY] = [payload]
+        return experience
+
+    setattr(_process_response_into_experience, PATCHED, original)
+    cls._process_response_into_experience = _process_response_into_experience
+
+
+def patch_experience_maker(module: Any) -> None:
+    """Wrap ``RemoteExperienceMaker.compute_advantages_and_returns`` of OpenRLHF 0.11 (SPEC §5).
+
+    The payloads are popped from ``info`` first (so they never reach metrics or the actors),
+    OpenRLHF's own method runs unchanged, then
+    :meth:`ProcessAdvantagePatch.add_process_advantages` adds omega * A_proc. When no sample
+    carries the ``factutil`` key (the samples generator is not patched) nothing else happens.
+
+    Raises:
+        RuntimeError: the method is missing (see :func:`patch_samples_generator`).
+    """
+    cls = getattr(module, "RemoteExperienceMaker", None)
+    original = getattr(cls, "compute_advantages_and_returns", None)
+    if original is None:
+        raise RuntimeError(
+            f"factutil_openrlhf: {module.__name__}.RemoteExperienceMaker.compute_advantages_and_returns "
+            "not found; this adapter supports OpenRLHF 0.11"
+        )
+    if getattr(original, PATCHED, None) is not None:
+        return
+
+    @functools.wraps(original)
+    def compute_advantages_and_returns(self, experiences):
+        present = [PAYLOAD_KEY in experience.info for experience in experiences]
+        payloads = [experience.info.pop(PAYLOAD_KEY, None) for experience in experiences]
+        result = original(self, experiences)
+        if any(present):
+            same = (
+                result is not None
+                and len(result) == len(experiences)
+                and all(a is b for a, b in zip(result, experiences))
+            )
+            if same:
+                active().add_process_advantages(self, result, payloads)
+            else:
+                logger.warning(
+                    "factutil: compute_advantages_and_returns returned other experiences than it "
+                    "was given; OpenRLHF's advantages kept"
+                )
+        return result
+
+    setattr(compute_advantages_and_returns, PATCHED, original)
+    cls.compute_advantages_and_returns = compute_advantages_and_returns

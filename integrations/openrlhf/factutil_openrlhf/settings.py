@@ -1,0 +1,144 @@
+"""factutil settings from ``FACTUTIL_*`` environment variables (SPEC.md §1–§5 fields).
+
+Ray worker processes get their settings only through the environment (the launcher and the
+``ray job submit --runtime-env-json`` form both put them in ``runtime_env["env_vars"]``), so this
+is the one place the adapter reads the environment. Standard library only at import time;
+:mod:`factutil` (pydantic) is imported when a configuration is actually built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+ENV_PREFIX = "FACTUTIL_"
+"""Every factutil setting is ``FACTUTIL_<FIELD>``: ``FACTUTIL_OMEGA=0.3``, ``FACTUTIL_MODE=exact``."""
+
+COMPONENT_PREFIXES = ("FACTUTIL_OPENRLHF_", "FACTUTIL_VERL_", "FACTUTIL_RETRIEVAL_")
+"""Namespaces reserved for the adapters and the retrieval server: never read as config fields."""
+
+PAYLOAD_KEY = "factutil"
+"""Key of the per-episode record in the executor's response and, briefly, in ``Experience.info``."""
+
+
+class SettingsError(ValueError):
+    """A ``FACTUTIL_*`` variable is unknown or fails validation; the message names the variable."""
+
+
+def parse_env_value(text: str) -> Any:
+    """One variable's text as a YAML scalar, like ``factutil score --set`` does.
+
+    ``"0.3"`` -> 0.3, ``"true"`` -> True, ``"null"`` -> None, ``"exact"`` -> ``"exact"``; an empty
+    text stays ``""`` (and then fails validation for any numeric field).
+    """
+    if not text.strip():
+        return text
+    import yaml  # factutil's own dependency; imported here to keep this module stdlib-only
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``FACTUTIL_<FIELD>`` variables of ``environ`` (default ``os.environ``), as given.
+
+    Variables in :data:`COMPONENT_PREFIXES` are left out (they belong to other components).
+    Returns ``{variable name: text}``, sorted by name.
+    """
+    environ = os.environ if environ is None else environ
+    return {
+        name: environ[name]
+        for name in sorted(environ)
+        if name.startswith(ENV_PREFIX) and not name.startswith(COMPONENT_PREFIXES)
+    }
+
+
+def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
+    """Build and validate a :class:`factutil.FactUtilConfig` from ``FACTUTIL_*`` variables.
+
+    ``FACTUTIL_OMEGA=0.3`` sets ``omega``; every field of the config (SPEC §1–§5; ``factutil
+    schema --what config`` lists them) has its variable. Values are YAML scalars (see
+    :func:`parse_env_value`). ``overrides`` (field=value) win over the environment.
+
+    Args:
+        environ: the variables to read; None reads ``os.environ``.
+        overrides: config fields given in code.
+
+    Returns:
+        A frozen ``FactUtilConfig``.
+
+    Raises:
+        SettingsError: a ``FACTUTIL_*`` variable that names no config field (a typo must never
+            silently keep a default), or a value that fails validation; one line per problem,
+            each naming the variable, e.g. ``FACTUTIL_OMEGA='-1': omega: Input should be greater
+            than or equal to 0``.
+    """
+    from pydantic import ValidationError
+
+    from factutil.schema import FactUtilConfig
+
+    fields = set(FactUtilConfig.model_fields)
+    values: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    problems = []
+    for name, text in env_settings(environ).items():
+        field = name[len(ENV_PREFIX):].lower()
+        if field not in fields:
+            problems.append(
+                f"{name}: no factutil setting {field!r}; known: "
+                + ", ".join(ENV_PREFIX + known.upper() for known in sorted(fields))
+            )
+            continue
+        values[field] = parse_env_value(text)
+        source[field] = f"{name}={text!r}"
+    for field, value in overrides.items():
+        values[field] = value
+        source[field] = f"{field}={value!r} (given in code)"
+    if problems:
+        raise SettingsError("\n".join(problems))
+    try:
+        return FactUtilConfig.model_validate(values)
+    except ValidationError as error:
+        lines = []
+        for item in error.errors(include_url=False):
+            field = str(item["loc"][0]) if item["loc"] else "?"
+            where = source.get(field, f"{ENV_PREFIX}{field.upper()}")
+            message = item["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {field}: {message}")
+        raise SettingsError("\n".join(lines)) from None
+
+
+def golden_answers_from_label(label: Any) -> list[str]:
+    """The gold answers an OpenRLHF prompt's ``label`` holds (``--data.label_key``).
+
+    Accepted: a list/tuple of answers; a string holding a JSON list (``'["Paris", "paris"]'``);
+    a mapping with ``golden_answers``, ``answers`` or ``target``; any other string or number is one
+    answer. Blank answers are dropped.
+
+    Returns:
+        list[str], possibly empty (the group is then skipped by the core's validation).
+    """
+    if isinstance(label, Mapping):
+        for key in ("golden_answers", "answers", "target"):
+            if key in label:
+                return golden_answers_from_label(label[key])
+        return []
+    if isinstance(label, str):
+        text = label.strip()
+        if text.startswith("["):
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, list):
+                return golden_answers_from_label(decoded)
+        return [label] if text else []
+    if isinstance(label, (list, tuple)):
+        return [str(item) for item in label if item is not None and str(item).strip()]
+    if label is None or isinstance(label, bool):
+        return []
+    return [str(label)]

@@ -1,0 +1,270 @@
+"""The patched compute_advantages_and_returns on real OpenRLHF Experiences from the 2Wiki sample.
+
+Every sample of examples/data/2wiki_rollouts.jsonl (30 groups x 6) is replayed through the
+wrapped ``MultiTurnAgentExecutor``, turned into ``Experience`` objects by OpenRLHF's own
+(patched) ``_process_response_into_experience`` and micro-batched by its own
+``split_rollout_samples``; then OpenRLHF's original method and the patched one run on copies.
+The expected term is built independently: the core scores the texts the engine emitted and
+each value is put, token by token, on the engine's own spans.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from openrlhf_testkit import (
+    ToyTokenizer,
+    load_sample,
+    make_args,
+    make_instance_cls,
+    prompt_of,
+    run_groups,
+)
+
+from factutil import FactUtilConfig, compute_process_advantages
+
+EXECUTOR_MAX_LENGTH = 1400  # the generation budget: some last actions are cut (finish "length")
+TRAIN_MAX_LEN = 1100  # --data.max_len at experience time: clips and drops later spans
+N = 6
+EXACT = {"mode": "exact"}  # semantic clustering is being written; pass the mode explicitly
+
+
+@pytest.fixture(scope="module")
+def episodes(openrlhf):
+    """(rollout, response, engine) for all 180 samples, in rollout-batch order."""
+    from factutil_openrlhf import make_executor
+
+    groups = load_sample()
+    tokenizer = ToyTokenizer()
+    results = run_groups(make_executor(make_instance_cls())(), groups, tokenizer, EXECUTOR_MAX_LENGTH)
+    rollouts = [rollout for group in groups for rollout in group]
+    return SimpleNamespace(
+        rollouts=rollouts,
+        responses=[response for response, _ in results],
+        engines=[engine for _, engine in results],
+        tokenizer=tokenizer,
+    )
+
+
+def build_experiences(openrlhf, episodes, args, maker):
+    """Experiences as OpenRLHF 0.11 hands them to compute_advantages_and_returns (sans models)."""
+    generator = openrlhf.samples_generator.SamplesGenerator.__new__(
+        openrlhf.samples_generator.SamplesGenerator
+    )
+    samples = [
+        generator._process_response_into_experience(response, max_len=TRAIN_MAX_LEN)
+        for response in episodes.responses
+    ]
+    batches = maker.split_rollout_samples(samples)
+    for batch in batches:
+        batch.kl = torch.zeros_like(batch.action_mask, dtype=torch.float32)
+        batch.values = torch.zeros_like(batch.action_mask, dtype=torch.float32)
+    return batches
+
+
+def make_maker(openrlhf, episodes, estimator="group_norm", **train):
+    args = make_args(estimator=estimator, n=N, **train)
+    maker = openrlhf.experience_maker.RemoteExperienceMaker(
+        None, None, None, None, SimpleNamespace(value=0.0), SimpleNamespace(args=args), episodes.tokenizer
+    )
+    return maker
+
+
+def run_both(openrlhf, episodes, config, estimator="group_norm", **train):
+    """(original result, patched result) on two copies of the same experiences."""
+    from factutil_openrlhf import patch
+
+    patch.configure(config)
+    maker = make_maker(openrlhf, episodes, estimator, **train)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    plain = copy.deepcopy(batches)
+    for batch in plain:
+        batch.info.pop("factutil")
+    method = openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns
+    original = getattr(method, patch.PATCHED)
+    return original(maker, plain), maker.compute_advantages_and_returns(batches)
+
+
+def expected_delta(episodes, config):
+    """Per sample index: float32 (TRAIN_MAX_LEN - 1,) omega * A_proc on its action tokens,
+    from the core run on the emitted texts and the engine's spans (no adapter code)."""
+    lines = []
+    for rollout, engine in zip(episodes.rollouts, episodes.engines):
+        lines.append(
+            {
+                "uid": rollout["uid"],
+                "question": prompt_of(rollout),
+                "golden_answers": rollout["golden_answers"],
+                "rollout_id": rollout["rollout_id"],
+                "actions": [{"raw": text} for _, _, text in engine.log],
+            }
+        )
+    result = compute_process_advantages(lines, config)
+    by_rollout = {}
+    for record in result.actions:
+        by_rollout.setdefault(record.rollout_id, []).append(record.process_advantage)
+    deltas = []
+    for rollout, engine, response in zip(episodes.rollouts, episodes.engines, episodes.responses):
+        length = min(len(response["observation_tokens"]), TRAIN_MAX_LEN)
+        delta = np.zeros(TRAIN_MAX_LEN - 1, dtype=np.float32)
+        for (start, end, _), value in zip(engine.log, by_rollout[rollout["rollout_id"]]):
+            for position in range(max(start, 1), min(end, length)):
+                delta[position - 1] = np.float32(config.omega * value)
+        deltas.append(delta)
+    return deltas
+
+
+def test_added_term_is_omega_times_process_advantage_on_exactly_the_action_spans(openrlhf, episodes):
+    config = FactUtilConfig(omega=0.5, **EXACT)
+    plain, patched = run_both(openrlhf, episodes, config)
+    deltas = expected_delta(episodes, config)
+    cut = clipped = 0
+    for before, after in zip(plain, patched):
+        assert "factutil" not in after.info
+        assert torch.equal(before.returns, after.returns)
+        for row, index in enumerate(after.index):
+            width = after.advantages.shape[1]
+            expected = before.advantages[row] + torch.from_numpy(deltas[index][:width])
+            assert torch.equal(after.advantages[row], expected)
+            assert not torch.any((after.advantages[row] != before.advantages[row]) & (after.action_mask[row] == 0))
+            assert after.info["factutil/skipped"][row] == 0
+            spans = episodes.responses[index]["action_ranges"]
+            clipped += any(end > TRAIN_MAX_LEN for _, end in spans)
+            cut += episodes.responses[index]["truncated"]
+    assert clipped > 0 and cut > 0  # the sample exercises both kinds of truncation
+    changed = sum(int((a.advantages != b.advantages).any()) for a, b in zip(patched, plain))
+    assert changed == len(patched)
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "rloo", "dr_grpo", "reinforce_baseline", "gae"])
+def test_omega_zero_is_bit_identical_to_openrlhf(openrlhf, episodes, estimator, caplog):
+    with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
+        plain, patched = run_both(openrlhf, episodes, FactUtilConfig(omega=0.0, **EXACT), estimator)
+    assert ("whitens advantages" in caplog.text) == (estimator in ("gae", "reinforce_baseline"))
+    for before, after in zip(plain, patched):
+        assert torch.equal(before.advantages, after.advantages)
+        assert torch.equal(before.returns, after.returns)
+        assert torch.equal(before.rewards, after.rewards)
+        assert "factutil" not in after.info
+        extra = set(after.info) - set(before.info)
+        assert extra == {key for key in after.info if key.startswith("factutil/")}
+        for key in before.info:
+            assert torch.equal(before.info[key], after.info[key])
+
+
+def test_dynamic_batches_mix_groups_and_still_match(openrlhf, episodes):
+    config = FactUtilConfig(omega=0.3, **EXACT)
+    plain, patched = run_both(
+        openrlhf, episodes, config, dynamic_batch_enable=True, max_tokens_per_gpu=6000
+    )
+    assert any(len({index // N for index in batch.index}) > 1 for batch in patched)
+    deltas = expected_delta(episodes, config)
+    for before, after in zip(plain, patched):
+        for row, index in enumerate(after.index):
+            width = after.advantages.shape[1]
+            assert torch.equal(after.advantages[row], before.advantages[row] + torch.from_numpy(deltas[index][:width]))
+
+
+def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episodes, caplog):
+    from factutil_openrlhf import patch
+
+    patch.configure(FactUtilConfig(omega=0.5, **EXACT))
+    maker = make_maker(openrlhf, episodes)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    # Group 0: one sample lost its payload; group 1: a blank gold answer (core validation).
+    for batch in batches:
+        for row, index in enumerate(batch.index):
+            if index == 2:
+                batch.info["factutil"][row] = None
+            if index // N == 1:
+                batch.labels[row] = json.dumps([" "])
+    plain = copy.deepcopy(batches)
+    for batch in plain:
+        batch.info.pop("factutil")
+    original = getattr(openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns, patch.PATCHED)
+    plain = original(maker, plain)
+    with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
+        patched = maker.compute_advantages_and_returns(batches)
+    assert "2 group(s) kept OpenRLHF's advantages" in caplog.text
+    for before, after in zip(plain, patched):
+        assert torch.isfinite(after.advantages).all()
+        for row, index in enumerate(after.index):
+            kept = index // N in (0, 1)
+            assert after.info["factutil/skipped"][row] == float(kept)
+            assert torch.equal(after.advantages[row], before.advantages[row]) == kept
+
+
+def test_a_failing_core_call_keeps_everything_and_never_raises(openrlhf, episodes, monkeypatch):
+    from factutil_openrlhf import patch
+
+    import factutil.api
+
+    patch.configure(FactUtilConfig(omega=0.5, **EXACT))
+
+    def broken(*args, **kwargs):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(factutil.api, "compute_process_advantages", broken)
+    maker = make_maker(openrlhf, episodes)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    plain = copy.deepcopy(batches)
+    for batch in plain:
+        batch.info.pop("factutil")
+    original = getattr(openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns, patch.PATCHED)
+    plain = original(maker, plain)
+    patched = maker.compute_advantages_and_returns(batches)
+    for before, after in zip(plain, patched):
+        assert torch.equal(before.advantages, after.advantages)
+        assert torch.all(after.info["factutil/skipped"] == 1)
+
+
+def test_metrics_reach_the_replay_buffer_split_and_payload_is_gone(openrlhf, episodes):
+    from factutil_openrlhf import patch
+
+    patch.configure(FactUtilConfig(omega=0.5, **EXACT))
+    maker = make_maker(openrlhf, episodes)
+    patched = maker.compute_advantages_and_returns(build_experiences(openrlhf, episodes, maker.args, maker))
+    items = []
+    for batch in patched:
+        items.extend(openrlhf.experience.split_experience_batch(batch))  # what NaiveReplayBuffer.append does
+    merged = openrlhf.experience.make_experience_batch(items[:8])
+    assert "factutil" not in merged.info
+    # As PolicyModelActor.training_step turns info lists into metrics:
+    assert torch.tensor(merged.info["factutil/actions"], dtype=torch.float).shape == (8,)
+    assert type(merged.info["factutil/actions"]) is type(merged.info["reward"])
+    actions = torch.cat([batch.info["factutil/actions"] for batch in patched])
+    assert actions.sum() > 0
+    for key in patch.METRIC_KEYS:
+        values = torch.cat([batch.info[key] for batch in patched])
+        assert torch.isfinite(values).all(), key
+
+
+def test_an_unexpected_adapter_error_keeps_every_group(openrlhf, episodes, monkeypatch, caplog):
+    from factutil_openrlhf import patch
+
+    patch.configure(FactUtilConfig(omega=0.5, **EXACT))
+
+    def broken(*args, **kwargs):
+        raise KeyError("layout")
+
+    monkeypatch.setattr(patch, "_collect_rows", broken)
+    maker = make_maker(openrlhf, episodes)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    plain = copy.deepcopy(batches)
+    for batch in plain:
+        batch.info.pop("factutil")
+    original = getattr(openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns, patch.PATCHED)
+    plain = original(maker, plain)
+    with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
+        patched = maker.compute_advantages_and_returns(batches)
+    assert "every group kept OpenRLHF's advantages" in caplog.text
+    for before, after in zip(plain, patched):
+        assert torch.equal(before.advantages, after.advantages)
+        assert torch.all(after.info["factutil/skipped"] == 1)
+        assert "factutil" not in after.info

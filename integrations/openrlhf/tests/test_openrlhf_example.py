@@ -1,0 +1,154 @@
+"""examples/openrlhf: the FactAgent environment, and the agent file loaded the way OpenRLHF does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import runpy
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from openrlhf_testkit import ScriptedEngine, ToyTokenizer, _SamplingParams
+
+ROOT = Path(__file__).resolve().parents[3]
+AGENT_FILE = ROOT / "examples" / "openrlhf" / "factagent_agent.py"
+
+
+@pytest.fixture(scope="module")
+def agent():
+    """The agent file's functions without OpenRLHF (as ``python factagent_agent.py`` sees them)."""
+    return runpy.run_path(str(AGENT_FILE), run_name="factagent_check")
+
+
+def search_with(log: list[str]):
+    async def search(query: str) -> str:
+        log.append(query)
+        return f"Doc 1 (Title: {query}) text about {query}"
+
+    return search
+
+
+def test_environment_runs_search_assert_answer(agent):
+    queries: list[str] = []
+    env = agent["FactAgentEnv"](["Paris"], search_with(queries), max_turns=8)
+
+    async def play():
+        return [
+            await env.step('{"action": "search", "query": "capital of France"}'),
+            await env.step('<assert>France | capital | Paris</assert>'),
+            await env.step("I think it is"),
+            await env.step('{"action": "answer", "answer": "paris"}'),
+        ]
+
+    search, store, invalid, answer = asyncio.run(play())
+    assert queries == ["capital of France"]
+    assert "<observation>\nDoc 1 (Title: capital of France)" in search.feedback and not search.done
+    assert "France | capital | Paris" in store.feedback
+    assert "<error>" in invalid.feedback
+    assert answer.done and answer.reward == 1.0 and answer.feedback == ""
+
+
+def test_environment_outcome_rules(agent):
+    env = agent["FactAgentEnv"](["Paris"], search_with([]), max_turns=2)
+    result = asyncio.run(env.step('{"action": "answer", "answer": "Paris"}'))
+    assert result.done and result.reward == 0.0  # an answer from an empty store (SPEC §4)
+    env = agent["FactAgentEnv"](["Paris"], search_with([]), max_turns=2)
+
+    async def two_searches():
+        await env.step('{"action": "search", "query": "a"}')
+        return await env.step('{"action": "search", "query": "b"}')
+
+    last = asyncio.run(two_searches())
+    assert last.done and last.reward == 0.0  # turn limit without an answer
+
+
+def test_retrieval_failure_is_fed_back_not_raised(agent):
+    async def broken(query):
+        raise OSError("connection refused")
+
+    env = agent["FactAgentEnv"](["x"], broken)
+    result = asyncio.run(env.step('{"action": "search", "query": "q"}'))
+    assert "search failed: connection refused" in result.feedback
+    assert result.logs["retrieval_errors"] == 1.0
+
+
+def test_passages_follow_the_search_r1_answer_shape(agent):
+    answer = {"result": [[{"document": {"id": "7", "contents": '"Paris"\nCapital of France.'}, "score": 3.2},
+                          {"document": {"title": "Lyon", "text": "A city."}, "score": 1.0}]]}
+    assert agent["format_passages"](answer["result"][0]) == (
+        "Doc 1 (Title: Paris) Capital of France.\nDoc 2 (Title: Lyon) A city."
+    )
+
+
+def test_agent_settings_validate(agent):
+    settings = agent["agent_settings"]({"FACTUTIL_MAX_TURNS": "5", "FACTAGENT_TOPK": "4"})
+    assert settings == {"url": "http://127.0.0.1:8000/retrieve", "topk": 4, "turn_format": "plain", "max_turns": 5}
+    with pytest.raises(ValueError, match="FACTAGENT_TOPK"):
+        agent["agent_settings"]({"FACTAGENT_TOPK": "0"})
+    with pytest.raises(ValueError, match="FACTUTIL_MAX_TURNS"):
+        agent["agent_settings"]({"FACTUTIL_MAX_TURNS": "0"})
+
+
+def test_openrlhf_loads_the_agent_file_and_the_payload_is_recorded(openrlhf, monkeypatch):
+    from openrlhf.trainer.ray.vllm_engine import _load_agent_executor
+
+    monkeypatch.setenv("FACTUTIL_MAX_TURNS", "4")
+    executor = _load_agent_executor(str(AGENT_FILE))  # OpenRLHF's own loader
+    assert isinstance(executor, openrlhf.agent.MultiTurnAgentExecutor)
+    instance_cls = executor.agent_instance_cls.__mro__[1]
+    monkeypatch.setitem(instance_cls.reset.__globals__, "retrieve", lambda url, query, topk: f"Doc 1 (Title: {query}) x")
+    texts = [
+        '{"action": "search", "query": "Polish-Russian War director"}',
+        '{"action": "assert", "facts": [["Polish-Russian War", "director", "Xawery Żuławski"]]}',
+        '{"action": "answer", "answer": "Xawery Żuławski"}',
+    ]
+    tokenizer = ToyTokenizer()
+    response = asyncio.run(
+        executor.execute("Question: who?\n", json.dumps(["Xawery Żuławski"]), _SamplingParams(), 2048,
+                         tokenizer, ScriptedEngine(texts, tokenizer))
+    )
+    payload = response["factutil"]
+    assert [a["action"] for a in payload["actions"]] == ["search", "assert", "answer"]
+    assert payload["spans"] == [list(r) for r in response["action_ranges"]]
+    assert response["reward"] == 1.0 and payload["done"]
+    assert "<observation>" in tokenizer.decode(response["observation_tokens"])
+
+
+def test_make_prompts_writes_one_line_per_question(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples" / "openrlhf"))
+    try:
+        import make_prompts
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "p.jsonl"
+    assert make_prompts.main(["-o", str(out), "--max-turns", "6"]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 30
+    assert json.loads(rows[0]["label"]) == ["Małgorzata Braunek"]
+    assert "at most 6 actions" in rows[0]["prompt"] and rows[0]["prompt"].endswith("(Film)?")
+
+
+def test_check_mode_against_the_repository_retrieval_server(agent, capsys):
+    """The agent's check mode, end to end over HTTP on 127.0.0.1, against factutil/retrieval.py."""
+    retrieval = pytest.importorskip("factutil.retrieval", reason="factutil/retrieval.py is not there yet")
+    pytest.importorskip("bm25s")
+    if not all(hasattr(retrieval, name) for name in ("make_server", "BM25Retriever", "load_corpus", "DEFAULT_CORPUS")):
+        pytest.skip("factutil.retrieval has no make_server/BM25Retriever/load_corpus (API changed)")
+    server = retrieval.make_server(retrieval.BM25Retriever(retrieval.load_corpus(retrieval.DEFAULT_CORPUS)), port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+        assert agent["check"](["--retriever-url", url]) == 0
+        out = capsys.readouterr().out
+        assert "[1] search: '<observation>\\nDoc 1 (Title:" in out and "retrieval errors: 0" in out
+        # The same BM25 over the same corpus that built the sample: identical passages.
+        first = json.loads((ROOT / "examples/data/2wiki_rollouts.jsonl").read_text(encoding="utf-8").splitlines()[0])
+        search = first["actions"][0]
+        assert agent["retrieve"](url, search["query"], 3) == search["observation"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

@@ -1,0 +1,50 @@
+"""FACTUTIL_* settings and labels: validated by FactUtilConfig, errors name the variable."""
+
+from __future__ import annotations
+
+import pytest
+from factutil_openrlhf import SettingsError, config_from_env, golden_answers_from_label
+
+
+def test_each_config_field_has_its_variable():
+    config = config_from_env(
+        {"FACTUTIL_OMEGA": "0.3", "FACTUTIL_MODE": "exact", "FACTUTIL_NORM_BY_STD": "false",
+         "FACTUTIL_GROUP_SIZE": "null", "PATH": "/bin", "FACTUTIL_OPENRLHF_ANYTHING": "x"}
+    )
+    assert (config.omega, config.mode, config.norm_by_std, config.group_size) == (0.3, "exact", False, None)
+    assert config_from_env({}, mode="exact").omega == 0.5
+    assert config_from_env({"FACTUTIL_OMEGA": "0.3"}, omega=0.0).omega == 0.0
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"FACTUTIL_OMEGA": "-1"}, "FACTUTIL_OMEGA='-1': omega: Input should be greater than or equal to 0"),
+        ({"FACTUTIL_OMEGA": "lots"}, "FACTUTIL_OMEGA='lots': omega"),
+        ({"FACTUTIL_MODE": "fuzzy"}, "FACTUTIL_MODE='fuzzy': mode"),
+        ({"FACTUTIL_OMEGAA": "0.3"}, "FACTUTIL_OMEGAA: no factutil setting 'omegaa'"),
+        ({"FACTUTIL_EPSILON": "nan"}, "FACTUTIL_EPSILON='nan': epsilon"),
+    ],
+)
+def test_bad_settings_name_the_variable(environ, message):
+    with pytest.raises(SettingsError) as error:
+        config_from_env(environ)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("label", "golds"),
+    [
+        ('["Paris", "paris, France"]', ["Paris", "paris, France"]),
+        ("Paris", ["Paris"]),
+        ("[not json", ["[not json"]),
+        (["A", " ", None, 3], ["A", "3"]),
+        ({"target": ["x"]}, ["x"]),
+        ({"golden_answers": "y"}, ["y"]),
+        (1990, ["1990"]),
+        ("", []),
+        (None, []),
+    ],
+)
+def test_golden_answers_from_label(label, golds):
+    assert golden_answers_from_label(label) == golds

@@ -1,0 +1,359 @@
+"""verl batch -> factutil groups -> per-token advantages (SPEC §5). The adapter's only logic.
+
+verl hands the trainer one row per *sample*. Two layouts are read:
+
+- **action layout** (the ``factagent`` loop): one row per action. ``extra_fields["factutil"]``
+  holds ``trajectory_id``, ``step``, ``action`` (``kind``, ``query``, ``triples``, ``answer``,
+  ``error``), ``question`` and ``golden_answers``; the row's ``response_mask`` covers the action's
+  tokens.
+- **span layout** (one row per rollout, e.g. a ReAct-style loop): ``extra_fields["factutil"]``
+  holds ``actions`` (a list of such action dicts, in order) with ``question`` and
+  ``golden_answers``; the k-th run of 1s in ``response_mask`` is the k-th action
+  (:func:`factutil.advantages.scatter_to_turns`; a truncated last turn keeps its tokens).
+
+Rows are grouped by verl's ``uid`` (one question), rollouts by trajectory (the ``{uid}_{session}``
+part of verl's V1 row key ``{uid}_{session}_{index}``, else ``trajectory_id``). The outcome reward
+R of a rollout is the token sum of its *last* row's rewards, exactly what verl's GRPO reads. Then
+one call of :func:`factutil.compute_process_advantages` gives every action's A = A_out + Ω·A_proc,
+which is written on every token of that action.
+
+A group that cannot be scored (rows without factutil fields, mixed layouts, a failed validation,
+more turns than listed actions, any exception of the call) keeps verl's GRPO outcome advantage,
+is counted in ``factutil/groups_fallback`` and logged: never NaN, never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from factutil.advantages import scatter_to_turns
+from factutil.api import ProcessAdvantages, compute_process_advantages
+from factutil.cluster import Clusterer
+from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
+
+from factutil_verl.reward import golden_answers_of
+
+logger = logging.getLogger("factutil_verl")
+
+EXTRA_KEY = "factutil"
+"""The key of ``extra_fields`` that holds factutil's per-row information."""
+
+ACTION_FIELDS = ("kind", "query", "triples", "answer", "error")
+
+
+def action_fields(action: Any) -> dict[str, Any]:
+    """A parsed factutil action as the flat dict stored in ``extra_fields`` (same keys always).
+
+    Returns:
+        ``{"kind": "search"|"assert"|"answer"|"invalid", "query": str|None,
+        "triples": [[s, r, o], ...]|None, "answer": str|None, "error": str|None}``.
+    """
+    fields: dict[str, Any] = dict.fromkeys(ACTION_FIELDS)
+    if isinstance(action, SearchAction):
+        fields.update(kind="search", query=action.query)
+    elif isinstance(action, AssertAction):
+        fields.update(kind="assert", triples=[t.as_list() for t in action.triples])
+    elif isinstance(action, AnswerAction):
+        fields.update(kind="answer", answer=action.answer)
+    elif isinstance(action, InvalidAction):
+        fields.update(kind="invalid", error=action.reason)
+    else:
+        raise TypeError(f"not a factutil action: {type(action).__name__}")
+    return fields
+
+
+def action_item(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The SPEC §8 input item of a stored action dict (the inverse of :func:`action_fields`).
+
+    An ``assert`` with an empty part becomes an invalid action through factutil's own input rules.
+
+    Raises:
+        _Unscorable: ``fields`` is not a mapping or names no known kind.
+    """
+    if not isinstance(fields, Mapping):
+        raise _Unscorable(f"action must be a mapping, got {type(fields).__name__}")
+    kind = fields.get("kind")
+    if kind == "search" and isinstance(fields.get("query"), str):
+        return {"action": "search", "query": fields["query"]}
+    if kind == "assert" and isinstance(fields.get("triples"), (list, tuple)):
+        return {"action": "assert", "triples": [list(t) for t in fields["triples"]]}
+    if kind == "answer" and isinstance(fields.get("answer"), str):
+        return {"action": "answer", "answer": fields["answer"]}
+    if kind in ("search", "assert", "answer", "invalid"):
+        reason = fields.get("error") or f"malformed {kind} action"
+        return {"action": "invalid", "raw": "", "reason": str(reason)}
+    raise _Unscorable(f"unknown action kind {kind!r}")
+
+
+class _Unscorable(Exception):
+    """Internal: why a group keeps verl's GRPO advantage."""
+
+
+@dataclass
+class FactAgentAdvantages:
+    """Result of :func:`compute_factagent_advantages`.
+
+    Attributes:
+        advantages: float32 (B, T): every response token of an action carries A_{i,t}; tokens
+            outside the response mask are 0; fallback groups carry verl's GRPO advantage.
+        metrics: ``factutil/*`` floats for verl's logger (counts, clusters, utility spread, share
+            of non-zero shaping, milliseconds per stage).
+        fallback: uid -> reason for every group that kept verl's GRPO advantage.
+        result: factutil's full result (None when the call itself failed).
+    """
+
+    advantages: torch.Tensor
+    metrics: dict[str, float]
+    fallback: dict[str, str] = field(default_factory=dict)
+    result: ProcessAdvantages | None = None
+
+
+@dataclass
+class _Plan:
+    """Where the values of one rollout go: its rows, in action order."""
+
+    uid: str
+    rollout_id: str
+    rows: list[int]
+    span: bool
+
+
+def _trajectory_of(key: str, uid: str, info: Mapping[str, Any]) -> str:
+    # verl V1 keys rows "{uid}_{session_id}_{index}"; its own GRPO groups sessions by that prefix.
+    prefix = f"{uid}_"
+    if key.startswith(prefix) and key[len(prefix) :].count("_") == 1:
+        return key.rsplit("_", 1)[0]
+    trajectory = info.get("trajectory_id")
+    return str(trajectory) if trajectory is not None else key
+
+
+def _group_rollouts(
+    uid: str,
+    rows: list[int],
+    keys: Sequence[str],
+    infos: Sequence[Mapping[str, Any] | None],
+    rewards: np.ndarray,
+) -> tuple[list[dict[str, Any]], list[_Plan]]:
+    """The SPEC §8 rollouts of one group and where their values go; raises _Unscorable."""
+    by_trajectory: dict[str, list[int]] = {}
+    for row in rows:
+        info = infos[row]
+        if info is None:
+            raise _Unscorable(f"row {keys[row]!r} has no extra_fields[{EXTRA_KEY!r}]")
+        by_trajectory.setdefault(_trajectory_of(keys[row], uid, info), []).append(row)
+    rollouts: list[dict[str, Any]] = []
+    plans: list[_Plan] = []
+    for trajectory, members in by_trajectory.items():
+        spans = [isinstance(infos[row].get("actions"), list) for row in members]
+        if any(spans) and not all(spans):
+            raise _Unscorable(f"trajectory {trajectory!r} mixes the action and span layouts")
+        if all(spans):
+            if len(members) != 1:
+                raise _Unscorable(
+                    f"trajectory {trajectory!r}: span layout needs one row, got {len(members)}"
+                )
+            ordered = members
+            actions = [action_item(item) for item in infos[members[0]]["actions"]]
+        else:
+            steps = []
+            for row in members:
+                step = infos[row].get("step")
+                if not isinstance(step, int) or isinstance(step, bool):
+                    raise _Unscorable(f"row {keys[row]!r}: step must be an int, got {step!r}")
+                steps.append(step)
+            if len(set(steps)) != len(steps):
+                raise _Unscorable(f"trajectory {trajectory!r} repeats a step: {sorted(steps)}")
+            ordered = [row for _, row in sorted(zip(steps, members))]
+            actions = [action_item(infos[row].get("action")) for row in ordered]
+        first = infos[ordered[0]]
+        golden = golden_answers_of(first.get("golden_answers"))
+        if not golden:
+            raise _Unscorable(f"trajectory {trajectory!r} has no golden_answers")
+        reward = float(rewards[ordered[-1]])
+        if not math.isfinite(reward):
+            raise _Unscorable(f"trajectory {trajectory!r} has a non-finite reward {reward}")
+        rollouts.append(
+            {
+                "uid": uid,
+                "question": str(first.get("question") or ""),
+                "golden_answers": golden,
+                "rollout_id": trajectory,
+                "actions": actions,
+                "reward": reward,
+            }
+        )
+        plans.append(_Plan(uid, trajectory, ordered, span=all(spans)))
+    return rollouts, plans
+
+
+def _factutil_info(extra: Any) -> Mapping[str, Any] | None:
+    if isinstance(extra, Mapping) and isinstance(extra.get(EXTRA_KEY), Mapping):
+        return extra[EXTRA_KEY]
+    return None
+
+
+def compute_factagent_advantages(
+    *,
+    keys: Sequence[str],
+    uids: Sequence[str],
+    extra_fields: Sequence[Any],
+    response_mask: torch.Tensor,
+    token_level_rewards: torch.Tensor,
+    grpo_advantages: torch.Tensor,
+    config: FactUtilConfig,
+    clusterer: Clusterer | None = None,
+    is_padding: Sequence[bool] | None = None,
+) -> FactAgentAdvantages:
+    """FactAgent advantages for one verl batch (SPEC §5), GRPO fallback per group.
+
+    Args:
+        keys: B row keys (verl V1: ``{uid}_{session_id}_{index}``).
+        uids: B prompt uids (verl's ``uid``); rows of one uid form one group.
+        extra_fields: B ``extra_fields`` dicts (or None) from the agent loop.
+        response_mask: (B, T) int/bool, 1 on the model's tokens.
+        token_level_rewards: (B, T) float; a rollout's R is the sum over its last row.
+        grpo_advantages: (B, T) float, verl's GRPO advantages of the same batch: kept for padding
+            rows and for groups that cannot be scored.
+        config: the method's parameters (``algorithm.factutil``).
+        clusterer: reused across steps when given (e.g. to keep an embedding cache).
+        is_padding: B flags; verl's synthetic padding rows are left as they are.
+
+    Returns:
+        :class:`FactAgentAdvantages`; ``advantages`` is float32 (B, T) and finite.
+    """
+    started = time.perf_counter()
+    batch_size = len(keys)
+    if not (len(uids) == len(extra_fields) == batch_size == response_mask.shape[0]):
+        raise ValueError(
+            f"batch parts disagree: {batch_size} keys, {len(uids)} uids, {len(extra_fields)} "
+            f"extra_fields, {response_mask.shape[0]} mask rows"
+        )
+    mask = response_mask.detach().to("cpu").numpy().astype(bool)
+    rewards = token_level_rewards.detach().to("cpu").sum(dim=-1).double().numpy()
+    out = grpo_advantages.detach().to("cpu", torch.float32).clone()
+    padding = list(is_padding) if is_padding is not None else [False] * batch_size
+    infos = [_factutil_info(extra) for extra in extra_fields]
+
+    groups: dict[str, list[int]] = {}
+    for row in range(batch_size):
+        if not padding[row]:
+            groups.setdefault(str(uids[row]), []).append(row)
+
+    fallback: dict[str, str] = {}
+    rollouts: list[dict[str, Any]] = []
+    plans: list[_Plan] = []
+    for uid, rows in groups.items():
+        try:
+            group_rollouts, group_plans = _group_rollouts(uid, rows, keys, infos, rewards)
+        except _Unscorable as reason:
+            fallback[uid] = str(reason)
+            continue
+        rollouts.extend(group_rollouts)
+        plans.extend(group_plans)
+
+    result: ProcessAdvantages | None = None
+    values: dict[tuple[str, str], list[float]] = {}
+    if rollouts:
+        try:
+            result = compute_process_advantages(
+                rollouts, config, clusterer=clusterer, on_invalid_group="skip"
+            )
+        except Exception as error:
+            logger.exception("factutil scoring failed; the whole batch keeps GRPO advantages")
+            for plan in plans:
+                fallback.setdefault(plan.uid, f"scoring failed: {type(error).__name__}: {error}")
+        else:
+            fallback.update(result.skipped)
+            for record in result.actions:
+                values.setdefault((record.uid, record.rollout_id), []).append(record.advantage)
+
+    scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    for plan in plans:
+        if plan.uid in fallback:
+            continue
+        action_values = values.get((plan.uid, plan.rollout_id))
+        try:
+            if action_values is None:
+                raise _Unscorable(f"no result for rollout {plan.rollout_id!r}")
+            if plan.span:
+                row = plan.rows[0]
+                tokens = scatter_to_turns(np.asarray(action_values), mask[row])
+                scored.setdefault(plan.uid, []).append((row, torch.from_numpy(tokens)))
+            else:
+                if len(action_values) != len(plan.rows):
+                    raise _Unscorable(
+                        f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
+                        f"{len(plan.rows)} rows"
+                    )
+                for row, value in zip(plan.rows, action_values):
+                    tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
+                    scored.setdefault(plan.uid, []).append((row, tokens))
+        except (_Unscorable, ValueError) as reason:
+            fallback[plan.uid] = str(reason)
+    for uid, writes in scored.items():
+        if uid in fallback:
+            continue
+        if not all(bool(torch.isfinite(tokens).all()) for _, tokens in writes):
+            fallback[uid] = "non-finite advantage"
+            continue
+        for row, tokens in writes:
+            out[row] = tokens.to(torch.float32)
+
+    for uid, reason in fallback.items():
+        logger.warning("factutil: group %r keeps verl's GRPO advantage: %s", uid, reason)
+    out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+    metrics = _metrics(result, groups, fallback, started)
+    return FactAgentAdvantages(out, metrics, fallback, result)
+
+
+_PASSED_METRICS = (
+    "clusters",
+    "clusters_per_group",
+    "utility_mean",
+    "utility_min",
+    "utility_max",
+    "shaping_nonzero_share",
+    "actions",
+    "actions_invalid",
+    "actions_ignored",
+    "searches_repeated",
+    "answers_empty_store",
+    "rollouts_unanswered",
+    "em_mean",
+    "f1_mean",
+    "warnings",
+)
+
+
+def _metrics(
+    result: ProcessAdvantages | None,
+    groups: Mapping[str, list[int]],
+    fallback: Mapping[str, str],
+    started: float,
+) -> dict[str, float]:
+    """``factutil/*`` metrics: every value a finite float."""
+    metrics: dict[str, float] = {
+        "factutil/groups": float(len(groups)),
+        "factutil/groups_fallback": float(len(fallback)),
+        "factutil/groups_scored": float(len(groups) - len(fallback)),
+    }
+    if result is not None:
+        m = result.metrics
+        for name in _PASSED_METRICS:
+            if name in m:
+                metrics[f"factutil/{name}"] = float(m[name])
+        metrics["factutil/utility_spread"] = float(
+            m.get("utility_max", 0.0) - m.get("utility_min", 0.0)
+        )
+        for name, seconds in m.items():
+            if name.startswith("time_") and name.endswith("_s"):
+                metrics[f"factutil/{name[:-2]}_ms"] = 1000.0 * float(seconds)
+    metrics["factutil/time_adapter_ms"] = 1000.0 * (time.perf_counter() - started)
+    return {name: value if math.isfinite(value) else 0.0 for name, value in metrics.items()}

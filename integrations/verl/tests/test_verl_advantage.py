@@ -1,0 +1,290 @@
+"""The adapter's advantages on real verl code paths (SPEC §5): equal to the core, GRPO at Ω=0."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from factutil import FactUtilConfig, compute_process_advantages
+from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+from verl_testkit import SAMPLE, Rows
+
+from factutil_verl.advantage import action_item, compute_factagent_advantages
+from factutil_verl.config import factutil_config_from_verl
+
+
+def verl_v1_grpo(rows: Rows, norm_by_std: bool = True) -> torch.Tensor:
+    """verl's own V1 GRPO advantages of the batch (final row of each session, broadcast)."""
+    data = DataProto.from_dict(
+        tensors={
+            "response_mask": rows.response_mask.clone(),
+            "token_level_rewards": rows.rm_scores.clone(),
+        },
+        non_tensors={"uid": np.array(rows.uids, dtype=object)},
+    )
+    out = compute_advantage_for_multi_trajectories(
+        data,
+        batch_keys=rows.keys,
+        adv_estimator="grpo",
+        num_repeat=6,
+        norm_adv_by_std_in_grpo=norm_by_std,
+        config=None,
+    )
+    return out.batch["advantages"]
+
+
+def run(rows: Rows, config: FactUtilConfig, grpo: torch.Tensor | None = None, **kwargs):
+    return compute_factagent_advantages(
+        keys=rows.keys,
+        uids=rows.uids,
+        extra_fields=kwargs.pop("extra_fields", rows.extra_fields),
+        response_mask=rows.response_mask,
+        token_level_rewards=rows.rm_scores,
+        grpo_advantages=verl_v1_grpo(rows) if grpo is None else grpo,
+        config=config,
+        **kwargs,
+    )
+
+
+def test_sample_batch_equals_compute_process_advantages_action_by_action(sample_rows):
+    config = FactUtilConfig(mode="exact")
+    expected = compute_process_advantages(SAMPLE, config)
+    result = run(sample_rows, config)
+
+    assert result.fallback == {}
+    assert len(expected.actions) == len(sample_rows.keys) == 976
+    mask = sample_rows.response_mask.bool()
+    got = {(r.uid, r.rollout_id.rsplit("_", 1)[1], r.step): r for r in result.result.actions}
+    for record in expected.actions:
+        row = sample_rows.row_of_action[(record.uid, record.rollout_id, record.step)]
+        tokens = result.advantages[row]
+        assert torch.all(tokens[~mask[row]] == 0)
+        # verl keeps rewards in float32; R round-trips through it, so the outcome part may move an ulp.
+        np.testing.assert_allclose(
+            tokens[mask[row]].numpy(), record.advantage, rtol=1e-6, atol=1e-6
+        )
+        mine = got[(record.uid, record.rollout_id.rsplit("-", 1)[1], record.step)]
+        assert mine.action == record.action
+        assert mine.process_reward == record.process_reward  # process credit: bit for bit
+        assert mine.process_advantage == record.process_advantage
+        assert mine.new_clusters == record.new_clusters
+    assert result.metrics["factutil/clusters"] == expected.metrics["clusters"]
+    assert result.metrics["factutil/groups_scored"] == 30.0
+    assert result.metrics["factutil/groups_fallback"] == 0.0
+    assert result.metrics["factutil/utility_spread"] == pytest.approx(
+        expected.metrics["utility_max"] - expected.metrics["utility_min"]
+    )
+    assert 0.0 < result.metrics["factutil/shaping_nonzero_share"] < 1.0
+    assert all(name.startswith("factutil/") for name in result.metrics)
+    assert "factutil/time_cluster_ms" in result.metrics
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_omega_zero_is_verls_grpo_per_trajectory(sample_rows, norm_by_std):
+    config = factutil_config_from_verl(
+        {"norm_adv_by_std_in_grpo": norm_by_std, "factutil": {"omega": 0.0, "mode": "exact"}}
+    )
+    assert config.norm_by_std is norm_by_std
+    grpo = verl_v1_grpo(sample_rows, norm_by_std)
+    result = run(sample_rows, config, grpo=torch.zeros_like(grpo))
+    assert result.fallback == {}
+
+    # verl's registered GRPO estimator, called directly on the final row of each trajectory.
+    final_rows: dict[str, int] = {}
+    for row, key in enumerate(sample_rows.keys):
+        session = key.rsplit("_", 1)[0]
+        if session not in final_rows or int(
+            sample_rows.keys[final_rows[session]].rsplit("_", 1)[1]
+        ) < int(key.rsplit("_", 1)[1]):
+            final_rows[session] = row
+    finals = list(final_rows.values())
+    estimator = get_adv_estimator_fn("grpo")
+    advantages, _ = estimator(
+        token_level_rewards=sample_rows.rm_scores[finals],
+        response_mask=sample_rows.response_mask[finals],
+        index=np.array([sample_rows.uids[row] for row in finals], dtype=object),
+        norm_adv_by_std_in_grpo=norm_by_std,
+    )
+    per_trajectory = dict(zip(final_rows, advantages[:, 0].tolist()))
+    for row, key in enumerate(sample_rows.keys):
+        mask = sample_rows.response_mask[row].bool()
+        expected = per_trajectory[key.rsplit("_", 1)[0]]
+        np.testing.assert_allclose(
+            result.advantages[row][mask].numpy(), expected, rtol=1e-5, atol=1e-6
+        )
+    # ... and the whole (B, T) tensor equals verl's V1 multi-trajectory GRPO.
+    torch.testing.assert_close(result.advantages, grpo.float(), rtol=1e-5, atol=1e-6)
+    assert torch.count_nonzero(grpo) > 0
+
+
+def test_unscorable_groups_keep_grpo_and_never_nan(sample_rows):
+    config = FactUtilConfig(mode="exact")
+    grpo = verl_v1_grpo(sample_rows)
+    extras = copy.deepcopy(sample_rows.extra_fields)
+    uid_missing, uid_no_gold, uid_bad_step = sorted(set(sample_rows.uids))[:3]
+    extras[sample_rows.uids.index(uid_missing)] = {}
+    for row, uid in enumerate(sample_rows.uids):
+        if uid == uid_no_gold:
+            extras[row]["factutil"]["golden_answers"] = []
+    extras[sample_rows.uids.index(uid_bad_step)]["factutil"]["step"] = "first"
+
+    result = run(sample_rows, config, grpo=grpo, extra_fields=extras)
+
+    assert set(result.fallback) == {uid_missing, uid_no_gold, uid_bad_step}
+    assert "no extra_fields" in result.fallback[uid_missing]
+    assert "golden_answers" in result.fallback[uid_no_gold]
+    assert "step must be an int" in result.fallback[uid_bad_step]
+    assert result.metrics["factutil/groups_fallback"] == 3.0
+    assert result.metrics["factutil/groups_scored"] == 27.0
+    assert torch.isfinite(result.advantages).all()
+    for row, uid in enumerate(sample_rows.uids):
+        if uid in result.fallback:
+            assert torch.equal(result.advantages[row], grpo[row].float())
+    scored = [row for row, uid in enumerate(sample_rows.uids) if uid not in result.fallback]
+    assert not torch.equal(result.advantages[scored], grpo[scored].float())
+
+
+def test_a_failing_scorer_keeps_grpo_for_the_whole_batch(sample_rows):
+    class Broken:
+        def __init__(self):
+            self.metrics: dict[str, float] = {}
+
+        def cluster_batch(self, facts_per_group):
+            raise RuntimeError("embedding server down")
+
+    grpo = verl_v1_grpo(sample_rows)
+    result = run(sample_rows, FactUtilConfig(mode="exact"), grpo=grpo, clusterer=Broken())
+    assert len(result.fallback) == 30
+    assert all("embedding server down" in reason for reason in result.fallback.values())
+    assert torch.equal(result.advantages, grpo.float())
+    assert result.result is None
+
+
+def test_padding_rows_are_left_as_verl_wrote_them(sample_rows):
+    rows = copy.deepcopy(sample_rows)
+    # verl pads a batch with copies of its first sample under a fresh uid and is_padding tags.
+    rows.keys.append("padabc_0_0")
+    rows.uids.append("padabc")
+    rows.extra_fields.append(copy.deepcopy(rows.extra_fields[0]))
+    rows.response_mask = torch.cat(
+        [rows.response_mask, torch.zeros(1, rows.response_mask.shape[1], dtype=torch.int64)]
+    )
+    rows.rm_scores = torch.cat([rows.rm_scores, torch.zeros(1, rows.rm_scores.shape[1])])
+    grpo = verl_v1_grpo(rows)
+    grpo[-1] = 7.0
+    flags = [False] * (len(rows.keys) - 1) + [True]
+    result = run(rows, FactUtilConfig(mode="exact"), grpo=grpo, is_padding=flags)
+    assert result.fallback == {}
+    assert torch.all(result.advantages[-1] == 7.0)
+    assert result.metrics["factutil/groups"] == 30.0
+
+
+def _span_row(uid: str, session: int, actions: list[dict], mask: list[int], reward: float):
+    return {
+        "key": f"{uid}_{session}_0",
+        "uid": uid,
+        "extra": {
+            "factutil": {
+                "actions": actions,
+                "question": "Who directed Z?",
+                "golden_answers": ["Ann"],
+            }
+        },
+        "mask": mask,
+        "reward": reward,
+    }
+
+
+SEARCH = {"kind": "search", "query": "Z director", "triples": None, "answer": None, "error": None}
+ASSERT = {
+    "kind": "assert",
+    "query": None,
+    "triples": [["Z", "directed by", "Ann"]],
+    "answer": None,
+    "error": None,
+}
+ANSWER = {"kind": "answer", "query": None, "triples": None, "answer": "Ann", "error": None}
+WRONG = {"kind": "answer", "query": None, "triples": None, "answer": "Bob", "error": None}
+
+
+def test_span_layout_scatters_each_action_onto_its_turn_including_a_truncated_last_turn():
+    rows = [
+        # three turns, observations (0s) between them
+        _span_row("q", 0, [SEARCH, ASSERT, ANSWER], [1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 0, 0], 1.0),
+        # cut inside its second turn: the third action has no tokens left
+        _span_row("q", 1, [SEARCH, ASSERT, WRONG], [1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1], 0.0),
+        _span_row("q", 2, [SEARCH, WRONG], [1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0], 0.0),
+    ]
+    mask = torch.tensor([r["mask"] for r in rows])
+    scores = torch.zeros(mask.shape)
+    for i, r in enumerate(rows):
+        scores[i, max(j for j, m in enumerate(r["mask"]) if m)] = r["reward"]
+    config = FactUtilConfig(mode="exact")
+    result = compute_factagent_advantages(
+        keys=[r["key"] for r in rows],
+        uids=[r["uid"] for r in rows],
+        extra_fields=[r["extra"] for r in rows],
+        response_mask=mask,
+        token_level_rewards=scores,
+        grpo_advantages=torch.zeros(mask.shape),
+        config=config,
+    )
+    assert result.fallback == {}
+    expected = compute_process_advantages(
+        [
+            {
+                "uid": "q",
+                "question": "Who directed Z?",
+                "golden_answers": ["Ann"],
+                "rollout_id": f"q_{i}",
+                "reward": r["reward"],
+                "actions": [action_item(x) for x in r["extra"]["factutil"]["actions"]],
+            }
+            for i, r in enumerate(rows)
+        ],
+        config,
+    )
+    adv = {(rec.rollout_id, rec.step): np.float32(rec.advantage) for rec in expected.actions}
+    a = adv
+    assert result.advantages[0].tolist() == [
+        a["q_0", 0],
+        a["q_0", 0],
+        0,
+        0,
+        a["q_0", 1],
+        a["q_0", 1],
+        a["q_0", 1],
+        0,
+        a["q_0", 2],
+        a["q_0", 2],
+        0,
+        0,
+    ]
+    assert result.advantages[1].tolist() == [a["q_1", 0], a["q_1", 0], 0, 0] + [a["q_1", 1]] * 8
+    assert result.advantages[2].tolist() == [a["q_2", 0], 0, a["q_2", 1], a["q_2", 1]] + [0] * 8
+    assert (
+        a["q_0", 1] > a["q_2", 0]
+    )  # the assert that found the answer earns more than a bare search
+
+
+def test_span_layout_with_more_turns_than_actions_falls_back():
+    mask = torch.tensor([[1, 0, 1, 0, 1], [1, 1, 0, 0, 0]])
+    grpo = torch.tensor([[0.5, 0, 0.5, 0, 0.5], [-0.5, -0.5, 0, 0, 0]])
+    result = compute_factagent_advantages(
+        keys=["q_0_0", "q_1_0"],
+        uids=["q", "q"],
+        extra_fields=[
+            {"factutil": {"actions": [SEARCH, ANSWER], "question": "?", "golden_answers": ["Ann"]}},
+            {"factutil": {"actions": [WRONG], "question": "?", "golden_answers": ["Ann"]}},
+        ],
+        response_mask=mask,
+        token_level_rewards=torch.tensor([[0, 0, 0, 0, 1.0], [0, 1.0, 0, 0, 0]]),
+        grpo_advantages=grpo,
+        config=FactUtilConfig(mode="exact"),
+    )
+    assert "3 turns but only 2 actions" in result.fallback["q"]
+    assert torch.equal(result.advantages, grpo)

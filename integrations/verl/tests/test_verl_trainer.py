@@ -1,0 +1,144 @@
+"""The ``factutil`` trainer mode end to end through verl's TransferQueue (Ray, CPU only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from factutil import FactUtilConfig, compute_process_advantages
+from verl_testkit import SAMPLE, Rows
+
+ray = pytest.importorskip("ray")
+tq = pytest.importorskip("transfer_queue")
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """A local Ray instance with one TransferQueue storage unit (reused if one is running)."""
+    from omegaconf import OmegaConf
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    if started:
+        ray.shutdown()
+
+
+def put_rows(rows: Rows, partition: str, with_extra_fields: bool = True):
+    """Write rows the way verl's AgentLoopWorkerTQ does (jagged tensors, non-tensor extra_fields)."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    fields, tags = [], []
+    for row, key in enumerate(rows.keys):
+        length = int(rows.response_mask[row].sum())
+        field = {
+            "uid": rows.uids[row],
+            "responses": torch.arange(length, dtype=torch.int64),
+            "response_mask": rows.response_mask[row, :length].clone(),
+            "rm_scores": rows.rm_scores[row, :length].clone(),
+        }
+        if with_extra_fields:
+            field["extra_fields"] = rows.extra_fields[row]
+        fields.append(field)
+        tags.append({"status": "success", "seq_len": 8 + length, "response_len": length})
+    return tq.kv_batch_put(
+        keys=list(rows.keys),
+        partition_id=partition,
+        fields=list_of_dict_to_tensordict(fields),
+        tags=tags,
+    )
+
+
+def read_advantages(meta) -> list[torch.Tensor]:
+    data = tq.kv_batch_get(
+        keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages", "returns"]
+    )
+    advantages = data["advantages"].unbind()
+    assert all(torch.equal(a, r) for a, r in zip(advantages, data["returns"].unbind()))
+    return list(advantages)
+
+
+def make_trainer(verl_config, *overrides: str):
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    config = verl_config(
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=6",
+        "trainer.v1.trainer_mode=factutil",
+        "+algorithm.factutil.mode=exact",
+        *overrides,
+    )
+    return get_trainer_cls(config.trainer.v1.trainer_mode)(config)
+
+
+def test_trainer_is_verls_sync_trainer(verl_config):
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    from factutil_verl.trainer import FactUtilTrainer
+
+    trainer = make_trainer(verl_config, "+algorithm.factutil.omega=0.3")
+    assert type(trainer) is FactUtilTrainer and isinstance(trainer, PPOTrainerSync)
+    # verl takes its async paths whenever trainer_mode != "sync": this trainer must not.
+    assert trainer.trainer_mode == "sync" and trainer.registered_mode == "factutil"
+    assert type(trainer.replay_buffer) is ReplayBuffer
+    assert trainer.factutil_config.omega == 0.3
+
+
+def test_compute_advantage_through_transfer_queue_equals_the_core(
+    transfer_queue, sample_rows, verl_config
+):
+    trainer = make_trainer(verl_config)
+    meta = put_rows(sample_rows, "train")
+    metrics: dict[str, float] = {}
+
+    returned = trainer._compute_advantage(meta, metrics)
+
+    assert list(returned.keys) == list(meta.keys)
+    expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
+    advantages = read_advantages(meta)
+    for record in expected.actions:
+        row = sample_rows.row_of_action[(record.uid, record.rollout_id, record.step)]
+        tokens = advantages[row]
+        assert tokens.shape[0] == int(sample_rows.response_mask[row].sum())
+        np.testing.assert_allclose(tokens.numpy(), record.advantage, rtol=1e-6, atol=1e-6)
+    assert metrics["factutil/batch_fallback"] == 0.0
+    assert metrics["factutil/groups_scored"] == 30.0
+    assert metrics["factutil/clusters"] == expected.metrics["clusters"]
+    assert metrics["factutil/time_trainer_ms"] > 0
+
+
+def test_a_batch_without_extra_fields_keeps_verls_grpo(transfer_queue, sample_rows, verl_config):
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    trainer = make_trainer(verl_config)
+    rows = Rows(
+        keys=[f"x{key}" for key in sample_rows.keys],
+        uids=[f"x{uid}" for uid in sample_rows.uids],
+        extra_fields=sample_rows.extra_fields,
+        response_mask=sample_rows.response_mask,
+        rm_scores=sample_rows.rm_scores,
+        lines=[],
+        row_of_action={},
+    )
+    meta = put_rows(rows, "train", with_extra_fields=False)
+    metrics: dict[str, float] = {}
+    trainer._compute_advantage(meta, metrics)
+
+    grpo = compute_advantage_for_multi_trajectories(
+        DataProto.from_dict(
+            tensors={"response_mask": rows.response_mask, "token_level_rewards": rows.rm_scores},
+            non_tensors={"uid": np.array(rows.uids, dtype=object)},
+        ),
+        batch_keys=rows.keys,
+        adv_estimator="grpo",
+        num_repeat=6,
+    ).batch["advantages"]
+    for row, tokens in enumerate(read_advantages(meta)):
+        assert torch.isfinite(tokens).all()
+        torch.testing.assert_close(tokens, grpo[row, : tokens.shape[0]].float())
+    assert metrics["factutil/batch_fallback"] == 1.0
