@@ -1117,15 +1117,15 @@ def run_semantic(
     return score(groups, labels, name, threshold, time.perf_counter() - clock)
 
 
-def default_embedder(device: str | None = None) -> MemoEmbedder:
-    """The bundled all-MiniLM-L6-v2 (``factutil.embed.SentenceTransformerEmbedder``), offline."""
+def default_embedder(device: str | None = None, backend: str = "minilm") -> MemoEmbedder:
+    """The embedder of ``backend`` (default the bundled all-MiniLM-L6-v2), offline."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from factutil.embed import SentenceTransformerEmbedder
+    from factutil.embed import make_embedder
 
-    return MemoEmbedder(SentenceTransformerEmbedder(device=device))
+    return MemoEmbedder(make_embedder(backend, device=device))
 
 
 def evaluate(
@@ -1319,6 +1319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "so its scores are optimistic), heldout (never tuned on), or a JSONL "
                              "file")
     parser.add_argument("--device", default=None, help="torch device for the embedder")
+    parser.add_argument("--backend", default="minilm", choices=("minilm", "minilm-int8", "static"),
+                        help="embedding backend (FactUtilConfig.embedding_backend)")
     parser.add_argument("--errors", nargs="?", type=float, const=-2.0, default=None,
                         metavar="THRESHOLD",
                         help="list embedding+filters' forbidden merges and missed paraphrases at "
@@ -1354,7 +1356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print("[red]factutil.cluster.SemanticClusterer is missing (issue #3): nothing to "
                       "compare with exact[/]")
         return 1
-    rows, embed_seconds = evaluate(groups, thresholds, default_embedder(args.device))
+    rows, embed_seconds = evaluate(groups, thresholds, default_embedder(args.device, args.backend))
     name = args.set if args.set in SETS else "a set file"
     info = {"name": name, "path": _shown_path(set_path)} | composition(
         [i for g in groups for i in g]) | {"embed_seconds": embed_seconds}

@@ -36,12 +36,19 @@ def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) 
     n = values.size
     if n <= 1 or values.min() == values.max():
         return np.zeros(n, dtype=np.float64)
-    mean = math.fsum(values.tolist()) / n
-    centred = values - mean
+    # Huge values (|x| > 2**500) would overflow the sum or the squares: work on x * 2**-e instead.
+    # Scaling by a power of two is exact, so the result is bit-identical wherever the unscaled
+    # formula is finite, and finite (or, without std, as large as x - mean really is) elsewhere.
+    exponent = int(np.frexp(np.max(np.abs(values)))[1])
+    exponent = exponent if exponent > 500 else 0
+    scaled = np.ldexp(values, -exponent)
+    mean = math.fsum(scaled.tolist()) / n
+    centred = scaled - mean
     if not by_std:
-        return centred
+        with np.errstate(over="ignore"):  # an overflow here is real; the caller checks finiteness
+            return np.ldexp(centred, exponent)
     std = math.sqrt(math.fsum((centred * centred).tolist()) / (n - 1))
-    return centred / (std + eps)
+    return centred / (std + math.ldexp(eps, -exponent))
 
 
 def outcome_advantages(

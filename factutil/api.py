@@ -8,6 +8,7 @@ walks the groups, feeds those pure functions and assembles the records.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -35,7 +36,7 @@ from factutil.schema import (
     Rollout,
     SearchAction,
 )
-from factutil.shaping import KIND_CODES, rollout_process_rewards
+from factutil.shaping import KIND_CODES, PAD, cluster_gain, process_rewards
 from factutil.utility import cluster_utilities
 
 logger = logging.getLogger("factutil")
@@ -285,16 +286,15 @@ def _repeated_searches(effective: list[Any]) -> np.ndarray:
 
 
 def _cluster_members(
-    rollouts: list[_RolloutWork], label_of: dict[str, int], config: FactUtilConfig
+    rollouts: list[_RolloutWork], label_of: dict[str, int]
 ) -> dict[int, list[list[str]]]:
     """Distinct original triples of each cluster, sorted (for display, SPEC §8)."""
     members: dict[int, set[tuple[str, str, str]]] = {}
     for item in rollouts:
-        for action in item.effective:
+        for action, texts in zip(item.effective, item.texts_per_action):
             if isinstance(action, AssertAction):
-                for triple in action.triples:
-                    label = label_of[triple_text(triple, config.triple_template)]
-                    members.setdefault(label, set()).add(
+                for triple, text in zip(action.triples, texts):
+                    members.setdefault(label_of[text], set()).add(
                         (triple.subject, triple.relation, triple.object)
                     )
     return {label: [list(t) for t in sorted(found)] for label, found in members.items()}
@@ -331,11 +331,30 @@ def compute_process_advantages(
         factutil.io.InputError: a bad input file (every problem as ``FILE:LINE: field: ...``).
         ValueError: a uid shared by two groups.
     """
-    started = time.perf_counter()
     if config is None:
         config = FactUtilConfig()
     elif not isinstance(config, FactUtilConfig):
         config = FactUtilConfig.model_validate(dict(config))
+    # A step allocates ~10 objects per action and frees them together; generational collections
+    # in the middle of it cost more than half of validation time, and find no cycles to free.
+    paused = config.pause_gc and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _compute(groups, config, clusterer, on_invalid_group)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _compute(
+    groups: GroupsInput,
+    config: FactUtilConfig,
+    clusterer: Clusterer | None,
+    on_invalid_group: str,
+) -> ProcessAdvantages:
+    """The body of :func:`compute_process_advantages` (config already validated)."""
+    started = time.perf_counter()
     warnings: list[str] = []
 
     def warn(message: str) -> None:
@@ -384,14 +403,12 @@ def compute_process_advantages(
     group_labels = clusterer.cluster_batch(group_facts)
     timings["cluster"] = time.perf_counter() - clock
 
-    action_records: list[ActionRecord] = []
-    rollout_records: list[RolloutRecord] = []
+    # 3. Utilities per group (SPEC §3); rows in rollout_id order so sums never depend on input order.
+    clock = time.perf_counter()
     cluster_records: list[ClusterRecord] = []
-    stage = {"utility": 0.0, "shaping": 0.0, "advantage": 0.0}
-    counts = {"searches_repeated": 0}
+    label_maps: list[dict[str, int]] = []
+    utilities: list[np.ndarray] = []
     for group, rollouts, texts, labels in zip(batch, work, group_texts, group_labels):
-        # 3. Utilities (SPEC §3); rows in rollout_id order so sums never depend on input order.
-        clock = time.perf_counter()
         label_of = dict(zip(texts, labels.tolist()))
         n_clusters = int(labels.max()) + 1 if len(labels) else 0
         order = sorted(range(len(rollouts)), key=lambda i: rollouts[i].rollout.rollout_id)
@@ -402,111 +419,115 @@ def compute_process_advantages(
                     membership[row, label_of[text]] = True
         success = np.array([rollouts[i].record.success for i in order], dtype=np.float64)
         table = cluster_utilities(membership, success, config.epsilon)
-        members = _cluster_members(rollouts, label_of, config)
-        for cluster_id in range(n_clusters):
+        members = _cluster_members(rollouts, label_of)
+        for cluster_id, (n, s, mean, utility) in enumerate(
+            zip(table.n.tolist(), table.s.tolist(), table.mean.tolist(), table.utility.tolist())
+        ):
             cluster_records.append(
-                ClusterRecord(
-                    uid=group.uid,
-                    cluster_id=cluster_id,
-                    members=members.get(cluster_id, []),
-                    n=int(table.n[cluster_id]),
-                    s=float(table.s[cluster_id]),
-                    mean=float(table.mean[cluster_id]),
-                    utility=float(table.utility[cluster_id]),
-                )
+                ClusterRecord(group.uid, cluster_id, members.get(cluster_id, []), n, s, mean, utility)
             )
-        stage["utility"] += time.perf_counter() - clock
+        label_maps.append(label_of)
+        utilities.append(table.utility)
+    timings["utility"] = time.perf_counter() - clock
 
-        # 4. Potentials, shaping, back-credit and penalties per rollout (SPEC §4).
-        clock = time.perf_counter()
-        parts = []
+    # 4. Potentials, shaping, back-credit and penalties, every rollout of the batch at once (SPEC §4).
+    clock = time.perf_counter()
+    items = [item for rollouts in work for item in rollouts]
+    steps = max((len(item.effective) for item in items), default=0)
+    kinds = np.full((len(items), steps), PAD, dtype=np.int8)
+    gain = np.zeros((len(items), steps), dtype=np.float64)
+    added_count = np.zeros((len(items), steps), dtype=np.int64)
+    repeated = np.zeros((len(items), steps), dtype=bool)
+    new_clusters: list[list[list[int]]] = []
+    row = 0
+    for rollouts, label_of, utility in zip(work, label_maps, utilities):
         for item in rollouts:
-            kinds = np.array([KIND_CODES[a.action] for a in item.effective], dtype=np.int8)
             store: set[int] = set()
-            new_clusters = []
-            for action_texts in item.texts_per_action:
+            row_clusters = []
+            for t, (action, action_texts) in enumerate(zip(item.effective, item.texts_per_action)):
+                kinds[row, t] = KIND_CODES[action.action]
                 added = sorted({label_of[text] for text in action_texts} - store)
-                store.update(added)
-                new_clusters.append(np.array(added, dtype=np.int64))
-            repeated = _repeated_searches(item.effective)
-            counts["searches_repeated"] += int(repeated.sum())
-            rewards = rollout_process_rewards(
-                kinds,
-                new_clusters,
-                table.utility,
-                repeated,
-                gamma=config.gamma,
-                alpha=config.alpha,
-                invalid_penalty=config.invalid_penalty,
-                repeat_search_penalty=config.repeat_search_penalty,
-                empty_store_answer_penalty=config.empty_store_answer_penalty,
-            )
-            parts.append((new_clusters, rewards))
-        stage["shaping"] += time.perf_counter() - clock
+                if added:
+                    store.update(added)
+                    gain[row, t] = cluster_gain(added, utility)
+                    added_count[row, t] = len(added)
+                row_clusters.append(added)
+            repeated[row, : len(item.effective)] = _repeated_searches(item.effective)
+            new_clusters.append(row_clusters)
+            row += 1
+    parts = process_rewards(
+        kinds,
+        gain,
+        added_count,
+        repeated,
+        gamma=config.gamma,
+        alpha=config.alpha,
+        invalid_penalty=config.invalid_penalty,
+        repeat_search_penalty=config.repeat_search_penalty,
+        empty_store_answer_penalty=config.empty_store_answer_penalty,
+    )
+    counts = {"searches_repeated": int(repeated.sum())}
+    timings["shaping"] = time.perf_counter() - clock
 
-        # 5. Advantages (SPEC §5).
-        clock = time.perf_counter()
+    # 5. Advantages per group (SPEC §5), then one record per input action.
+    clock = time.perf_counter()
+    action_records: list[ActionRecord] = []
+    rollout_records: list[RolloutRecord] = []
+    shaping_rows = parts.shaping.tolist()
+    credit_rows = parts.back_credit.tolist()
+    penalty_rows = parts.penalty.tolist()
+    reward_rows = parts.process_reward.tolist()
+    row = 0
+    for group, rollouts in zip(batch, work):
+        first = row
         a_out = outcome_advantages(
             np.array([item.record.outcome_reward for item in rollouts], dtype=np.float64),
             eps=config.norm_eps,
             norm_by_std=config.norm_by_std,
         )
-        rollout_index = np.concatenate(
-            [np.full(len(item.effective), i, dtype=np.int64) for i, item in enumerate(rollouts)]
-        ) if rollouts else np.zeros(0, dtype=np.int64)
-        process_reward = np.concatenate([rewards.process_reward for _, rewards in parts])
+        lengths = [len(item.effective) for item in rollouts]
+        process_reward = (
+            parts.process_reward[first : first + len(rollouts)][kinds[first : first + len(rollouts)] != PAD]
+            if rollouts else np.zeros(0)
+        )
         a_proc = process_advantages(process_reward, eps=config.norm_eps, mode=config.process_norm)
-        total = total_advantages(a_out, a_proc, rollout_index, omega=config.omega)
+        rollout_index = np.repeat(np.arange(len(rollouts), dtype=np.int64), lengths)
+        total = total_advantages(a_out, a_proc, rollout_index, omega=config.omega).tolist()
+        a_proc = a_proc.tolist()
         offset = 0
-        for i, (item, (new_clusters, rewards)) in enumerate(zip(rollouts, parts)):
-            item.record.outcome_advantage = float(a_out[i])
+        for i, item in enumerate(rollouts):
+            outcome_advantage = float(a_out[i])
+            item.record.outcome_advantage = outcome_advantage
             rollout_records.append(item.record)
+            uid, rollout_id, reward = group.uid, item.rollout.rollout_id, item.record.outcome_reward
+            shaping, credit, penalty = shaping_rows[row], credit_rows[row], penalty_rows[row]
+            rewards, clusters = reward_rows[row], new_clusters[row]
             for t, action in enumerate(item.rollout.actions):
-                if t < len(item.effective):
+                if t < lengths[i]:
                     k = offset + t
-                    action_records.append(
-                        ActionRecord(
-                            uid=group.uid,
-                            rollout_id=item.rollout.rollout_id,
-                            step=t,
-                            action=action.action,
-                            shaping=float(rewards.shaping[t]),
-                            back_credit=float(rewards.back_credit[t]),
-                            penalty=float(rewards.penalty[t]),
-                            process_reward=float(rewards.process_reward[t]),
-                            outcome_reward=item.record.outcome_reward,
-                            outcome_advantage=float(a_out[i]),
-                            process_advantage=float(a_proc[k]),
-                            advantage=float(total[k]),
-                            new_clusters=new_clusters[t].tolist(),
-                        )
-                    )
+                    action_records.append(ActionRecord(
+                        uid, rollout_id, t, action.action, shaping[t], credit[t], penalty[t],
+                        rewards[t], reward, outcome_advantage, a_proc[k], total[k], clusters[t],
+                    ))
                 else:
-                    action_records.append(
-                        ActionRecord(
-                            uid=group.uid,
-                            rollout_id=item.rollout.rollout_id,
-                            step=t,
-                            action=action.action,
-                            shaping=0.0,
-                            back_credit=0.0,
-                            penalty=0.0,
-                            process_reward=0.0,
-                            outcome_reward=item.record.outcome_reward,
-                            outcome_advantage=0.0,
-                            process_advantage=0.0,
-                            advantage=0.0,
-                            new_clusters=[],
-                            ignored=True,
-                        )
-                    )
-            offset += len(item.effective)
-        stage["advantage"] += time.perf_counter() - clock
-    timings.update(stage)
+                    action_records.append(ActionRecord(
+                        uid, rollout_id, t, action.action, 0.0, 0.0, 0.0, 0.0, reward, 0.0, 0.0,
+                        0.0, [], ignored=True,
+                    ))
+            offset += lengths[i]
+            row += 1
+    timings["advantage"] = time.perf_counter() - clock
 
-    advantages = np.array([record.advantage for record in action_records], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        advantages = np.array([record.advantage for record in action_records], dtype=np.float32)
     if not np.all(np.isfinite(advantages)):
-        raise FloatingPointError("non-finite advantage computed; this is a bug, please report it")
+        bad = action_records[int(np.flatnonzero(~np.isfinite(advantages))[0])]
+        raise FloatingPointError(
+            f"advantage of group {bad.uid!r} rollout {bad.rollout_id!r} step {bad.step} is "
+            f"{bad.advantage!r} (outcome_advantage {bad.outcome_advantage!r}, process_advantage "
+            f"{bad.process_advantage!r}, omega {config.omega!r}): outside float32; lower omega, "
+            f"set norm_by_std=true or rescale the rewards"
+        )
     timings["total"] = time.perf_counter() - started
     metrics = _metrics(batch, action_records, rollout_records, cluster_records, warnings, timings)
     metrics.update({name: float(value) for name, value in counts.items()})
@@ -524,7 +545,12 @@ def compute_process_advantages(
 
 
 def _mean(values: list[float]) -> float:
-    return math.fsum(values) / len(values) if values else 0.0
+    if not values:
+        return 0.0
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:  # rewards near the float range: the exact sum overflows, the mean not
+        return math.fsum(value / len(values) for value in values)
 
 
 def _metrics(

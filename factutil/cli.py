@@ -92,7 +92,11 @@ def _score(path: Path, config_path: Path | None, sets: list[str] | None) -> Proc
     except OSError as error:
         errors.print(f"{path}: cannot read: {error.strerror or error}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    return compute_process_advantages(groups, config)
+    try:
+        return compute_process_advantages(groups, config)
+    except FloatingPointError as error:  # an advantage beyond float32: config or rewards too big
+        errors.print(f"{path}: {error}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 ConfigOption = Annotated[

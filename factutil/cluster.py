@@ -14,20 +14,19 @@ depend on the order of rollouts, actions or triples.
 
 from __future__ import annotations
 
-import re
 import time
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from factutil.embed import Embedder, EmbeddingCache, SentenceTransformerEmbedder, embed_unique
+from factutil.embed import Embedder, EmbeddingCache, embed_unique, make_embedder
 from factutil.schema import FactUtilConfig, Triple
 
 DEFAULT_TEMPLATE = "{subject} | {relation} | {object}"
 
-_WHITESPACE = re.compile(r"\s+")
 
 
 def normalize_fact_text(text: str) -> str:
@@ -35,7 +34,8 @@ def normalize_fact_text(text: str) -> str:
 
     Also used for search queries when detecting a repeated search (SPEC §5).
     """
-    return _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    # str.split() splits on exactly the characters re's \s matches (str.isspace), and is faster.
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def triple_text(triple: Triple, template: str = DEFAULT_TEMPLATE) -> str:
@@ -307,8 +307,8 @@ class SemanticClusterer:
     Args:
         config: a :class:`FactUtilConfig` (``sim_threshold``, ``filters``, embedding and index
             fields).
-        embedder: any :class:`~factutil.embed.Embedder`; None = :class:`SentenceTransformerEmbedder`
-            per ``config``.
+        embedder: any :class:`~factutil.embed.Embedder`; None = the one ``config.embedding_backend``
+            names (:func:`~factutil.embed.make_embedder`).
         cache: an :class:`~factutil.embed.EmbeddingCache` to reuse; None creates one bounded by
             ``config.cache_max_entries`` / ``config.cache_max_bytes``.
 
@@ -323,7 +323,8 @@ class SemanticClusterer:
         cache: EmbeddingCache | None = None,
     ):
         self.config = config if config is not None else FactUtilConfig(mode="semantic")
-        self.embedder = embedder if embedder is not None else SentenceTransformerEmbedder(
+        self.embedder = embedder if embedder is not None else make_embedder(
+            self.config.embedding_backend,
             self.config.embedding_model,
             device=self.config.embedding_device,
             batch_size=self.config.embedding_batch_size,
@@ -331,7 +332,31 @@ class SemanticClusterer:
         self.cache = cache if cache is not None else EmbeddingCache(
             self.config.cache_max_entries, self.config.cache_max_bytes
         )
+        # Filter analyses keyed by the exact parts (analysis reads letter case), LRU-bounded.
+        self._features: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self.metrics: dict[str, float] = {}
+
+    def warmup(self) -> None:
+        """Load the embedding model and the filters' unit tables now rather than in the first step."""
+        self.embedder.encode(["warm up"])
+        if self.config.filters or self.config.key_edges:
+            from factutil.filters import analyze
+
+            analyze("warm up", "length", "5 km")
+
+    def _analysis(self, fact: Triple) -> Any:
+        from factutil.filters import analyze
+
+        key = (fact.subject, fact.relation, fact.object)
+        found = self._features.get(key)
+        if found is None:
+            found = analyze(*key)
+            self._features[key] = found
+            if len(self._features) > self.config.cache_max_entries:
+                self._features.popitem(last=False)
+        else:
+            self._features.move_to_end(key)
+        return found
 
     def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]]) -> list[np.ndarray]:
         """Canonical labels per group (see :class:`Clusterer`)."""
@@ -352,13 +377,13 @@ class SemanticClusterer:
         features: dict[str, Any] = {}
         enabled: list[tuple[str, Callable[[Any, Any], str | None]]] = []
         if analyse:
-            from factutil.filters import FILTERS, analyze
+            from factutil.filters import FILTERS
 
             enabled = [(name, FILTERS[name]) for name in config.filters]
             for facts, texts in zip(facts_per_group, texts_per_group):
                 for fact, text in zip(facts, texts):
                     if text not in features:
-                        features[text] = analyze(fact.subject, fact.relation, fact.object)
+                        features[text] = self._analysis(fact)
         timings["filters"] += time.perf_counter() - clock
 
         vetoes = dict.fromkeys(config.filters, 0)

@@ -499,8 +499,11 @@ def fold(text: str) -> str:
         The folded string, single-spaced and stripped ("Xi'an" → "xian", "Armando Bó" →
         "armando bo", "Robbe-Grillet" → "robbe grillet").
     """
-    decomposed = unicodedata.normalize("NFKD", text.translate(_NO_DECOMPOSITION))
-    plain = "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+    if text.isascii():  # nothing to translate or decompose; casefold is lower() on ASCII
+        plain = text.lower()
+    else:
+        decomposed = unicodedata.normalize("NFKD", text.translate(_NO_DECOMPOSITION))
+        plain = "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
     return _NON_WORD.sub(" ", _APOSTROPHES.sub("", plain)).strip()
 
 
@@ -558,15 +561,20 @@ _WHOLE_OBJECT_NEGATIONS = {"no": "yes", "false": "true", "none": "", "never": ""
 _DYNAMIC_PREFIXES = ("non", "un")
 
 
-def _words(text: str) -> list[tuple[str, bool]]:
+@lru_cache(maxsize=16384)
+def _words(text: str) -> tuple[tuple[str, bool], ...]:
     """(folded word, written in lower case) for every word; folding may split a word."""
     out = []
-    for match in _WORD.finditer(text):
-        raw = match.group()
-        lower = not any(c.isupper() for c in raw)
+    for raw in _WORD.findall(text):
+        if raw.isascii() and raw.isalnum():  # fold() would only lower it; upper case is A-Z
+            low = raw.lower()
+            out.append((low, low == raw))
+            continue
+        # str.islower() is False as soon as one character is upper case, so a True skips the scan
+        lower = raw.islower() or not any(c.isupper() for c in raw)
         for piece in fold(raw).split():
             out.append((piece, lower))
-    return out
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -597,6 +605,8 @@ _DATE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("md", rf"\b{_MON}\s+(?P<d>\d{{1,2}}){_ORD}\b(?![.,]?\d)"),
     )
 )
+# a necessary condition for _MON (each alternative starts with one of these, same case rules)
+_MONTH_HINT = re.compile(r"(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
 _DECADE = re.compile(r"(?<![\w.])(?P<y>\d{2,3}0)['’]?s\b")
 _ERA_YEAR = re.compile(
     r"(?<![\w.])(?:(?P<y1>\d{1,4})\s*(?P<era>BCE|BC|B\.C\.|AD|A\.D\.|CE)\b"
@@ -743,20 +753,37 @@ def _blank(text: str, start: int, end: int) -> str:
     return text[:start] + " " * (end - start) + text[end:]
 
 
+def _blank_spans(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    """``text`` with every span blanked, in one pass (one ``_blank`` per span is quadratic)."""
+    pieces, last = [], 0
+    for start, end in sorted(spans):
+        start = max(start, last)
+        if end > start:
+            pieces += [text[last:start], " " * (end - start)]
+            last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
 def _extract_dates(text: str, values: list[tuple]) -> str:
+    # Each pass takes every valid match and blanks them all at once; passes repeat while one
+    # finds more (blanking can free a date glued to another), so a long text costs passes x
+    # length, not dates x length.
+    # Five patterns need a month name; blanking only removes text, so one look suffices.
+    has_month = _MONTH_HINT.search(text) is not None
     for kind, pattern in _DATE_PATTERNS:
+        if not has_month and kind not in ("ymd", "num"):
+            continue
         while True:
-            found = None
-            for match in pattern.finditer(text):
-                value = _date_value(kind, match)
-                if value is not None:
-                    found = (match, value)
-                    break
-            if found is None:
+            found = [
+                (match.span(), value)
+                for match in pattern.finditer(text)
+                if (value := _date_value(kind, match)) is not None
+            ]
+            if not found:
                 break
-            match, value = found
-            values.append(value)
-            text = _blank(text, match.start(), match.end())
+            values.extend(value for _, value in found)
+            text = _blank_spans(text, [span for span, _ in found])
     return text
 
 
@@ -885,9 +912,7 @@ def _extract_numbers(text: str, values: list[tuple]) -> str:
             base = (number + offset) * factor
             values.append(("qty", dimension, _round(base), _round(number), label))
         spans.append((match.start(), end))
-    for start, end in spans:
-        text = _blank(text, start, end)
-    return text
+    return _blank_spans(text, spans)
 
 
 _DIGIT_SCALE = re.compile(
@@ -903,16 +928,30 @@ def _scaled(match: re.Match[str]) -> str:
     return str(value) if isinstance(value, int) else repr(value)
 
 
+_DIGIT = re.compile(r"\d")
+
+
+@lru_cache(maxsize=16384)
 def _scan(text: str) -> tuple[tuple[tuple, ...], str]:
-    """Values found in ``text`` and the text with their spans blanked."""
+    """Values found in ``text`` and the text with their spans blanked.
+
+    Cached per part text: the parts of a batch repeat far more than whole triples do. Every date,
+    decade, era and number pattern needs a digit, and a regnal numeral needs I, V or X, so a text
+    without them skips those passes (same result, most parts of real triples are names).
+    """
     values: list[tuple] = []
-    text = unicodedata.normalize("NFKC", text)
-    text = _DIGIT_SCALE.sub(_scaled, text)
+    if not text.isascii():
+        # text2num takes only valid Unicode: a lone surrogate (JSON allows "\ud800") reads as "?".
+        text = unicodedata.normalize("NFKC", text).encode("utf-8", "replace").decode("utf-8")
+    if _DIGIT.search(text) is not None:
+        text = _DIGIT_SCALE.sub(_scaled, text)
     if any(c.isalpha() for c in text):
         text = alpha2digit(text, "en", threshold=2)
-    text = _extract_dates(text, values)
-    text = _extract_numbers(text, values)
-    text = _extract_regnal(text, values)
+    if _DIGIT.search(text) is not None:
+        text = _extract_dates(text, values)
+        text = _extract_numbers(text, values)
+    if "I" in text or "V" in text or "X" in text:
+        text = _extract_regnal(text, values)
     return tuple(values), text
 
 
@@ -1124,22 +1163,21 @@ def _polarity(pairs: list[tuple[str, bool]], whole_object: bool) -> tuple[list[s
     return kept, cues
 
 
-def analyze(subject: str, relation: str, object: str) -> FactFeatures:
-    """Read one triple into the features the filters compare (SPEC §2 step 4).
-
-    Args:
-        subject, relation, object: the triple's parts as asserted (any case, any script).
-
-    Returns:
-        A :class:`FactFeatures`; pure and deterministic, so callers may cache it per triple.
-
-    Raises:
-        TypeError: a part is not a string.
-    """
-    for name, part in (("subject", subject), ("relation", relation), ("object", object)):
-        if not isinstance(part, str):
-            raise TypeError(f"analyze: {name} must be str, got {type(part).__name__}")
+@lru_cache(maxsize=16384)
+def _subject_part(subject: str) -> tuple[tuple[tuple, ...], str]:
+    """(values, entity key) of a subject; cached, since one subject recurs in many triples."""
     s_values, s_rest = _scan(subject)
+    return s_values, _entity_key([word for word, _ in _words(s_rest)], bool(s_values))
+
+
+@lru_cache(maxsize=16384)
+def _relation_part(relation: str, object: str) -> tuple:
+    """What :func:`analyze` reads from a relation and its object (they interact: object words may
+    complete the relation, a date in the object picks a dated relation), cached per pair.
+
+    Returns (object values, object key, relation id, inverse, relation key, cues, words), with
+    the object key and values in the direction written (:func:`analyze` swaps them).
+    """
     r_values, r_rest = _scan(relation)
     o_values, o_rest = _scan(object)
     o_values = o_values + r_values
@@ -1147,7 +1185,6 @@ def analyze(subject: str, relation: str, object: str) -> FactFeatures:
     r_kept, r_cues = _polarity(_words(r_rest), whole_object=False)
     o_kept, o_cues = _polarity(_words(o_rest), whole_object=True)
     cues = tuple(r_cues + o_cues)
-    negated = len(cues) % 2 == 1
 
     rel_tokens = _relation_tokens(r_kept) or ["be"]
     dated = _has_date(o_values)
@@ -1173,8 +1210,30 @@ def analyze(subject: str, relation: str, object: str) -> FactFeatures:
     if relation_id is not None:
         relation_key = relation_id
 
-    subject_key = _entity_key([word for word, _ in _words(s_rest)], bool(s_values))
     object_key = _entity_key(o_kept, bool(o_values))
+    words = frozenset(word for word, lower in _words(r_rest + " " + o_rest) if lower)
+    return o_values, object_key, relation_id, inverse, relation_key, cues, words
+
+
+def analyze(subject: str, relation: str, object: str) -> FactFeatures:
+    """Read one triple into the features the filters compare (SPEC §2 step 4).
+
+    Args:
+        subject, relation, object: the triple's parts as asserted (any case, any script).
+
+    Returns:
+        A :class:`FactFeatures`; pure and deterministic, so callers may cache it per triple.
+
+    Raises:
+        TypeError: a part is not a string.
+    """
+    for name, part in (("subject", subject), ("relation", relation), ("object", object)):
+        if not isinstance(part, str):
+            raise TypeError(f"analyze: {name} must be str, got {type(part).__name__}")
+    s_values, subject_key = _subject_part(subject)
+    o_values, object_key, relation_id, inverse, relation_key, cues, words = _relation_part(
+        relation, object)
+    negated = len(cues) % 2 == 1
     s_part = tuple(sorted(s_values))
     o_part = tuple(sorted(o_values))
     if inverse:
@@ -1185,7 +1244,6 @@ def analyze(subject: str, relation: str, object: str) -> FactFeatures:
     quantities = tuple(sorted([("s", *v) for v in s_part] + [("o", *v) for v in o_part]))
     key_quantities = tuple(q[:4] if q[1] == "qty" else q for q in quantities)
     key = (relation_key, subject_key, object_key, negated, key_quantities)
-    words = frozenset(word for word, lower in _words(r_rest + " " + o_rest) if lower)
     return FactFeatures(
         subject=subject, relation=relation, object=object,
         subject_key=subject_key, object_key=object_key,

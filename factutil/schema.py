@@ -178,6 +178,14 @@ def _assert_content_problem(item: dict[str, Any]) -> str | None:
     return None
 
 
+def _item_text(item: dict[str, Any]) -> str:
+    """The JSON text of a structured action, for an InvalidAction's ``raw``."""
+    try:
+        return json.dumps(item, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError):  # nested too deeply (unknown keys are kept), or a cycle
+        return json.dumps({"action": item.get("action"), "unshown": "nested too deeply"})
+
+
 def coerce_action(item: Any) -> Any:
     """Turn one input item of SPEC §8 into an action model or leave it for pydantic to reject.
 
@@ -201,8 +209,17 @@ def coerce_action(item: Any) -> Any:
         problem = _assert_content_problem(item)
         if problem is not None:
             return InvalidAction(
-                raw=json.dumps(item, ensure_ascii=False, default=str), reason=problem
+                raw=_item_text(item), reason=problem
             )
+    query = item.get("query")
+    if item.get("action") == "search" and isinstance(query, str) and not query.strip():
+        # As parse_action does: a blank query is the agent's format error, not a data error.
+        observation = item.get("observation")
+        return InvalidAction(
+            raw=_item_text(item),
+            reason="search with an empty query",
+            observation=observation if isinstance(observation, str) else None,
+        )
     return item
 
 
@@ -264,16 +281,20 @@ class Rollout(BaseModel):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             # pydantic turns only ValueError into a ValidationError naming the field.
             raise ValueError(f"reward must be a number or null, got {_short(value)}")  # noqa: TRY004
-        if not math.isfinite(float(value)):
-            raise ValueError(f"reward must be finite, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float range, e.g. 10**400
+            number = math.inf
+        if not math.isfinite(number):
+            raise ValueError(f"reward must be finite, got {_short(value)}")
+        return number
 
 
 class Group(BaseModel):
     """The G rollouts of one question, keyed by ``uid`` only (SPEC §1).
 
     Raises ``ValidationError`` when a rollout belongs to another uid, when two rollouts share a
-    ``rollout_id``, or when rollouts disagree on ``golden_answers``.
+    ``rollout_id``, or when rollouts disagree on ``golden_answers`` or ``question``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -321,6 +342,11 @@ class Group(BaseModel):
                 raise ValueError(
                     f"rollouts[{index}].golden_answers {rollout.golden_answers!r} differ from "
                     f"the group's {self.golden_answers!r}"
+                )
+            if rollout.question != self.question:
+                raise ValueError(
+                    f"rollouts[{index}].question {_short(rollout.question)} differs from "
+                    f"the group's {_short(self.question)}"
                 )
         return self
 
@@ -389,6 +415,11 @@ class FactUtilConfig(BaseModel):
         description="semantic mode: also link facts the filter analysis reads as the same fact "
         "(e.g. an inverse relation with subject and object swapped), whatever their cosine.",
     )
+    embedding_backend: Literal["minilm", "minilm-int8", "static"] = Field(
+        "minilm",
+        description="semantic mode: 'minilm' (sentence-transformers; embedding_model may replace it), "
+        "'minilm-int8' (ONNX int8, CPU), 'static' (static vectors distilled from MiniLM).",
+    )
     embedding_device: str | None = Field(
         None, description="semantic mode: torch device for the embedder; None = CUDA when present."
     )
@@ -425,6 +456,12 @@ class FactUtilConfig(BaseModel):
     norm_eps: float = Field(1e-6, gt=0.0, description="eps in (x - mean) / (std + eps).")
     process_norm: Literal["group", "none"] = Field(
         "group", description="Normalise process rewards over the group's actions, or keep them raw."
+    )
+    # runtime
+    pause_gc: bool = Field(
+        True,
+        description="Pause Python's cyclic garbage collector during a step (it re-enables after): "
+        "the step builds many short-lived objects and collections in the middle of it are wasted.",
     )
     # QA metrics
     fold_unicode: bool = Field(

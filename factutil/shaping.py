@@ -13,12 +13,14 @@ shaping reward of action t is F_t = gamma * Phi(S_t) - Phi(S_{t-1}).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 SEARCH, ASSERT, ANSWER, INVALID = 0, 1, 2, 3
+PAD = -1  # a padded cell after a rollout's last effective action
 KIND_CODES = {"search": SEARCH, "assert": ASSERT, "answer": ANSWER, "invalid": INVALID}
 
 
@@ -56,7 +58,7 @@ def store_potentials(new_clusters: Sequence[np.ndarray], utility: np.ndarray) ->
     potential = np.empty(len(new_clusters), dtype=np.float64)
     for t, added in enumerate(new_clusters):
         if len(added):
-            total += float(np.sum(utility[np.sort(np.asarray(added, dtype=np.int64))]))
+            total += cluster_gain(added, utility)
         potential[t] = np.tanh(total)
     return potential
 
@@ -105,6 +107,80 @@ def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> n
     return credit
 
 
+def process_rewards(
+    kinds: np.ndarray,
+    gain: np.ndarray,
+    added: np.ndarray,
+    repeated_search: np.ndarray,
+    *,
+    gamma: float = 1.0,
+    alpha: float = 0.2,
+    invalid_penalty: float = -0.1,
+    repeat_search_penalty: float = -0.1,
+    empty_store_answer_penalty: float = -0.1,
+) -> ProcessRewards:
+    """All process reward parts of many rollouts at once (SPEC §4), one rollout per row.
+
+    Rows are padded to a common length T with ``kinds == PAD``; padded cells get 0 everywhere.
+
+    Args:
+        kinds: int (R, T) action codes, :data:`PAD` after a rollout's last effective action.
+        gain: float64 (R, T), the summed utility of the clusters each action brought into the
+            store (0 for every action but an assert that adds a new cluster).
+        added: int (R, T), how many clusters each action brought into the store.
+        repeated_search: bool (R, T), True on a search whose normalised query repeats an earlier one.
+        gamma, alpha: SPEC §4 parameters.
+        invalid_penalty, repeat_search_penalty, empty_store_answer_penalty: values <= 0 added to
+            the process reward of the matching actions.
+
+    Returns:
+        :class:`ProcessRewards` with (R, T) arrays. Each row is computed on its own (running sums
+        along the row), so a rollout's numbers never depend on the other rows.
+    """
+    kinds = np.asarray(kinds)
+    if kinds.ndim != 2:
+        raise ValueError(f"kinds must be (R, T), got shape {kinds.shape}")
+    gain = np.asarray(gain, dtype=np.float64)
+    added = np.asarray(added)
+    repeated_search = np.asarray(repeated_search, dtype=bool)
+    if not gain.shape == added.shape == repeated_search.shape == kinds.shape:
+        raise ValueError(
+            f"kinds, gain, added and repeated_search must share one shape, got {kinds.shape}, "
+            f"{gain.shape}, {added.shape} and {repeated_search.shape}"
+        )
+    rows, steps = kinds.shape
+    valid = kinds != PAD
+    potential = np.tanh(np.cumsum(gain, axis=1))
+    before = np.concatenate([np.zeros((rows, 1)), potential[:, :-1]], axis=1)
+    shaping = potential - before if gamma == 1.0 else gamma * potential - before
+    shaping = np.where(valid, shaping, 0.0)
+
+    credit = np.zeros((rows, steps), dtype=np.float64)
+    if alpha != 0.0 and steps:
+        columns = np.where(kinds == SEARCH, np.arange(steps), -1)
+        last_search = np.maximum.accumulate(columns, axis=1)
+        earlier = np.concatenate([np.full((rows, 1), -1), last_search[:, :-1]], axis=1)
+        r, t = np.nonzero((kinds == ASSERT) & (earlier >= 0) & (shaping != 0.0))
+        share = alpha * shaping[r, t]
+        np.add.at(credit, (r, earlier[r, t]), share)  # in (row, step) order, like a loop
+        credit[r, t] -= share
+
+    store_before = np.cumsum(added, axis=1) - added
+    empty_store_answer = (kinds == ANSWER) & (store_before == 0)
+    penalty = np.zeros((rows, steps), dtype=np.float64)
+    penalty[kinds == INVALID] += invalid_penalty
+    penalty[(kinds == SEARCH) & repeated_search] += repeat_search_penalty
+    penalty[empty_store_answer] += empty_store_answer_penalty
+    return ProcessRewards(
+        shaping=shaping,
+        back_credit=credit,
+        penalty=penalty,
+        process_reward=shaping + credit + penalty,
+        potential=np.where(valid, potential, 0.0),
+        empty_store_answer=empty_store_answer,
+    )
+
+
 def rollout_process_rewards(
     kinds: np.ndarray,
     new_clusters: Sequence[np.ndarray],
@@ -124,12 +200,10 @@ def rollout_process_rewards(
         new_clusters: T int arrays, the clusters each action brought into the store.
         utility: float64 (K,) cluster utilities of the group.
         repeated_search: bool (T,), True on a search whose normalised query repeats an earlier one.
-        gamma, alpha: SPEC §4 parameters.
-        invalid_penalty, repeat_search_penalty, empty_store_answer_penalty: values <= 0 added to
-            the process reward of the matching actions.
+        gamma, alpha, *_penalty: see :func:`process_rewards`.
 
     Returns:
-        :class:`ProcessRewards`.
+        :class:`ProcessRewards` with (T,) arrays.
     """
     kinds = np.asarray(kinds)
     repeated_search = np.asarray(repeated_search, dtype=bool)
@@ -138,21 +212,18 @@ def rollout_process_rewards(
             f"kinds, new_clusters and repeated_search must have one entry per action, got "
             f"{len(kinds)}, {len(new_clusters)} and {len(repeated_search)}"
         )
-    potential = store_potentials(new_clusters, utility)
-    shaping = shaping_rewards(potential, gamma)
-    credit = back_credit(kinds, shaping, alpha)
-    store_size = np.cumsum([len(added) for added in new_clusters], dtype=np.int64)
-    store_before = np.concatenate(([0], store_size[:-1])) if len(kinds) else store_size
-    empty_store_answer = (kinds == ANSWER) & (store_before == 0)
-    penalty = np.zeros(len(kinds), dtype=np.float64)
-    penalty[kinds == INVALID] += invalid_penalty
-    penalty[(kinds == SEARCH) & repeated_search] += repeat_search_penalty
-    penalty[empty_store_answer] += empty_store_answer_penalty
-    return ProcessRewards(
-        shaping=shaping,
-        back_credit=credit,
-        penalty=penalty,
-        process_reward=shaping + credit + penalty,
-        potential=potential,
-        empty_store_answer=empty_store_answer,
+    utility = np.asarray(utility, dtype=np.float64)
+    gain = np.array([cluster_gain(added, utility) for added in new_clusters], dtype=np.float64)
+    added = np.array([len(a) for a in new_clusters], dtype=np.int64)
+    parts = process_rewards(
+        kinds[None, :], gain[None, :], added[None, :], repeated_search[None, :],
+        gamma=gamma, alpha=alpha, invalid_penalty=invalid_penalty,
+        repeat_search_penalty=repeat_search_penalty,
+        empty_store_answer_penalty=empty_store_answer_penalty,
     )
+    return ProcessRewards(*(getattr(parts, name)[0] for name in ProcessRewards.__dataclass_fields__))
+
+
+def cluster_gain(added: Sequence[int], utility: np.ndarray) -> float:
+    """Summed utility of the clusters an action added, summed exactly (order never matters)."""
+    return math.fsum(utility[int(c)] for c in added)
