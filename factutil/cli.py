@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from factutil.api import ProcessAdvantages, compute_process_advantages
-from factutil.io import InputError, field_path, json_line, read_groups, write_jsonl
+from factutil.io import InputError, error_messages, json_line, read_groups, write_jsonl
 from factutil.schema import FactUtilConfig, input_json_schema
 
 app = typer.Typer(
@@ -74,10 +74,7 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> Fact
     try:
         return FactUtilConfig.model_validate(values)
     except ValidationError as error:
-        lines = []
-        for item in error.errors(include_url=False):
-            message = item["msg"].removeprefix("Value error, ")
-            lines.append(f"config: {field_path(item['loc'])}: {message} (got {item.get('input')!r})")
+        lines = [f"config: {field}: {message}" for field, message in error_messages(error)]
         raise ConfigError("\n".join(lines)) from None
 
 

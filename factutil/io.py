@@ -64,15 +64,25 @@ def field_path(loc: Iterable[Any]) -> str:
     return path or "(line)"
 
 
-def validation_problems(error: ValidationError, path: str, line: int) -> list[Problem]:
-    """Turn a pydantic error into problems naming the field and the offending value."""
-    problems = []
+def error_messages(error: ValidationError) -> list[tuple[str, str]]:
+    """(field path, message) for each problem of a pydantic error.
+
+    The message names the offending value: pydantic's own messages get ``(got VALUE)``; this
+    library's validators (``value_error``) already say it, and a missing field has none.
+    Shared by the file reader, the CLI and the trainer adapters so every error reads alike.
+    """
+    messages = []
     for item in error.errors(include_url=False):
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] not in ("missing", "value_error") and "input" in item:
             message += f" (got {_short(item['input'])})"
-        problems.append(Problem(path, line, field_path(item["loc"]), message))
-    return problems
+        messages.append((field_path(item["loc"]), message))
+    return messages
+
+
+def validation_problems(error: ValidationError, path: str, line: int) -> list[Problem]:
+    """Turn a pydantic error into problems naming the field and the offending value."""
+    return [Problem(path, line, field, message) for field, message in error_messages(error)]
 
 
 def read_rollouts(path: str | os.PathLike) -> list[tuple[int, Rollout]]:

@@ -79,6 +79,7 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
     """
     from pydantic import ValidationError
 
+    from factutil.io import error_messages
     from factutil.schema import FactUtilConfig
 
     fields = set(FactUtilConfig.model_fields)
@@ -104,10 +105,9 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
         return FactUtilConfig.model_validate(values)
     except ValidationError as error:
         lines = []
-        for item in error.errors(include_url=False):
-            field = str(item["loc"][0]) if item["loc"] else "?"
-            where = source.get(field, f"{ENV_PREFIX}{field.upper()}")
-            message = item["msg"].removeprefix("Value error, ")
+        for field, message in error_messages(error):
+            name = field.split("[")[0].split(".")[0]  # "filters[0]" comes from FACTUTIL_FILTERS
+            where = source.get(name, f"{ENV_PREFIX}{name.upper()}")
             lines.append(f"{where}: {field}: {message}")
         raise SettingsError("\n".join(lines)) from None
 

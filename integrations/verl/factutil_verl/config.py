@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from factutil.io import error_messages
 from factutil.schema import FactUtilConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,11 +36,9 @@ def to_plain(value: Any) -> Any:
 
 def _error_lines(error: ValidationError, prefix: str) -> str:
     lines = []
-    for item in error.errors(include_url=False):
-        location = ".".join(str(part) for part in item["loc"])
-        key = f"{prefix}.{location}" if location else prefix
-        message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{key}: {message} (got {item.get('input')!r})")
+    for field, message in error_messages(error):
+        key = prefix if field == "(line)" else f"{prefix}.{field}"
+        lines.append(f"{key}: {message}")
     return "\n".join(lines)
 
 
