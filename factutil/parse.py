@@ -80,6 +80,7 @@ import ast
 import bisect
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -383,7 +384,11 @@ def _load(chunk: str, checked: bool = False) -> Any:
         problem = _clip(str(error))
     if len(chunk) <= _LITERAL_EVAL_LIMIT and (checked or _nesting_depth(chunk) <= MAX_DEPTH):
         try:
-            return ast.literal_eval(chunk)
+            # An invalid escape in model text ("\)") warns, and raises under -W error: the parse
+            # must not depend on the process's warning filters, nor fill a training log.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return ast.literal_eval(chunk)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             pass
     raise _Rejected(f"malformed JSON: {problem}")

@@ -1,0 +1,848 @@
+"""Reliability catalogue (issue #7): bad and degenerate inputs, each with its exact outcome.
+
+Every test names one kind of input and the outcome the library API gives for it: a value, or an
+exception whose type is fixed and whose message names the field and the value. The second part
+checks the guarantees of ``compute_process_advantages`` (finite output, input never mutated, bit-for-
+bit determinism, independence of group, rollout and triple order) on a batch that mixes the odd
+inputs with the real 2Wiki sample, in exact mode and in semantic mode with the real MiniLM.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from factutil import (
+    FactUtilConfig,
+    Group,
+    InputError,
+    Rollout,
+    Triple,
+    compute_process_advantages,
+    read_rollouts,
+)
+from factutil.cli import app
+from factutil.cluster import SemanticClusterer
+from factutil.embed import embed_unique
+from factutil.filters import analyze
+from factutil.parse import parse_action
+
+EXACT = FactUtilConfig(mode="exact")
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "2wiki_rollouts.jsonl"
+
+SEARCH = {"action": "search", "query": "capital of France", "observation": "Paris is the capital."}
+ASSERT = {"action": "assert", "triples": [["France", "capital", "Paris"]]}
+RIGHT = {"action": "answer", "answer": "Paris"}
+WRONG = {"action": "answer", "answer": "Lyon"}
+
+
+def row(rid: str = "q-0", uid: str = "q", actions: list | None = None, **fields) -> dict:
+    """One SPEC §8 input line; the default rollout searches, asserts and answers right."""
+    line = {"uid": uid, "question": "What is the capital of France?", "golden_answers": ["Paris"],
+            "rollout_id": rid, "actions": [SEARCH, ASSERT, RIGHT] if actions is None else actions}
+    line.update(fields)
+    return line
+
+
+def errors_of(caught: pytest.ExceptionInfo) -> list[dict]:
+    return caught.value.errors(include_url=False)
+
+
+def only_error(caught: pytest.ExceptionInfo) -> tuple[tuple, str]:
+    """(location, message) of the single error of a ValidationError."""
+    (error,) = errors_of(caught)
+    return error["loc"], error["msg"]
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    path.write_bytes(b"".join(
+        line if isinstance(line, bytes) else (line + "\n").encode("utf-8") for line in lines
+    ))
+    return path
+
+
+# --- 1. batch and group shape ---------------------------------------------------------------
+
+
+def test_empty_batch_gives_empty_float32_result():
+    """[] -> no action, advantages float32 (0,), 0 groups, every metric finite, no warning."""
+    result = compute_process_advantages([], EXACT)
+    assert result.advantages.dtype == np.float32 and result.advantages.shape == (0,)
+    assert result.actions == [] and result.rollouts == [] and result.clusters == []
+    assert result.metrics["groups"] == 0.0 and result.warnings == []
+    assert all(math.isfinite(value) for value in result.metrics.values())
+
+
+def test_empty_file_and_blank_lines_give_an_empty_batch(tmp_path):
+    """An empty JSONL file, or one of blank lines only -> the empty result, no error."""
+    for lines in ([], ["", "   ", "\t"]):
+        path = write_lines(tmp_path / "empty.jsonl", lines)
+        assert read_rollouts(path) == []
+        assert compute_process_advantages(path, EXACT).advantages.shape == (0,)
+
+
+def test_empty_group_is_a_validation_error_naming_rollouts():
+    """A group dict with ``rollouts: []`` -> ValidationError at ``rollouts`` ("at least 1 item");
+    with on_invalid_group="skip" the group is skipped with that reason and a warning."""
+    group = {"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollouts": []}
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([group], EXACT)
+    message = "List should have at least 1 item after validation, not 0"
+    assert only_error(caught) == (("rollouts",), message)
+    result = compute_process_advantages([group, row(uid="p")], EXACT, on_invalid_group="skip")
+    assert list(result.skipped) == ["q"] and "rollouts" in result.skipped["q"]
+    assert "group 'q' skipped" in result.warnings[0]
+    assert {a.uid for a in result.actions} == {"p"}
+    with pytest.raises(ValueError, match="a group needs at least one rollout"):
+        Group.from_rollouts([])
+
+
+def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
+    """G = 1 -> A_out = 0 exactly, warning "has one rollout"; process rewards (0.2F, 0.8F, 0)
+    with F = tanh(-0.25) still normalise over the rollout's 3 actions (they sum to 0)."""
+    result = compute_process_advantages([row()], EXACT)
+    assert [r.outcome_advantage for r in result.rollouts] == [0.0]
+    assert result.warnings == ["group 'q' has one rollout: outcome advantage 0 (no baseline)"]
+    assert result.metrics["groups_single_rollout"] == 1.0
+    # p-bar = 1, u = (1 + .5) / (1 + 1) - 1 = -0.25; shaping tanh(-0.25) split 0.2 / 0.8.
+    f = math.tanh(-0.25)
+    assert [a.process_reward for a in result.actions] == pytest.approx([0.2 * f, 0.8 * f, 0.0])
+    assert math.fsum(a.process_advantage for a in result.actions) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("answer", [RIGHT, WRONG], ids=["all-right", "all-wrong"])
+def test_rollouts_that_all_score_the_same_get_exact_zero_outcome_advantage(answer):
+    """Six rollouts with the same outcome (all right, all wrong) -> A_out = 0.0 exactly, no NaN."""
+    rows = [row(f"q-{i}", actions=[SEARCH, ASSERT, answer]) for i in range(6)]
+    result = compute_process_advantages(rows, EXACT)
+    assert [r.outcome_advantage for r in result.rollouts] == [0.0] * 6
+    assert np.all(np.isfinite(result.advantages))
+
+
+def test_equal_supplied_rewards_not_exactly_summable_still_give_exact_zeros():
+    """Rewards 0.1 x 3 (0.1 + 0.1 + 0.1 != 0.3 in floats) -> A_out exactly 0.0, not noise/eps."""
+    rows = [row(f"q-{i}", reward=0.1) for i in range(3)]
+    assert [r.outcome_advantage for r in compute_process_advantages(rows, EXACT).rollouts] == [0.0] * 3
+
+
+def test_non_group_item_in_the_batch_is_a_type_error():
+    """An int or a list among the groups -> TypeError naming the type."""
+    for item in (5, [1, 2]):
+        with pytest.raises(TypeError, match=f"got {type(item).__name__}"):
+            compute_process_advantages([item], EXACT)
+
+
+# --- 2. rewards -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value,shown", [
+    (float("nan"), "nan"), (float("inf"), "inf"), (float("-inf"), "-inf"),
+    (10**400, "1" + "0" * 76 + "..."),
+])
+def test_non_finite_reward_is_a_validation_error(value, shown):
+    """NaN, +inf, -inf or an int beyond float range (10**400) -> ValidationError at ``reward``:
+    "reward must be finite, got <value>"."""
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([row(reward=value)], EXACT)
+    assert only_error(caught) == (("reward",), f"Value error, reward must be finite, got {shown}")
+
+
+@pytest.mark.parametrize("value", ["0.5", "NaN", "1e400", "0x1F", True, [0.5]])
+def test_reward_that_is_not_a_number_is_a_validation_error(value):
+    """A string ("0.5", "NaN", "1e400", "0x1F"), a bool or a list -> ValidationError at ``reward``:
+    "reward must be a number or null, got <value>"."""
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([row(reward=value)], EXACT)
+    assert only_error(caught) == (
+        ("reward",), f"Value error, reward must be a number or null, got {value!r}")
+
+
+def test_reward_spellings_in_a_file_name_line_and_field(tmp_path):
+    """In a file, reward 1e400 (JSON reads inf), NaN, -Infinity, 10**400 and "0x1F" -> InputError,
+    one ``FILE:LINE: reward: ...`` line each."""
+    base = json.dumps(row())[:-1]
+    lines = [base + ', "reward": 1e400}', base.replace("q-0", "q-1") + ', "reward": NaN}',
+             base.replace("q-0", "q-2") + ', "reward": -Infinity}',
+             base.replace("q-0", "q-3") + ', "reward": 1' + "0" * 400 + "}",
+             base.replace("q-0", "q-4") + ', "reward": "0x1F"}']
+    path = write_lines(tmp_path / "rewards.jsonl", lines)
+    with pytest.raises(InputError) as caught:
+        read_rollouts(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}:1: reward: reward must be finite, got inf",
+        f"{path}:2: reward: reward must be finite, got nan",
+        f"{path}:3: reward: reward must be finite, got -inf",
+        f"{path}:4: reward: reward must be finite, got 1{'0' * 76}...",
+        f"{path}:5: reward: reward must be a number or null, got '0x1F'",
+    ]
+
+
+def test_negative_reward_is_an_outcome_reward_and_success_clips_to_zero():
+    """reward -0.5 -> allowed: R = -0.5 drives A_out; success="reward" clips y to 0.0."""
+    rows = [row("q-0", reward=-0.5), row("q-1", reward=0.5)]
+    result = compute_process_advantages(rows, FactUtilConfig(mode="exact", success="reward"))
+    assert [(r.outcome_reward, r.success) for r in result.rollouts] == [(-0.5, 0.0), (0.5, 0.5)]
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)  # mean 0, sample std sqrt(0.5)
+    assert [r.outcome_advantage for r in result.rollouts] == pytest.approx([-a, a], rel=1e-12)
+
+
+def test_reward_above_one_is_kept_and_success_clips_to_one():
+    """reward 1.7 -> allowed: R = 1.7; success="reward" clips y to 1.0; "em" uses the answer."""
+    rows = [row("q-0", reward=1.7), row("q-1", actions=[SEARCH, ASSERT, WRONG])]
+    result = compute_process_advantages(rows, FactUtilConfig(mode="exact", success="reward"))
+    assert [(r.outcome_reward, r.success) for r in result.rollouts] == [(1.7, 1.0), (0.0, 0.0)]
+
+
+def test_huge_finite_rewards_give_the_correct_finite_advantage():
+    """Rewards 1e300 / 0, +-1.7e308 and 1e308 x 2 (sums and squares overflow float64) -> the
+    advantages of the rewards scaled to 1: +-1/sqrt 2, (1, -2, 1)/sqrt 3, (1, 1, -2)/sqrt 3;
+    the batch's mean reward is reported too."""
+    result = compute_process_advantages(
+        [row("q-0", reward=1e300), row("q-1", reward=0.0)], EXACT)
+    assert [r.outcome_advantage for r in result.rollouts] == pytest.approx(
+        [math.sqrt(0.5), -math.sqrt(0.5)], rel=1e-12)
+    rows = [row(f"q-{i}", reward=r) for i, r in enumerate((1.7e308, -1.7e308, 1.7e308))]
+    result = compute_process_advantages(rows, EXACT)
+    expected = np.array([1.0, -2.0, 1.0]) / math.sqrt(3)
+    assert [r.outcome_advantage for r in result.rollouts] == pytest.approx(expected, rel=1e-12)
+    assert result.metrics["outcome_reward_mean"] == pytest.approx(1.7e308 / 3)
+    # 1e308 + 1e308 overflows even math.fsum: the batch mean is still reported.
+    rows = [row(f"q-{i}", reward=r) for i, r in enumerate((1e308, 1e308, 0.0))]
+    result = compute_process_advantages(rows, EXACT)
+    assert [r.outcome_advantage for r in result.rollouts] == pytest.approx(
+        np.array([1.0, 1.0, -2.0]) / math.sqrt(3), rel=1e-12)
+    assert result.metrics["outcome_reward_mean"] == pytest.approx(1e308 / 3 * 2)
+
+
+def test_advantage_beyond_float32_raises_naming_group_rollout_step_and_omega():
+    """norm_by_std=False with R = 1e39, or omega = 1e308 -> FloatingPointError before returning,
+    naming the group, rollout, step, the two advantages and omega."""
+    rows = [row("q-0", reward=1e39), row("q-1", reward=0.0)]
+    with pytest.raises(FloatingPointError, match=r"group 'q' rollout 'q-0' step 0 is 5e\+38 "
+                       r"\(outcome_advantage 5e\+38, .*omega 0.5\): outside float32"):
+        compute_process_advantages(rows, FactUtilConfig(mode="exact", norm_by_std=False))
+    with pytest.raises(FloatingPointError, match=r"omega 1e\+308\): outside float32"):
+        compute_process_advantages([row("q-0"), row("q-1", actions=[])],
+                                   FactUtilConfig(mode="exact", omega=1e308))
+
+
+def test_penalties_near_the_float_range_still_normalise():
+    """invalid_penalty = -1.7e308 on two of three actions -> process advantages (-1, -1, 2)/sqrt 3
+    (the mean's exact sum overflows float64 without the power-of-two scaling)."""
+    rows = [row(actions=[{"raw": "x"}, {"raw": "y"}, {"action": "answer", "answer": "Paris"}])]
+    result = compute_process_advantages(rows, FactUtilConfig(mode="exact", invalid_penalty=-1.7e308))
+    assert [a.process_advantage for a in result.actions] == pytest.approx(
+        np.array([-1.0, -1.0, 2.0]) / math.sqrt(3), rel=1e-12)
+
+
+# --- 3. gold answers ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gold,loc,message", [
+    (None, ("golden_answers",), "Field required"),
+    ([], ("golden_answers",), "List should have at least 1 item after validation, not 0"),
+    ([""], ("golden_answers",), "Value error, golden_answers[0] is empty or whitespace: ''"),
+    (["Paris", " \t"], ("golden_answers",),
+     "Value error, golden_answers[1] is empty or whitespace: ' \\t'"),
+    ("Paris", ("golden_answers",), "Input should be a valid list"),
+])
+def test_missing_empty_or_blank_gold_is_a_validation_error(gold, loc, message):
+    """No gold, [], "" or whitespace, or a bare string -> ValidationError at ``golden_answers``."""
+    line = row() if gold is not None else {k: v for k, v in row().items() if k != "golden_answers"}
+    if gold is not None:
+        line["golden_answers"] = gold
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([line], EXACT)
+    assert only_error(caught) == (loc, message)
+
+
+def test_gold_or_question_differing_within_a_uid_is_a_validation_error():
+    """Two rollouts of one uid with other gold, or another question -> ValidationError naming
+    ``rollouts[1].golden_answers`` / ``rollouts[1].question`` (the reader rejects both too)."""
+    with pytest.raises(ValidationError, match=r"rollouts\[1\]\.golden_answers \['Lyon'\] differ"):
+        compute_process_advantages([row("q-0"), row("q-1", golden_answers=["Lyon"])], EXACT)
+    with pytest.raises(ValidationError, match=r"rollouts\[1\]\.question 'Other\?' differs from "
+                       r"the group's 'What is the capital of France\?'"):
+        compute_process_advantages([row("q-0"), row("q-1", question="Other?")], EXACT)
+
+
+# --- 4. actions -----------------------------------------------------------------------------
+
+
+def test_rollout_with_no_actions_scores_zero_and_has_no_rows():
+    """actions [] -> no action row; the rollout is unanswered: R = 0, y = 0; A_out from the group."""
+    result = compute_process_advantages([row("q-0"), row("q-1", actions=[])], EXACT)
+    assert [a.rollout_id for a in result.actions] == ["q-0"] * 3
+    second = result.rollouts[1]
+    assert (second.answered, second.outcome_reward, second.success, second.actions) == (
+        False, 0.0, 0.0, 0)
+    assert second.outcome_advantage == pytest.approx(-math.sqrt(0.5), rel=1e-5)
+    assert result.metrics["rollouts_unanswered"] == 1.0
+
+
+def test_rollout_of_only_invalid_actions_is_penalised_and_unanswered():
+    """Only invalid actions (garbled raw, "invalid" items) -> each penalty -0.1, outcome 0; in a
+    group where every action is invalid, every advantage is exactly 0."""
+    actions = [{"raw": "no json here"}, {"raw": '{"action": "search", "query": '},
+               {"action": "invalid", "raw": "x", "reason": "given"}]
+    result = compute_process_advantages([row("q-0", actions=actions), row("q-1", actions=actions)],
+                                        EXACT)
+    assert [a.action for a in result.actions] == ["invalid"] * 6
+    assert [a.penalty for a in result.actions] == [-0.1] * 6
+    assert result.advantages.tolist() == [0.0] * 6
+    assert result.metrics["actions_invalid"] == 6.0
+
+
+def test_actions_after_the_answer_are_ignored_rows_with_zeros_and_one_warning():
+    """search, answer, search, assert -> rows 2-3 ``ignored`` with every reward/advantage 0,
+    warning "2 action(s) after the answer or beyond max_turns=8 ignored"."""
+    rows = [row("q-0", actions=[SEARCH, RIGHT, SEARCH, ASSERT]), row("q-1")]
+    result = compute_process_advantages(rows, EXACT)
+    late = [a for a in result.actions if a.rollout_id == "q-0"][2:]
+    assert [a.ignored for a in late] == [True, True]
+    assert all(a.advantage == a.process_reward == a.shaping == 0.0 and a.new_clusters == []
+               for a in late)
+    assert ("group 'q' rollout 'q-0': 2 action(s) after the answer or beyond max_turns=8 ignored"
+            in result.warnings)
+    assert result.metrics["actions_ignored"] == 2.0 and result.advantages[2:4].tolist() == [0, 0]
+
+
+def test_actions_beyond_max_turns_are_ignored_so_a_late_answer_does_not_count():
+    """max_turns=2 with search, assert, answer -> the answer is ignored: unanswered, R = 0."""
+    result = compute_process_advantages([row("q-0"), row("q-1", actions=[])],
+                                        FactUtilConfig(mode="exact", max_turns=2))
+    first = result.rollouts[0]
+    assert (first.answered, first.outcome_reward, first.ignored_actions) == (False, 0.0, 1)
+    assert [a.ignored for a in result.actions] == [False, False, True]
+
+
+def test_empty_triple_parts_make_the_assert_invalid_not_a_data_error():
+    """A structured assert with "" or whitespace in a part, a 2-part triple or no triple -> an
+    invalid action (penalty -0.1) with the reason; the Triple model itself rejects blank parts."""
+    cases = [([["France", "", "Paris"]], "triple 0 has an empty relation"),
+             ([["France", "capital", "Paris"], ["  ", "capital", "Paris"]],
+              "triple 1 has an empty subject"),
+             ([["France", "capital"]], "triple 0 has 2 parts, expected 3"),
+             ([], "assert with no triple")]
+    for triples, reason in cases:
+        rollout = Rollout.model_validate(row(actions=[{"action": "assert", "triples": triples}]))
+        (action,) = rollout.actions
+        assert (action.action, action.reason) == ("invalid", reason)
+    with pytest.raises(ValidationError) as caught:
+        Triple(subject="France", relation="capital", object=" ")
+    message = "Value error, object must not be empty or whitespace, got ' '"
+    assert only_error(caught) == (("object",), message)
+
+
+def test_wrongly_typed_fields_are_data_errors_naming_the_field():
+    """A triple part 5, an answer null, a query 5, an observation 5 -> ValidationError at the
+    field's path."""
+    cases = [
+        ({"action": "assert", "triples": [[5, "r", "o"]]},
+         ("actions", 0, "assert", "triples", 0, "subject")),
+        ({"action": "answer", "answer": None}, ("actions", 0, "answer", "answer")),
+        ({"action": "search", "query": 5}, ("actions", 0, "search", "query")),
+        ({"action": "search", "query": "q", "observation": 5},
+         ("actions", 0, "search", "observation")),
+    ]
+    for action, loc in cases:
+        with pytest.raises(ValidationError) as caught:
+            Rollout.model_validate(row(actions=[action]))
+        assert only_error(caught) == (loc, "Input should be a valid string")
+
+
+def test_structured_search_with_blank_query_is_an_invalid_action():
+    """{"action": "search", "query": "  "} -> invalid "search with an empty query" (as the parser
+    says for model text), observation kept."""
+    rollout = Rollout.model_validate(row(actions=[dict(SEARCH, query="  ")]))
+    (action,) = rollout.actions
+    assert (action.action, action.reason, action.observation) == (
+        "invalid", "search with an empty query", "Paris is the capital.")
+
+
+def test_unknown_action_name_is_a_data_error():
+    """{"action": "lookup"} -> ValidationError at ``actions[0]`` naming the tag 'lookup'."""
+    with pytest.raises(ValidationError) as caught:
+        Rollout.model_validate(row(actions=[{"action": "lookup", "query": "x"}]))
+    loc, message = only_error(caught)
+    assert loc == ("actions", 0) and "'lookup'" in message
+
+
+# --- 5. rollout ids and uids ----------------------------------------------------------------
+
+
+def test_duplicate_rollout_id_within_a_group_is_an_error(tmp_path):
+    """Two rollouts "q-0" in uid "q" -> ValidationError "rollouts[1].rollout_id 'q-0' repeats
+    rollouts[0]"; in a file -> ``FILE:2: rollout_id: 'q-0' repeats line 1 in uid 'q'``."""
+    with pytest.raises(ValidationError, match=r"rollouts\[1\]\.rollout_id 'q-0' repeats "
+                       r"rollouts\[0\] in group 'q'"):
+        compute_process_advantages([row("q-0"), row("q-0")], EXACT)
+    path = write_lines(tmp_path / "dup.jsonl", [json.dumps(row("q-0"))] * 2)
+    with pytest.raises(InputError) as caught:
+        read_rollouts(path)
+    assert str(caught.value) == f"{path}:2: rollout_id: 'q-0' repeats line 1 in uid 'q'"
+
+
+def test_one_rollout_id_in_two_groups_is_allowed_and_scored_per_group():
+    """rollout_id "r" under uids "a" and "b" -> two independent groups; each row is identified
+    by (uid, rollout_id); the result equals scoring each group alone."""
+    rows = [row("r", uid="a"), row("s", uid="a", actions=[]),
+            row("r", uid="b", actions=[SEARCH, ASSERT, WRONG]), row("s", uid="b")]
+    together = compute_process_advantages(rows, EXACT)
+    alone = [compute_process_advantages(rows[:2], EXACT), compute_process_advantages(rows[2:], EXACT)]
+    assert [(a.uid, a.rollout_id) for a in together.actions] == [("a", "r")] * 3 + [("b", "r")] * 3 + [("b", "s")] * 3
+    assert together.advantages.tobytes() == np.concatenate([x.advantages for x in alone]).tobytes()
+
+
+def test_one_uid_given_as_two_groups_is_an_error():
+    """The same uid in two Group items -> ValueError "uid 'q' appears in two groups"."""
+    group = Group.from_rollouts([Rollout.model_validate(row())])
+    with pytest.raises(ValueError, match="uid 'q' appears in two groups; a uid names one group"):
+        compute_process_advantages([group, group], EXACT)
+
+
+def test_empty_uid_or_rollout_id_is_a_validation_error():
+    """uid "" or rollout_id "" -> ValidationError at that field ("at least 1 character")."""
+    for field in ("uid", "rollout_id"):
+        with pytest.raises(ValidationError) as caught:
+            compute_process_advantages([row(**{field: ""})], EXACT)
+        assert only_error(caught) == ((field,), "String should have at least 1 character")
+
+
+# --- 6. text: size and encoding ---------------------------------------------------------------
+
+
+def test_megabyte_triple_texts_in_exact_mode():
+    """A 1 MB object asserted by two rollouts (once in other letter case) -> one cluster, n = 2;
+    a 1 MB query and answer are fine too."""
+    big = "The Aleksander Ford film archive of 1948 " * 25_000
+    assert len(big) > 1_000_000
+    rows = [row("q-0", actions=[dict(SEARCH, query=big), {"action": "assert",
+                                "triples": [["Ford", "archive", big]]}, RIGHT]),
+            row("q-1", actions=[{"action": "assert", "triples": [["FORD", "archive", big.upper()]]},
+                                {"action": "answer", "answer": big}])]
+    result = compute_process_advantages(rows, EXACT)
+    (cluster,) = result.clusters
+    assert (cluster.n, cluster.s) == (2, 1.0)
+    assert np.all(np.isfinite(result.advantages))
+
+
+def test_ten_thousand_triples_in_one_assert_in_exact_mode():
+    """One assert of 10,000 distinct triples -> 10,000 clusters, all new on that assert; the
+    assert's shaping is tanh(sum of their utilities); a re-assert of all of them earns 0."""
+    triples = [[f"Entity {i}", "born in", f"City {i % 97}"] for i in range(10_000)]
+    big = {"action": "assert", "triples": triples}
+    rows = [row("q-0", actions=[SEARCH, big, dict(big, triples=triples[::-1]), RIGHT]),
+            row("q-1", actions=[SEARCH, WRONG])]
+    result = compute_process_advantages(rows, EXACT)
+    assert len(result.clusters) == 10_000
+    assert len(result.actions[1].new_clusters) == 10_000 and result.actions[2].new_clusters == []
+    total = math.fsum(c.utility for c in result.clusters)
+    assert result.actions[1].shaping == pytest.approx(math.tanh(total))
+    assert result.actions[2].shaping == 0.0
+
+
+def test_non_utf8_bytes_in_a_file_are_reported_and_other_lines_still_checked(tmp_path):
+    """A line with byte 0xff and one with a truncated 3-byte sequence -> InputError, one line
+    each ("not valid UTF-8: byte 0x.. at column N"); valid lines are not reported."""
+    good = json.dumps(row())
+    bad1 = good.replace("Paris", "Par\udcffis").encode("utf-8", "surrogateescape") + b"\n"
+    bad2 = b'{"uid": "q", "question": "\xe2\x82"}\n'
+    path = write_lines(tmp_path / "bytes.jsonl", [good, bad1, bad2])
+    column = bad1.index(b"\xff") + 1
+    with pytest.raises(InputError) as caught:
+        read_rollouts(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}:2: (line): not valid UTF-8: byte 0xff at column {column}",
+        f"{path}:3: (line): not valid UTF-8: byte 0xe2 at column 27",
+    ]
+
+
+def test_utf8_bom_and_crlf_lines(tmp_path):
+    """CRLF line ends -> read as usual; a UTF-8 byte-order mark before line 1 -> InputError
+    ``FILE:1: (line): invalid JSON: Unexpected UTF-8 BOM ...`` (JSONL is UTF-8 without a BOM)."""
+    lines = [json.dumps(row(rid)).encode() + b"\r\n" for rid in ("q-0", "q-1")]
+    path = write_lines(tmp_path / "crlf.jsonl", lines)
+    assert [r.rollout_id for _, r in read_rollouts(path)] == ["q-0", "q-1"]
+    path = write_lines(tmp_path / "bom.jsonl", [b"\xef\xbb\xbf" + lines[0]])
+    with pytest.raises(InputError) as caught:
+        read_rollouts(path)
+    assert str(caught.value) == (f"{path}:1: (line): invalid JSON: Unexpected UTF-8 BOM (decode "
+                                 "using utf-8-sig) at column 1")
+
+
+def test_bytes_in_api_dicts_are_decoded_or_rejected_naming_the_field():
+    """b"Paris" as a gold answer -> decoded (EM 1); b"\\xff" -> ValidationError at
+    ``golden_answers.0`` ("unable to parse raw data as a unicode string")."""
+    ok = compute_process_advantages([row(golden_answers=[b"Paris"])], EXACT)
+    assert ok.rollouts[0].em == 1.0
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([row(golden_answers=[b"\xff"])], EXACT)
+    loc, message = only_error(caught)
+    assert loc == ("golden_answers", 0) and "unable to parse raw data as a unicode string" in message
+
+
+def test_lone_surrogates_are_scored_and_written_escaped(tmp_path):
+    """Lone surrogates (JSON "\\ud800") in a question, triple, answer and query -> scored; the
+    JSON output of ``factutil clusters`` falls back to ASCII escapes (valid UTF-8, reads back
+    equal). In ``uid`` or ``rollout_id`` (length-checked fields) -> InputError naming the field."""
+    rows = [row("q-0", question="Wh\udfffat?", actions=[dict(SEARCH, query="x\ud800"), {
+        "action": "assert", "triples": [["Fr\ud800ance", "capital", "Paris"]]},
+        {"action": "answer", "answer": "Paris\udc00"}]), row("q-1", question="Wh\udfffat?")]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="ascii")
+    done = CliRunner().invoke(app, ["clusters", str(path), "--format", "json", "--set", "mode=exact"])
+    assert done.exit_code == 0, done.output
+    assert "Fr\\ud800ance" in done.stdout
+    members = [c["members"] for c in json.loads(done.stdout)]
+    assert ["Fr\ud800ance", "capital", "Paris"] in [m for ms in members for m in ms]
+    # "Paris\udc00" normalises to "paris\udc00": not the gold, so EM 0.
+    assert [r.em for r in compute_process_advantages(rows, EXACT).rollouts] == [0.0, 1.0]
+    path.write_text(json.dumps(row(uid="q\udfff")) + "\n", encoding="ascii")
+    with pytest.raises(InputError) as caught:
+        read_rollouts(path)
+    assert str(caught.value) == (f"{path}:1: uid: Input should be a valid string, unable to parse "
+                                 "raw data as a unicode string (got 'q\\udfff')")
+
+
+def test_rtl_cjk_and_emoji_text_in_exact_mode():
+    """Arabic, Hebrew with RTL marks, CJK (full-width forms fold under NFKC) and emoji -> scored;
+    "ＰＡＲＩＳ" and "paris" are one cluster; an emoji answer equal to the gold has EM 1."""
+    rows = [row("q-0", golden_answers=["🗼"], actions=[{"action": "assert", "triples": [
+        ["باريس", "عاصمة", "فرنسا"], ["\u200fשלום\u200e", "עולם", "x"], ["东京", "首都", "日本"],
+        ["ＰＡＲＩＳ", "in", "🇫🇷"]]}, {"action": "answer", "answer": "🗼"}]),
+        row("q-1", golden_answers=["🗼"], actions=[{"action": "assert", "triples": [
+            ["paris", "in", "🇫🇷"]]}, {"action": "answer", "answer": "東京"}])]
+    result = compute_process_advantages(rows, EXACT)
+    assert [r.em for r in result.rollouts] == [1.0, 0.0]
+    assert len(result.clusters) == 4
+    assert [c.n for c in result.clusters if ["paris", "in", "🇫🇷"] in c.members] == [2]
+
+
+def test_number_spellings_as_triple_parts_and_answers():
+    """Triple objects "1e400", "NaN", "nan", "0x1F", "31" -> scored, "NaN" and "nan" one cluster
+    (case-fold), the rest apart; answer "NaN" against gold "nan" has EM 1; never a float parse."""
+    triples = [["X", "value", v] for v in ("1e400", "NaN", "nan", "0x1F", "31", "-0", "Infinity")]
+    rows = [row("q-0", golden_answers=["nan"], actions=[{"action": "assert", "triples": triples},
+                                                         {"action": "answer", "answer": "NaN"}]),
+            row("q-1", golden_answers=["nan"], actions=[{"action": "answer", "answer": "1e400"}])]
+    result = compute_process_advantages(rows, EXACT)
+    assert [r.em for r in result.rollouts] == [1.0, 0.0]
+    assert sorted(len(c.members) for c in result.clusters) == [1, 1, 1, 1, 1, 2]
+    assert np.all(np.isfinite(result.advantages))
+
+
+# --- 7. model text (raw actions) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,reason", [
+    ('{"action": "search", "query": "Paris}', "truncated JSON: unterminated string"),
+    ('{"action": "search", "query": "Paris"', "truncated JSON: unterminated object"),
+    ('{"action": "search" "query": "Paris"}', "malformed JSON: Expecting ',' delimiter at char 20"),
+    ("{'action': 'search', 'query': }",
+     "malformed JSON: Expecting property name enclosed in double quotes at char 1"),
+    ('{"action": "searhc", "query": "Paris"}', "unknown action 'searhc'"),
+    ("\x00\x01\ufffd garbage ]]] }}}", "no action found"),
+    ("{" * 10_000, "no action found"),
+    ('{"action": "search", "query": ' + "[" * 10_000 + "]" * 10_000 + "}",
+     "JSON nested deeper than 100 levels"),
+    ("<assert>" + "[" * 10_000 + "</assert>", "JSON nested deeper than 100 levels"),
+    ("<answer>Paris", "unclosed <answer> tag"),
+    ("<search>capital of <answer>Paris</answer></search>", "nested <answer> tag inside <search>"),
+    ("<assert>France | capital</assert>", "triple 0 has 2 parts, expected 3"),
+    ("<search>   </search>", "search with an empty query"),
+])
+def test_garbled_truncated_deep_and_tag_errors_in_raw_actions(text, reason):
+    """Model text that is garbled, truncated, 10,000 deep, or has unclosed or nested tags ->
+    an InvalidAction with that reason (never an exception), penalty -0.1 in scoring."""
+    action = parse_action(text, observation="obs")
+    assert (action.action, action.reason) == ("invalid", reason)
+    result = compute_process_advantages([row(actions=[{"raw": text, "observation": "obs"}])], EXACT)
+    assert (result.actions[0].action, result.actions[0].penalty) == ("invalid", -0.1)
+
+
+def test_invalid_escape_in_model_text_parses_the_same_under_any_warning_filter():
+    """A single-quoted dict with an invalid escape ("a\\)") -> the same AnswerAction with the
+    default filters and under ``-W error``, and no Python warning is emitted."""
+    import warnings
+
+    text = "{'action': 'answer', 'answer': 'a\\)'}"
+    for mode in ("default", "error"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(mode)
+            action = parse_action(text)
+        assert (action.action, action.answer, caught) == ("answer", "a\\)", [])
+
+
+def test_json_nested_ten_thousand_deep_in_a_file_line(tmp_path):
+    """A whole input line nested 10,000 deep -> ``FILE:1: (line): invalid JSON: nested too
+    deeply``; a raw action whose text is that deep -> an invalid action."""
+    deep_line = json.dumps(row())[:-1] + ', "extra": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    deep_raw = json.dumps(row(actions=[{"raw": '{"action": "answer", "answer": '
+                                        + "[" * 10_000 + "]" * 10_000 + "}"}], rollout_id="q-1"))
+    path = write_lines(tmp_path / "deep.jsonl", [deep_line])
+    with pytest.raises(InputError) as caught:
+        read_rollouts(path)
+    assert str(caught.value) == f"{path}:1: (line): invalid JSON: nested too deeply"
+    path = write_lines(tmp_path / "deep_raw.jsonl", [deep_raw])
+    (_, rollout), = read_rollouts(path)
+    assert rollout.actions[0].reason == "JSON nested deeper than 100 levels"
+
+
+def test_deeply_nested_unknown_keys_in_api_dicts_do_not_break_scoring():
+    """A 100,000-deep list under an unknown key of a rollout and of an invalid structured assert
+    -> kept as given (metadata / on the action), scoring works, the assert is invalid."""
+    deep = inner = []
+    for _ in range(100_000):
+        inner.append([])
+        inner = inner[0]
+    rows = [row(extra=deep, actions=[{"action": "assert", "triples": [], "extra": deep}, RIGHT])]
+    result = compute_process_advantages(rows, EXACT)
+    assert [a.action for a in result.actions] == ["invalid", "answer"]
+    assert Rollout.model_validate(rows[0]).metadata["extra"] is deep
+
+
+# --- 8. unknown keys and configuration ------------------------------------------------------
+
+
+def test_unknown_keys_are_kept_on_rollouts_and_actions_but_rejected_on_groups_and_config():
+    """Unknown rollout key -> ``metadata``; unknown action key -> kept on the action; unknown key
+    of a group dict or of the config -> ValidationError naming the key (typo guard)."""
+    rollout = Rollout.model_validate(row(actions=[dict(SEARCH, score=0.3)], step=7))
+    assert rollout.metadata == {"step": 7} and rollout.actions[0].model_extra == {"score": 0.3}
+    group = {"uid": "q", "rollouts": [row()], "weight": 2}
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([group], EXACT)
+    assert only_error(caught) == (("weight",), "Extra inputs are not permitted")
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([row()], {"mode": "exact", "omgea": 0.3})
+    assert only_error(caught) == (("omgea",), "Extra inputs are not permitted")
+
+
+CONFIG_CASES = [
+    ("alpha", 1.5, "less than or equal to 1"), ("alpha", -0.1, "greater than or equal to 0"),
+    ("alpha", float("inf"), "less than or equal to 1"), ("omega", -1, "greater than or equal to 0"),
+    ("omega", float("nan"), "greater than or equal to 0"), ("epsilon", 0, "greater than 0"),
+    ("gamma", 0, "greater than 0"), ("gamma", 1.5, "less than or equal to 1"),
+    ("max_turns", 0, "greater than or equal to 1"), ("group_size", 0, "greater than or equal to 1"),
+    ("sim_threshold", 1.5, "less than or equal to 1"), ("sim_decimals", 0, "greater than or equal to 1"),
+    ("norm_eps", 0, "greater than 0"), ("norm_eps", float("inf"), "norm_eps must be finite, got inf"),
+    ("invalid_penalty", 0.1, "less than or equal to 0"),
+    ("repeat_search_penalty", float("-inf"), "repeat_search_penalty must be finite, got -inf"),
+    ("cache_max_entries", -1, "greater than or equal to 0"), ("knn_k", 0, "greater than or equal to 1"),
+    ("mode", "fuzzy", "'exact' or 'semantic'"), ("success", "acc", "'em', 'f1' or 'reward'"),
+    ("process_norm", "batch", "'group' or 'none'"), ("omega", "abc", "valid number"),
+    ("filters", ["negation", "negation"], "filters repeats a name"),
+    ("triple_template", "{subject} {object}", "lacks {relation}"),
+]
+
+
+@pytest.mark.parametrize("field,value,fragment", CONFIG_CASES, ids=[f"{c[0]}={c[1]!r}" for c in CONFIG_CASES])
+def test_out_of_range_config_names_the_field_and_value(field, value, fragment):
+    """Each out-of-range or mistyped config value -> ValidationError at that field, whose
+    message says the bound and whose input is the value."""
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([row()], {field: value})
+    (error,) = errors_of(caught)
+    assert error["loc"][0] == field and fragment in error["msg"]
+    got = error["input"]
+    assert got == value or (isinstance(value, float) and math.isnan(value) and math.isnan(got))
+
+
+def test_cli_out_of_range_config_and_overflow_exit_2_without_output(tmp_path):
+    """``--set alpha=2`` -> exit 2, "config: alpha: ... (got 2)"; ``--set omega=1e308`` (an
+    advantage beyond float32) -> exit 2, one line naming omega; no output file either way."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(row("q-0")) + "\n" + json.dumps(row("q-1", actions=[])) + "\n")
+    out = tmp_path / "out.jsonl"
+    runner = CliRunner()
+    done = runner.invoke(app, ["score", str(path), "-o", str(out), "--set", "alpha=2"])
+    assert done.exit_code == 2
+    assert "config: alpha: Input should be less than or equal to 1 (got 2)" in done.output
+    done = runner.invoke(app, ["score", str(path), "-o", str(out), "--set", "mode=exact",
+                               "--set", "omega=1e308"])
+    assert done.exit_code == 2 and done.exception is None or isinstance(done.exception, SystemExit)
+    assert "omega 1e+308): outside float32" in done.output
+    assert list(tmp_path.iterdir()) == [path]
+
+
+# --- 9. the output file ---------------------------------------------------------------------
+
+
+def test_score_never_leaves_a_partial_output_file(tmp_path, monkeypatch):
+    """A failure while writing line 3 of ``factutil score`` -> the previous output file is kept
+    byte for byte, no temporary file is left; a new target is never created."""
+    import factutil.io
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(row("q-0")) + "\n" + json.dumps(row("q-1", actions=[WRONG])) + "\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text("previous run\n")
+    real = factutil.io.json_line
+    calls = []
+
+    def failing(value):
+        calls.append(value)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(value)
+
+    monkeypatch.setattr(factutil.io, "json_line", failing)
+    done = CliRunner().invoke(app, ["score", str(path), "-o", str(out), "--set", "mode=exact"])
+    assert done.exit_code != 0 and isinstance(done.exception, OSError)
+    assert out.read_text() == "previous run\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]
+    calls.clear()
+    fresh = tmp_path / "sub" / "new.jsonl"
+    done = CliRunner().invoke(app, ["score", str(path), "-o", str(fresh), "--set", "mode=exact"])
+    assert isinstance(done.exception, OSError) and list(fresh.parent.iterdir()) == []
+    monkeypatch.setattr(factutil.io, "json_line", real)
+    done = CliRunner().invoke(app, ["score", str(path), "-o", str(out), "--set", "mode=exact"])
+    assert done.exit_code == 0 and len(out.read_text().splitlines()) == 4
+
+
+# --- 10. the guarantees of compute_process_advantages ---------------------------------------
+
+
+def _torture_rows() -> list[dict]:
+    """Valid but odd groups (every valid kind of the catalogue) plus three real 2Wiki groups."""
+    real = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines()][:18]
+    odd_triples = [["Fr\ud800ance", "capital", "Paris"], ["باريس", "عاصمة", "فرنسا"],
+                   ["东京", "首都", "日本"], ["ＰＡＲＩＳ", "in", "🇫🇷"], ["paris", "in", "🇫🇷"],
+                   ["X", "value", "1e400"], ["X", "value", "NaN"], ["X", "value", "0x1F"],
+                   ["France", "capital", "Paris"], ["France", "capital city", "Paris"],
+                   ["France", "does not have capital", "Paris"], ["Paris", "founded", "250 BC"],
+                   ["Paris", "founded", "250 AD"]]
+    odd = [
+        row("o-0", uid="odd", reward=-0.5, actions=[SEARCH, {"action": "assert",
+            "triples": odd_triples[:7]}, SEARCH, {"action": "assert", "triples": odd_triples[5:]},
+            RIGHT, SEARCH]),
+        row("o-1", uid="odd", reward=1.7, actions=[{"raw": '{"action": "search", "query": "x'},
+            {"raw": "<assert>France | capital | Paris\nX | value | 1e400</assert>"},
+            {"raw": "<answer>Paris"}, {"raw": "[" * 5_000}, {"raw": "<answer>Paris</answer>"}]),
+        row("o-2", uid="odd", actions=[]),
+        row("o-3", uid="odd", actions=[{"action": "assert", "triples": odd_triples[::-1]}] * 9),
+        row("o-4", uid="odd", reward=1e300, actions=[dict(SEARCH, query=" "), ASSERT, WRONG]),
+        row("s-0", uid="single", actions=[SEARCH, ASSERT, RIGHT]),
+        row("n-0", uid="no-answer", actions=[SEARCH, ASSERT]),
+        row("n-1", uid="no-answer", actions=[{"raw": "nothing"}]),
+    ]
+    same = [row(f"a-{i}", uid="all-right", actions=[SEARCH, {"action": "assert", "triples":
+            odd_triples[i:i + 3]}, RIGHT]) for i in range(4)]
+    return real + odd + same
+
+
+def _records(result) -> dict:
+    return {(a.uid, a.rollout_id, a.step): a.to_dict() for a in result.actions}
+
+
+def _shuffled(rows: list[dict], seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows = copy.deepcopy(rows)
+    rng.shuffle(rows)
+    for line in rows:
+        for action in line["actions"]:
+            if action.get("action") == "assert":
+                action["triples"] = rng.sample(action["triples"], len(action["triples"]))
+    return rows
+
+
+def _check_guarantees(rows: list[dict], score) -> None:
+    frozen = copy.deepcopy(rows)
+    first = score(rows)
+    assert rows == frozen, "input mutated"
+    # Finite everywhere: advantages, every float of every record, every metric.
+    assert first.advantages.dtype == np.float32 and np.all(np.isfinite(first.advantages))
+    for record in first.actions + first.rollouts + first.clusters:
+        for value in record.__class__.__dataclass_fields__:
+            field = getattr(record, value)
+            if isinstance(field, float):
+                assert math.isfinite(field), (record, value)
+    assert all(math.isfinite(v) for v in first.metrics.values())
+    assert len(first.advantages) == sum(len(line["actions"]) for line in rows)
+    # Deterministic, bit for bit (a fresh clusterer each time).
+    second = score(copy.deepcopy(rows))
+    assert first.advantages.tobytes() == second.advantages.tobytes()
+    assert [a.to_dict() for a in first.actions] == [a.to_dict() for a in second.actions]
+    assert [c.to_dict() for c in first.clusters] == [c.to_dict() for c in second.clusters]
+    # Independent of the order of groups, rollouts and triples.
+    for seed in (1, 2):
+        assert _records(score(_shuffled(rows, seed))) == _records(first)
+
+
+def test_guarantees_in_exact_mode_on_odd_and_real_groups():
+    """The torture batch in exact mode -> finite everywhere, input unchanged, bit-identical on a
+    second run, and identical records under shuffled groups, rollouts and triples."""
+    rows = _torture_rows()
+    _check_guarantees(rows, lambda r: compute_process_advantages(r, EXACT))
+    result = compute_process_advantages(rows, EXACT)
+    assert result.metrics["groups"] == 7.0 and result.metrics["groups_single_rollout"] == 1.0
+
+
+@pytest.mark.slow
+def test_guarantees_in_semantic_mode_with_the_real_model(minilm):
+    """The torture batch in semantic mode (real MiniLM, fresh clusterer per call) -> the same four
+    guarantees; "does not have capital" stays out of the "capital" cluster."""
+    config = FactUtilConfig(max_turns=9)
+
+    def score(rows):
+        return compute_process_advantages(rows, config,
+                                          clusterer=SemanticClusterer(config, embedder=minilm))
+
+    rows = _torture_rows()
+    _check_guarantees(rows, score)
+    clusters = [c for c in score(rows).clusters if c.uid == "odd"]
+    negated = [c for c in clusters if ["France", "does not have capital", "Paris"] in c.members]
+    assert negated and ["France", "capital", "Paris"] not in negated[0].members
+
+
+@pytest.mark.slow
+def test_lone_surrogates_reach_the_real_tokenizer_and_filters(minilm):
+    """Texts with lone surrogates -> embedded (read as "?") and analysed, no exception; the cache
+    keys the original text."""
+    vectors = embed_unique(["Paris\ud800 | capital of | France", "Paris | capital of | France"],
+                           minilm)
+    assert vectors.shape == (2, 384) and np.all(np.isfinite(vectors))
+    assert float(vectors[0] @ vectors[1]) > 0.8
+    assert analyze("Paris\ud800", "capital of", "two France\udfff").negated is not None
+
+
+@pytest.mark.slow
+def test_megabyte_triples_and_ten_thousand_triples_in_semantic_mode(minilm):
+    """Semantic mode, real model: a 1 MB object of real 2Wiki prose asserted twice (once with
+    its spaces doubled) -> one cluster with n = 2, in under a minute; another 1 MB slice -> a
+    cluster of its own (n = 1); one assert of 10,000 triples drawn
+    from the real sample's facts -> every cluster new on that assert, shaping = tanh(sum u)."""
+    corpus = json.loads((SAMPLE.parent / "hipporag_2wikimultihopqa_corpus.json").read_text())
+    text = " ".join(p["text"] for p in corpus)
+    prose, other = text[:1_000_000], text[1_000_000:2_000_000]
+    config = FactUtilConfig()
+    clusterer = SemanticClusterer(config, embedder=minilm)
+    rows = [row("q-0", actions=[SEARCH, {"action": "assert", "triples": [["Corpus", "text", prose]]},
+                                RIGHT]),
+            row("q-1", actions=[{"action": "assert", "triples": [
+                ["Corpus", "text", prose.replace(" ", "  ")], ["Corpus", "text", other]]}, WRONG])]
+    result = compute_process_advantages(rows, config, clusterer=clusterer)
+    assert sorted((c.n, c.s) for c in result.clusters) == [(1, 0.0), (2, 1.0)]
+    assert result.metrics["time_total_s"] < 60
+
+    real = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines()]
+    pool = sorted({tuple(t) for line in real for a in line["actions"] if a.get("action") == "assert"
+                   for t in a["triples"]})
+    rng = random.Random(0)
+    triples = [list(rng.choice(pool)) for _ in range(10_000)]
+    rows = [row("q-0", actions=[SEARCH, {"action": "assert", "triples": triples}, RIGHT]),
+            row("q-1", actions=[SEARCH, {"action": "assert", "triples": triples[:50]}, WRONG])]
+    result = compute_process_advantages(rows, config, clusterer=clusterer)
+    assert len(result.actions[1].new_clusters) == len(result.clusters) > 50
+    total = math.fsum(c.utility for c in result.clusters)
+    assert result.actions[1].shaping == pytest.approx(math.tanh(total))
+    assert np.all(np.isfinite(result.advantages))
