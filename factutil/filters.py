@@ -150,6 +150,7 @@ warm ones (31 µs when no part was seen before); ``first_veto`` on the step's re
 from __future__ import annotations
 
 import calendar
+import decimal
 import math
 import re
 import unicodedata
@@ -634,7 +635,7 @@ _SCALES = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "m
            "bn": 1e9, "m": 1e6, "k": 1e3}
 _NUMBER = re.compile(
     r"(?<![\w.])(?P<cur>US\$|\$|€|£|¥|(?:USD|EUR|GBP|JPY)\s?)?"
-    r"(?P<sign>[-−])?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?P<frac>\.\d+)?"
+    r"(?P<sign>[-−])?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?P<frac>\.\d+)?(?P<exp>[eE][-+]?\d+\b)?"
     r"(?:(?P<ord>st|nd|rd|th)\b)?"
     r"(?:\s*(?P<scale>thousand|million|billion|trillion|bn|mn)\b)?"
 )
@@ -892,7 +893,17 @@ def _extract_numbers(text: str, values: list[tuple]) -> str:
         text = _blank(text, match.start(), match.end())
     spans: list[tuple[int, int]] = []
     for match in _NUMBER.finditer(text):
-        number = float(match.group("int").replace(",", "") + (match.group("frac") or ""))
+        literal = match.group("int").replace(",", "") + (match.group("frac") or "")
+        if match.group("exp"):
+            # Scientific notation: exact decimal; beyond float range it stays an exact string,
+            # so "1e400" and "1e401" still differ (both would be inf as floats).
+            exact = decimal.Decimal(literal + match.group("exp"))
+            if not math.isfinite(float(exact)) or (float(exact) == 0 and exact != 0):
+                values.append(("sci", ("-" if match.group("sign") else "") + str(exact.normalize())))
+                spans.append((match.start(), match.end()))
+                continue
+            literal = repr(float(exact))
+        number = float(literal)
         if match.group("sign"):
             number = -number
         if match.group("scale"):
@@ -1002,7 +1013,7 @@ def _compatible_values(x: tuple, y: tuple) -> bool:
         return x == y
     if kinds in (("date", "num"), ("date~", "num")):
         return float(y[1]).is_integer() and int(y[1]) == x[1]
-    if kinds == ("decade", "decade"):
+    if kinds in (("decade", "decade"), ("sci", "sci")):
         return x == y
     if kinds in (("date", "decade"), ("date~", "decade")):
         return y[1] <= x[1] < y[1] + 10
@@ -1017,7 +1028,7 @@ def _fields_agree(p: int, q: int) -> bool:
 
 def _show(value: tuple) -> str:
     kind = value[0]
-    if kind in ("num", "count"):
+    if kind in ("num", "count", "sci"):
         return str(value[1])
     if kind == "qty":
         return f"{value[3]} {value[4]}"

@@ -143,6 +143,13 @@ NUMERIC = [
     # 2Wiki: Ermengarde of Tours | date of death | 20 March 851
     (("Ermengarde of Tours", "date of death", "20 March 851"),
      ("Ermengarde of Tours", "died", "20 March 852"), True, "0851-03-20"[1:]),
+    # Scientific notation: exact, even beyond float range (1e400 and 1e401 would both be inf).
+    (("X", "population", "1e400 people"), ("X", "population", "1e401 people"), True,
+     "object 1E+400 vs 1E+401"),
+    (("X", "population", "1e400 people"), ("X", "population", "1E+400 people"), False, ""),
+    (("X", "population", "2.5e3 people"), ("X", "population", "2,500 people"), False, ""),
+    (("X", "length", "2.5e3 m"), ("X", "length", "2.5 km"), False, ""),
+    (("X", "mass", "1e-400 kg"), ("X", "mass", "2e-400 kg"), True, "object 1E-400 vs 2E-400"),
 ]
 
 
