@@ -8,6 +8,7 @@ walks the groups, feeds those pure functions and assembles the records.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import math
@@ -406,6 +407,7 @@ def _compute(
     # 3. Utilities per group (SPEC §3); rows in rollout_id order so sums never depend on input order.
     clock = time.perf_counter()
     cluster_records: list[ClusterRecord] = []
+    counts = {"groups_uniform_zeroed": 0}
     label_maps: list[dict[str, int]] = []
     utilities: list[np.ndarray] = []
     for group, rollouts, texts, labels in zip(batch, work, group_texts, group_labels):
@@ -419,6 +421,11 @@ def _compute(
                     membership[row, label_of[text]] = True
         success = np.array([rollouts[i].record.success for i in order], dtype=np.float64)
         table = cluster_utilities(membership, success, config.epsilon)
+        if config.uniform_groups == "zero" and len(success) and success.min() == success.max():
+            # Nothing separates helpful facts from harmful ones when every rollout scored the
+            # same; SPEC §3's prior would still reward every fact (all fail) or punish it (all win).
+            table = dataclasses.replace(table, utility=np.zeros_like(table.utility))
+            counts["groups_uniform_zeroed"] += 1
         members = _cluster_members(rollouts, label_of)
         for cluster_id, (n, s, mean, utility) in enumerate(
             zip(table.n.tolist(), table.s.tolist(), table.mean.tolist(), table.utility.tolist())
@@ -466,7 +473,7 @@ def _compute(
         repeat_search_penalty=config.repeat_search_penalty,
         empty_store_answer_penalty=config.empty_store_answer_penalty,
     )
-    counts = {"searches_repeated": int(repeated.sum())}
+    counts["searches_repeated"] = int(repeated.sum())
     timings["shaping"] = time.perf_counter() - clock
 
     # 5. Advantages per group (SPEC §5), then one record per input action.

@@ -442,6 +442,12 @@ class FactUtilConfig(BaseModel):
         "em", description="Per-rollout success y: EM, F1, or the outcome reward clipped to [0, 1]."
     )
     epsilon: float = Field(0.5, gt=0.0, description="Beta(epsilon, epsilon) prior of cluster success.")
+    uniform_groups: Literal["keep", "zero"] = Field(
+        "keep",
+        description="A group whose rollouts all have the same success: 'keep' its utilities as "
+        "SPEC §3 gives them (all > 0 when every rollout fails, all < 0 when every one succeeds), "
+        "or 'zero' them so its shaping is 0 and only penalties remain (see docs/decisions.md).",
+    )
     # §4 process rewards
     gamma: float = Field(1.0, gt=0.0, le=1.0, description="Shaping discount: F = gamma*Phi(S') - Phi(S).")
     alpha: float = Field(0.2, ge=0.0, le=1.0, description="Share of an assert's shaping sent back to its search.")

@@ -226,3 +226,24 @@ def test_skip_invalid_groups_scores_the_rest():
     assert any("skipped" in w for w in result.warnings)
     with pytest.raises(ValueError, match="on_invalid_group"):
         compute_process_advantages([good], on_invalid_group="ignore")
+
+
+def test_uniform_groups_zero_removes_shaping_only_where_every_rollout_scored_the_same():
+    def rollout(uid, rid, answer, fact):
+        return {"uid": uid, "question": "?", "golden_answers": ["Paris"], "rollout_id": rid,
+                "actions": [{"action": "search", "query": "q"},
+                            {"action": "assert", "triples": [fact]},
+                            {"action": "answer", "answer": answer}]}
+
+    rows = [rollout("fail", "1", "b", ["x", "r", "y"]), rollout("fail", "2", "c", ["z", "r", "w"]),
+            rollout("mixed", "1", "Paris", ["x", "r", "y"]), rollout("mixed", "2", "c", ["z", "r", "w"])]
+    keep = compute_process_advantages(rows, {"mode": "exact"})
+    # SPEC §3 in an all-fail group: p-bar = 0, every cluster m = 0.5 / 2 = 0.25 > 0.
+    assert [c.utility for c in keep.clusters if c.uid == "fail"] == [0.25, 0.25]
+    zero = compute_process_advantages(rows, {"mode": "exact", "uniform_groups": "zero"})
+    assert [c.utility for c in zero.clusters if c.uid == "fail"] == [0.0, 0.0]
+    assert all(r.shaping == 0.0 for r in zero.actions if r.uid == "fail")
+    mixed = [c.utility for c in keep.clusters if c.uid == "mixed"]
+    assert mixed == [0.25, -0.25]  # y = (1, 0): m = 0.75 and 0.25 around p-bar 0.5
+    assert [c.utility for c in zero.clusters if c.uid == "mixed"] == mixed
+    assert zero.metrics["groups_uniform_zeroed"] == 1.0
