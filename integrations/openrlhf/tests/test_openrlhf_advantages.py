@@ -32,7 +32,7 @@ from factutil import FactUtilConfig, compute_process_advantages
 EXECUTOR_MAX_LENGTH = 1400  # the generation budget: some last actions are cut (finish "length")
 TRAIN_MAX_LEN = 1100  # --data.max_len at experience time: clips and drops later spans
 N = 6
-EXACT = {"mode": "exact"}  # semantic clustering is being written; pass the mode explicitly
+EXACT = {"mode": "exact"}  # fast; the main equality test also runs in semantic mode
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +120,9 @@ def expected_delta(episodes, config):
     return deltas
 
 
-def test_added_term_is_omega_times_process_advantage_on_exactly_the_action_spans(openrlhf, episodes):
-    config = FactUtilConfig(omega=0.5, **EXACT)
+@pytest.mark.parametrize("mode", ["exact", "semantic"])  # semantic: the real bundled MiniLM
+def test_added_term_is_omega_times_process_advantage_on_exactly_the_action_spans(openrlhf, episodes, mode):
+    config = FactUtilConfig(omega=0.5, mode=mode)
     plain, patched = run_both(openrlhf, episodes, config)
     deltas = expected_delta(episodes, config)
     cut = clipped = 0

@@ -50,8 +50,9 @@ def run(rows: Rows, config: FactUtilConfig, grpo: torch.Tensor | None = None, **
     )
 
 
-def test_sample_batch_equals_compute_process_advantages_action_by_action(sample_rows):
-    config = FactUtilConfig(mode="exact")
+@pytest.mark.parametrize("mode", ["exact", "semantic"])  # semantic: the real bundled MiniLM
+def test_sample_batch_equals_compute_process_advantages_action_by_action(sample_rows, mode):
+    config = FactUtilConfig(mode=mode)
     expected = compute_process_advantages(SAMPLE, config)
     result = run(sample_rows, config)
 
