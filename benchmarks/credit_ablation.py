@@ -105,6 +105,7 @@ class RunSpec:
     omega: float
     alpha: float
     mode: str  # "semantic" | "exact"
+    uniform_groups: str = "keep"  # FactUtilConfig.uniform_groups
 
 
 RUNS = (
@@ -114,6 +115,7 @@ RUNS = (
     RunSpec("omega_0.7", "Ω=0.7", 0.7, 0.2, "semantic"),
     RunSpec("no_back_credit", "Ω=0.5, α=0 (no back-credit)", 0.5, 0.0, "semantic"),
     RunSpec("exact", "Ω=0.5, exact clusters", 0.5, 0.2, "exact"),
+    RunSpec("full_uniform_zero", "full, uniform groups zeroed", 0.5, 0.2, "semantic", "zero"),
 )
 QUICK_RUNS = ("outcome_only", "full", "exact")
 
@@ -324,7 +326,7 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
     questions are drawn, up to ``FILTER_MAX_DRAWS`` × batch, until the batch is full.
     """
     config = FactUtilConfig(omega=run.omega, alpha=run.alpha, mode=run.mode, group_size=G,
-                            embedding_backend=settings.backend)
+                            embedding_backend=settings.backend, uniform_groups=run.uniform_groups)
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
     w = initial_weights(settings.start)
     adam = Adam(N_FEATURES, settings.lr)
