@@ -347,6 +347,23 @@ def active() -> ProcessAdvantagePatch:
     return _active if _active is not None else configure(None)
 
 
+def _method_to_wrap(module: Any, class_name: str, method_name: str) -> tuple[Any, Any]:
+    """``(cls, method)`` to wrap, or ``(cls, None)`` when the method is already patched.
+
+    Raises:
+        RuntimeError: the class or method is missing (an OpenRLHF version this adapter does not
+            know); training must not run silently without the process term.
+    """
+    cls = getattr(module, class_name, None)
+    original = getattr(cls, method_name, None)
+    if original is None:
+        raise RuntimeError(
+            f"factutil_openrlhf: {module.__name__}.{class_name}.{method_name} not found; this "
+            "adapter supports OpenRLHF 0.11"
+        )
+    return cls, None if getattr(original, PATCHED, None) is not None else original
+
+
 def patch_samples_generator(module: Any) -> None:
     """Wrap ``SamplesGenerator._process_response_into_experience`` of OpenRLHF 0.11.
 
@@ -357,14 +374,8 @@ def patch_samples_generator(module: Any) -> None:
         RuntimeError: the module has no such method (an OpenRLHF version this adapter does not
             know); training must not run silently without the process term.
     """
-    cls = getattr(module, "SamplesGenerator", None)
-    original = getattr(cls, "_process_response_into_experience", None)
+    cls, original = _method_to_wrap(module, "SamplesGenerator", "_process_response_into_experience")
     if original is None:
-        raise RuntimeError(
-            f"factutil_openrlhf: {module.__name__}.SamplesGenerator._process_response_into_experience "
-            "not found; this adapter supports OpenRLHF 0.11"
-        )
-    if getattr(original, PATCHED, None) is not None:
         return
 
     @functools.wraps(original)
@@ -389,14 +400,8 @@ def patch_experience_maker(module: Any) -> None:
     Raises:
         RuntimeError: the method is missing (see :func:`patch_samples_generator`).
     """
-    cls = getattr(module, "RemoteExperienceMaker", None)
-    original = getattr(cls, "compute_advantages_and_returns", None)
+    cls, original = _method_to_wrap(module, "RemoteExperienceMaker", "compute_advantages_and_returns")
     if original is None:
-        raise RuntimeError(
-            f"factutil_openrlhf: {module.__name__}.RemoteExperienceMaker.compute_advantages_and_returns "
-            "not found; this adapter supports OpenRLHF 0.11"
-        )
-    if getattr(original, PATCHED, None) is not None:
         return
 
     @functools.wraps(original)
