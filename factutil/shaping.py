@@ -67,14 +67,17 @@ def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
     """F_t = gamma * Phi(S_t) - Phi(S_{t-1}) with Phi(S_{-1}) = Phi(empty) = 0 (SPEC §4).
 
     Args:
-        potential: float64 (T,), Phi after each action (:func:`store_potentials`).
+        potential: float64 (T,) or (R, T), Phi after each action along the last axis
+            (:func:`store_potentials`).
         gamma: discount in (0, 1]. With gamma = 1 the rewards telescope to Phi(final store).
 
     Returns:
-        float64 (T,).
+        float64, the shape of ``potential``.
     """
     potential = np.asarray(potential, dtype=np.float64)
-    before = np.concatenate(([0.0], potential[:-1]))
+    before = np.concatenate(
+        [np.zeros(potential.shape[:-1] + (1,)), potential[..., :-1]], axis=-1
+    )
     if gamma == 1.0:
         return potential - before
     return gamma * potential - before
@@ -84,27 +87,29 @@ def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> n
     """Move alpha * F of each assert to the most recent search before it (SPEC §4).
 
     Args:
-        kinds: int (T,) action codes.
-        shaping: float64 (T,) shaping rewards.
+        kinds: int (T,) or (R, T) action codes, one rollout per row.
+        shaping: float64, the shape of ``kinds``: shaping rewards.
         alpha: share in [0, 1] sent back; an assert with no earlier search keeps all of F.
 
     Returns:
-        float64 (T,): +alpha*F on receiving searches, -alpha*F on sending asserts; sums to 0.
+        float64, the shape of ``kinds``: +alpha*F on receiving searches, -alpha*F on sending
+        asserts; each row sums to 0.
     """
     kinds = np.asarray(kinds)
     shaping = np.asarray(shaping, dtype=np.float64)
-    credit = np.zeros(len(kinds), dtype=np.float64)
-    if alpha == 0.0:
-        return credit
-    last_search = -1
-    for t, kind in enumerate(kinds):
-        if kind == SEARCH:
-            last_search = t
-        elif kind == ASSERT and last_search >= 0 and shaping[t] != 0.0:
-            share = alpha * shaping[t]
-            credit[last_search] += share
-            credit[t] -= share
-    return credit
+    flat = kinds.ndim == 1
+    kinds, shaping = np.atleast_2d(kinds), np.atleast_2d(shaping)
+    rows, steps = kinds.shape
+    credit = np.zeros((rows, steps), dtype=np.float64)
+    if alpha != 0.0 and steps:
+        columns = np.where(kinds == SEARCH, np.arange(steps), -1)
+        last_search = np.maximum.accumulate(columns, axis=1)
+        earlier = np.concatenate([np.full((rows, 1), -1), last_search[:, :-1]], axis=1)
+        r, t = np.nonzero((kinds == ASSERT) & (earlier >= 0) & (shaping != 0.0))
+        share = alpha * shaping[r, t]
+        np.add.at(credit, (r, earlier[r, t]), share)  # in (row, step) order, like a loop
+        credit[r, t] -= share
+    return credit[0] if flat else credit
 
 
 def process_rewards(
@@ -151,19 +156,8 @@ def process_rewards(
     rows, steps = kinds.shape
     valid = kinds != PAD
     potential = np.tanh(np.cumsum(gain, axis=1))
-    before = np.concatenate([np.zeros((rows, 1)), potential[:, :-1]], axis=1)
-    shaping = potential - before if gamma == 1.0 else gamma * potential - before
-    shaping = np.where(valid, shaping, 0.0)
-
-    credit = np.zeros((rows, steps), dtype=np.float64)
-    if alpha != 0.0 and steps:
-        columns = np.where(kinds == SEARCH, np.arange(steps), -1)
-        last_search = np.maximum.accumulate(columns, axis=1)
-        earlier = np.concatenate([np.full((rows, 1), -1), last_search[:, :-1]], axis=1)
-        r, t = np.nonzero((kinds == ASSERT) & (earlier >= 0) & (shaping != 0.0))
-        share = alpha * shaping[r, t]
-        np.add.at(credit, (r, earlier[r, t]), share)  # in (row, step) order, like a loop
-        credit[r, t] -= share
+    shaping = np.where(valid, shaping_rewards(potential, gamma), 0.0)
+    credit = back_credit(kinds, shaping, alpha)
 
     store_before = np.cumsum(added, axis=1) - added
     empty_store_answer = (kinds == ANSWER) & (store_before == 0)
