@@ -8,37 +8,23 @@ walks the groups, feeds those pure functions and assembles the records.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import logging
 import math
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from factutil.advantages import outcome_advantages, process_advantages, total_advantages
-from factutil.cluster import (
-    Clusterer,
-    make_clusterer,
-    normalize_fact_text,
-    representatives,
-    triple_text,
-)
+from factutil.advantages import process_advantages, segment_normalize, total_advantages
+from factutil.cluster import Clusterer, Fact, fact_text, make_clusterer, normalize_fact_text
 from factutil.metrics import qa_scores
-from factutil.schema import (
-    AnswerAction,
-    AssertAction,
-    FactUtilConfig,
-    Group,
-    Rollout,
-    SearchAction,
-)
-from factutil.shaping import KIND_CODES, PAD, cluster_gain, process_rewards
-from factutil.utility import cluster_utilities
+from factutil.schema import AssertAction, FactUtilConfig, Group, Rollout
+from factutil.shaping import INVALID, KIND_CODES, PAD, process_rewards
 
 logger = logging.getLogger("factutil")
 
@@ -117,40 +103,86 @@ class ClusterRecord:
         return asdict(self)
 
 
-@dataclass(frozen=True)
 class ProcessAdvantages:
     """Result of :func:`compute_process_advantages`.
 
+    The step's numbers are arrays; the per-item records are built from them on first access (a
+    trainer that only needs ``advantages`` or :meth:`per_rollout` never pays for 20,000 objects).
+
     Attributes:
-        actions: one :class:`ActionRecord` per input action, in input order (groups, rollouts,
-            actions as given).
-        rollouts: one :class:`RolloutRecord` per rollout, in input order.
-        clusters: :class:`ClusterRecord` per group and cluster id.
-        advantages: float32 (N,), ``actions[k].advantage`` in input action order; every token of
-            action k's response gets ``advantages[k]``.
+        advantages: float32 (N,), A = A_out + omega * A_proc of every input action in input order
+            (groups, rollouts, actions as given; 0 for ignored actions); every token of action
+            k's response gets ``advantages[k]``.
+        action_columns: per action (N,), float64 ``shaping``, ``back_credit``, ``penalty``,
+            ``process_reward``, ``outcome_reward``, ``outcome_advantage``,
+            ``process_advantage``, ``advantage``; int64 ``step``; bool ``ignored``.
+        rollout_keys: ``(uid, rollout_id)`` of each rollout, in input order.
+        action_offsets: int64 (len(rollout_keys) + 1,): rollout i's actions are
+            ``[action_offsets[i], action_offsets[i + 1])``.
         metrics: named floats: counts, clusters per group, utility mean/min/max, share of
             actions with non-zero shaping, mean EM/F1, and ``time_<stage>_s`` in seconds.
         warnings: messages also sent to the ``factutil`` logger.
         skipped: uid -> reason for groups left out under ``on_invalid_group="skip"``.
+        actions: one :class:`ActionRecord` per input action, in input order (built on access).
+        rollouts: one :class:`RolloutRecord` per rollout, in input order (built on access).
+        clusters: :class:`ClusterRecord` per group and cluster id (built on access).
     """
 
-    actions: list[ActionRecord]
-    rollouts: list[RolloutRecord]
-    clusters: list[ClusterRecord]
-    advantages: np.ndarray
-    metrics: dict[str, float]
-    warnings: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
+    def __init__(
+        self,
+        advantages: np.ndarray,
+        action_columns: dict[str, np.ndarray],
+        rollout_keys: list[tuple[str, str]],
+        action_offsets: np.ndarray,
+        metrics: dict[str, float],
+        warnings: list[str],
+        skipped: dict[str, str],
+        records: _Records,
+    ):
+        self.advantages = advantages
+        self.action_columns = action_columns
+        self.rollout_keys = rollout_keys
+        self.action_offsets = action_offsets
+        self.metrics = metrics
+        self.warnings = warnings
+        self.skipped = skipped
+        self._records = records
 
+    @cached_property
+    def actions(self) -> list[ActionRecord]:
+        """One :class:`ActionRecord` per input action, in input order."""
+        return self._records.actions(self.action_columns)
 
-@dataclass
-class _RolloutWork:
-    """Per-rollout state gathered before clustering."""
+    @cached_property
+    def rollouts(self) -> list[RolloutRecord]:
+        """One :class:`RolloutRecord` per rollout, in input order."""
+        return self._records.rollouts()
 
-    rollout: Rollout
-    effective: list[Any]
-    texts_per_action: list[list[str]]
-    record: RolloutRecord
+    @cached_property
+    def clusters(self) -> list[ClusterRecord]:
+        """:class:`ClusterRecord` per group and cluster id."""
+        return self._records.clusters()
+
+    def per_rollout(self, column: str = "advantage") -> dict[tuple[str, str], np.ndarray]:
+        """One column's values for each rollout's actions, keyed by ``(uid, rollout_id)``.
+
+        Args:
+            column: a key of ``action_columns`` (``"advantage"``, ``"process_advantage"``, ...).
+
+        Returns:
+            ``(uid, rollout_id)`` -> the column's values (views, in action order), ignored
+            actions included.
+
+        Raises:
+            KeyError: an unknown column, naming the known ones.
+        """
+        if column not in self.action_columns:
+            raise KeyError(f"column must be one of {sorted(self.action_columns)}, got {column!r}")
+        values = self.action_columns[column]
+        bounds = self.action_offsets.tolist()
+        return {
+            key: values[bounds[i] : bounds[i + 1]] for i, key in enumerate(self.rollout_keys)
+        }
 
 
 def _as_groups(groups: GroupsInput, skip_invalid: bool = False) -> tuple[list[Group], dict[str, str]]:
@@ -206,101 +238,6 @@ def _as_groups(groups: GroupsInput, skip_invalid: bool = False) -> tuple[list[Gr
     return result, skipped
 
 
-def _effective_actions(rollout: Rollout, max_turns: int) -> list[Any]:
-    """Actions up to and including the first answer, at most ``max_turns`` of them (SPEC §1)."""
-    effective = []
-    for action in rollout.actions[:max_turns]:
-        effective.append(action)
-        if isinstance(action, AnswerAction):
-            break
-    return effective
-
-
-def _prepare_rollout(
-    group: Group, rollout: Rollout, config: FactUtilConfig, warn: Any
-) -> _RolloutWork:
-    effective = _effective_actions(rollout, config.max_turns)
-    ignored = len(rollout.actions) - len(effective)
-    if ignored:
-        warn(
-            f"group {group.uid!r} rollout {rollout.rollout_id!r}: {ignored} action(s) after the "
-            f"answer or beyond max_turns={config.max_turns} ignored"
-        )
-    texts_per_action: list[list[str]] = []
-    store_empty = True
-    answer: AnswerAction | None = None
-    empty_store_answer = False
-    for action in effective:
-        texts: list[str] = []
-        if isinstance(action, AssertAction):
-            texts = [triple_text(triple, config.triple_template) for triple in action.triples]
-            store_empty = False
-        elif isinstance(action, AnswerAction):
-            answer = action
-            empty_store_answer = store_empty
-        texts_per_action.append(texts)
-    if answer is None:
-        em = f1 = 0.0
-    else:
-        em, f1 = qa_scores(answer.answer, group.golden_answers, fold_unicode=config.fold_unicode)
-    if answer is None or empty_store_answer:
-        reward = 0.0
-    elif rollout.reward is not None:
-        reward = rollout.reward
-    else:
-        reward = f1
-    if answer is None or empty_store_answer:
-        success = 0.0
-    elif config.success == "em":
-        success = em
-    elif config.success == "f1":
-        success = f1
-    else:
-        success = min(max(reward, 0.0), 1.0)
-    record = RolloutRecord(
-        uid=group.uid,
-        rollout_id=rollout.rollout_id,
-        answer=None if answer is None else answer.answer,
-        answered=answer is not None,
-        empty_store_answer=empty_store_answer,
-        em=em,
-        f1=f1,
-        outcome_reward=reward,
-        success=success,
-        outcome_advantage=0.0,
-        actions=len(effective),
-        ignored_actions=ignored,
-    )
-    return _RolloutWork(rollout, effective, texts_per_action, record)
-
-
-def _repeated_searches(effective: list[Any]) -> np.ndarray:
-    """True on each search whose normalised query equals an earlier search's (SPEC §4, §5)."""
-    seen: set[str] = set()
-    repeated = np.zeros(len(effective), dtype=bool)
-    for t, action in enumerate(effective):
-        if isinstance(action, SearchAction):
-            query = normalize_fact_text(action.query)
-            repeated[t] = query in seen
-            seen.add(query)
-    return repeated
-
-
-def _cluster_members(
-    rollouts: list[_RolloutWork], label_of: dict[str, int]
-) -> dict[int, list[list[str]]]:
-    """Distinct original triples of each cluster, sorted (for display, SPEC §8)."""
-    members: dict[int, set[tuple[str, str, str]]] = {}
-    for item in rollouts:
-        for action, texts in zip(item.effective, item.texts_per_action):
-            if isinstance(action, AssertAction):
-                for triple, text in zip(action.triples, texts):
-                    members.setdefault(label_of[text], set()).add(
-                        (triple.subject, triple.relation, triple.object)
-                    )
-    return {label: [list(t) for t in sorted(found)] for label, found in members.items()}
-
-
 def compute_process_advantages(
     groups: GroupsInput,
     config: FactUtilConfig | Mapping[str, Any] | None = None,
@@ -348,6 +285,279 @@ def compute_process_advantages(
             gc.enable()
 
 
+@dataclass(slots=True)
+class _GroupRows:
+    """One group in the loader's plain form (temporary until factutil.load lands)."""
+
+    uid: str
+    question: str
+    golden_answers: list[str]
+    rollouts: list[dict[str, Any]]
+
+
+def _action_dict(action: Any) -> dict[str, Any]:
+    if isinstance(action, AssertAction):
+        return {"action": "assert", "triples": [t.as_list() for t in action.triples]}
+    return action.model_dump()
+
+
+def _load(groups: GroupsInput, skip_invalid: bool) -> tuple[list[_GroupRows], dict[str, str]]:
+    batch, skipped = _as_groups(groups, skip_invalid)
+    return [
+        _GroupRows(g.uid, g.question, g.golden_answers, [
+            {"uid": r.uid, "rollout_id": r.rollout_id, "reward": r.reward,
+             "actions": [_action_dict(a) for a in r.actions]}
+            for r in g.rollouts
+        ])
+        for g in batch
+    ], skipped
+
+
+@dataclass
+class _Prepared:
+    """The batch as flat columns after one pass over every action (SPEC §1, §2.1).
+
+    Rollouts are numbered 0..R-1 across the batch in input order ("rows"); effective actions
+    0..N_eff-1 in (row, step) order; triple occurrences in (row, step, position) order.
+    """
+
+    rollout_starts: np.ndarray  # int64 (groups,): first row of each group
+    lengths: np.ndarray  # int64 (R,): effective actions per rollout
+    totals: np.ndarray  # int64 (R,): all actions per rollout
+    kinds: np.ndarray  # int8 (N_eff,)
+    occurrence_row: np.ndarray  # int64 (occurrences,)
+    occurrence_step: np.ndarray  # int64 (occurrences,)
+    occurrence_fact: np.ndarray  # int64 (occurrences,): batch fact index (groups' sorted texts)
+    facts: list[list[Fact]]  # per group, one representative per distinct text, by text
+    texts: list[list[str]]  # per group, the distinct texts, sorted
+    repeated_row: list[int]
+    repeated_step: list[int]
+    rank: np.ndarray  # int64 (R,): position of the rollout in its group by rollout_id
+    answers: list[str | None]
+    empty_store_answer: list[bool]
+    em: list[float]
+    f1: list[float]
+    reward: list[float]
+    success: list[float]
+
+
+def _prepare(batch: list[_GroupRows], config: FactUtilConfig, warn: Any) -> _Prepared:
+    """One pass over every action: outcomes, kinds, fact texts and occurrences (SPEC §1, §2.1).
+
+    Texts are memoised (:func:`~factutil.cluster.fact_text`); each group's distinct texts get one
+    representative triple, the smallest ``(subject, relation, object)`` sharing the text, so no
+    choice depends on input order.
+    """
+    template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
+    success_rule = config.success
+    kinds: list[int] = []
+    occurrence_row: list[int] = []
+    occurrence_step: list[int] = []
+    occurrence_fact: list[int] = []
+    remap: list[int] = []
+    repeated_row: list[int] = []
+    repeated_step: list[int] = []
+    lengths: list[int] = []
+    totals: list[int] = []
+    rank: list[int] = []
+    rollout_starts: list[int] = []
+    answers: list[str | None] = []
+    empty_store: list[bool] = []
+    em_list: list[float] = []
+    f1_list: list[float] = []
+    rewards: list[float] = []
+    successes: list[float] = []
+    facts_per_group: list[list[Fact]] = []
+    texts_per_group: list[list[str]] = []
+    queries: dict[str, str] = {}
+    add_kind, add_row, add_step, add_fact = (
+        kinds.append, occurrence_row.append, occurrence_step.append, occurrence_fact.append
+    )
+    row = 0
+    for group in batch:
+        rollouts = group.rollouts
+        size = len(rollouts)
+        if size == 1:
+            warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
+        if config.group_size is not None and size != config.group_size:
+            warn(f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
+        rollout_starts.append(row)
+        ids = [rollout["rollout_id"] for rollout in rollouts]
+        positions = [0] * size
+        for position, index in enumerate(sorted(range(size), key=ids.__getitem__)):
+            positions[index] = position
+        rank.extend(positions)
+        golds = group.golden_answers
+        scores: dict[str, tuple[float, float]] = {}
+        local: dict[str, int] = {}
+        best: list[tuple[str, str, str]] = []
+        base = len(remap)
+        for rollout in rollouts:
+            actions = rollout["actions"]
+            seen: set[str] = set()
+            store_empty = True
+            answer = None
+            empty_store_answer = False
+            t = 0
+            for action in actions[:max_turns]:
+                kind = action["action"]
+                add_kind(KIND_CODES[kind])
+                if kind == "assert":
+                    store_empty = False
+                    for subject, relation, obj in action["triples"]:
+                        text = fact_text(subject, relation, obj, template)
+                        index = local.get(text)
+                        if index is None:
+                            index = local[text] = len(best)
+                            best.append((subject, relation, obj))
+                        elif (subject, relation, obj) < best[index]:
+                            best[index] = (subject, relation, obj)
+                        add_row(row)
+                        add_step(t)
+                        add_fact(base + index)
+                elif kind == "search":
+                    query = action["query"]
+                    normalized = queries.get(query)
+                    if normalized is None:
+                        normalized = queries[query] = normalize_fact_text(query)
+                    if normalized in seen:
+                        repeated_row.append(row)
+                        repeated_step.append(t)
+                    else:
+                        seen.add(normalized)
+                elif kind == "answer":
+                    answer = action["answer"]
+                    empty_store_answer = store_empty
+                    t += 1
+                    break
+                t += 1
+            ignored = len(actions) - t
+            if ignored:
+                warn(
+                    f"group {group.uid!r} rollout {rollout['rollout_id']!r}: {ignored} action(s) "
+                    f"after the answer or beyond max_turns={max_turns} ignored"
+                )
+            if answer is None:
+                em = f1 = 0.0
+            else:
+                found = scores.get(answer)
+                if found is None:
+                    found = scores[answer] = qa_scores(answer, golds, fold_unicode=fold)
+                em, f1 = found
+            given = rollout.get("reward")
+            if answer is None or empty_store_answer:
+                reward = success = 0.0
+            else:
+                reward = given if given is not None else f1
+                success = em if success_rule == "em" else f1 if success_rule == "f1" else min(max(reward, 0.0), 1.0)
+            answers.append(answer)
+            empty_store.append(empty_store_answer)
+            em_list.append(em)
+            f1_list.append(f1)
+            rewards.append(reward)
+            successes.append(success)
+            lengths.append(t)
+            totals.append(len(actions))
+            row += 1
+        texts = list(local)
+        order = sorted(range(len(texts)), key=texts.__getitem__)
+        where = [0] * len(texts)
+        for position, index in enumerate(order):
+            where[index] = base + position
+        remap.extend(where)
+        texts_per_group.append([texts[index] for index in order])
+        facts_per_group.append([Fact._make(best[index]) for index in order])
+    occurrence_fact_array = np.asarray(remap, dtype=np.int64)[np.asarray(occurrence_fact, dtype=np.int64)]
+    return _Prepared(
+        rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
+        lengths=np.asarray(lengths, dtype=np.int64),
+        totals=np.asarray(totals, dtype=np.int64),
+        kinds=np.asarray(kinds, dtype=np.int8),
+        occurrence_row=np.asarray(occurrence_row, dtype=np.int64),
+        occurrence_step=np.asarray(occurrence_step, dtype=np.int64),
+        occurrence_fact=occurrence_fact_array,
+        facts=facts_per_group,
+        texts=texts_per_group,
+        repeated_row=repeated_row,
+        repeated_step=repeated_step,
+        rank=np.asarray(rank, dtype=np.int64),
+        answers=answers,
+        empty_store_answer=empty_store,
+        em=em_list,
+        f1=f1_list,
+        reward=rewards,
+        success=successes,
+    )
+
+
+@dataclass
+class _Utilities:
+    """Every cluster of the batch (SPEC §3) and which rollout first stored it when."""
+
+    cluster_starts: np.ndarray  # int64 (groups,): first batch cluster id of each group
+    cluster_group: np.ndarray  # int64 (K,)
+    n: np.ndarray  # int64 (K,)
+    s: np.ndarray  # float64 (K,)
+    mean: np.ndarray  # float64 (K,)
+    utility: np.ndarray  # float64 (K,)
+    fact_cluster: np.ndarray  # int64 (facts,): batch cluster id of each batch fact
+    pair_row: np.ndarray  # int64 (P,): (rollout, cluster) pairs, sorted by (row, cluster) ...
+    pair_cluster: np.ndarray  # int64 (P,)
+    pair_step: np.ndarray  # int64 (P,): ... with the step that first brought the cluster in
+    uniform_zeroed: int
+
+
+def _utilities(prep: _Prepared, labels: list[np.ndarray], config: FactUtilConfig) -> _Utilities:
+    """Cluster statistics and utilities of every group at once (SPEC §3).
+
+    n_c counts rollouts whose store ever held cluster c; s_c adds their successes in rollout_id
+    order (the order the per-group formula uses, so sums never depend on input order).
+    """
+    groups = len(labels)
+    sizes = np.array([int(g.max()) + 1 if len(g) else 0 for g in labels], dtype=np.int64)
+    cluster_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if groups else sizes
+    total = int(sizes.sum())
+    fact_counts = np.array([len(g) for g in labels], dtype=np.int64)
+    fact_group = np.repeat(np.arange(groups, dtype=np.int64), fact_counts)
+    fact_cluster = (
+        np.concatenate(labels).astype(np.int64) + cluster_starts[fact_group] if groups else fact_group
+    )
+    cluster_group = np.repeat(np.arange(groups, dtype=np.int64), sizes)
+    occurrence_cluster = fact_cluster[prep.occurrence_fact]
+    keys, first = np.unique(prep.occurrence_row * max(total, 1) + occurrence_cluster, return_index=True)
+    pair_row, pair_cluster = np.divmod(keys, max(total, 1))
+    pair_step = prep.occurrence_step[first]
+    success = np.asarray(prep.success, dtype=np.float64)
+    n = np.bincount(pair_cluster, minlength=total).astype(np.int64)
+    order = np.lexsort((prep.rank[pair_row], pair_cluster))
+    s = np.bincount(pair_cluster[order], weights=success[pair_row[order]], minlength=total)
+    rollout_counts = np.diff(np.append(prep.rollout_starts, len(success)))
+    listed = prep.success
+    bounds = np.append(prep.rollout_starts, len(success)).tolist()
+    baseline = np.array(
+        [math.fsum(listed[bounds[g] : bounds[g + 1]]) / rollout_counts[g] for g in range(groups)],
+        dtype=np.float64,
+    )
+    mean = (s + config.epsilon) / (n + 2.0 * config.epsilon)
+    utility = mean - baseline[cluster_group]
+    zeroed = 0
+    if config.uniform_groups == "zero" and groups:
+        # Nothing separates helpful facts from harmful ones when every rollout scored the
+        # same; SPEC §3's prior would still reward every fact (all fail) or punish it (all win).
+        live = rollout_counts > 0
+        high = np.full(groups, -np.inf)
+        low = np.full(groups, np.inf)
+        high[live] = np.maximum.reduceat(success, prep.rollout_starts[live])
+        low[live] = np.minimum.reduceat(success, prep.rollout_starts[live])
+        uniform = live & (high == low)
+        utility = np.where(uniform[cluster_group], 0.0, utility)
+        zeroed = int(uniform.sum())
+    return _Utilities(
+        cluster_starts, cluster_group, n, s, mean, utility, fact_cluster,
+        pair_row, pair_cluster, pair_step, zeroed,
+    )
+
+
 def _compute(
     groups: GroupsInput,
     config: FactUtilConfig,
@@ -366,106 +576,51 @@ def _compute(
     clock = time.perf_counter()
     if on_invalid_group not in ("raise", "skip"):
         raise ValueError(f"on_invalid_group must be 'raise' or 'skip', got {on_invalid_group!r}")
-    batch, skipped = _as_groups(groups, skip_invalid=on_invalid_group == "skip")
+    batch, skipped = _load(groups, skip_invalid=on_invalid_group == "skip")
     for uid, reason in skipped.items():
         warn(f"group {uid!r} skipped: {reason}")
     timings["load"] = time.perf_counter() - clock
 
     # 1. Outcomes and the fact texts of every rollout (SPEC §1, §2.1).
     clock = time.perf_counter()
-    work: list[list[_RolloutWork]] = []
-    group_texts: list[list[str]] = []
-    group_facts: list[list[Any]] = []
-    for group in batch:
-        if len(group.rollouts) == 1:
-            warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
-        if config.group_size is not None and len(group.rollouts) != config.group_size:
-            warn(
-                f"group {group.uid!r} has {len(group.rollouts)} rollouts, group_size is "
-                f"{config.group_size}"
-            )
-        rollouts = [_prepare_rollout(group, rollout, config, warn) for rollout in group.rollouts]
-        work.append(rollouts)
-        triples = [
-            triple
-            for item in rollouts
-            for action in item.effective
-            if isinstance(action, AssertAction)
-            for triple in action.triples
-        ]
-        texts, facts = representatives(triples, config.triple_template)
-        group_texts.append(texts)
-        group_facts.append(facts)
+    prep = _prepare(batch, config, warn)
     timings["prepare"] = time.perf_counter() - clock
 
     # 2. Clusters (SPEC §2).
     clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    group_labels = clusterer.cluster_batch(group_facts)
+    labels = clusterer.cluster_batch(prep.facts)
     timings["cluster"] = time.perf_counter() - clock
 
-    # 3. Utilities per group (SPEC §3); rows in rollout_id order so sums never depend on input order.
+    # 3. Utilities of every cluster (SPEC §3).
     clock = time.perf_counter()
-    cluster_records: list[ClusterRecord] = []
-    counts = {"groups_uniform_zeroed": 0}
-    label_maps: list[dict[str, int]] = []
-    utilities: list[np.ndarray] = []
-    for group, rollouts, texts, labels in zip(batch, work, group_texts, group_labels):
-        label_of = dict(zip(texts, labels.tolist()))
-        n_clusters = int(labels.max()) + 1 if len(labels) else 0
-        order = sorted(range(len(rollouts)), key=lambda i: rollouts[i].rollout.rollout_id)
-        membership = np.zeros((len(rollouts), n_clusters), dtype=bool)
-        for row, index in enumerate(order):
-            for action_texts in rollouts[index].texts_per_action:
-                for text in action_texts:
-                    membership[row, label_of[text]] = True
-        success = np.array([rollouts[i].record.success for i in order], dtype=np.float64)
-        table = cluster_utilities(membership, success, config.epsilon)
-        if config.uniform_groups == "zero" and len(success) and success.min() == success.max():
-            # Nothing separates helpful facts from harmful ones when every rollout scored the
-            # same; SPEC §3's prior would still reward every fact (all fail) or punish it (all win).
-            table = dataclasses.replace(table, utility=np.zeros_like(table.utility))
-            counts["groups_uniform_zeroed"] += 1
-        members = _cluster_members(rollouts, label_of)
-        for cluster_id, (n, s, mean, utility) in enumerate(
-            zip(table.n.tolist(), table.s.tolist(), table.mean.tolist(), table.utility.tolist())
-        ):
-            cluster_records.append(
-                ClusterRecord(group.uid, cluster_id, members.get(cluster_id, []), n, s, mean, utility)
-            )
-        label_maps.append(label_of)
-        utilities.append(table.utility)
+    util = _utilities(prep, labels, config)
     timings["utility"] = time.perf_counter() - clock
 
-    # 4. Potentials, shaping, back-credit and penalties, every rollout of the batch at once (SPEC §4).
+    # 4. Potentials, shaping, back-credit and penalties, every rollout at once (SPEC §4).
     clock = time.perf_counter()
-    items = [item for rollouts in work for item in rollouts]
-    steps = max((len(item.effective) for item in items), default=0)
-    kinds = np.full((len(items), steps), PAD, dtype=np.int8)
-    gain = np.zeros((len(items), steps), dtype=np.float64)
-    added_count = np.zeros((len(items), steps), dtype=np.int64)
-    repeated = np.zeros((len(items), steps), dtype=bool)
-    new_clusters: list[list[list[int]]] = []
-    row = 0
-    for rollouts, label_of, utility in zip(work, label_maps, utilities):
-        for item in rollouts:
-            store: set[int] = set()
-            row_clusters = []
-            for t, (action, action_texts) in enumerate(zip(item.effective, item.texts_per_action)):
-                kinds[row, t] = KIND_CODES[action.action]
-                added = sorted({label_of[text] for text in action_texts} - store)
-                if added:
-                    store.update(added)
-                    gain[row, t] = cluster_gain(added, utility)
-                    added_count[row, t] = len(added)
-                row_clusters.append(added)
-            repeated[row, : len(item.effective)] = _repeated_searches(item.effective)
-            new_clusters.append(row_clusters)
-            row += 1
+    rows = len(prep.lengths)
+    steps = int(prep.lengths.max()) if rows else 0
+    effective = int(prep.lengths.sum())
+    starts = np.cumsum(prep.lengths) - prep.lengths
+    action_row = np.repeat(np.arange(rows, dtype=np.int64), prep.lengths)
+    action_step = np.arange(effective, dtype=np.int64) - starts[action_row]
+    kinds = np.full((rows, steps), PAD, dtype=np.int8)
+    kinds[action_row, action_step] = prep.kinds
+    cell = util.pair_row * steps + util.pair_step
+    added = np.bincount(cell, minlength=rows * steps).astype(np.int64).reshape(rows, steps)
+    gains = util.utility[util.pair_cluster]
+    gain = np.bincount(cell, weights=gains, minlength=rows * steps)
+    # bincount adds in order, exact for one or two terms; three or more are re-summed exactly.
+    for c in np.flatnonzero(added.reshape(-1) > 2).tolist():
+        gain[c] = math.fsum(gains[cell == c].tolist())
+    gain = gain.reshape(rows, steps)
+    repeated = np.zeros((rows, steps), dtype=bool)
+    repeated[prep.repeated_row, prep.repeated_step] = True
     parts = process_rewards(
         kinds,
         gain,
-        added_count,
+        added,
         repeated,
         gamma=config.gamma,
         alpha=config.alpha,
@@ -473,81 +628,91 @@ def _compute(
         repeat_search_penalty=config.repeat_search_penalty,
         empty_store_answer_penalty=config.empty_store_answer_penalty,
     )
-    counts["searches_repeated"] = int(repeated.sum())
     timings["shaping"] = time.perf_counter() - clock
 
-    # 5. Advantages per group (SPEC §5), then one record per input action.
+    # 5. Advantages per group (SPEC §5), then the per-action columns over every input action.
     clock = time.perf_counter()
-    action_records: list[ActionRecord] = []
-    rollout_records: list[RolloutRecord] = []
-    shaping_rows = parts.shaping.tolist()
-    credit_rows = parts.back_credit.tolist()
-    penalty_rows = parts.penalty.tolist()
-    reward_rows = parts.process_reward.tolist()
-    row = 0
-    for group, rollouts in zip(batch, work):
-        first = row
-        a_out = outcome_advantages(
-            np.array([item.record.outcome_reward for item in rollouts], dtype=np.float64),
-            eps=config.norm_eps,
-            norm_by_std=config.norm_by_std,
-        )
-        lengths = [len(item.effective) for item in rollouts]
-        process_reward = (
-            parts.process_reward[first : first + len(rollouts)][kinds[first : first + len(rollouts)] != PAD]
-            if rollouts else np.zeros(0)
-        )
+    reward = np.asarray(prep.reward, dtype=np.float64)
+    a_out = segment_normalize(reward, prep.rollout_starts, config.norm_eps, config.norm_by_std)
+    process_reward = parts.process_reward[action_row, action_step]
+    if config.process_norm == "group":
+        a_proc = segment_normalize(process_reward, starts[prep.rollout_starts] if rows else starts,
+                                   config.norm_eps, True)
+    else:
         a_proc = process_advantages(process_reward, eps=config.norm_eps, mode=config.process_norm)
-        rollout_index = np.repeat(np.arange(len(rollouts), dtype=np.int64), lengths)
-        total = total_advantages(a_out, a_proc, rollout_index, omega=config.omega).tolist()
-        a_proc = a_proc.tolist()
-        offset = 0
-        for i, item in enumerate(rollouts):
-            outcome_advantage = float(a_out[i])
-            item.record.outcome_advantage = outcome_advantage
-            rollout_records.append(item.record)
-            uid, rollout_id, reward = group.uid, item.rollout.rollout_id, item.record.outcome_reward
-            shaping, credit, penalty = shaping_rows[row], credit_rows[row], penalty_rows[row]
-            rewards, clusters = reward_rows[row], new_clusters[row]
-            for t, action in enumerate(item.rollout.actions):
-                if t < lengths[i]:
-                    k = offset + t
-                    action_records.append(ActionRecord(
-                        uid, rollout_id, t, action.action, shaping[t], credit[t], penalty[t],
-                        rewards[t], reward, outcome_advantage, a_proc[k], total[k], clusters[t],
-                    ))
-                else:
-                    action_records.append(ActionRecord(
-                        uid, rollout_id, t, action.action, 0.0, 0.0, 0.0, 0.0, reward, 0.0, 0.0,
-                        0.0, [], ignored=True,
-                    ))
-            offset += lengths[i]
-            row += 1
+    total = total_advantages(a_out, a_proc, action_row, omega=config.omega)
+    offsets = np.concatenate([[0], np.cumsum(prep.totals)]).astype(np.int64)
+    position = offsets[:-1][action_row] + action_step
+    count = int(offsets[-1])
+    columns: dict[str, np.ndarray] = {}
+    for name, values in (
+        ("shaping", parts.shaping[action_row, action_step]),
+        ("back_credit", parts.back_credit[action_row, action_step]),
+        ("penalty", parts.penalty[action_row, action_step]),
+        ("process_reward", process_reward),
+        ("outcome_advantage", a_out[action_row]),
+        ("process_advantage", a_proc),
+        ("advantage", total),
+    ):
+        column = np.zeros(count, dtype=np.float64)
+        column[position] = values
+        columns[name] = column
+    columns["outcome_reward"] = np.repeat(reward, prep.totals)
+    columns["step"] = np.arange(count, dtype=np.int64) - np.repeat(offsets[:-1], prep.totals)
+    ignored = np.ones(count, dtype=bool)
+    ignored[position] = False
+    columns["ignored"] = ignored
     timings["advantage"] = time.perf_counter() - clock
 
     with np.errstate(over="ignore"):
-        advantages = np.array([record.advantage for record in action_records], dtype=np.float32)
+        advantages = columns["advantage"].astype(np.float32)
+    keys = [
+        (group.uid, rollout["rollout_id"]) for group in batch for rollout in group.rollouts
+    ]
     if not np.all(np.isfinite(advantages)):
-        bad = action_records[int(np.flatnonzero(~np.isfinite(advantages))[0])]
+        k = int(np.flatnonzero(~np.isfinite(advantages))[0])
+        uid, rollout_id = keys[int(np.searchsorted(offsets, k, side="right")) - 1]
         raise FloatingPointError(
-            f"advantage of group {bad.uid!r} rollout {bad.rollout_id!r} step {bad.step} is "
-            f"{bad.advantage!r} (outcome_advantage {bad.outcome_advantage!r}, process_advantage "
-            f"{bad.process_advantage!r}, omega {config.omega!r}): outside float32; lower omega, "
-            f"set norm_by_std=true or rescale the rewards"
+            f"advantage of group {uid!r} rollout {rollout_id!r} step {int(columns['step'][k])} is "
+            f"{float(columns['advantage'][k])!r} (outcome_advantage "
+            f"{float(columns['outcome_advantage'][k])!r}, process_advantage "
+            f"{float(columns['process_advantage'][k])!r}, omega {config.omega!r}): outside "
+            f"float32; lower omega, set norm_by_std=true or rescale the rewards"
         )
     timings["total"] = time.perf_counter() - started
-    metrics = _metrics(batch, action_records, rollout_records, cluster_records, warnings, timings)
-    metrics.update({name: float(value) for name, value in counts.items()})
+
+    utilities = util.utility.tolist()
+    metrics = {
+        "groups": float(len(batch)),
+        "rollouts": float(rows),
+        "actions": float(count),
+        "actions_ignored": float(count - effective),
+        "actions_invalid": float(np.count_nonzero(prep.kinds == INVALID)),
+        "answers_empty_store": float(sum(prep.empty_store_answer)),
+        "rollouts_unanswered": float(sum(answer is None for answer in prep.answers)),
+        "groups_single_rollout": float(sum(len(g.rollouts) == 1 for g in batch)),
+        "clusters": float(len(utilities)),
+        "clusters_per_group": len(utilities) / len(batch) if batch else 0.0,
+        "utility_mean": _mean(utilities),
+        "utility_min": min(utilities) if utilities else 0.0,
+        "utility_max": max(utilities) if utilities else 0.0,
+        "shaping_nonzero_share": (
+            float(np.count_nonzero(parts.shaping[action_row, action_step])) / effective
+            if effective else 0.0
+        ),
+        "em_mean": _mean(prep.em),
+        "f1_mean": _mean(prep.f1),
+        "outcome_reward_mean": _mean(prep.reward),
+        "warnings": float(len(warnings)),
+    }
+    metrics.update({f"time_{name}_s": seconds for name, seconds in timings.items()})
+    metrics["groups_uniform_zeroed"] = float(util.uniform_zeroed)
+    metrics["searches_repeated"] = float(len(prep.repeated_row))
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value for name, value in clusterer.metrics.items()})
+    records = _Records(batch, config, prep, util, a_out, keys, offsets)
     return ProcessAdvantages(
-        actions=action_records,
-        rollouts=rollout_records,
-        clusters=cluster_records,
-        advantages=advantages,
-        metrics=metrics,
-        warnings=warnings,
-        skipped=skipped,
+        advantages, columns, keys, offsets, metrics, warnings, skipped, records
     )
 
 
@@ -560,38 +725,102 @@ def _mean(values: list[float]) -> float:
         return math.fsum(value / len(values) for value in values)
 
 
-def _metrics(
-    batch: list[Group],
-    actions: list[ActionRecord],
-    rollouts: list[RolloutRecord],
-    clusters: list[ClusterRecord],
-    warnings: list[str],
-    timings: dict[str, float],
-) -> dict[str, float]:
-    """Batch metrics (all floats, never NaN: empty sets give 0)."""
-    effective = [record for record in actions if not record.ignored]
-    utilities = [record.utility for record in clusters]
-    metrics = {
-        "groups": float(len(batch)),
-        "rollouts": float(len(rollouts)),
-        "actions": float(len(actions)),
-        "actions_ignored": float(len(actions) - len(effective)),
-        "actions_invalid": float(sum(r.action == "invalid" for r in effective)),
-        "answers_empty_store": float(sum(r.empty_store_answer for r in rollouts)),
-        "rollouts_unanswered": float(sum(not r.answered for r in rollouts)),
-        "groups_single_rollout": float(sum(len(g.rollouts) == 1 for g in batch)),
-        "clusters": float(len(clusters)),
-        "clusters_per_group": len(clusters) / len(batch) if batch else 0.0,
-        "utility_mean": _mean(utilities),
-        "utility_min": min(utilities) if utilities else 0.0,
-        "utility_max": max(utilities) if utilities else 0.0,
-        "shaping_nonzero_share": (
-            sum(r.shaping != 0.0 for r in effective) / len(effective) if effective else 0.0
-        ),
-        "em_mean": _mean([r.em for r in rollouts]),
-        "f1_mean": _mean([r.f1 for r in rollouts]),
-        "outcome_reward_mean": _mean([r.outcome_reward for r in rollouts]),
-        "warnings": float(len(warnings)),
-    }
-    metrics.update({f"time_{name}_s": seconds for name, seconds in timings.items()})
-    return metrics
+@dataclass
+class _Records:
+    """What the per-item records of a step are built from, on first access."""
+
+    batch: list[_GroupRows]
+    config: FactUtilConfig
+    prep: _Prepared
+    util: _Utilities
+    outcome_advantage: np.ndarray
+    keys: list[tuple[str, str]]
+    offsets: np.ndarray
+
+    def _group_of_row(self) -> np.ndarray:
+        counts = np.diff(np.append(self.prep.rollout_starts, len(self.keys)))
+        return np.repeat(np.arange(len(self.batch), dtype=np.int64), counts)
+
+    def actions(self, columns: dict[str, np.ndarray]) -> list[ActionRecord]:
+        util = self.util
+        group_of_row = self._group_of_row()
+        order = np.lexsort((util.pair_cluster, util.pair_step, util.pair_row))
+        new: dict[tuple[int, int], list[int]] = {}
+        local = util.pair_cluster - util.cluster_starts[group_of_row[util.pair_row]]
+        for r, t, c in zip(
+            util.pair_row[order].tolist(), util.pair_step[order].tolist(), local[order].tolist()
+        ):
+            new.setdefault((r, t), []).append(c)
+        listed = {name: values.tolist() for name, values in columns.items()}
+        records = []
+        k = 0
+        row = 0
+        for group in self.batch:
+            for rollout in group.rollouts:
+                uid, rollout_id = self.keys[row]
+                for t, action in enumerate(rollout["actions"]):
+                    if listed["ignored"][k]:
+                        records.append(ActionRecord(
+                            uid, rollout_id, t, action["action"], 0.0, 0.0, 0.0, 0.0,
+                            listed["outcome_reward"][k], 0.0, 0.0, 0.0, [], ignored=True,
+                        ))
+                    else:
+                        records.append(ActionRecord(
+                            uid, rollout_id, t, action["action"], listed["shaping"][k],
+                            listed["back_credit"][k], listed["penalty"][k],
+                            listed["process_reward"][k], listed["outcome_reward"][k],
+                            listed["outcome_advantage"][k], listed["process_advantage"][k],
+                            listed["advantage"][k], new.get((row, t), []),
+                        ))
+                    k += 1
+                row += 1
+        return records
+
+    def rollouts(self) -> list[RolloutRecord]:
+        prep = self.prep
+        outcome = self.outcome_advantage.tolist()
+        return [
+            RolloutRecord(
+                uid=uid,
+                rollout_id=rollout_id,
+                answer=prep.answers[i],
+                answered=prep.answers[i] is not None,
+                empty_store_answer=prep.empty_store_answer[i],
+                em=prep.em[i],
+                f1=prep.f1[i],
+                outcome_reward=prep.reward[i],
+                success=prep.success[i],
+                outcome_advantage=outcome[i],
+                actions=int(prep.lengths[i]),
+                ignored_actions=int(prep.totals[i] - prep.lengths[i]),
+            )
+            for i, (uid, rollout_id) in enumerate(self.keys)
+        ]
+
+    def clusters(self) -> list[ClusterRecord]:
+        util, prep, template = self.util, self.prep, self.config.triple_template
+        n, s, mean, utility = util.n.tolist(), util.s.tolist(), util.mean.tolist(), util.utility.tolist()
+        fact_starts = np.concatenate([[0], np.cumsum([len(t) for t in prep.texts])]).astype(np.int64)
+        records = []
+        row = 0
+        for g, group in enumerate(self.batch):
+            position = {text: i for i, text in enumerate(prep.texts[g])}
+            base, first = int(fact_starts[g]), int(util.cluster_starts[g])
+            members: dict[int, set[tuple[str, str, str]]] = {}
+            for rollout in group.rollouts:
+                for action in rollout["actions"][: prep.lengths[row]]:
+                    if action["action"] == "assert":
+                        for subject, relation, obj in action["triples"]:
+                            label = int(util.fact_cluster[base + position[
+                                fact_text(subject, relation, obj, template)
+                            ]]) - first
+                            members.setdefault(label, set()).add((subject, relation, obj))
+                row += 1
+            count = int(np.count_nonzero(util.cluster_group == g))
+            for cluster_id in range(count):
+                c = first + cluster_id
+                found = sorted(members.get(cluster_id, ()))
+                records.append(ClusterRecord(
+                    group.uid, cluster_id, [list(t) for t in found], n[c], s[c], mean[c], utility[c],
+                ))
+        return records

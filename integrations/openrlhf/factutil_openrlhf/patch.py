@@ -303,9 +303,7 @@ def _group_deltas(
     do not fit is added to ``skipped`` and gets none."""
     from factutil.advantages import scatter_to_spans
 
-    per_rollout: dict[tuple[str, str], list[float]] = {}
-    for record in result.actions:
-        per_rollout.setdefault((record.uid, record.rollout_id), []).append(record.process_advantage)
+    per_rollout = result.per_rollout("process_advantage")
     deltas = {}
     for group, keys in sorted(groups.items()):
         if group in skipped:

@@ -259,7 +259,7 @@ def compute_factagent_advantages(
         plans.extend(group_plans)
 
     result: ProcessAdvantages | None = None
-    values: dict[tuple[str, str], list[float]] = {}
+    values: dict[tuple[str, str], np.ndarray] = {}
     if rollouts:
         try:
             result = compute_process_advantages(
@@ -271,8 +271,7 @@ def compute_factagent_advantages(
                 fallback.setdefault(plan.uid, f"scoring failed: {type(error).__name__}: {error}")
         else:
             fallback.update(result.skipped)
-            for record in result.actions:
-                values.setdefault((record.uid, record.rollout_id), []).append(record.advantage)
+            values = result.per_rollout("advantage")
 
     scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
     for plan in plans:
