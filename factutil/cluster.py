@@ -19,6 +19,8 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from itertools import chain, count
+from operator import attrgetter
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -27,6 +29,7 @@ from factutil.embed import Embedder, EmbeddingCache, embed_unique, make_embedder
 from factutil.schema import FactUtilConfig, Triple
 
 DEFAULT_TEMPLATE = "{subject} | {relation} | {object}"
+_PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact
 
 
 
@@ -52,7 +55,7 @@ class Fact(NamedTuple):
 
 
 @lru_cache(maxsize=1 << 16)
-def fact_text(subject: str, relation: str, object: str, template: str = DEFAULT_TEMPLATE) -> str:  # noqa: A002
+def fact_text(subject: str, relation: str, object: str, template: str = DEFAULT_TEMPLATE) -> str:
     """The normalised text of the triple ``(subject, relation, object)`` under ``template``
     (SPEC §2.1). Memoised (65,536 most recent triples): rollouts repeat facts, and a training run
     meets the same facts step after step."""
@@ -178,27 +181,88 @@ def make_clusterer(config: FactUtilConfig, embedder: Embedder | None = None) -> 
     return SemanticClusterer(config, embedder=embedder)
 
 
-class _UnionFind:
-    """Disjoint sets over 0..n-1 that also keep each set's member list (for veto checks)."""
+def _linkage(
+    n: int,
+    edges: np.ndarray,
+    similarity: np.ndarray,
+    veto: Callable[[int, int], str | None],
+    starts: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Constrained single linkage of several groups at once (the one implementation behind
+    :func:`constrained_linkage` and :meth:`SemanticClusterer.cluster_batch`).
 
-    def __init__(self, n: int):
-        self.parent = list(range(n))
-        self.members = [[i] for i in range(n)]
+    Facts are numbered 0..n-1 with the groups contiguous; ``starts`` (int64 (G,), increasing,
+    ``starts[0] == 0``) holds each group's first index (None = one group). Edges never cross
+    groups. Edges are taken in the order (group, -similarity, i, j), which within a group is
+    exactly the order of a run on that group alone, and sets of different groups never meet, so
+    every group gets the labels and counts it would get alone.
 
-    def find(self, i: int) -> int:
-        root = i
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[i] != root:
-            self.parent[i], i = root, self.parent[i]
-        return root
-
-    def union(self, a: int, b: int) -> None:
-        if len(self.members[a]) < len(self.members[b]):
-            a, b = b, a
-        self.parent[b] = a
-        self.members[a].extend(self.members[b])
-        self.members[b] = []
+    Returns:
+        (labels int64 (n,), canonical within each group, counts as :func:`constrained_linkage`).
+    """
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    similarity = np.asarray(similarity, dtype=np.float64)
+    if starts is None or len(starts) == 0:
+        starts = np.zeros(1, dtype=np.int64)
+    group_of = np.repeat(
+        np.arange(len(starts)), np.diff(np.append(starts, n).astype(np.int64))
+    )
+    merges = refused = checks = 0
+    parent = list(range(n))
+    # Member lists of the sets with more than one fact (a singleton's is [root]); a merge appends
+    # the smaller set's list to the larger one's, and veto checks scan the lists in this order.
+    members: dict[int, list[int]] = {}
+    if len(edges):
+        order = np.lexsort((edges[:, 1], edges[:, 0], -similarity, group_of[edges[:, 0]]))
+        firsts = edges[order, 0].tolist()
+        seconds = edges[order, 1].tolist()
+    else:
+        firsts = seconds = []
+    for first, second in zip(firsts, seconds):
+        a = first
+        while parent[a] != a:
+            a = parent[a]
+        while parent[first] != a:
+            parent[first], first = a, parent[first]
+        b = second
+        while parent[b] != b:
+            b = parent[b]
+        while parent[second] != b:
+            parent[second], second = b, parent[second]
+        if a == b:
+            continue
+        members_a = members.get(a) or [a]
+        members_b = members.get(b) or [b]
+        blocked = False
+        for i in members_a:
+            for j in members_b:
+                checks += 1
+                if (veto(i, j) if i < j else veto(j, i)) is not None:
+                    blocked = True
+                    break
+            if blocked:
+                break
+        if blocked:
+            refused += 1
+            continue
+        if len(members_a) < len(members_b):
+            a, b, members_a, members_b = b, a, members_b, members_a
+        parent[b] = a
+        members_a.extend(members_b)
+        members[a] = members_a
+        members.pop(b, None)
+        merges += 1
+    root = np.arange(n, dtype=np.int64)
+    for set_root, set_members in members.items():
+        root[set_members] = set_root
+    # Canonical labels within each group: a cluster is numbered by how many clusters of its group
+    # have a smaller smallest member (facts are in sorted text order, see canonical_labels).
+    smallest = np.full(n, n, dtype=np.int64)
+    np.minimum.at(smallest, root, np.arange(n, dtype=np.int64))
+    smallest = smallest[root]
+    opened = np.cumsum(smallest == np.arange(n)) - 1
+    labels = (opened[smallest] - opened[starts[group_of]]).astype(np.int64) if n else root
+    return labels, {"merges": merges, "refused": refused, "veto_checks": checks}
 
 
 def constrained_linkage(
@@ -207,7 +271,8 @@ def constrained_linkage(
     similarity: np.ndarray,
     veto: Callable[[int, int], str | None],
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """Single-linkage clustering under cannot-link constraints, with no transitive leak.
+    """Single-linkage clustering under cannot-link constraints, with no transitive leak (SPEC §2
+    step 5).
 
     Edges are taken from the most to the least similar (ties by (i, j)); an edge joins the clusters
     of its two ends unless ``veto`` separates *any* member of one cluster from *any* member of the
@@ -226,35 +291,104 @@ def constrained_linkage(
         n: number of facts.
         edges: int64 (E, 2), candidate pairs (i < j).
         similarity: float (E,), the (quantised) similarity of each edge.
-        veto: ``veto(i, j)`` returns a reason when facts i and j must not share a cluster.
+        veto: ``veto(i, j)`` (i < j) returns a reason when facts i and j must not share a cluster.
 
     Returns:
         (labels int64 (n,) canonical, counts) where counts has ``merges``, ``refused`` (edges
         whose clusters a veto kept apart) and ``veto_checks`` (pairs checked).
     """
-    sets = _UnionFind(n)
-    order = np.lexsort((edges[:, 1], edges[:, 0], -similarity)) if len(edges) else []
-    merges = refused = checks = 0
-    for e in order:
-        a, b = sets.find(int(edges[e, 0])), sets.find(int(edges[e, 1]))
-        if a == b:
+    return _linkage(n, edges, similarity, veto)
+
+
+def _similarity_margin(dims: int, decimals: int) -> float:
+    """How far below the threshold a float32 cosine may lie and its float64 value still round to
+    the threshold or above: one unit of the last decimal (rounding moves a value by at most half
+    of one), plus four times the error bound of a float32 dot product of unit vectors
+    (dims * 2**-24)."""
+    return 10.0**-decimals + dims * 2.0**-22
+
+
+def _exact_similarity(
+    vectors: np.ndarray, first: np.ndarray, second: np.ndarray, decimals: int, chunk: int = 8192
+) -> np.ndarray:
+    """Cosines of the pairs ``(first[e], second[e])``, computed in float64 and rounded.
+
+    The products of float32 numbers are exact in float64 and each row is summed alone, so the
+    similarity of a pair depends only on its two vectors: not on the batch, the group's other
+    members or the path (dense or k-NN) that found it.
+
+    Args:
+        vectors: float32 (m, d); first, second: int64 (E,) row indices.
+
+    Returns:
+        float64 (E,), rounded to ``decimals``.
+    """
+    out = np.empty(len(first), dtype=np.float64)
+    for start in range(0, len(first), chunk):
+        a = vectors[first[start : start + chunk]].astype(np.float64)
+        a *= vectors[second[start : start + chunk]]
+        np.sum(a, axis=1, out=out[start : start + chunk])
+    return np.round(out, decimals, out=out)
+
+
+def _dense_pairs(
+    vectors: np.ndarray,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    threshold: float,
+    decimals: int,
+    max_block: int = 1 << 22,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every intra-group pair with cosine >= ``threshold``, exactly, for many groups at once.
+
+    Groups of one size are stacked and multiplied in float32 (at most ``max_block`` similarities
+    at a time, so a huge batch or group never allocates GBs); the pairs within
+    :func:`_similarity_margin` of the threshold are then recomputed by :func:`_exact_similarity`.
+
+    Args:
+        vectors: float32 (m, d), L2-normalised.
+        starts, sizes: int64 (G,), each group's first fact and number of facts (groups contiguous).
+        rows: int64 (n,), fact i's row in ``vectors``; None = row i.
+
+    Returns:
+        (edges int64 (E, 2) with i < j in global rows, similarity float64 (E,)), unordered.
+    """
+    loose = threshold - _similarity_margin(vectors.shape[1], decimals)
+    if rows is None:
+        rows = np.arange(len(vectors), dtype=np.int64)
+    found_i: list[np.ndarray] = []
+    found_j: list[np.ndarray] = []
+    for size in sorted(set(sizes[sizes >= 2].tolist())):
+        group_starts = starts[sizes == size]
+        if size * size <= max_block:
+            upper_i, upper_j = np.triu_indices(size, k=1)
+            step = max(1, max_block // (size * size))
+            for at in range(0, len(group_starts), step):
+                chunk_starts = group_starts[at : at + step]
+                stacked = vectors[rows[chunk_starts[:, None] + np.arange(size)]]
+                sims = np.matmul(stacked, stacked.transpose(0, 2, 1))[:, upper_i, upper_j]
+                group, pair = np.nonzero(sims >= loose)
+                found_i.append(chunk_starts[group] + upper_i[pair])
+                found_j.append(chunk_starts[group] + upper_j[pair])
             continue
-        blocked = False
-        for i in sets.members[a]:
-            for j in sets.members[b]:
-                checks += 1
-                if veto(min(i, j), max(i, j)) is not None:
-                    blocked = True
-                    break
-            if blocked:
-                break
-        if blocked:
-            refused += 1
-            continue
-        sets.union(a, b)
-        merges += 1
-    labels = np.array([sets.find(i) for i in range(n)], dtype=np.int64)
-    return canonical_labels(labels), {"merges": merges, "refused": refused, "veto_checks": checks}
+        # One group too big for a block: a band of rows against the whole group at a time.
+        band = max(1, max_block // size)
+        for start in group_starts.tolist():
+            block = vectors[rows[start : start + size]]
+            for top in range(0, size, band):
+                sims = block[top : top + band] @ block.T
+                upper = np.arange(top, top + len(sims))[:, None] < np.arange(size)
+                i, j = np.nonzero((sims >= loose) & upper)
+                found_i.append(start + top + i)
+                found_j.append(start + j)
+    if not found_i:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
+    first = np.concatenate(found_i).astype(np.int64)
+    second = np.concatenate(found_j).astype(np.int64)
+    sims = _exact_similarity(vectors, rows[first], rows[second], decimals)
+    keep = sims >= threshold
+    return np.stack([first[keep], second[keep]], axis=1), sims[keep]
 
 
 def candidate_pairs(
@@ -268,13 +402,14 @@ def candidate_pairs(
     hnsw_ef: int = 64,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs of facts whose cosine similarity is at least ``threshold`` (inclusive).
+    """Pairs of facts whose cosine similarity is at least ``threshold`` (inclusive), SPEC §2 step 3.
 
-    Up to ``dense_max`` vectors the full similarity matrix is exact; above it an hnswlib
-    inner-product index (M = ``hnsw_m``, ef_construction = ef = ``hnsw_ef``, fixed ``seed``, one
-    thread so the graph is deterministic) gives each vector's ``k`` nearest neighbours, whose exact
-    similarity is then recomputed. Similarities are rounded to ``decimals`` so that float noise
-    from batching cannot reorder or flip edges (except exactly at a rounding boundary).
+    Up to ``dense_max`` vectors every pair is considered (:func:`_dense_pairs`: float32 blocks,
+    then the near ones exactly); above it an hnswlib inner-product index (M = ``hnsw_m``,
+    ef_construction = ef = ``hnsw_ef``, fixed ``seed``, one thread so the graph is deterministic)
+    gives each vector's ``k`` nearest neighbours. Either way the similarity of a pair is its
+    float64 dot product rounded to ``decimals`` (:func:`_exact_similarity`), a function of the two
+    vectors alone, so batching cannot reorder or flip edges.
 
     Args:
         vectors: float32 (n, d), L2-normalised.
@@ -286,14 +421,13 @@ def candidate_pairs(
     n = len(vectors)
     if n < 2:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
-    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if n <= dense_max:
-        sims = vectors @ vectors.T
-        # Threshold loosely in float32 first, then round only the survivors.
-        i, j = np.nonzero(np.triu(sims >= threshold - 10.0**-decimals, k=1))
-        rounded = np.round(sims[i, j].astype(np.float64), decimals)
-        keep = rounded >= threshold
-        return np.stack([i[keep], j[keep]], axis=1).astype(np.int64), rounded[keep]
+        edges, sims = _dense_pairs(
+            vectors, np.zeros(1, dtype=np.int64), np.array([n]), threshold, decimals
+        )
+        order = np.lexsort((edges[:, 1], edges[:, 0]))
+        return edges[order], sims[order]
     import hnswlib
 
     index = hnswlib.Index(space="ip", dim=vectors.shape[1])
@@ -306,12 +440,18 @@ def candidate_pairs(
     cols = neighbours.reshape(-1).astype(np.int64)
     keep = rows != cols
     pairs = np.unique(np.sort(np.stack([rows[keep], cols[keep]], axis=1), axis=1), axis=0)
-    sims = np.round(
-        np.einsum("ij,ij->i", vectors[pairs[:, 0]], vectors[pairs[:, 1]]).astype(np.float64),
-        decimals,
-    )
+    sims = _exact_similarity(vectors, pairs[:, 0], pairs[:, 1], decimals)
     keep = sims >= threshold
     return pairs[keep], sims[keep]
+
+
+class _FactRecord(NamedTuple):
+    """What the clusterer keeps per distinct fact (parts) across calls."""
+
+    text: str  # normalised text (SPEC §2.1)
+    features: Any  # filter analysis (factutil.filters.FactFeatures), None when not needed
+    key_hash: int  # hash(features.key), 0 without features
+    serial: int  # unique per record for the clusterer's life: names the fact in the pair memo
 
 
 class SemanticClusterer:
@@ -323,6 +463,19 @@ class SemanticClusterer:
     with subject and object swapped); the filters in ``config.filters`` are evaluated on demand and
     memoised per pair; :func:`constrained_linkage` forms the clusters.
 
+    The whole batch is worked at once: the groups of at most ``config.knn_min_size`` facts share
+    one exact pair search (:func:`_dense_pairs`), larger ones take :func:`candidate_pairs`' k-NN
+    path, and one linkage runs over all groups. Each group still gets exactly the labels and counts
+    it would get alone, whatever else is in the batch and in whatever order: a pair's similarity
+    depends only on its two vectors, its vetoes only on its two facts (each fact is analysed from
+    its own parts), and the linkage never joins groups.
+
+    Across calls the clusterer keeps, besides the embedding cache, each fact's text and filter
+    analysis and each checked pair's filter result (LRU, ``config.cache_max_entries`` facts and
+    as many pairs): the filters are pure functions of the two facts, and training steps meet the
+    same facts and pairs again. ``metrics`` count the work of the call as if nothing were kept
+    (every pair checked in the call is counted, under the filter that vetoed it).
+
     Args:
         config: a :class:`FactUtilConfig` (``sim_threshold``, ``filters``, embedding and index
             fields).
@@ -332,7 +485,9 @@ class SemanticClusterer:
             ``config.cache_max_entries`` / ``config.cache_max_bytes``.
 
     ``metrics`` after each call: facts, texts embedded, cache hits and misses, candidate edges,
-    vetoed pairs per filter, refused merges, and seconds per stage.
+    vetoed pairs per filter, refused merges, and seconds per stage: ``time_filters_s`` (texts and
+    filter analyses), ``time_embed_s`` (cache look-ups and the model), ``time_candidates_s``
+    (pair search and key edges), ``time_linkage_s`` (vetoes and linkage).
     """
 
     def __init__(
@@ -351,8 +506,12 @@ class SemanticClusterer:
         self.cache = cache if cache is not None else EmbeddingCache(
             self.config.cache_max_entries, self.config.cache_max_bytes
         )
-        # Filter analyses keyed by the exact parts (analysis reads letter case), LRU-bounded.
-        self._features: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        # Per fact (keyed by its exact parts: the analysis reads letter case) and per checked pair
+        # (keyed by the two records' serials), LRU-bounded; valid for one (template, filters).
+        self._records: OrderedDict[tuple[str, str, str], _FactRecord] = OrderedDict()
+        self._pairs: OrderedDict[int, str] = OrderedDict()
+        self._memo_for: tuple[str, tuple[str, ...]] | None = None
+        self._serials = count()
         self.metrics: dict[str, float] = {}
 
     def warmup(self) -> None:
@@ -363,118 +522,248 @@ class SemanticClusterer:
 
             analyze("warm up", "length", "5 km")
 
-    def _analysis(self, fact: Triple) -> Any:
+    def _fact_records(
+        self, parts: Sequence[tuple[str, str, str]], analyse: bool
+    ) -> list[_FactRecord]:
+        """The record of each ``(subject, relation, object)``, through the LRU memo; with
+        ``analyse``, records carry the filter analysis."""
         from factutil.filters import analyze
 
-        key = (fact.subject, fact.relation, fact.object)
-        found = self._features.get(key)
-        if found is None:
-            found = analyze(*key)
-            self._features[key] = found
-            if len(self._features) > self.config.cache_max_entries:
-                self._features.popitem(last=False)
-        else:
-            self._features.move_to_end(key)
-        return found
+        config = self.config
+        if self._memo_for != (config.triple_template, tuple(config.filters)):
+            self._records.clear()
+            self._pairs.clear()
+            self._memo_for = (config.triple_template, tuple(config.filters))
+        template = config.triple_template
+        limit = config.cache_max_entries
+        store = self._records
+        known = store.get
+        touch = store.move_to_end
+        records = []
+        for key in parts:
+            record = known(key)
+            if record is None or (analyse and record.features is None):
+                features = analyze(*key) if analyse else None
+                record = _FactRecord(
+                    fact_text(*key, template),
+                    features,
+                    hash(features.key) if analyse else 0,
+                    next(self._serials),
+                )
+                store[key] = record
+                if len(store) > limit:
+                    store.popitem(last=False)
+            else:
+                touch(key)
+            records.append(record)
+        return records
 
     def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]]) -> list[np.ndarray]:
-        """Canonical labels per group (see :class:`Clusterer`)."""
+        """Canonical labels per group (see :class:`Clusterer`).
+
+        Args:
+            facts_per_group: per group g, n_g distinct facts (:class:`Triple` or :class:`Fact`)
+                in sorted text order (:func:`representatives`).
+
+        Returns:
+            per group, int64 (n_g,) canonical labels (views of one array).
+        """
         config = self.config
         timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
         hits, misses = self.cache.hits, self.cache.misses
+
+        # 1-2. Texts, analyses and vectors (SPEC §2 steps 1-2, 4). Facts are numbered 0..n-1,
+        # the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
         clock = time.perf_counter()
-        texts_per_group = [
-            [triple_text(fact, config.triple_template) for fact in facts] for facts in facts_per_group
-        ]
-        batch_texts = sorted({text for texts in texts_per_group for text in texts})
-        row_of = {text: row for row, text in enumerate(batch_texts)}
-        vectors = embed_unique(batch_texts, self.embedder, self.cache)
+        parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
+        n = len(parts)
+        sizes = np.array([len(facts) for facts in facts_per_group], dtype=np.int64)
+        starts = np.cumsum(sizes) - sizes
+        analyse = bool(config.filters) or config.key_edges
+        records = self._fact_records(parts, analyse)
+        texts, features, key_hashes, serials = zip(*records) if n else ((), (), (), ())
+        timings["filters"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        row_of = dict.fromkeys(texts)
+        for row, text in enumerate(row_of):
+            row_of[text] = row
+        vectors = embed_unique(list(row_of), self.embedder, self.cache)
+        rows = np.fromiter(map(row_of.__getitem__, texts), dtype=np.int64, count=n)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         timings["embed"] = time.perf_counter() - clock
 
+        # 3. Candidate edges (SPEC §2 step 3), in fact numbers.
         clock = time.perf_counter()
-        analyse = bool(config.filters) or config.key_edges
-        features: dict[str, Any] = {}
-        enabled: list[tuple[str, Callable[[Any, Any], str | None]]] = []
-        if analyse:
-            from factutil.filters import FILTERS
-
-            enabled = [(name, FILTERS[name]) for name in config.filters]
-            for facts, texts in zip(facts_per_group, texts_per_group):
-                for fact, text in zip(facts, texts):
-                    if text not in features:
-                        features[text] = self._analysis(fact)
-        timings["filters"] += time.perf_counter() - clock
-
-        vetoes = dict.fromkeys(config.filters, 0)
-        counts = {"edges": 0, "key_edges": 0, "merges": 0, "refused": 0, "veto_checks": 0}
-        labels = []
-        for texts in texts_per_group:
-            clock = time.perf_counter()
-            group_vectors = vectors[[row_of[text] for text in texts]] if texts else vectors[:0]
-            edges, sims = candidate_pairs(
-                group_vectors, config.sim_threshold, decimals=config.sim_decimals,
-                dense_max=config.knn_min_size, k=config.knn_k, hnsw_m=config.hnsw_m,
-                hnsw_ef=config.hnsw_ef, seed=config.hnsw_seed,
+        dense = sizes <= config.knn_min_size
+        edges, sims = _dense_pairs(
+            vectors, starts[dense], sizes[dense], config.sim_threshold, config.sim_decimals,
+            rows=rows,
+        )
+        found_edges, found_sims = [edges], [sims]
+        for start, size in zip(starts[~dense].tolist(), sizes[~dense].tolist()):
+            group_edges, group_sims = candidate_pairs(
+                vectors[rows[start : start + size]], config.sim_threshold,
+                decimals=config.sim_decimals, dense_max=config.knn_min_size, k=config.knn_k,
+                hnsw_m=config.hnsw_m, hnsw_ef=config.hnsw_ef, seed=config.hnsw_seed,
             )
-            if config.key_edges:
-                edges, sims, added = _add_key_edges(edges, sims, [features[t].key for t in texts])
-                counts["key_edges"] += added
-            counts["edges"] += len(edges)
-            timings["candidates"] += time.perf_counter() - clock
+            found_edges.append(group_edges + start)
+            found_sims.append(group_sims)
+        if len(found_edges) > 1:
+            edges, sims = np.concatenate(found_edges), np.concatenate(found_sims)
+        added = 0
+        if config.key_edges and n:
+            edges, sims, added = _add_key_edges(
+                edges, sims, _LazyKeys(features), starts,
+                hashes=np.fromiter(key_hashes, dtype=np.int64, count=n),
+            )
+        timings["candidates"] = time.perf_counter() - clock
 
-            clock = time.perf_counter()
-            feats = [features.get(text) for text in texts]
-            memo: dict[tuple[int, int], str | None] = {}
-
-            def veto(i: int, j: int, feats=feats, memo=memo) -> str | None:
-                if (i, j) not in memo:
-                    reason = None
-                    for name, check in enabled:
-                        reason = check(feats[i], feats[j])
-                        if reason is not None:
-                            vetoes[name] += 1
-                            reason = f"{name}: {reason}"
-                            break
-                    memo[(i, j)] = reason
-                return memo[(i, j)]
-
-            group_labels, linkage = constrained_linkage(len(texts), edges, sims, veto)
-            for name in ("merges", "refused", "veto_checks"):
-                counts[name] += linkage[name]
-            labels.append(group_labels)
-            timings["linkage"] += time.perf_counter() - clock
+        # 4-5. Vetoes on demand and constrained linkage (SPEC §2 steps 4-5).
+        clock = time.perf_counter()
+        veto, vetoes = self._veto(features, serials)
+        labels, linkage = _linkage(n, edges, sims, veto, starts)
+        ends = (starts + sizes).tolist()
+        per_group = [labels[start:end] for start, end in zip(starts.tolist(), ends)]
+        timings["linkage"] = time.perf_counter() - clock
         self.metrics = {
-            "facts": float(sum(len(texts) for texts in texts_per_group)),
-            "texts_embedded": float(len(batch_texts)),
+            "facts": float(n),
+            "texts_embedded": float(len(row_of)),
             "cache_hits": float(self.cache.hits - hits),
             "cache_misses": float(self.cache.misses - misses),
             "cache_entries": float(len(self.cache)),
-            **{name: float(value) for name, value in counts.items()},
+            "edges": float(len(edges)),
+            "key_edges": float(added),
+            **{name: float(value) for name, value in linkage.items()},
             **{f"vetoes_{name}": float(value) for name, value in vetoes.items()},
             **{f"time_{name}_s": value for name, value in timings.items()},
         }
-        return labels
+        return per_group
+
+    def _veto(
+        self, features: Sequence[Any], serials: Sequence[int]
+    ) -> tuple[Callable[[int, int], str | None], dict[str, int]]:
+        """The veto of one call (SPEC §2 step 4) and its per-filter counts.
+
+        ``veto(i, j)`` (i < j, fact numbers) runs the filters of ``config.filters`` in order and
+        returns the name of the first that separates facts i and j, or None. Within the call each
+        pair is evaluated once and, when vetoed, counted once under that filter; across calls the
+        outcome (the name only, so a long fact's reason text is not kept) stays in the pair memo.
+        """
+        from factutil.filters import FILTERS
+
+        names = tuple(self.config.filters)
+        enabled = [(name, FILTERS[name]) for name in names]
+        limit = self.config.cache_max_entries
+        pairs = self._pairs
+        known = pairs.get
+        touch = pairs.move_to_end
+        vetoes = dict.fromkeys(names, 0)
+        memo: dict[tuple[int, int], str | None] = {}
+
+        def veto(i: int, j: int) -> str | None:
+            if (i, j) in memo:
+                return memo[(i, j)]
+            key = (serials[i] << 40) | serials[j]
+            outcome = known(key)  # a filter's name, "" when none vetoes, None when not known
+            if outcome is None:
+                outcome = ""
+                for name, check in enabled:
+                    if check(features[i], features[j]) is not None:
+                        outcome = name
+                        break
+                pairs[key] = outcome
+                if len(pairs) > limit:
+                    pairs.popitem(last=False)
+            else:
+                touch(key)
+            if outcome:
+                vetoes[outcome] += 1
+                memo[(i, j)] = outcome
+                return outcome
+            memo[(i, j)] = None
+            return None
+
+        return veto, vetoes
+
+
+class _LazyKeys(Sequence):
+    """``features[i].key`` read on demand (key edges need the keys of a few facts only)."""
+
+    def __init__(self, features: Sequence[Any]):
+        self._features = features
+
+    def __len__(self) -> int:
+        return len(self._features)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._features[index].key
 
 
 def _add_key_edges(
-    edges: np.ndarray, sims: np.ndarray, keys: list[Any]
+    edges: np.ndarray,
+    sims: np.ndarray,
+    keys: Sequence[Any],
+    starts: np.ndarray | None = None,
+    hashes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Add an edge of similarity 1.0 between facts whose canonical filter keys are equal."""
-    by_key: dict[Any, list[int]] = {}
-    for index, key in enumerate(keys):
-        by_key.setdefault(key, []).append(index)
-    existing = {(int(i), int(j)) for i, j in edges}
-    extra = [
-        (members[0], other)
-        for members in by_key.values()
-        for other in members[1:]
-        if (members[0], other) not in existing
-    ]
+    """Add an edge of similarity 1.0 between facts of one group whose canonical filter keys are
+    equal (SPEC §2 step 3): from the group's first fact with a key to each later one, unless that
+    pair is already a candidate edge.
+
+    Args:
+        edges: int64 (E, 2), i < j; sims: float64 (E,).
+        keys: n hashable keys, one per fact, the groups contiguous.
+        starts: int64 (G,), each group's first fact; None = one group.
+        hashes: int64 (n,), ``hash(key)`` of each key if known (saves hashing them again).
+
+    Returns:
+        (edges, sims, number of edges added); the added edges come after the given ones.
+    """
+    n = len(keys)
+    if n < 2:
+        return edges, sims, 0
+    if hashes is None:
+        hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=n)
+    group_of = np.zeros(n, dtype=np.int64)
+    if starts is not None and len(starts) > 1:
+        group_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
+    # Facts of one group with one hash are the only candidates: sorted by (group, hash, index),
+    # each run's first fact is linked to the others. Equal hashes almost always mean equal keys;
+    # the keys are compared to be sure, and a run with a collision is grouped exactly.
+    order = np.lexsort((np.arange(n), hashes, group_of))
+    same = (hashes[order][1:] == hashes[order][:-1]) & (group_of[order][1:] == group_of[order][:-1])
+    if not same.any():
+        return edges, sims, 0
+    opens = np.append(True, ~same)
+    run_first = order[np.maximum.accumulate(np.where(opens, np.arange(n), 0))]
+    later = np.flatnonzero(~opens)
+    pairs = list(zip(run_first[later].tolist(), order[later].tolist()))
+    if all(keys[first] == keys[other] for first, other in pairs):
+        extra = pairs
+    else:
+        run_start = np.flatnonzero(opens)
+        run_length = np.diff(np.append(run_start, n))
+        extra = []
+        for start, length in zip(run_start.tolist(), run_length.tolist()):
+            first_of: dict[Any, int] = {}
+            for index in order[start : start + length].tolist():  # ascending within a run
+                first = first_of.setdefault(keys[index], index)
+                if first != index:
+                    extra.append((first, index))
     if not extra:
         return edges, sims, 0
     extra_edges = np.array(extra, dtype=np.int64)
+    if len(edges):
+        known = np.isin(
+            extra_edges[:, 0] * n + extra_edges[:, 1],
+            np.asarray(edges[:, 0], dtype=np.int64) * n + edges[:, 1],
+        )
+        extra_edges = extra_edges[~known]
+    if not len(extra_edges):
+        return edges, sims, 0
     return (
-        np.concatenate([edges, extra_edges]),
-        np.concatenate([sims, np.ones(len(extra), dtype=np.float64)]),
-        len(extra),
+        np.concatenate([np.asarray(edges, dtype=np.int64).reshape(-1, 2), extra_edges]),
+        np.concatenate([sims, np.ones(len(extra_edges), dtype=np.float64)]),
+        len(extra_edges),
     )
