@@ -11,9 +11,8 @@ from __future__ import annotations
 import gc
 import logging
 import math
-import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import Any
@@ -22,13 +21,12 @@ import numpy as np
 
 from factutil.advantages import process_advantages, segment_normalize, total_advantages
 from factutil.cluster import Clusterer, Fact, fact_text, make_clusterer, normalize_fact_text
+from factutil.load import GroupRows, GroupsInput, load_groups
 from factutil.metrics import qa_scores
-from factutil.schema import AssertAction, FactUtilConfig, Group, Rollout
+from factutil.schema import FactUtilConfig
 from factutil.shaping import INVALID, KIND_CODES, PAD, process_rewards
 
 logger = logging.getLogger("factutil")
-
-GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
 
 
 @dataclass(slots=True)
@@ -185,59 +183,6 @@ class ProcessAdvantages:
         }
 
 
-def _as_groups(groups: GroupsInput, skip_invalid: bool = False) -> tuple[list[Group], dict[str, str]]:
-    """Accept a path, a Group, or an iterable of Groups / Rollouts / dicts (see the API doc).
-
-    Returns the groups and, when ``skip_invalid``, the uids of groups that failed validation with
-    the reason (otherwise the first failure raises).
-    """
-    if isinstance(groups, (str, os.PathLike)):
-        from factutil.io import read_groups
-
-        return read_groups(groups), {}
-    if isinstance(groups, Group):
-        return [groups], {}
-    if isinstance(groups, Mapping):
-        groups = [groups]
-    # Validation happens per group so that, when skipping, one bad group costs only itself.
-    pending: list[tuple[str, Any]] = []
-    loose: dict[str, list[Any]] = {}
-    for item in groups:
-        if isinstance(item, Group):
-            pending.append((item.uid, item))
-        elif isinstance(item, Mapping) and "rollouts" in item:
-            pending.append((str(item.get("uid", "?")), item))
-        elif isinstance(item, (Rollout, Mapping)):
-            uid = item.uid if isinstance(item, Rollout) else item.get("uid")
-            if str(uid) not in loose:
-                pending.append((str(uid), None))
-            loose.setdefault(str(uid), []).append(item)
-        else:
-            raise TypeError(
-                f"groups must hold Group, Rollout or dict items, got {type(item).__name__}"
-            )
-    result: list[Group] = []
-    skipped: dict[str, str] = {}
-    seen: set[str] = set()
-    for uid, item in pending:
-        try:
-            if item is None:
-                rollouts = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in loose[uid]]
-                group = Group.from_rollouts(rollouts)
-            else:
-                group = item if isinstance(item, Group) else Group.model_validate(item)
-            if group.uid in seen:
-                raise ValueError(f"uid {group.uid!r} appears in two groups; a uid names one group")
-        except (ValueError, TypeError) as error:  # pydantic.ValidationError is a ValueError
-            if not skip_invalid:
-                raise
-            skipped[uid] = str(error)
-            continue
-        seen.add(group.uid)
-        result.append(group)
-    return result, skipped
-
-
 def compute_process_advantages(
     groups: GroupsInput,
     config: FactUtilConfig | Mapping[str, Any] | None = None,
@@ -285,34 +230,6 @@ def compute_process_advantages(
             gc.enable()
 
 
-@dataclass(slots=True)
-class _GroupRows:
-    """One group in the loader's plain form (temporary until factutil.load lands)."""
-
-    uid: str
-    question: str
-    golden_answers: list[str]
-    rollouts: list[dict[str, Any]]
-
-
-def _action_dict(action: Any) -> dict[str, Any]:
-    if isinstance(action, AssertAction):
-        return {"action": "assert", "triples": [t.as_list() for t in action.triples]}
-    return action.model_dump()
-
-
-def _load(groups: GroupsInput, skip_invalid: bool) -> tuple[list[_GroupRows], dict[str, str]]:
-    batch, skipped = _as_groups(groups, skip_invalid)
-    return [
-        _GroupRows(g.uid, g.question, g.golden_answers, [
-            {"uid": r.uid, "rollout_id": r.rollout_id, "reward": r.reward,
-             "actions": [_action_dict(a) for a in r.actions]}
-            for r in g.rollouts
-        ])
-        for g in batch
-    ], skipped
-
-
 @dataclass
 class _Prepared:
     """The batch as flat columns after one pass over every action (SPEC §1, §2.1).
@@ -341,7 +258,7 @@ class _Prepared:
     success: list[float]
 
 
-def _prepare(batch: list[_GroupRows], config: FactUtilConfig, warn: Any) -> _Prepared:
+def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prepared:
     """One pass over every action: outcomes, kinds, fact texts and occurrences (SPEC §1, §2.1).
 
     Texts are memoised (:func:`~factutil.cluster.fact_text`); each group's distinct texts get one
@@ -576,7 +493,7 @@ def _compute(
     clock = time.perf_counter()
     if on_invalid_group not in ("raise", "skip"):
         raise ValueError(f"on_invalid_group must be 'raise' or 'skip', got {on_invalid_group!r}")
-    batch, skipped = _load(groups, skip_invalid=on_invalid_group == "skip")
+    batch, skipped = load_groups(groups, skip_invalid=on_invalid_group == "skip")
     for uid, reason in skipped.items():
         warn(f"group {uid!r} skipped: {reason}")
     timings["load"] = time.perf_counter() - clock
@@ -729,7 +646,7 @@ def _mean(values: list[float]) -> float:
 class _Records:
     """What the per-item records of a step are built from, on first access."""
 
-    batch: list[_GroupRows]
+    batch: list[GroupRows]
     config: FactUtilConfig
     prep: _Prepared
     util: _Utilities

@@ -37,6 +37,7 @@ from factutil.schema import AnswerAction, AssertAction, SearchAction
 from factutil.shaping import KIND_CODES, rollout_process_rewards
 from factutil.utility import cluster_utilities
 from tests.conftest import CharGramEmbedder
+from tests.test_load import reference_as_groups
 from tests.test_properties import batches, config_fields
 
 SAMPLE = "examples/data/2wiki_rollouts.jsonl"
@@ -45,9 +46,7 @@ SAMPLE = "examples/data/2wiki_rollouts.jsonl"
 def reference(groups, config, clusterer):
     """Per group, per rollout: the SPEC chain with the public step functions. Returns
     (advantages float64 per input action, per-action process advantage, cluster utilities per group)."""
-    from factutil.api import _as_groups
-
-    batch, _ = _as_groups(groups)
+    batch, _ = reference_as_groups(groups)
     work = []
     for group in batch:
         rollouts = []
