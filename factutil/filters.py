@@ -1239,6 +1239,15 @@ def _relation_part(relation: str, object: str) -> tuple:
     return o_values, object_key, relation_id, inverse, relation_key, cues, words
 
 
+def clear_caches() -> None:
+    """Empty the memoised string helpers (folding, scanning, entity and relation parts), as in a
+    fresh process. The pint unit registry, built once like a model, stays loaded. For benchmarks
+    that time a cold step; results never depend on the caches."""
+    for helper in (fold, _words, _pint_unit, _scan, _lookup_fuzzy, _subject_part, _relation_part,
+                   same_entity, _common_relation, _flip_candidates):
+        helper.cache_clear()
+
+
 def analyze(subject: str, relation: str, object: str) -> FactFeatures:
     """Read one triple into the features the filters compare (SPEC §2 step 4).
 
