@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -264,9 +265,22 @@ class Rollout(BaseModel):
     @field_validator("actions", mode="before")
     @classmethod
     def _coerce_actions(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [coerce_action(item) for item in value]
-        return value
+        if not isinstance(value, list):
+            return value
+        coerced = []
+        for index, item in enumerate(value):
+            try:
+                coerced.append(coerce_action(item))
+            except ValidationError as error:  # a bad raw item: name it actions[index].<field>
+                raise ValidationError.from_exception_data(
+                    error.title,
+                    [
+                        {"type": e["type"], "loc": (index, *e["loc"]), "input": e["input"],
+                         **({"ctx": e["ctx"]} if "ctx" in e else {})}
+                        for e in error.errors()
+                    ],
+                ) from None
+        return coerced
 
     @field_validator("golden_answers")
     @classmethod

@@ -846,3 +846,16 @@ def test_megabyte_triples_and_ten_thousand_triples_in_semantic_mode(minilm):
     total = math.fsum(c.utility for c in result.clusters)
     assert result.actions[1].shaping == pytest.approx(math.tanh(total))
     assert np.all(np.isfinite(result.advantages))
+
+
+def test_a_mistyped_raw_item_is_named_by_its_index(tmp_path):
+    row = {"uid": "u", "question": "q", "golden_answers": ["a"], "rollout_id": "r",
+           "actions": [{"action": "answer", "answer": "x"}, {"raw": 5}]}
+    with pytest.raises(ValidationError) as caught:
+        compute_process_advantages([row])
+    assert [e["loc"] for e in caught.value.errors()] == [("actions", 1, "raw")]
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    result = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "out.jsonl")])
+    assert result.exit_code == 2
+    assert f"{path}:1: actions[1].raw: Input should be a valid string (got 5)" in result.output
