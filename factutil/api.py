@@ -12,7 +12,8 @@ import gc
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import Any
@@ -113,7 +114,8 @@ class ProcessAdvantages:
             k's response gets ``advantages[k]``.
         action_columns: per action (N,), float64 ``shaping``, ``back_credit``, ``penalty``,
             ``process_reward``, ``outcome_reward``, ``outcome_advantage``,
-            ``process_advantage``, ``advantage``; int64 ``step``; bool ``ignored``.
+            ``process_advantage``, ``advantage``; int64 ``step``; bool ``ignored``. Read-only
+            (the records are built from them); copy one to change it.
         rollout_keys: ``(uid, rollout_id)`` of each rollout, in input order.
         action_offsets: int64 (len(rollout_keys) + 1,): rollout i's actions are
             ``[action_offsets[i], action_offsets[i + 1])``.
@@ -149,17 +151,27 @@ class ProcessAdvantages:
     @cached_property
     def actions(self) -> list[ActionRecord]:
         """One :class:`ActionRecord` per input action, in input order."""
-        return self._records.actions(self.action_columns)
+        with _gc_paused(self._records.config.pause_gc):
+            return self._records.actions(self.action_columns)
 
     @cached_property
     def rollouts(self) -> list[RolloutRecord]:
         """One :class:`RolloutRecord` per rollout, in input order."""
-        return self._records.rollouts()
+        with _gc_paused(self._records.config.pause_gc):
+            return self._records.rollouts()
 
     @cached_property
     def clusters(self) -> list[ClusterRecord]:
         """:class:`ClusterRecord` per group and cluster id."""
-        return self._records.clusters()
+        with _gc_paused(self._records.config.pause_gc):
+            return self._records.clusters()
+
+    def __repr__(self) -> str:
+        return (
+            f"ProcessAdvantages(groups={int(self.metrics.get('groups', 0))}, "
+            f"rollouts={len(self.rollout_keys)}, actions={len(self.advantages)}, "
+            f"warnings={len(self.warnings)}, skipped={len(self.skipped)})"
+        )
 
     def per_rollout(self, column: str = "advantage") -> dict[tuple[str, str], np.ndarray]:
         """One column's values for each rollout's actions, keyed by ``(uid, rollout_id)``.
@@ -220,11 +232,18 @@ def compute_process_advantages(
         config = FactUtilConfig.model_validate(dict(config))
     # A step allocates ~10 objects per action and frees them together; generational collections
     # in the middle of it cost more than half of validation time, and find no cycles to free.
-    paused = config.pause_gc and gc.isenabled()
+    with _gc_paused(config.pause_gc):
+        return _compute(groups, config, clusterer, on_invalid_group)
+
+
+@contextmanager
+def _gc_paused(pause: bool) -> Iterator[None]:
+    """Pause the cyclic garbage collector (if ``pause`` and it is on) and restore it after."""
+    paused = pause and gc.isenabled()
     if paused:
         gc.disable()
     try:
-        return _compute(groups, config, clusterer, on_invalid_group)
+        yield
     finally:
         if paused:
             gc.enable()
@@ -529,8 +548,13 @@ def _compute(
     gains = util.utility[util.pair_cluster]
     gain = np.bincount(cell, weights=gains, minlength=rows * steps)
     # bincount adds in order, exact for one or two terms; three or more are re-summed exactly.
-    for c in np.flatnonzero(added.reshape(-1) > 2).tolist():
-        gain[c] = math.fsum(gains[cell == c].tolist())
+    heavy = np.flatnonzero(added.reshape(-1) > 2)
+    if len(heavy):
+        by_cell = np.argsort(cell, kind="stable")
+        first = np.searchsorted(cell[by_cell], heavy).tolist()
+        ordered = gains[by_cell].tolist()
+        for c, a, n in zip(heavy.tolist(), first, added.reshape(-1)[heavy].tolist()):
+            gain[c] = math.fsum(ordered[a : a + n])
     gain = gain.reshape(rows, steps)
     repeated = np.zeros((rows, steps), dtype=bool)
     repeated[prep.repeated_row, prep.repeated_step] = True
@@ -579,6 +603,8 @@ def _compute(
     ignored = np.ones(count, dtype=bool)
     ignored[position] = False
     columns["ignored"] = ignored
+    for column in columns.values():
+        column.flags.writeable = False  # the records are built from them later
     timings["advantage"] = time.perf_counter() - clock
 
     with np.errstate(over="ignore"):
@@ -715,29 +741,26 @@ class _Records:
         ]
 
     def clusters(self) -> list[ClusterRecord]:
-        util, prep, template = self.util, self.prep, self.config.triple_template
+        util, prep = self.util, self.prep
         n, s, mean, utility = util.n.tolist(), util.s.tolist(), util.mean.tolist(), util.utility.tolist()
-        fact_starts = np.concatenate([[0], np.cumsum([len(t) for t in prep.texts])]).astype(np.int64)
-        records = []
-        row = 0
-        for g, group in enumerate(self.batch):
-            position = {text: i for i, text in enumerate(prep.texts[g])}
-            base, first = int(fact_starts[g]), int(util.cluster_starts[g])
-            members: dict[int, set[tuple[str, str, str]]] = {}
+        # The occurrences were recorded walking the effective actions in this same order.
+        fact_cluster, occurrence_fact = util.fact_cluster.tolist(), prep.occurrence_fact.tolist()
+        lengths = prep.lengths.tolist()
+        members: list[set[tuple[str, str, str]]] = [set() for _ in n]
+        k = row = 0
+        for group in self.batch:
             for rollout in group.rollouts:
-                for action in rollout["actions"][: prep.lengths[row]]:
+                for action in rollout["actions"][: lengths[row]]:
                     if action["action"] == "assert":
-                        for subject, relation, obj in action["triples"]:
-                            label = int(util.fact_cluster[base + position[
-                                fact_text(subject, relation, obj, template)
-                            ]]) - first
-                            members.setdefault(label, set()).add((subject, relation, obj))
+                        for triple in action["triples"]:
+                            members[fact_cluster[occurrence_fact[k]]].add(tuple(triple))
+                            k += 1
                 row += 1
-            count = int(np.count_nonzero(util.cluster_group == g))
-            for cluster_id in range(count):
-                c = first + cluster_id
-                found = sorted(members.get(cluster_id, ()))
-                records.append(ClusterRecord(
-                    group.uid, cluster_id, [list(t) for t in found], n[c], s[c], mean[c], utility[c],
-                ))
-        return records
+        starts, groups = util.cluster_starts.tolist(), util.cluster_group.tolist()
+        return [
+            ClusterRecord(
+                self.batch[g].uid, c - starts[g], [list(t) for t in sorted(members[c])],
+                n[c], s[c], mean[c], utility[c],
+            )
+            for c, g in enumerate(groups)
+        ]

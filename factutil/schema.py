@@ -455,7 +455,9 @@ class FactUtilConfig(BaseModel):
     success: Literal["em", "f1", "reward"] = Field(
         "em", description="Per-rollout success y: EM, F1, or the outcome reward clipped to [0, 1]."
     )
-    epsilon: float = Field(0.5, gt=0.0, description="Beta(epsilon, epsilon) prior of cluster success.")
+    epsilon: float = Field(
+        0.5, gt=0.0, le=1e6, description="Beta(epsilon, epsilon) prior of cluster success (at most 1e6)."
+    )
     uniform_groups: Literal["keep", "zero"] = Field(
         "keep",
         description="A group whose rollouts all have the same success: 'keep' its utilities as "

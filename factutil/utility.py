@@ -71,7 +71,10 @@ def cluster_utilities(
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
     baseline = success_rate(success)
     n = membership.sum(axis=0, dtype=np.int64)
-    # Row-wise reduction adds rollouts in a fixed order; callers pass rollouts in canonical order.
-    s = np.where(membership, success[:, None], 0.0).sum(axis=0)
+    # Rollouts are added one after another, in the order given (callers pass them in rollout_id
+    # order), for every K: numpy's sum would switch to pairwise summation when K == 1.
+    s = np.zeros(membership.shape[1], dtype=np.float64)
+    for row, y in zip(membership, success.tolist()):
+        s += np.where(row, y, 0.0)
     mean = (s + epsilon) / (n + 2.0 * epsilon)
     return ClusterUtilities(n=n, s=s, mean=mean, utility=mean - baseline, baseline=baseline)

@@ -222,3 +222,39 @@ def test_segment_normalize_rejects_bad_input_by_name():
     # An empty first segment, then (1, 3): mean 2, std sqrt(2), so ±1 / (sqrt(2) + eps).
     got = segment_normalize(np.array([1.0, 3.0]), np.array([0, 0]))
     assert got.tolist() == [-1 / (math.sqrt(2) + 1e-6), 1 / (math.sqrt(2) + 1e-6)]
+
+
+def test_many_rollouts_one_cluster_sums_success_in_rollout_id_order():
+    # 12 rollouts share one cluster: s_c adds their fractional successes one after another in
+    # rollout_id order, as cluster_utilities does for any number of clusters.
+    import random
+
+    rnd = random.Random(4)
+    rows = [{"uid": "q", "question": "q", "golden_answers": ["paris"], "rollout_id": f"r{i:02d}",
+             "actions": [{"action": "assert", "triples": [["Paris", "capital of", "France"]]},
+                         {"action": "answer", "answer": "x"}], "reward": rnd.random()} for i in range(12)]
+    result = assert_matches_reference(rows, FactUtilConfig(mode="exact", success="reward"), ExactClusterer)
+    total = 0.0
+    for row in sorted(rows, key=lambda r: r["rollout_id"]):
+        total += row["reward"]
+    assert result.clusters[0].s == total
+
+
+def test_columns_are_read_only_and_the_result_has_a_short_repr():
+    result = compute_process_advantages(build_workload("S")[:12], {"mode": "exact"})
+    with pytest.raises(ValueError, match="read-only"):
+        result.action_columns["advantage"][0] = 99.0
+    with pytest.raises(ValueError, match="read-only"):
+        next(iter(result.per_rollout().values()))[0] = 99.0
+    actions = sum(len(row["actions"]) for row in build_workload("S")[:12])
+    assert repr(result) == f"ProcessAdvantages(groups=2, rollouts=12, actions={actions}, warnings=0, skipped=0)"
+
+
+def test_asserts_of_four_new_clusters_match_the_reference():
+    # Every assert adds 4 new clusters: the exact re-summation of 3+ terms runs in every cell.
+    rows = [{"uid": f"q{q}", "question": "q", "golden_answers": ["paris"], "rollout_id": f"r{j}",
+             "actions": [{"action": "assert", "triples": [[f"e{q}", f"rel{k}", f"o{j}{k}"] for k in range(4)]},
+                         {"action": "answer", "answer": "paris" if j else "lyon"}]}
+            for q in range(50) for j in range(3)]
+    result = assert_matches_reference(rows, FactUtilConfig(mode="exact"), ExactClusterer)
+    assert [len(r.new_clusters) for r in result.actions[:2]] == [4, 0]
