@@ -225,6 +225,8 @@ def compute_process_advantages(
         pydantic.ValidationError: bad groups or config (the message names field and value).
         factutil.io.InputError: a bad input file (every problem as ``FILE:LINE: field: ...``).
         ValueError: a uid shared by two groups.
+        FloatingPointError: an advantage beyond float32 (extreme rewards or omega); the message
+            names group, rollout, step and omega.
     """
     if config is None:
         config = FactUtilConfig()
