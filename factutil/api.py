@@ -151,19 +151,19 @@ class ProcessAdvantages:
     @cached_property
     def actions(self) -> list[ActionRecord]:
         """One :class:`ActionRecord` per input action, in input order."""
-        with _gc_paused(self._records.config.pause_gc):
+        with gc_paused(self._records.config.pause_gc):
             return self._records.actions(self.action_columns)
 
     @cached_property
     def rollouts(self) -> list[RolloutRecord]:
         """One :class:`RolloutRecord` per rollout, in input order."""
-        with _gc_paused(self._records.config.pause_gc):
+        with gc_paused(self._records.config.pause_gc):
             return self._records.rollouts()
 
     @cached_property
     def clusters(self) -> list[ClusterRecord]:
         """:class:`ClusterRecord` per group and cluster id."""
-        with _gc_paused(self._records.config.pause_gc):
+        with gc_paused(self._records.config.pause_gc):
             return self._records.clusters()
 
     def __repr__(self) -> str:
@@ -234,13 +234,18 @@ def compute_process_advantages(
         config = FactUtilConfig.model_validate(dict(config))
     # A step allocates ~10 objects per action and frees them together; generational collections
     # in the middle of it cost more than half of validation time, and find no cycles to free.
-    with _gc_paused(config.pause_gc):
+    with gc_paused(config.pause_gc):
         return _compute(groups, config, clusterer, on_invalid_group)
 
 
 @contextmanager
-def _gc_paused(pause: bool) -> Iterator[None]:
-    """Pause the cyclic garbage collector (if ``pause`` and it is on) and restore it after."""
+def gc_paused(pause: bool = True) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (if ``pause`` and it is on), restore it after.
+
+    A step allocates ~10 objects per action and frees them together; generational collections
+    in the middle of it scan the whole heap (a trainer's is large) and find no cycles to free.
+    Adapters wrap their own per-step work in it too (``FactUtilConfig.pause_gc``).
+    """
     paused = pause and gc.isenabled()
     if paused:
         gc.disable()

@@ -115,7 +115,10 @@ class ProcessAdvantagePatch:
         deltas: dict[tuple[int, int], np.ndarray] = {}
         # Never crash training for the process term: any failure keeps OpenRLHF's advantages.
         try:
-            rows, groups = self._score(maker, experiences, payloads, skipped, batch_stats, deltas)
+            from factutil.api import gc_paused
+
+            with gc_paused(config.pause_gc):
+                rows, groups = self._score(maker, experiences, payloads, skipped, batch_stats, deltas)
         except Exception as error:
             logger.exception("factutil: process advantages failed; OpenRLHF's advantages kept")
             deltas.clear()

@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from factutil.advantages import scatter_to_turns
-from factutil.api import ProcessAdvantages, compute_process_advantages
+from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
 from factutil.cluster import Clusterer
 from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
 
@@ -228,6 +227,27 @@ def compute_factagent_advantages(
     Returns:
         :class:`FactAgentAdvantages`; ``advantages`` is float32 (B, T) and finite.
     """
+    with gc_paused(config.pause_gc):
+        return _factagent_advantages(
+            keys=keys, uids=uids, extra_fields=extra_fields, response_mask=response_mask,
+            token_level_rewards=token_level_rewards, grpo_advantages=grpo_advantages,
+            config=config, clusterer=clusterer, is_padding=is_padding,
+        )
+
+
+def _factagent_advantages(
+    *,
+    keys: Sequence[str],
+    uids: Sequence[str],
+    extra_fields: Sequence[Any],
+    response_mask: torch.Tensor,
+    token_level_rewards: torch.Tensor,
+    grpo_advantages: torch.Tensor,
+    config: FactUtilConfig,
+    clusterer: Clusterer | None = None,
+    is_padding: Sequence[bool] | None = None,
+) -> FactAgentAdvantages:
+    """The body of :func:`compute_factagent_advantages` (GC already paused)."""
     started = time.perf_counter()
     batch_size = len(keys)
     if not (len(uids) == len(extra_fields) == batch_size == response_mask.shape[0]):
@@ -274,26 +294,25 @@ def compute_factagent_advantages(
             values = result.per_rollout("advantage")
 
     scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    span_plans = [plan for plan in plans if plan.span and plan.uid not in fallback]
+    for plan, tokens in zip(span_plans, _turn_tokens(span_plans, values, mask, fallback)):
+        if tokens is not None:
+            scored.setdefault(plan.uid, []).append((plan.rows[0], torch.from_numpy(tokens)))
     for plan in plans:
-        if plan.uid in fallback:
+        if plan.uid in fallback or plan.span:
             continue
         action_values = values.get((plan.uid, plan.rollout_id))
         try:
             if action_values is None:
                 raise _Unscorable(f"no result for rollout {plan.rollout_id!r}")
-            if plan.span:
-                row = plan.rows[0]
-                tokens = scatter_to_turns(np.asarray(action_values), mask[row])
-                scored.setdefault(plan.uid, []).append((row, torch.from_numpy(tokens)))
-            else:
-                if len(action_values) != len(plan.rows):
-                    raise _Unscorable(
-                        f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
-                        f"{len(plan.rows)} rows"
-                    )
-                for row, value in zip(plan.rows, action_values):
-                    tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
-                    scored.setdefault(plan.uid, []).append((row, tokens))
+            if len(action_values) != len(plan.rows):
+                raise _Unscorable(
+                    f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
+                    f"{len(plan.rows)} rows"
+                )
+            for row, value in zip(plan.rows, action_values):
+                tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
+                scored.setdefault(plan.uid, []).append((row, tokens))
         except (_Unscorable, ValueError) as reason:
             fallback[plan.uid] = str(reason)
     for uid, writes in scored.items():
@@ -310,6 +329,51 @@ def compute_factagent_advantages(
     out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
     metrics = _metrics(result, groups, fallback, started)
     return FactAgentAdvantages(out, metrics, fallback, result)
+
+
+def _turn_tokens(
+    plans: list[_Plan],
+    values: Mapping[tuple[str, str], np.ndarray],
+    mask: np.ndarray,
+    fallback: dict[str, str],
+) -> list[np.ndarray | None]:
+    """Span layout, every row at once: the k-th run of 1s of a row's mask gets its k-th action
+    value (:func:`factutil.advantages.scatter_to_turns`, vectorised over rows, same result).
+
+    Args:
+        plans: span-layout plans, one row each.
+        values: (uid, rollout_id) -> float64 per-action values.
+        mask: bool (B, T) response mask of the batch.
+        fallback: uid -> reason; a plan with no values or more turns than actions adds its group.
+
+    Returns:
+        per plan, float32 (T,) token values, or None when its group falls back.
+    """
+    if not plans:
+        return []
+    rows = np.array([plan.rows[0] for plan in plans], dtype=np.int64)
+    sub = mask[rows]
+    starts = sub & ~np.pad(sub, ((0, 0), (1, 0)))[:, :-1]
+    turn = np.cumsum(starts, axis=1) - 1
+    turns = starts.sum(axis=1).tolist()
+    found = [values.get((plan.uid, plan.rollout_id)) for plan in plans]
+    width = max([len(v) for v in found if v is not None] + [1])
+    table = np.zeros((len(plans), width), dtype=np.float64)
+    usable = np.ones(len(plans), dtype=bool)
+    for i, (plan, action_values) in enumerate(zip(plans, found)):
+        if action_values is None:
+            fallback.setdefault(plan.uid, f"no result for rollout {plan.rollout_id!r}")
+            usable[i] = False
+        elif turns[i] > len(action_values):
+            fallback.setdefault(plan.uid, (
+                f"response_mask has {turns[i]} turns but only {len(action_values)} actions are listed"
+            ))
+            usable[i] = False
+        else:
+            table[i, : len(action_values)] = action_values
+    picked = table[np.arange(len(plans))[:, None], np.clip(turn, 0, width - 1)]
+    tokens = np.where(sub, picked, 0.0).astype(np.float32)
+    return [tokens[i] if usable[i] else None for i in range(len(plans))]
 
 
 _PASSED_METRICS = (

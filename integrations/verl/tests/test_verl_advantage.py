@@ -289,3 +289,31 @@ def test_span_layout_with_more_turns_than_actions_falls_back():
     )
     assert "3 turns but only 2 actions" in result.fallback["q"]
     assert torch.equal(result.advantages, grpo)
+
+
+def test_span_rows_scattered_at_once_equal_scatter_to_turns_row_by_row():
+    from factutil.advantages import scatter_to_turns
+
+    from factutil_verl.advantage import _Plan, _turn_tokens
+
+    rng = np.random.default_rng(0)
+    mask = rng.random((7, 40)) < 0.6
+    plans, values = [], {}
+    for row in range(7):
+        plans.append(_Plan(f"g{row % 3}", f"t{row}", [row], span=True))
+        turns = int((np.diff(np.concatenate(([0], mask[row].astype(int)))) == 1).sum())
+        extra = 0 if row == 4 else int(rng.integers(0, 3))  # row 4: exactly as many as turns
+        values[(f"g{row % 3}", f"t{row}")] = rng.normal(size=turns + extra)
+    values[("g2", "t5")] = values[("g2", "t5")][:1]  # fewer actions than turns: its group falls back
+    del values[("g0", "t6")]  # never scored: its group falls back
+    fallback: dict[str, str] = {}
+    tokens = _turn_tokens(plans, values, mask, fallback)
+    assert set(fallback) == {"g2", "g0"}
+    assert "turns but only 1 actions are listed" in fallback["g2"]
+    assert fallback["g0"] == "no result for rollout 't6'"
+    for row, got in enumerate(tokens):
+        if row in (5, 6):
+            assert got is None
+        else:
+            want = scatter_to_turns(values[(f"g{row % 3}", f"t{row}")], mask[row])
+            assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
