@@ -317,3 +317,16 @@ def test_span_rows_scattered_at_once_equal_scatter_to_turns_row_by_row():
         else:
             want = scatter_to_turns(values[(f"g{row % 3}", f"t{row}")], mask[row])
             assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+
+
+def test_adapter_latency_benchmark_runs_and_prints_its_table(tmp_path):
+    """Smoke test of benchmarks/adapter_latency.py (timings printed, never asserted)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "adapter_latency.py"
+    done = subprocess.run([sys.executable, str(script), "--size", "S", "--repeat", "1"],
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "verl adapter, size S, 384 rows" in done.stdout and "adapter − core" in done.stdout
