@@ -227,108 +227,88 @@ def compute_factagent_advantages(
     Returns:
         :class:`FactAgentAdvantages`; ``advantages`` is float32 (B, T) and finite.
     """
-    with gc_paused(config.pause_gc):
-        return _factagent_advantages(
-            keys=keys, uids=uids, extra_fields=extra_fields, response_mask=response_mask,
-            token_level_rewards=token_level_rewards, grpo_advantages=grpo_advantages,
-            config=config, clusterer=clusterer, is_padding=is_padding,
-        )
-
-
-def _factagent_advantages(
-    *,
-    keys: Sequence[str],
-    uids: Sequence[str],
-    extra_fields: Sequence[Any],
-    response_mask: torch.Tensor,
-    token_level_rewards: torch.Tensor,
-    grpo_advantages: torch.Tensor,
-    config: FactUtilConfig,
-    clusterer: Clusterer | None = None,
-    is_padding: Sequence[bool] | None = None,
-) -> FactAgentAdvantages:
-    """The body of :func:`compute_factagent_advantages` (GC already paused)."""
-    started = time.perf_counter()
-    batch_size = len(keys)
-    if not (len(uids) == len(extra_fields) == batch_size == response_mask.shape[0]):
-        raise ValueError(
-            f"batch parts disagree: {batch_size} keys, {len(uids)} uids, {len(extra_fields)} "
-            f"extra_fields, {response_mask.shape[0]} mask rows"
-        )
-    mask = response_mask.detach().to("cpu").numpy().astype(bool)
-    rewards = token_level_rewards.detach().to("cpu").sum(dim=-1).double().numpy()
-    out = grpo_advantages.detach().to("cpu", torch.float32).clone()
-    padding = list(is_padding) if is_padding is not None else [False] * batch_size
-    infos = [_factutil_info(extra) for extra in extra_fields]
-
-    groups: dict[str, list[int]] = {}
-    for row in range(batch_size):
-        if not padding[row]:
-            groups.setdefault(str(uids[row]), []).append(row)
-
-    fallback: dict[str, str] = {}
-    rollouts: list[dict[str, Any]] = []
-    plans: list[_Plan] = []
-    for uid, rows in groups.items():
-        try:
-            group_rollouts, group_plans = _group_rollouts(uid, rows, keys, infos, rewards)
-        except _Unscorable as reason:
-            fallback[uid] = str(reason)
-            continue
-        rollouts.extend(group_rollouts)
-        plans.extend(group_plans)
-
-    result: ProcessAdvantages | None = None
-    values: dict[tuple[str, str], np.ndarray] = {}
-    if rollouts:
-        try:
-            result = compute_process_advantages(
-                rollouts, config, clusterer=clusterer, on_invalid_group="skip"
+    with gc_paused(config.pause_gc):  # the batch allocates per row and action
+        started = time.perf_counter()
+        batch_size = len(keys)
+        if not (len(uids) == len(extra_fields) == batch_size == response_mask.shape[0]):
+            raise ValueError(
+                f"batch parts disagree: {batch_size} keys, {len(uids)} uids, {len(extra_fields)} "
+                f"extra_fields, {response_mask.shape[0]} mask rows"
             )
-        except Exception as error:
-            logger.exception("factutil scoring failed; the whole batch keeps GRPO advantages")
-            for plan in plans:
-                fallback.setdefault(plan.uid, f"scoring failed: {type(error).__name__}: {error}")
-        else:
-            fallback.update(result.skipped)
-            values = result.per_rollout("advantage")
+        mask = response_mask.detach().to("cpu").numpy().astype(bool)
+        rewards = token_level_rewards.detach().to("cpu").sum(dim=-1).double().numpy()
+        out = grpo_advantages.detach().to("cpu", torch.float32).clone()
+        padding = list(is_padding) if is_padding is not None else [False] * batch_size
+        infos = [_factutil_info(extra) for extra in extra_fields]
 
-    scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
-    span_plans = [plan for plan in plans if plan.span and plan.uid not in fallback]
-    for plan, tokens in zip(span_plans, _turn_tokens(span_plans, values, mask, fallback)):
-        if tokens is not None:
-            scored.setdefault(plan.uid, []).append((plan.rows[0], torch.from_numpy(tokens)))
-    for plan in plans:
-        if plan.uid in fallback or plan.span:
-            continue
-        action_values = values.get((plan.uid, plan.rollout_id))
-        try:
-            if action_values is None:
-                raise _Unscorable(f"no result for rollout {plan.rollout_id!r}")
-            if len(action_values) != len(plan.rows):
-                raise _Unscorable(
-                    f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
-                    f"{len(plan.rows)} rows"
+        groups: dict[str, list[int]] = {}
+        for row in range(batch_size):
+            if not padding[row]:
+                groups.setdefault(str(uids[row]), []).append(row)
+
+        fallback: dict[str, str] = {}
+        rollouts: list[dict[str, Any]] = []
+        plans: list[_Plan] = []
+        for uid, rows in groups.items():
+            try:
+                group_rollouts, group_plans = _group_rollouts(uid, rows, keys, infos, rewards)
+            except _Unscorable as reason:
+                fallback[uid] = str(reason)
+                continue
+            rollouts.extend(group_rollouts)
+            plans.extend(group_plans)
+
+        result: ProcessAdvantages | None = None
+        values: dict[tuple[str, str], np.ndarray] = {}
+        if rollouts:
+            try:
+                result = compute_process_advantages(
+                    rollouts, config, clusterer=clusterer, on_invalid_group="skip"
                 )
-            for row, value in zip(plan.rows, action_values):
-                tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
-                scored.setdefault(plan.uid, []).append((row, tokens))
-        except (_Unscorable, ValueError) as reason:
-            fallback[plan.uid] = str(reason)
-    for uid, writes in scored.items():
-        if uid in fallback:
-            continue
-        if not all(bool(torch.isfinite(tokens).all()) for _, tokens in writes):
-            fallback[uid] = "non-finite advantage"
-            continue
-        for row, tokens in writes:
-            out[row] = tokens.to(torch.float32)
+            except Exception as error:
+                logger.exception("factutil scoring failed; the whole batch keeps GRPO advantages")
+                for plan in plans:
+                    fallback.setdefault(plan.uid, f"scoring failed: {type(error).__name__}: {error}")
+            else:
+                fallback.update(result.skipped)
+                values = result.per_rollout("advantage")
 
-    for uid, reason in fallback.items():
-        logger.warning("factutil: group %r keeps verl's GRPO advantage: %s", uid, reason)
-    out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
-    metrics = _metrics(result, groups, fallback, started)
-    return FactAgentAdvantages(out, metrics, fallback, result)
+        scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
+        span_plans = [plan for plan in plans if plan.span and plan.uid not in fallback]
+        for plan, tokens in zip(span_plans, _turn_tokens(span_plans, values, mask, fallback)):
+            if tokens is not None:
+                scored.setdefault(plan.uid, []).append((plan.rows[0], torch.from_numpy(tokens)))
+        for plan in plans:
+            if plan.uid in fallback or plan.span:
+                continue
+            action_values = values.get((plan.uid, plan.rollout_id))
+            try:
+                if action_values is None:
+                    raise _Unscorable(f"no result for rollout {plan.rollout_id!r}")
+                if len(action_values) != len(plan.rows):
+                    raise _Unscorable(
+                        f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
+                        f"{len(plan.rows)} rows"
+                    )
+                for row, value in zip(plan.rows, action_values):
+                    tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
+                    scored.setdefault(plan.uid, []).append((row, tokens))
+            except (_Unscorable, ValueError) as reason:
+                fallback[plan.uid] = str(reason)
+        for uid, writes in scored.items():
+            if uid in fallback:
+                continue
+            if not all(bool(torch.isfinite(tokens).all()) for _, tokens in writes):
+                fallback[uid] = "non-finite advantage"
+                continue
+            for row, tokens in writes:
+                out[row] = tokens.to(torch.float32)
+
+        for uid, reason in fallback.items():
+            logger.warning("factutil: group %r keeps verl's GRPO advantage: %s", uid, reason)
+        out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+        metrics = _metrics(result, groups, fallback, started)
+        return FactAgentAdvantages(out, metrics, fallback, result)
 
 
 def _turn_tokens(
