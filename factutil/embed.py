@@ -142,18 +142,11 @@ class EmbeddingCache:
 
     def get(self, name: str, text: str) -> np.ndarray | None:
         """The cached vector or None; counts a hit or a miss."""
-        with self._lock:
-            vector = self._store.get((name, text))
-            if vector is None:
-                self.misses += 1
-                return None
-            self._store.move_to_end((name, text))
-            self.hits += 1
-            return vector
+        return self.get_many(name, [text])[0]
 
     def get_many(self, name: str, texts: Sequence[str]) -> list[np.ndarray | None]:
-        """:meth:`get` for each text, in order, under one lock: the same vectors, LRU order and
-        hit / miss counts as one :meth:`get` per text, without the per-call overhead.
+        """The cached vector of each text, in order, under one lock; each found one becomes the
+        most recently used, and every text counts a hit or a miss.
 
         Returns:
             a list of len(texts): the cached float32 (d,) vector, or None for a miss.
