@@ -11,6 +11,7 @@ result does not depend on the order of rollouts or actions, bit for bit.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -269,10 +270,38 @@ def scatter_to_turns(values: np.ndarray, response_mask: np.ndarray) -> np.ndarra
             match the action list; the caller should fall back to outcome-only advantages).
     """
     values = np.asarray(values, dtype=np.float64).reshape(-1)
-    mask = np.asarray(response_mask).reshape(-1)
-    spans = mask_spans(mask)
-    if len(spans) > len(values):
+    mask = np.asarray(response_mask).reshape(1, -1)
+    tokens, turns = scatter_rows_to_turns([values], mask)
+    if turns[0] > len(values):
         raise ValueError(
-            f"response_mask has {len(spans)} turns but only {len(values)} actions are listed"
+            f"response_mask has {turns[0]} turns but only {len(values)} actions are listed"
         )
-    return scatter_to_spans(values[: len(spans)], spans, len(mask))
+    return tokens[0]
+
+
+def scatter_rows_to_turns(
+    values: Sequence[np.ndarray], response_mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`scatter_to_turns` for many rows at once (one vectorised pass).
+
+    Args:
+        values: R float arrays, row r's per-action values in order.
+        response_mask: (R, T), 1 on model tokens.
+
+    Returns:
+        (float32 (R, T) tokens, int64 (R,) turns): row r's k-th run of 1s gets ``values[r][k]``.
+        A row with more turns than values gets 0 on the turns beyond them: the caller compares
+        ``turns`` with the value counts (:func:`scatter_to_turns` raises there).
+    """
+    mask = np.asarray(response_mask).astype(bool)
+    if mask.ndim != 2 or mask.shape[0] != len(values):
+        raise ValueError(f"response_mask must be (R, T) with R = {len(values)}, got {mask.shape}")
+    starts = mask & ~np.pad(mask, ((0, 0), (1, 0)))[:, :-1]
+    turn = np.cumsum(starts, axis=1) - 1
+    turns = starts.sum(axis=1).astype(np.int64)
+    width = max([len(v) for v in values] + [1])
+    table = np.zeros((len(values), width + 1), dtype=np.float64)  # the last column stays 0
+    for r, row_values in enumerate(values):
+        table[r, : len(row_values)] = row_values
+    picked = table[np.arange(len(values))[:, None], np.clip(turn, 0, width)]
+    return np.where(mask, picked, 0.0).astype(np.float32), turns

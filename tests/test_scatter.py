@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from factutil.advantages import mask_spans, scatter_to_spans, scatter_to_turns
+from factutil.advantages import (
+    mask_spans,
+    scatter_rows_to_turns,
+    scatter_to_spans,
+    scatter_to_turns,
+)
 
 
 def test_mask_spans_finds_each_run():
@@ -43,3 +48,20 @@ def test_scatter_to_spans_clips_and_masks():
         scatter_to_spans(np.array([1.0, 2.0]), np.array([[0, 4], [3, 6]]), 8)
     with pytest.raises(ValueError, match="one per action"):
         scatter_to_spans(np.array([1.0]), np.array([[0, 4], [5, 6]]), 8)
+
+
+def test_scatter_rows_to_turns_fills_each_row_and_reports_its_turns():
+    mask = np.array([[1, 1, 0, 1, 0, 1], [0, 1, 1, 0, 0, 0], [1, 0, 1, 0, 1, 1]])
+    values = [np.array([0.5, -1.0, 2.0]), np.array([3.0, 4.0]), np.array([7.0])]
+    tokens, turns = scatter_rows_to_turns(values, mask)
+    assert turns.tolist() == [3, 1, 3]
+    assert tokens.dtype == np.float32
+    assert tokens.tolist() == [
+        [0.5, 0.5, 0.0, -1.0, 0.0, 2.0],
+        [0.0, 3.0, 3.0, 0.0, 0.0, 0.0],  # the second value has no turn: dropped
+        [7.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # two turns beyond its one value get 0
+    ]
+    with pytest.raises(ValueError, match="turns but only 1 actions"):
+        scatter_to_turns(values[2], mask[2])
+    with pytest.raises(ValueError, match=r"must be \(R, T\) with R = 2"):
+        scatter_rows_to_turns(values[:2], mask)

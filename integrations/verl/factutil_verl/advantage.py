@@ -9,7 +9,7 @@ verl hands the trainer one row per *sample*. Two layouts are read:
 - **span layout** (one row per rollout, e.g. a ReAct-style loop): ``extra_fields["factutil"]``
   holds ``actions`` (a list of such action dicts, in order) with ``question`` and
   ``golden_answers``; the k-th run of 1s in ``response_mask`` is the k-th action
-  (:func:`factutil.advantages.scatter_to_turns`; a truncated last turn keeps its tokens).
+  (:func:`factutil.advantages.scatter_rows_to_turns`; a truncated last turn keeps its tokens).
 
 Rows are grouped by verl's ``uid`` (one question), rollouts by trajectory (the ``{uid}_{session}``
 part of verl's V1 row key ``{uid}_{session}_{index}``, else ``trajectory_id``). The outcome reward
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from factutil.advantages import scatter_rows_to_turns
 from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
 from factutil.cluster import Clusterer
 from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
@@ -318,7 +319,7 @@ def _turn_tokens(
     fallback: dict[str, str],
 ) -> list[np.ndarray | None]:
     """Span layout, every row at once: the k-th run of 1s of a row's mask gets its k-th action
-    value (:func:`factutil.advantages.scatter_to_turns`, vectorised over rows, same result).
+    value (:func:`factutil.advantages.scatter_rows_to_turns`).
 
     Args:
         plans: span-layout plans, one row each.
@@ -331,29 +332,24 @@ def _turn_tokens(
     """
     if not plans:
         return []
-    rows = np.array([plan.rows[0] for plan in plans], dtype=np.int64)
-    sub = mask[rows]
-    starts = sub & ~np.pad(sub, ((0, 0), (1, 0)))[:, :-1]
-    turn = np.cumsum(starts, axis=1) - 1
-    turns = starts.sum(axis=1).tolist()
     found = [values.get((plan.uid, plan.rollout_id)) for plan in plans]
-    width = max([len(v) for v in found if v is not None] + [1])
-    table = np.zeros((len(plans), width), dtype=np.float64)
-    usable = np.ones(len(plans), dtype=bool)
+    rows = np.array([plan.rows[0] for plan in plans], dtype=np.int64)
+    tokens, turns = scatter_rows_to_turns(
+        [v if v is not None else np.zeros(0) for v in found], mask[rows]
+    )
+    result: list[np.ndarray | None] = []
     for i, (plan, action_values) in enumerate(zip(plans, found)):
         if action_values is None:
             fallback.setdefault(plan.uid, f"no result for rollout {plan.rollout_id!r}")
-            usable[i] = False
         elif turns[i] > len(action_values):
             fallback.setdefault(plan.uid, (
                 f"response_mask has {turns[i]} turns but only {len(action_values)} actions are listed"
             ))
-            usable[i] = False
         else:
-            table[i, : len(action_values)] = action_values
-    picked = table[np.arange(len(plans))[:, None], np.clip(turn, 0, width - 1)]
-    tokens = np.where(sub, picked, 0.0).astype(np.float32)
-    return [tokens[i] if usable[i] else None for i in range(len(plans))]
+            result.append(tokens[i])
+            continue
+        result.append(None)
+    return result
 
 
 _PASSED_METRICS = (

@@ -291,8 +291,8 @@ def test_span_layout_with_more_turns_than_actions_falls_back():
     assert torch.equal(result.advantages, grpo)
 
 
-def test_span_rows_scattered_at_once_equal_scatter_to_turns_row_by_row():
-    from factutil.advantages import scatter_to_turns
+def test_span_rows_scattered_at_once_equal_each_turn_span_filled_row_by_row():
+    from factutil.advantages import mask_spans, scatter_to_spans
 
     from factutil_verl.advantage import _Plan, _turn_tokens
 
@@ -315,7 +315,8 @@ def test_span_rows_scattered_at_once_equal_scatter_to_turns_row_by_row():
         if row in (5, 6):
             assert got is None
         else:
-            want = scatter_to_turns(values[(f"g{row % 3}", f"t{row}")], mask[row])
+            spans = mask_spans(mask[row])
+            want = scatter_to_spans(values[(f"g{row % 3}", f"t{row}")][: len(spans)], spans, 40)
             assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
 
 
