@@ -293,7 +293,7 @@ def scatter_rows_to_turns(
         A row with more turns than values gets 0 on the turns beyond them: the caller compares
         ``turns`` with the value counts (:func:`scatter_to_turns` raises there).
     """
-    mask = np.asarray(response_mask).astype(bool)
+    mask = np.asarray(response_mask, dtype=bool)
     if mask.ndim != 2 or mask.shape[0] != len(values):
         raise ValueError(f"response_mask must be (R, T) with R = {len(values)}, got {mask.shape}")
     starts = mask & ~np.pad(mask, ((0, 0), (1, 0)))[:, :-1]
