@@ -26,6 +26,7 @@ from factutil.load import GroupRows, GroupsInput, load_groups
 from factutil.metrics import qa_scores
 from factutil.schema import FactUtilConfig
 from factutil.shaping import INVALID, KIND_CODES, PAD, process_rewards
+from factutil.utility import smoothed_success
 
 logger = logging.getLogger("factutil")
 
@@ -474,14 +475,14 @@ def _utilities(prep: _Prepared, labels: list[np.ndarray], config: FactUtilConfig
     n = np.bincount(pair_cluster, minlength=total).astype(np.int64)
     order = np.lexsort((prep.rank[pair_row], pair_cluster))
     s = np.bincount(pair_cluster[order], weights=success[pair_row[order]], minlength=total)
-    rollout_counts = np.diff(np.append(prep.rollout_starts, len(success)))
-    listed = prep.success
-    bounds = np.append(prep.rollout_starts, len(success)).tolist()
+    bounds = np.append(prep.rollout_starts, len(success))
+    rollout_counts = np.diff(bounds)
+    # p-bar of each group, summed exactly as utility.success_rate does.
     baseline = np.array(
-        [math.fsum(listed[bounds[g] : bounds[g + 1]]) / rollout_counts[g] for g in range(groups)],
+        [math.fsum(prep.success[a:b]) / (b - a) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())],
         dtype=np.float64,
     )
-    mean = (s + config.epsilon) / (n + 2.0 * config.epsilon)
+    mean = smoothed_success(s, n, config.epsilon)
     utility = mean - baseline[cluster_group]
     zeroed = 0
     if config.uniform_groups == "zero" and groups:

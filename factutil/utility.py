@@ -42,6 +42,18 @@ def success_rate(success: np.ndarray) -> float:
     return math.fsum(success.tolist()) / success.size
 
 
+def smoothed_success(s: np.ndarray, n: np.ndarray, epsilon: float) -> np.ndarray:
+    """Posterior mean success m_c = (s_c + epsilon) / (n_c + 2 epsilon) (SPEC §3).
+
+    Args:
+        s: float64 (K,) summed success; n: int (K,) rollouts holding each cluster.
+
+    Returns:
+        float64 (K,).
+    """
+    return (s + epsilon) / (n + 2.0 * epsilon)
+
+
 def cluster_utilities(
     membership: np.ndarray, success: np.ndarray, epsilon: float = 0.5
 ) -> ClusterUtilities:
@@ -76,5 +88,5 @@ def cluster_utilities(
     s = np.zeros(membership.shape[1], dtype=np.float64)
     for row, y in zip(membership, success.tolist()):
         s += np.where(row, y, 0.0)
-    mean = (s + epsilon) / (n + 2.0 * epsilon)
+    mean = smoothed_success(s, n, epsilon)
     return ClusterUtilities(n=n, s=s, mean=mean, utility=mean - baseline, baseline=baseline)
