@@ -15,8 +15,10 @@ JSON objects with an ``"action"`` key, anywhere in the text (inside code fences,
                                                               # {"subject", "relation", "object"}
     {"action": "answer", "answer": "..."}
 
-A single-quoted Python dict is read with :func:`ast.literal_eval` when ``json`` fails (never
-``eval``). The action name is matched case-insensitively after stripping; other keys of the object
+JSON is decoded as ``json.loads(strict=False)`` decodes it: a real newline or tab inside a string
+(LLMs emit them) is kept. A trailing comma before ``}`` or ``]`` is tolerated by dropping it
+(outside strings) before decoding, so it never changes what the rest means. A single-quoted Python
+dict is read with :func:`ast.literal_eval` when ``json`` fails (never ``eval``). The action name is matched case-insensitively after stripping; other keys of the object
 (``"thought"``, even ``"observation"``) are dropped: the observation comes only from the caller.
 An object is found by a balanced-brace scanner that honours ``"..."`` and ``'...'`` strings and
 backslash escapes, so braces inside strings never end an object early.
@@ -106,6 +108,7 @@ _TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
 _STRUCTURAL = re.compile(r"""[{}\[\]"']""")
 _NESTING = re.compile(r"""[{}\[\]()"']""")
+_TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
 _BULLET = re.compile(r"(?:[-*\u2022]|\d{1,3}[.)])\s+")
 _OPENERS = "{[("
 
@@ -373,15 +376,27 @@ def _nesting_depth(text: str) -> int:
 
 
 def _load(chunk: str, checked: bool = False) -> Any:
-    """JSON, else a Python literal; raises _Rejected with the JSON error. Depth is guarded."""
+    """JSON, else a Python literal; raises _Rejected with the JSON error. Depth is guarded.
+
+    JSON is read as ``json.loads(strict=False)`` reads it (a real newline or tab inside a string is
+    kept), and trailing commas outside strings are tolerated by dropping them before decoding, so
+    a comma never sends a JSON text to the Python-literal reader (where ``"\\/"`` and ``null``
+    mean something else).
+    """
     if not checked and _nesting_depth(chunk) > MAX_DEPTH:
         raise _Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(chunk)
+        return json.loads(chunk, strict=False)
     except json.JSONDecodeError as error:
-        problem = f"{error.msg} at char {error.pos}"
+        problem = _json_problem(error)
     except (ValueError, RecursionError) as error:
         problem = _clip(str(error))
+    trimmed = _without_trailing_commas(chunk)
+    if trimmed != chunk:
+        try:
+            return json.loads(trimmed, strict=False)
+        except (ValueError, RecursionError):
+            pass
     if len(chunk) <= _LITERAL_EVAL_LIMIT and (checked or _nesting_depth(chunk) <= MAX_DEPTH):
         try:
             # An invalid escape in model text ("\)") warns, and raises under -W error: the parse
@@ -392,6 +407,32 @@ def _load(chunk: str, checked: bool = False) -> Any:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             pass
     raise _Rejected(f"malformed JSON: {problem}")
+
+
+def _json_problem(error: json.JSONDecodeError) -> str:
+    # Some decoder messages already end in "at" ("Invalid control character at").
+    return f"{error.msg.removesuffix(' at')} at char {error.pos}"
+
+
+def _without_trailing_commas(chunk: str) -> str:
+    """``chunk`` with every comma that is followed (after whitespace) by ``}`` or ``]`` dropped,
+    outside double-quoted strings; the text from an unterminated string on is kept as it is."""
+    kept: list[str] = []
+    copied = pos = 0
+    while True:
+        match = _TRAILING_COMMA_OR_QUOTE.search(chunk, pos)
+        if match is None:
+            break
+        at = match.start()
+        if chunk[at] == '"':
+            pos = _string_end(chunk, at)
+            if pos < 0:
+                break
+            continue
+        kept.append(chunk[copied:at])
+        copied = pos = at + 1
+    kept.append(chunk[copied:])
+    return "".join(kept)
 
 
 # --- tags -----------------------------------------------------------------------------------

@@ -859,3 +859,59 @@ def test_a_mistyped_raw_item_is_named_by_its_index(tmp_path):
     result = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "out.jsonl")])
     assert result.exit_code == 2
     assert f"{path}:1: actions[1].raw: Input should be a valid string (got 5)" in result.output
+
+
+# --- 11. round two: neighbouring projects' bug reports, tried on factutil ----------------------
+
+
+@pytest.mark.parametrize("text,answer", [
+    ('{"action": "answer", "answer": "Paris,\nFrance"}', "Paris,\nFrance"),
+    ('{"action": "answer", "answer": "Paris,\tFrance"}', "Paris,\tFrance"),
+    ('{"action": "answer", "answer": "AC\\/DC\non\rtour"}', "AC/DC\non\rtour"),
+    ('<assert>[["Mount Fuji", "located\nin", "Japan"]]</assert>', None),
+])
+def test_control_characters_inside_json_strings_are_read_as_json_strict_false(text, answer):
+    """A real newline, tab or carriage return inside a JSON string (LLMs emit them) -> read as
+    ``json.loads(strict=False)`` reads it: the character is kept and escapes still decode
+    (``\\/`` -> ``/``), whichever character it is."""
+    action = parse_action(text)
+    if answer is None:
+        assert action.action == "assert"
+        assert action.triples == [Triple(subject="Mount Fuji", relation="located\nin",
+                                         object="Japan")]
+    else:
+        assert (action.action, action.answer) == ("answer", answer)
+        assert answer == json.loads(text, strict=False)["answer"]
+
+
+def test_json_error_reasons_never_double_the_word_at():
+    """The decoder's "Invalid control character at" (strict JSON) -> "... at char 7", once."""
+    from factutil.parse import _json_problem
+
+    with pytest.raises(json.JSONDecodeError) as caught:
+        json.loads('{"a": "\n"}')
+    assert caught.value.msg.endswith(" at")
+    assert _json_problem(caught.value) == "Invalid control character at char 7"
+    reason = parse_action('{"action": "search" "query": "Paris"}').reason
+    assert reason == "malformed JSON: Expecting ',' delimiter at char 20"
+
+
+@pytest.mark.parametrize("body", [
+    '"action":"search","query":"x","n":null',
+    '"action":"answer","answer":"AC\\/DC"',
+    '"action":"answer","answer":"\\ud83c\\udfb8 true, false"',
+    '"action":"answer","answer":"x,}"',
+    '"action":"assert","facts":[["a","b","c"],["d","e, ]","f"]]',
+])
+def test_a_trailing_comma_does_not_change_how_the_rest_decodes(body):
+    """A trailing comma before ``}`` or ``]`` (outside strings) -> tolerated, and the action is
+    exactly the one the text without the comma gives: JSON literals (null, true) and escapes
+    (``\\/``, surrogate pairs) keep their JSON meaning; commas inside strings stay."""
+    plain = parse_action("{" + body + "}")
+    assert plain.action != "invalid"
+    with_commas = "{" + body.replace('"]]', '",],]').replace('"]', '",]') + ",}"
+    assert with_commas != "{" + body + "}"
+    assert parse_action(with_commas) == plain
+    expected = json.loads("{" + body + "}")
+    if plain.action == "answer":
+        assert plain.answer == expected["answer"]
