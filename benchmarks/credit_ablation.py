@@ -93,7 +93,7 @@ BLOCKS = {
     "cold/plain": "cold start; GRPO, every group kept",
     "cold/filtered": "cold start; GRPO + dynamic sampling",
 }
-DEFAULT_BLOCKS = ("prompted/plain", "prompted/filtered", "cold/filtered")
+DEFAULT_BLOCKS = tuple(BLOCKS)
 
 
 @dataclass(frozen=True)
@@ -106,16 +106,29 @@ class RunSpec:
     alpha: float
     mode: str  # "semantic" | "exact"
     uniform_groups: str = "keep"  # FactUtilConfig.uniform_groups
+    prior: str = "beta"  # FactUtilConfig.prior
+    process_norm: str = "none"  # FactUtilConfig.process_norm
+
+    def config(self, **fields) -> FactUtilConfig:
+        """The library config of this arm; every field it does not name keeps the library default."""
+        return FactUtilConfig(omega=self.omega, alpha=self.alpha, mode=self.mode,
+                              uniform_groups=self.uniform_groups, prior=self.prior,
+                              process_norm=self.process_norm, **fields)
 
 
+# "full" is the library's defaults (the paper's: Ω = 0.5, α = 0.2, semantic, Beta(½, ½) prior,
+# raw process reward); every other run changes the fields its name says.
 RUNS = (
     RunSpec("outcome_only", "outcome-only (Ω=0)", 0.0, 0.2, "semantic"),
     RunSpec("omega_0.3", "Ω=0.3", 0.3, 0.2, "semantic"),
-    RunSpec("full", "Ω=0.5, α=0.2, semantic (full)", 0.5, 0.2, "semantic"),
+    RunSpec("full", "full = library defaults (Ω=0.5)", 0.5, 0.2, "semantic"),
     RunSpec("omega_0.7", "Ω=0.7", 0.7, 0.2, "semantic"),
-    RunSpec("no_back_credit", "Ω=0.5, α=0 (no back-credit)", 0.5, 0.0, "semantic"),
-    RunSpec("exact", "Ω=0.5, exact clusters", 0.5, 0.2, "exact"),
-    RunSpec("full_uniform_zero", "full, uniform groups zeroed", 0.5, 0.2, "semantic", "zero"),
+    RunSpec("no_back_credit", "α=0 (no back-credit)", 0.5, 0.0, "semantic"),
+    RunSpec("exact", "exact clusters", 0.5, 0.2, "exact"),
+    RunSpec("prior_group", "prior=group", 0.5, 0.2, "semantic", prior="group"),
+    RunSpec("prior_group_norm", "prior=group + process_norm=group", 0.5, 0.2, "semantic",
+            prior="group", process_norm="group"),
+    RunSpec("full_uniform_zero", "uniform_groups=zero", 0.5, 0.2, "semantic", "zero"),
 )
 QUICK_RUNS = ("outcome_only", "full", "exact")
 
@@ -325,8 +338,7 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
     whose rollouts all have the same success y is dropped before advantages are computed and more
     questions are drawn, up to ``FILTER_MAX_DRAWS`` × batch, until the batch is full.
     """
-    config = FactUtilConfig(omega=run.omega, alpha=run.alpha, mode=run.mode, group_size=G,
-                            embedding_backend=settings.backend, uniform_groups=run.uniform_groups)
+    config = run.config(group_size=G, embedding_backend=settings.backend)
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
     w = initial_weights(settings.start)
     adam = Adam(N_FEATURES, settings.lr)

@@ -142,7 +142,7 @@ def outcome_advantages(
 
 
 def process_advantages(
-    process_rewards: np.ndarray, eps: float = 1e-6, mode: str = "group"
+    process_rewards: np.ndarray, eps: float = 1e-6, mode: str = "none"
 ) -> np.ndarray:
     """Process advantage of each action of one group (SPEC §5).
 

@@ -26,7 +26,7 @@ from factutil.load import GroupRows, GroupsInput, load_groups
 from factutil.metrics import qa_scores
 from factutil.schema import FactUtilConfig
 from factutil.shaping import INVALID, KIND_CODES, PAD, process_rewards
-from factutil.utility import smoothed_success
+from factutil.utility import smoothed_utilities, success_rate
 
 logger = logging.getLogger("factutil")
 
@@ -477,13 +477,21 @@ def _utilities(prep: _Prepared, labels: list[np.ndarray], config: FactUtilConfig
     s = np.bincount(pair_cluster[order], weights=success[pair_row[order]], minlength=total)
     bounds = np.append(prep.rollout_starts, len(success))
     rollout_counts = np.diff(bounds)
-    # p-bar of each group, summed exactly as utility.success_rate does.
     baseline = np.array(
-        [math.fsum(prep.success[a:b]) / (b - a) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())],
+        [success_rate(success[a:b]) if b > a else 0.0
+         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())],
         dtype=np.float64,
     )
-    mean = smoothed_success(s, n, config.epsilon)
-    utility = mean - baseline[cluster_group]
+    deviation = np.zeros(total, dtype=np.float64)
+    if config.prior == "group":
+        row_group = np.repeat(np.arange(groups, dtype=np.int64), rollout_counts)
+        row_deviation = success - baseline[row_group]
+        deviation = np.bincount(
+            pair_cluster[order], weights=row_deviation[pair_row[order]], minlength=total
+        )
+    mean, utility = smoothed_utilities(
+        s, deviation, n, baseline[cluster_group], config.epsilon, config.prior
+    )
     zeroed = 0
     if config.uniform_groups == "zero" and groups:
         # Nothing separates helpful facts from harmful ones when every rollout scored the
@@ -658,6 +666,7 @@ def _compute(
     }
     metrics.update({f"time_{name}_s": seconds for name, seconds in timings.items()})
     metrics["groups_uniform_zeroed"] = float(util.uniform_zeroed)
+    metrics["prior_group"] = float(config.prior == "group")  # which prior ran: 0 beta, 1 group
     metrics["searches_repeated"] = float(len(prep.repeated_row))
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value for name, value in clusterer.metrics.items()})

@@ -456,7 +456,15 @@ class FactUtilConfig(BaseModel):
         "em", description="Per-rollout success y: EM, F1, or the outcome reward clipped to [0, 1]."
     )
     epsilon: float = Field(
-        0.5, gt=0.0, le=1e6, description="Beta(epsilon, epsilon) prior of cluster success (at most 1e6)."
+        0.5, gt=0.0, le=1e6,
+        description="Strength of the prior of cluster success: Beta(epsilon, epsilon) under "
+        "prior='beta', strength 2*epsilon around the group's rate under prior='group' (at most 1e6).",
+    )
+    prior: Literal["beta", "group"] = Field(
+        "beta",
+        description="Prior of cluster success: 'beta' = Beta(epsilon, epsilon), mean 0.5 (the paper's "
+        "Eq. 5-9); 'group' = Beta with the group's success rate as mean, so a group whose rollouts "
+        "all scored the same gives every cluster utility 0 (this library's option).",
     )
     uniform_groups: Literal["keep", "zero"] = Field(
         "keep",
@@ -468,7 +476,9 @@ class FactUtilConfig(BaseModel):
     gamma: float = Field(1.0, gt=0.0, le=1.0, description="Shaping discount: F = gamma*Phi(S') - Phi(S).")
     alpha: float = Field(0.2, ge=0.0, le=1.0, description="Share of an assert's shaping sent back to its search.")
     invalid_penalty: float = Field(-0.1, le=0.0, description="Process reward of an invalid action.")
-    repeat_search_penalty: float = Field(-0.1, le=0.0, description="Penalty of a repeated search query.")
+    repeat_search_penalty: float = Field(
+        -0.01, le=0.0, description="Penalty of a repeated search query (the paper's duplicate search penalty)."
+    )
     empty_store_answer_penalty: float = Field(
         -0.1, le=0.0, description="Penalty of an answer from an empty store (its outcome becomes 0)."
     )
@@ -476,8 +486,10 @@ class FactUtilConfig(BaseModel):
     omega: float = Field(0.5, ge=0.0, description="Weight of the process advantage: A = A_out + omega*A_proc.")
     norm_by_std: bool = Field(True, description="Divide the outcome advantage by the group std (verl's norm_adv_by_std_in_grpo).")
     norm_eps: float = Field(1e-6, gt=0.0, description="eps in (x - mean) / (std + eps).")
-    process_norm: Literal["group", "none"] = Field(
-        "group", description="Normalise process rewards over the group's actions, or keep them raw."
+    process_norm: Literal["none", "group"] = Field(
+        "none",
+        description="Process advantage: 'none' = the process reward r itself (the paper's Eq. 14); "
+        "'group' = r normalised over the group's actions (this library's option).",
     )
     # runtime
     pause_gc: bool = Field(

@@ -121,7 +121,7 @@ def process_rewards(
     gamma: float = 1.0,
     alpha: float = 0.2,
     invalid_penalty: float = -0.1,
-    repeat_search_penalty: float = -0.1,
+    repeat_search_penalty: float = -0.01,
     empty_store_answer_penalty: float = -0.1,
 ) -> ProcessRewards:
     """All process reward parts of many rollouts at once (SPEC §4), one rollout per row.
@@ -184,7 +184,7 @@ def rollout_process_rewards(
     gamma: float = 1.0,
     alpha: float = 0.2,
     invalid_penalty: float = -0.1,
-    repeat_search_penalty: float = -0.1,
+    repeat_search_penalty: float = -0.01,
     empty_store_answer_penalty: float = -0.1,
 ) -> ProcessRewards:
     """All process reward parts of one rollout's effective actions (SPEC §4).

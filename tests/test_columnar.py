@@ -87,7 +87,7 @@ def reference(groups, config, clusterer):
                     for t in action.triples:
                         membership[row, label_of[triple_text(t, config.triple_template)]] = True
         success = np.array([rollouts[i][3] for i in order])
-        utility = cluster_utilities(membership, success, config.epsilon).utility
+        utility = cluster_utilities(membership, success, config.epsilon, config.prior).utility
         if config.uniform_groups == "zero" and success.min() == success.max():
             utility = np.zeros_like(utility)
         utilities.append(utility)

@@ -68,6 +68,7 @@ config_fields = st.fixed_dictionaries({
     "success": st.sampled_from(["em", "f1", "reward"]),
     "norm_by_std": st.booleans(),
     "process_norm": st.sampled_from(["group", "none"]),
+    "prior": st.sampled_from(["beta", "group"]),
     "max_turns": st.integers(1, 9),
 })
 
