@@ -114,9 +114,10 @@ class ProcessAdvantages:
             (groups, rollouts, actions as given; 0 for ignored actions); every token of action
             k's response gets ``advantages[k]``.
         action_columns: per action (N,), float64 ``shaping``, ``back_credit``, ``penalty``,
-            ``process_reward``, ``outcome_reward``, ``outcome_advantage``,
-            ``process_advantage``, ``advantage``; int64 ``step``; bool ``ignored``. Read-only
-            (the records are built from them); copy one to change it.
+            ``process_reward``, ``potential`` (Phi of the store after the action, SPEC §4),
+            ``outcome_reward``, ``outcome_advantage``, ``process_advantage``, ``advantage``;
+            int64 ``step``; bool ``ignored`` (0 in every float column). Read-only (the records
+            are built from them); copy one to change it.
         rollout_keys: ``(uid, rollout_id)`` of each rollout, in input order.
         action_offsets: int64 (len(rollout_keys) + 1,): rollout i's actions are
             ``[action_offsets[i], action_offsets[i + 1])``.
@@ -166,6 +167,18 @@ class ProcessAdvantages:
         """:class:`ClusterRecord` per group and cluster id."""
         with gc_paused(self._records.config.pause_gc):
             return self._records.clusters()
+
+    @property
+    def config(self) -> FactUtilConfig:
+        """The configuration the step ran with."""
+        return self._records.config
+
+    @property
+    def groups(self) -> list[GroupRows]:
+        """The validated input groups, in input order (skipped groups left out): the questions,
+        gold answers and actions (queries, triples, answers, invalid reasons) the numbers are of.
+        Shared with the result, not copies: do not change them."""
+        return self._records.batch
 
     def __repr__(self) -> str:
         return (
@@ -607,6 +620,7 @@ def _compute(
         ("back_credit", parts.back_credit[action_row, action_step]),
         ("penalty", parts.penalty[action_row, action_step]),
         ("process_reward", process_reward),
+        ("potential", parts.potential[action_row, action_step]),
         ("outcome_advantage", a_out[action_row]),
         ("process_advantage", a_proc),
         ("advantage", total),
