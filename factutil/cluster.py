@@ -391,6 +391,17 @@ def _dense_pairs(
     return np.stack([first[keep], second[keep]], axis=1), sims[keep]
 
 
+def _all_pairs(
+    vectors: np.ndarray, threshold: float, decimals: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of one group with similarity >= ``threshold``, exactly, sorted by (i, j)."""
+    edges, sims = _dense_pairs(
+        vectors, np.zeros(1, dtype=np.int64), np.array([len(vectors)]), threshold, decimals
+    )
+    order = np.lexsort((edges[:, 1], edges[:, 0]))
+    return edges[order], sims[order]
+
+
 def candidate_pairs(
     vectors: np.ndarray,
     threshold: float,
@@ -406,14 +417,18 @@ def candidate_pairs(
 
     Up to ``dense_max`` vectors every pair is considered (:func:`_dense_pairs`: float32 blocks,
     then the near ones exactly); above it an hnswlib inner-product index (M = ``hnsw_m``,
-    ef_construction = ef = ``hnsw_ef``, fixed ``seed``, one thread so the graph is deterministic)
-    gives each vector's ``k`` nearest neighbours. Either way the similarity of a pair is its
-    float64 dot product rounded to ``decimals`` (:func:`_exact_similarity`), a function of the two
-    vectors alone, so batching cannot reorder or flip edges.
+    ef_construction = ef = max(``hnsw_ef``, k + 1), fixed ``seed``, one thread so the graph is
+    deterministic) gives each vector's ``k`` nearest neighbours. ``k`` >= n - 1 asks for every
+    pair, so the exact search serves it; so does it when the index cannot return k + 1 items per
+    query (hnswlib's graph over many duplicate vectors can fall short even with ef = k + 1).
+    Either way the similarity of a pair is its float64 dot product rounded to ``decimals``
+    (:func:`_exact_similarity`), a function of the two vectors alone, so batching cannot reorder
+    or flip edges.
 
     Args:
         vectors: float32 (n, d), L2-normalised.
         threshold: cosine in [-1, 1].
+        k: neighbours per vector on the k-NN path, >= 1 (any size: capped at n - 1).
 
     Returns:
         (edges int64 (E, 2) with i < j, similarity float64 (E,)), sorted by (i, j).
@@ -422,20 +437,20 @@ def candidate_pairs(
     if n < 2:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if n <= dense_max:
-        edges, sims = _dense_pairs(
-            vectors, np.zeros(1, dtype=np.int64), np.array([n]), threshold, decimals
-        )
-        order = np.lexsort((edges[:, 1], edges[:, 0]))
-        return edges[order], sims[order]
+    if n <= dense_max or k >= n - 1:
+        return _all_pairs(vectors, threshold, decimals)
     import hnswlib
 
+    ef = max(hnsw_ef, k + 1)
     index = hnswlib.Index(space="ip", dim=vectors.shape[1])
-    index.init_index(max_elements=n, ef_construction=hnsw_ef, M=hnsw_m, random_seed=seed)
+    index.init_index(max_elements=n, ef_construction=ef, M=hnsw_m, random_seed=seed)
     index.set_num_threads(1)
     index.add_items(vectors, np.arange(n))
-    index.set_ef(max(hnsw_ef, k + 1))
-    neighbours, _ = index.knn_query(vectors, k=min(k + 1, n))
+    index.set_ef(ef)
+    try:
+        neighbours, _ = index.knn_query(vectors, k=k + 1)
+    except RuntimeError:  # "Cannot return the results in a contiguous 2D array"
+        return _all_pairs(vectors, threshold, decimals)
     rows = np.repeat(np.arange(n), neighbours.shape[1])
     cols = neighbours.reshape(-1).astype(np.int64)
     keep = rows != cols

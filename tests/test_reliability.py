@@ -30,7 +30,7 @@ from factutil import (
     read_rollouts,
 )
 from factutil.cli import app
-from factutil.cluster import SemanticClusterer
+from factutil.cluster import SemanticClusterer, candidate_pairs
 from factutil.embed import embed_unique
 from factutil.filters import analyze
 from factutil.parse import parse_action
@@ -915,3 +915,69 @@ def test_a_trailing_comma_does_not_change_how_the_rest_decodes(body):
     expected = json.loads("{" + body + "}")
     if plain.action == "answer":
         assert plain.answer == expected["answer"]
+
+
+@pytest.mark.parametrize("n,k", [(97, 96), (97, 200), (5, 4), (128, 63), (300, 298), (300, 10)])
+def test_knn_candidates_of_duplicate_vectors_at_the_edges_of_k(n, k):
+    """n identical unit vectors on the k-NN path (dense_max=2) with k = n - 1 (every other
+    vector), k > n, a k hnswlib's graph cannot serve (128, 63: fewer than k found even with
+    ef = k + 1) and a small k -> no exception; with k >= n - 1 every pair i < j is a candidate at
+    similarity 1.0 (0.5 * 0.5 * 4), as the exact search gives; otherwise each vector keeps at least
+    one pair and every pair is a true one."""
+    vectors = np.full((n, 4), 0.5, np.float32)
+    edges, sims = candidate_pairs(vectors, 0.9, dense_max=2, k=k)
+    pairs = [[i, j] for i in range(n) for j in range(i + 1, n)]
+    if k >= n - 1:
+        assert edges.tolist() == pairs
+    else:
+        assert set(np.unique(edges).tolist()) == set(range(n))
+        assert set(map(tuple, edges.tolist())) <= set(map(tuple, pairs))
+    assert len(sims) == len(edges) and np.all(sims == 1.0)
+
+
+def test_knn_index_that_falls_short_gives_the_exact_pairs(monkeypatch):
+    """An hnswlib index that cannot return k + 1 items per query (its RuntimeError) -> the exact
+    search's pairs and values, not an exception."""
+    import hnswlib
+
+    def short(self, *args, **kwargs):
+        raise RuntimeError("Cannot return the results in a contiguous 2D array.")
+
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(30, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    exact = candidate_pairs(vectors, 0.1)
+    monkeypatch.setattr(hnswlib.Index, "knn_query", short)
+    found = candidate_pairs(vectors, 0.1, dense_max=2, k=5)
+    assert len(exact[0]) > 30
+    assert found[0].tolist() == exact[0].tolist() and found[1].tolist() == exact[1].tolist()
+
+
+def test_knn_with_k_of_n_minus_one_equals_the_exact_search():
+    """Random vectors, n = k + 1 on the k-NN path -> exactly the dense path's edges and values."""
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(40, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    dense = candidate_pairs(vectors, 0.2)
+    knn = candidate_pairs(vectors, 0.2, dense_max=2, k=39)
+    assert len(dense[0]) > 20
+    assert knn[0].tolist() == dense[0].tolist() and knn[1].tolist() == dense[1].tolist()
+
+
+@pytest.mark.slow
+def test_cli_knn_over_near_identical_facts_exits_0(tmp_path, minilm):
+    """97 rollouts asserting "Mount Fuji | located in | Japan" followed by 0..96 zero-width spaces
+    (distinct texts, identical tokens, hence identical vectors), scored with ``--set
+    knn_min_size=2 --set knn_k=96`` -> exit 0, no traceback, one cluster holding all 97."""
+    lines = [json.dumps(row(f"r{i}", uid="fuji", actions=[
+        {"action": "assert", "triples": [["Mount Fuji", "located in", "Japan" + "\u200b" * i]]},
+        {"action": "answer", "answer": "Japan" if i % 2 else "China"}])) for i in range(97)]
+    path = write_lines(tmp_path / "fuji.jsonl", lines)
+    flags = ["--set", "knn_min_size=2", "--set", "knn_k=96"]
+    done = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "out.jsonl"), *flags])
+    assert done.exit_code == 0, done.output
+    assert "Traceback" not in done.output and done.exception is None
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 194
+    done = CliRunner().invoke(app, ["clusters", str(path), "--format", "json", *flags])
+    (cluster,) = json.loads(done.output)
+    assert cluster["n"] == 97
