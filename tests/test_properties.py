@@ -198,3 +198,30 @@ def test_reasserting_a_fact_or_its_case_variant_earns_zero(mode, rows, which, va
     result = compute_process_advantages(extended, config)
     last = [a for a in result.actions if a.rollout_id == row["rollout_id"]][-1]
     assert last.action == "assert" and last.shaping == 0.0 and last.new_clusters == []
+
+
+@MODES
+@SETTINGS
+@given(batches(), config_fields, st.floats(0, 1))
+def test_prior_group_gives_uniform_groups_zero_utility_and_no_shaping(mode, rows, fields, y):
+    """SPEC §6: with prior="group", a group whose rollouts all have the same success has u_c = 0."""
+    # Every rollout gets reward y; an unanswered or empty-store one still has success 0 (§3).
+    uniform = [dict(row, reward=y) for row in rows]
+    config = FactUtilConfig(mode=mode, **{**fields, "prior": "group", "success": "reward"})
+    for result in (compute_process_advantages(uniform, config),
+                   compute_process_advantages(rows, FactUtilConfig(mode=mode, **{**fields, "prior": "group"}))):
+        success: dict[str, list[float]] = {}
+        for r in result.rollouts:
+            success.setdefault(r.uid, []).append(r.success)
+        for c in result.clusters:
+            ys = success[c.uid]
+            if min(ys) == max(ys):
+                assert c.utility == 0.0
+            # u = (s - n p-bar) / (n + 2 eps), the group-centred estimate.
+            p = math.fsum(ys) / len(ys)
+            assert c.utility == pytest.approx((c.s - c.n * p) / (c.n + 1.0), abs=1e-12)
+            assert -1.0 < c.utility < 1.0
+        for r in result.actions:
+            ys = success[r.uid]
+            if min(ys) == max(ys):
+                assert r.shaping == 0.0 and r.back_credit == 0.0

@@ -15,13 +15,18 @@ By hand, q1 (success y = EM: r1 1, r2 0 (zeroed), r3 0; p-bar = 1/3):
   c0: n 1, s 0, m = 0.5 / 2 = 0.25, u = 0.25 - 1/3 = -1/12;  c1: n 1, s 1, m = 0.75, u = 5/12;
   c2 like c0, u = -1/12.
   r1: F = [0, tanh(5/12), 0, 0, 0]; the assert keeps 0.8 F and sends 0.2 F to search 0; the repeat
-      costs -0.1 -> r = [0.2 T1, 0.8 T1, -0.1, 0, 0] with T1 = tanh(5/12).
+      costs -0.01 -> r = [0.2 T1, 0.8 T1, -0.01, 0, 0] with T1 = tanh(5/12).
   r2: r = [-0.1 (invalid), -0.1 (empty-store answer)].
   r3: Phi after the assert = tanh(-1/12 - 1/12) = tanh(-1/6) = T3 -> r = [0.2 T3, 0.8 T3, 0].
   A_out: R = [1, 0, 0], mean 1/3, sample std sqrt(1/3) -> [(2/3), -(1/3), -(1/3)] / (sqrt(1/3) + 1e-6).
-  A_proc: the 10 process rewards above, normalised with their mean and sample std (+1e-6).
+  A_proc (process_norm "none", the default): the 10 process rewards above, as they are; with
+  process_norm "group": normalised with their mean and sample std (+1e-6).
 q2: y = [1], p-bar = 1, u = (1 + 0.5) / (1 + 1) - 1 = -0.25; F on the assert = tanh(-0.25) = T4;
   r = [0.2 T4, 0.8 T4, 0]; A_out = 0 (one rollout, with a warning).
+
+With prior "group" (m_c = (s_c + 2 eps p-bar) / (n_c + 2 eps), u_c = (s_c - n_c p-bar) / (n_c + 1)):
+  q1: c0 u = (0 - 1/3) / 2 = -1/6, m = 1/6; c1 u = (1 - 1/3) / 2 = 1/3, m = 2/3; c2 like c0.
+  q2: every rollout succeeds: u = (1 - 1) / 2 = 0, m = 1, so no shaping at all.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ WORKED = [
 T1 = math.tanh(5 / 12)
 T3 = math.tanh(-1 / 6)
 T4 = math.tanh(-0.25)
-Q1_PROCESS = [0.2 * T1, 0.8 * T1, -0.1, 0.0, 0.0, -0.1, -0.1, 0.2 * T3, 0.8 * T3, 0.0]
+Q1_PROCESS = [0.2 * T1, 0.8 * T1, -0.01, 0.0, 0.0, -0.1, -0.1, 0.2 * T3, 0.8 * T3, 0.0]
 Q1_STD_R = math.sqrt(1 / 3)
 Q1_OUTCOME_ADV = [(2 / 3) / (Q1_STD_R + EPS), (-1 / 3) / (Q1_STD_R + EPS), (-1 / 3) / (Q1_STD_R + EPS)]
 Q2_PROCESS = [0.2 * T4, 0.8 * T4, 0.0]
@@ -90,8 +95,9 @@ def _normalised(values):
     return [(value - mean) / (std + EPS) for value in values]
 
 
-Q1_PROCESS_ADV = _normalised(Q1_PROCESS)
-Q2_PROCESS_ADV = _normalised(Q2_PROCESS)
+# process_norm "none" (the default, the paper's Eq. 14): A_proc = r.
+Q1_PROCESS_ADV = list(Q1_PROCESS)
+Q2_PROCESS_ADV = list(Q2_PROCESS)
 ROLLOUT_OF = [0] * 5 + [1] * 2 + [2] * 3
 
 # Every output field of SPEC §8, per action in input order.
@@ -103,7 +109,7 @@ for k, (rid, step, kind) in enumerate(
 ):
     shaping = {1: T1, 8: T3}.get(k, 0.0)
     back = {0: 0.2 * T1, 1: -0.2 * T1, 7: 0.2 * T3, 8: -0.2 * T3}.get(k, 0.0)
-    penalty = {2: -0.1, 5: -0.1, 6: -0.1}.get(k, 0.0)
+    penalty = {2: -0.01, 5: -0.1, 6: -0.1}.get(k, 0.0)
     a_out = Q1_OUTCOME_ADV[ROLLOUT_OF[k]]
     EXPECTED.append({
         "uid": "q1", "rollout_id": rid, "step": step, "action": kind,
@@ -180,6 +186,54 @@ def test_omega_zero_is_plain_grpo_outcome_advantage():
     outcome = np.array([record.outcome_advantage for record in result.actions], dtype=np.float32)
     assert np.array_equal(result.advantages, outcome)
     np.testing.assert_allclose(result.advantages[:10], np.array(Q1_OUTCOME_ADV)[ROLLOUT_OF], atol=1e-6)
+
+
+def test_process_norm_group_normalises_the_process_rewards_of_each_group():
+    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact", process_norm="group"))
+    rows = [record.to_dict() for record in result.actions]
+    want = _normalised(Q1_PROCESS) + _normalised(Q2_PROCESS)
+    assert [row["process_advantage"] for row in rows] == pytest.approx(want, abs=1e-9)
+    a_out = [Q1_OUTCOME_ADV[i] for i in ROLLOUT_OF] + [0.0] * 3
+    assert [row["advantage"] for row in rows] == pytest.approx(
+        [o + 0.5 * p for o, p in zip(a_out, want)], abs=1e-9
+    )
+
+
+def test_prior_group_by_hand():
+    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact", prior="group"))
+    clusters = [record.to_dict() for record in result.clusters]
+    assert [c["utility"] for c in clusters] == pytest.approx([-1 / 6, 1 / 3, -1 / 6, 0.0], abs=1e-12)
+    assert [c["mean"] for c in clusters] == pytest.approx([1 / 6, 2 / 3, 1 / 6, 1.0], abs=1e-12)
+    assert clusters[3]["utility"] == 0.0  # q2: every rollout succeeded, exactly 0
+    rows = [record.to_dict() for record in result.actions]
+    t1, t3 = math.tanh(1 / 3), math.tanh(-1 / 3)
+    assert [row["shaping"] for row in rows] == pytest.approx(
+        [0, t1, 0, 0, 0, 0, 0, 0, t3, 0, 0, 0, 0], abs=1e-12
+    )
+    assert [row["process_reward"] for row in rows] == pytest.approx(
+        [0.2 * t1, 0.8 * t1, -0.01, 0, 0, -0.1, -0.1, 0.2 * t3, 0.8 * t3, 0, 0, 0, 0], abs=1e-12
+    )
+    assert result.metrics["prior_group"] == 1.0
+    assert compute_process_advantages(WORKED, {"mode": "exact"}).metrics["prior_group"] == 0.0
+
+
+@pytest.mark.parametrize("y", [0.0, 1.0, 0.3, 0.7])
+def test_prior_group_gives_zero_utility_where_every_rollout_scored_the_same(y):
+    rows = [
+        _rollout("u", f"u{i}", [
+            {"action": "search", "query": f"q{i}", "observation": "o"},
+            {"action": "assert", "triples": [[f"s{i % 3}", "r", "o"]]},
+            {"action": "answer", "answer": "wrong"},
+        ], ["Paris"]) | {"reward": y}
+        for i in range(7)
+    ]
+    group = compute_process_advantages(rows, {"mode": "exact", "prior": "group", "success": "reward"})
+    assert [c.utility for c in group.clusters] == [0.0, 0.0, 0.0]
+    assert set(group.action_columns["shaping"].tolist()) == {0.0}
+    beta = compute_process_advantages(rows, {"mode": "exact", "success": "reward"})
+    # The paper's prior: m = (s + 0.5) / (n + 1) with n = 3 or 2 rollouts of success y each.
+    want = [(3 * y + 0.5) / 4 - y, (2 * y + 0.5) / 3 - y, (2 * y + 0.5) / 3 - y]
+    assert [c.utility for c in beta.clusters] == pytest.approx(want, abs=1e-12)
 
 
 def test_alpha_zero_keeps_all_shaping_on_the_assert():
