@@ -1,6 +1,6 @@
 """factutil: dense per-step credit for RL-trained search agents (the FactAgent method).
 
-See SPEC.md for the method; ``compute_process_advantages`` is the entry point.
+See docs/method.md for the method; ``compute_process_advantages`` is the entry point.
 """
 
 from factutil.advantages import outcome_advantages, process_advantages, total_advantages
@@ -11,6 +11,7 @@ from factutil.api import (
     RolloutRecord,
     compute_process_advantages,
 )
+from factutil.cluster import ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.io import InputError, read_groups, read_rollouts
 from factutil.metrics import exact_match, f1, normalize_answer
 from factutil.schema import (
@@ -35,6 +36,7 @@ __all__ = [
     "AnswerAction",
     "AssertAction",
     "ClusterRecord",
+    "ExactClusterer",
     "FactUtilConfig",
     "Group",
     "InputError",
@@ -44,11 +46,13 @@ __all__ = [
     "Rollout",
     "RolloutRecord",
     "SearchAction",
+    "SemanticClusterer",
     "Triple",
     "compute_process_advantages",
     "exact_match",
     "f1",
     "group_rollouts",
+    "make_clusterer",
     "normalize_answer",
     "outcome_advantages",
     "process_advantages",

@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from factutil.advantages import process_advantages, segment_normalize, total_advantages
-from factutil.cluster import Clusterer, Fact, fact_text, make_clusterer, normalize_fact_text
+from factutil.cluster import (
+    Clusterer,
+    ExactClusterer,
+    Fact,
+    SemanticClusterer,
+    fact_text,
+    make_clusterer,
+    normalize_fact_text,
+)
 from factutil.load import GroupRows, GroupsInput, load_groups
 from factutil.metrics import qa_scores
 from factutil.schema import FactUtilConfig
@@ -37,7 +45,8 @@ class ActionRecord:
 
     ``ignored`` marks an action after the rollout's first answer or beyond ``max_turns``: it has no
     effect and every reward and advantage field is 0. ``new_clusters`` holds the cluster ids an
-    assert brought into the store.
+    assert brought into the store. ``invalid_reason`` says why an ``invalid`` action failed to
+    parse ("triple 0 has 2 parts, expected 3", "no action found"); None for the other actions.
     """
 
     uid: str
@@ -54,6 +63,7 @@ class ActionRecord:
     advantage: float
     new_clusters: list[int]
     ignored: bool = False
+    invalid_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a JSON-ready dict, keys in SPEC §8 order."""
@@ -225,7 +235,10 @@ def compute_process_advantages(
         config: a :class:`FactUtilConfig` or a mapping of its fields; None uses the defaults.
         clusterer: the :class:`~factutil.cluster.Clusterer` to use; None builds the one
             ``config.mode`` names. Pass one to reuse its state (e.g. an embedding cache) across
-            calls.
+            calls. An :class:`~factutil.cluster.ExactClusterer` or
+            :class:`~factutil.cluster.SemanticClusterer` must agree with ``config`` on ``mode``
+            and on every field of :data:`CLUSTERING_FIELDS` (a ValueError names the others);
+            any other clusterer is used as given.
         on_invalid_group: ``"raise"`` (default) raises on the first group that fails validation;
             ``"skip"`` leaves such groups out, lists them in ``skipped`` with the reason and logs a
             warning, so a trainer can fall back to outcome-only advantages for them alone.
@@ -238,7 +251,8 @@ def compute_process_advantages(
     Raises:
         pydantic.ValidationError: bad groups or config (the message names field and value).
         factutil.io.InputError: a bad input file (every problem as ``FILE:LINE: field: ...``).
-        ValueError: a uid shared by two groups.
+        ValueError: a uid shared by two groups; a clusterer built for another clustering
+            config (the message names each field and both values).
         FloatingPointError: an advantage beyond float32 (extreme rewards or omega); the message
             names group, rollout, step and omega.
     """
@@ -246,10 +260,51 @@ def compute_process_advantages(
         config = FactUtilConfig()
     elif not isinstance(config, FactUtilConfig):
         config = FactUtilConfig.model_validate(dict(config))
+    if clusterer is not None:
+        check_clusterer(clusterer, config)
     # A step allocates ~10 objects per action and frees them together; generational collections
     # in the middle of it cost more than half of validation time, and find no cycles to free.
     with gc_paused(config.pause_gc):
         return _compute(groups, config, clusterer, on_invalid_group)
+
+
+CLUSTERING_FIELDS = (
+    "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
+    "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
+)
+"""The config fields a :class:`~factutil.cluster.SemanticClusterer`'s clusters depend on
+(``embedding_device``, ``embedding_batch_size`` and the cache bounds change only speed)."""
+
+
+def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
+    """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
+
+    A passed clusterer does the clustering, so a call whose ``mode`` or :data:`CLUSTERING_FIELDS`
+    differ from the clusterer's would silently cluster by the clusterer's. Clusterers other than
+    :class:`~factutil.cluster.ExactClusterer` and :class:`~factutil.cluster.SemanticClusterer`
+    carry no config and are not checked.
+
+    Raises:
+        ValueError: naming each differing field with the clusterer's and the call's value.
+    """
+    if isinstance(clusterer, ExactClusterer):
+        mode, own = "exact", None
+    elif isinstance(clusterer, SemanticClusterer):
+        mode, own = "semantic", clusterer.config
+    else:
+        return
+    differ = [] if mode == config.mode else [("mode", mode, config.mode)]
+    if own is not None:
+        differ += [(name, getattr(own, name), getattr(config, name)) for name in CLUSTERING_FIELDS
+                   if getattr(own, name) != getattr(config, name)]
+    if differ:
+        fields = "; ".join(f"{name}: clusterer {mine!r}, config {theirs!r}"
+                           for name, mine, theirs in differ)
+        raise ValueError(
+            f"the clusterer was built for another clustering config ({fields}); build it from "
+            f"this config (factutil.cluster.make_clusterer(config)) or pass the config it was "
+            f"built with"
+        )
 
 
 @contextmanager
@@ -733,18 +788,20 @@ class _Records:
             for rollout in group.rollouts:
                 uid, rollout_id = self.keys[row]
                 for t, action in enumerate(rollout["actions"]):
+                    kind = action["action"]
+                    reason = action["reason"] if kind == "invalid" else None
                     if listed["ignored"][k]:
                         records.append(ActionRecord(
-                            uid, rollout_id, t, action["action"], 0.0, 0.0, 0.0, 0.0,
-                            listed["outcome_reward"][k], 0.0, 0.0, 0.0, [], ignored=True,
+                            uid, rollout_id, t, kind, 0.0, 0.0, 0.0, 0.0,
+                            listed["outcome_reward"][k], 0.0, 0.0, 0.0, [], True, reason,
                         ))
                     else:
                         records.append(ActionRecord(
-                            uid, rollout_id, t, action["action"], listed["shaping"][k],
+                            uid, rollout_id, t, kind, listed["shaping"][k],
                             listed["back_credit"][k], listed["penalty"][k],
                             listed["process_reward"][k], listed["outcome_reward"][k],
                             listed["outcome_advantage"][k], listed["process_advantage"][k],
-                            listed["advantage"][k], new.get((row, t), []),
+                            listed["advantage"][k], new.get((row, t), []), False, reason,
                         ))
                     k += 1
                 row += 1

@@ -36,6 +36,25 @@ errors = Console(stderr=True, highlight=False, soft_wrap=True)
 EXIT_BAD_INPUT = 2
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from factutil import __version__
+
+        typer.echo(f"factutil {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True,
+                     help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Dense per-step credit for search agents (FactAgent): score rollouts, show clusters."""
+
+
 class ConfigError(ValueError):
     """Bad configuration; ``str()`` is one ``config: field: message`` line per problem."""
 
@@ -139,9 +158,20 @@ def score(
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
-    """Write one line of credit per action (SPEC §8) and print a summary table."""
+    """Write one line of credit per action (SPEC §8) and print a summary table.
+
+    A missing output folder is created, and the command says so; the file gets the usual mode
+    of a new file (0666 less the umask).
+    """
     result = _score(input, config, set_)
-    write_jsonl(output, (record.to_dict() for record in result.actions))
+    try:
+        if not output.parent.exists():
+            output.parent.mkdir(parents=True)
+            console.print(f"created folder {output.parent}", markup=False, highlight=False)
+        write_jsonl(output, (record.to_dict() for record in result.actions))
+    except OSError as error:
+        errors.print(f"{output}: cannot write: {error.strerror or error}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     console.print(summary_table(result))
     console.print(f"wrote {len(result.actions)} action lines to {output}")
 

@@ -6,34 +6,42 @@ The reader checks the whole file and reports every problem, one per line, as
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-import tempfile
-from collections.abc import Iterable
+import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from factutil.schema import Group, Rollout
+from factutil.schema import FactUtilConfig, Group, Rollout
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem of an input file: where (file, 1-based line, field path) and what."""
+    """One problem of the input: where, which field, what.
+
+    ``path`` is the file and ``line`` its 1-based line (``FILE:LINE: field: message``); for input
+    given as dicts or models ``path`` is the item's position in the argument, e.g.
+    ``groups[3] (uid 'q7', rollout_id 'q7-2')``, and ``line`` is None (``WHERE: field: message``).
+    """
 
     path: str
-    line: int
+    line: int | None
     field: str
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.field}: {self.message}"
 
 
 class InputError(ValueError):
-    """A rollout file with problems; ``problems`` lists all of them, ``str()`` one per line."""
+    """Input with problems (a file, or dicts and models); ``problems`` lists all of them,
+    ``str()`` one per line. Raised from the pydantic ``ValidationError`` it rewords, if any."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
@@ -48,9 +56,10 @@ def _short(value: Any, limit: int = 60) -> str:
 _UNION_TAGS = {"search", "assert", "answer", "invalid", "RawAction"}
 
 
-def field_path(loc: Iterable[Any]) -> str:
+def field_path(loc: Iterable[Any], whole: str = "(line)") -> str:
     """A pydantic error location as a readable path: ``('actions', 2, 'search', 'query')`` ->
-    ``actions[2].query`` (the discriminator tag is dropped)."""
+    ``actions[2].query`` (the discriminator tag is dropped); ``whole`` names the empty location
+    (the item itself)."""
     path = ""
     previous: Any = None
     for part in loc:
@@ -61,22 +70,37 @@ def field_path(loc: Iterable[Any]) -> str:
         else:
             path += f".{part}" if path else str(part)
         previous = part
-    return path or "(line)"
+    return path or whole
 
 
-def error_messages(error: ValidationError) -> list[tuple[str, str]]:
+_FIELDS_OF = {"FactUtilConfig": tuple(FactUtilConfig.model_fields), "Group": tuple(Group.model_fields)}
+"""The fields of the models that refuse unknown keys, by the title of their ValidationError."""
+
+
+def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[str, str]]:
     """(field path, message) for each problem of a pydantic error.
 
     The message names the offending value: pydantic's own messages get ``(got VALUE)``; this
     library's validators (``value_error``) already say it, and a missing field has none.
-    Shared by the file reader, the CLI and the trainer adapters so every error reads alike.
+    An action with neither ``action`` nor ``raw`` reads "missing field `action`"; an unknown key
+    of the config or of a group dict gets "did you mean ...?" when a field's name is close.
+    Shared by the file reader, the dict loader, the CLI and the trainer adapters so every error
+    reads alike.
     """
     messages = []
+    known = _FIELDS_OF.get(error.title, ())
     for item in error.errors(include_url=False):
         message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "union_tag_not_found":  # pydantic: "Unable to extract tag using ..."
+            message = ("missing field `action` (one of search, assert, answer, invalid), "
+                       "or `raw` model output to parse")
         if item["type"] not in ("missing", "value_error") and "input" in item:
             message += f" (got {_short(item['input'])})"
-        messages.append((field_path(item["loc"]), message))
+        if item["type"] == "extra_forbidden" and len(item["loc"]) == 1 and known:
+            close = difflib.get_close_matches(str(item["loc"][0]), known, n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        messages.append((field_path(item["loc"], whole), message))
     return messages
 
 
@@ -117,8 +141,10 @@ def read_rollouts(path: str | os.PathLike) -> list[tuple[int, Rollout]]:
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as error:
+                # Some decoder messages end in "at" ("Unterminated string starting at").
                 problems.append(
-                    Problem(name, number, "(line)", f"invalid JSON: {error.msg} at column {error.colno}")
+                    Problem(name, number, "(line)",
+                            f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}")
                 )
                 continue
             except RecursionError:
@@ -141,6 +167,21 @@ def read_rollouts(path: str | os.PathLike) -> list[tuple[int, Rollout]]:
 
 def _group_problems(name: str, rollouts: list[tuple[int, Rollout]]) -> list[Problem]:
     """Problems between lines of one uid: repeated rollout_id, differing gold or question."""
+    return group_problems(rollouts, lambda number: (name, number), lambda number: f"line {number}")
+
+
+def group_problems(
+    rollouts: list[tuple[int, Rollout]],
+    at: Callable[[int], tuple[str, int | None]],
+    name: Callable[[int], str],
+) -> list[Problem]:
+    """Problems between rollouts of one uid: a repeated rollout_id, differing gold or question.
+
+    Args:
+        rollouts: (number, rollout) pairs: a file's line numbers, or positions in an argument.
+        at: number -> (``Problem.path``, ``Problem.line``) of the rollout with that number.
+        name: number -> how a message names that rollout ("line 3", "groups[3]").
+    """
     problems = []
     first: dict[str, tuple[int, Rollout]] = {}
     ids: dict[tuple[str, str], int] = {}
@@ -148,20 +189,20 @@ def _group_problems(name: str, rollouts: list[tuple[int, Rollout]]) -> list[Prob
         key = (rollout.uid, rollout.rollout_id)
         if key in ids:
             problems.append(
-                Problem(name, number, "rollout_id", f"{rollout.rollout_id!r} repeats line "
-                        f"{ids[key]} in uid {rollout.uid!r}")
+                Problem(*at(number), "rollout_id", f"{rollout.rollout_id!r} repeats "
+                        f"{name(ids[key])} in uid {rollout.uid!r}")
             )
         else:
             ids[key] = number
         if rollout.uid not in first:
             first[rollout.uid] = (number, rollout)
             continue
-        first_line, head = first[rollout.uid]
+        first_number, head = first[rollout.uid]
         for field in ("golden_answers", "question"):
             if getattr(rollout, field) != getattr(head, field):
                 problems.append(
-                    Problem(name, number, field, f"{_short(getattr(rollout, field))} differs from "
-                            f"line {first_line} for uid {rollout.uid!r}")
+                    Problem(*at(number), field, f"{_short(getattr(rollout, field))} differs from "
+                            f"{name(first_number)} for uid {rollout.uid!r}")
                 )
     return problems
 
@@ -192,20 +233,28 @@ def json_line(row: Any) -> str:
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> None:
     """Write rows as JSONL atomically: a temporary file in the same folder, then a rename.
 
-    A crash or an error while writing never leaves a partial output file.
+    A crash or an error while writing never leaves a partial output file. The file gets the mode
+    any new file gets (0666 less the umask, e.g. 0644), not a temporary file's 0600.
+
+    Raises:
+        OSError: the folder does not exist (it is never created here) or cannot be written.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.", suffix=".tmp",
-        delete=False,
-    ) as handle:
+    for attempt in range(100):
+        temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
+            # os.open applies the umask to 0o666, as open(path, "w") would.
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            if attempt == 99:
+                raise
+    try:
+        with open(descriptor, "w", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json_line(row))
                 handle.write("\n")
-        except BaseException:
-            handle.close()
-            os.unlink(handle.name)
-            raise
-    os.replace(handle.name, target)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

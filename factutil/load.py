@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 from typing_extensions import NotRequired, TypedDict
 
+from factutil.io import InputError, Problem, error_messages, group_problems
 from factutil.schema import (
     AnswerAction,
     AssertAction,
@@ -37,6 +38,7 @@ from factutil.schema import (
     InvalidAction,
     Rollout,
     SearchAction,
+    fill_group_fields,
 )
 
 GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
@@ -151,11 +153,13 @@ def load_groups(
         unless ``skip_invalid``).
 
     Raises:
-        pydantic.ValidationError: a rollout or group breaks the data model (schema.py).
+        InputError: a rollout or group breaks the data model (schema.py), or a file has
+            problems; one line per problem, ``WHERE: field: what is wrong``, where WHERE is
+            ``FILE:LINE`` for a file and the item's position for dicts and models, e.g.
+            ``groups[3] (uid 'q7', rollout_id 'q7-2'): actions[0].query: Field required``
+            (every problem of a failing group; ``__cause__`` is the models' ValidationError).
         ValueError: one uid names two groups.
         TypeError: an item is not a Group, Rollout or mapping.
-        InputError: a path whose file has problems (see :func:`factutil.io.read_rollouts`).
-        Type and message are those of validating the input with the models (Rollout, Group).
     """
     if isinstance(groups, (str, os.PathLike)):
         from factutil.io import read_groups
@@ -163,18 +167,23 @@ def load_groups(
         return [group_rows(group) for group in read_groups(groups)], {}
     if isinstance(groups, Group):
         return [group_rows(groups)], {}
-    if isinstance(groups, Mapping):
+    single = isinstance(groups, Mapping)
+    if single:
         groups = [groups]
-    pending, loose = _pending(groups)
+    pending, loose, loose_at = _pending(groups)
     result: list[GroupRows] = []
     skipped: dict[str, str] = {}
     seen: set[str] = set()
-    for uid, item in pending:
+    for uid, item, position in pending:
         try:
-            group = _load_group(item, loose.get(uid))
+            try:
+                group = _load_group(item, loose.get(uid))
+            except ValidationError as error:
+                where = _Where(single, position, loose_at.get(uid))
+                raise _input_error(error, item, loose.get(uid), where) from error
             if group.uid in seen:
                 raise ValueError(f"uid {group.uid!r} appears in two groups; a uid names one group")
-        except (ValueError, TypeError) as error:  # pydantic.ValidationError is a ValueError
+        except (ValueError, TypeError) as error:  # InputError is a ValueError
             if not skip_invalid:
                 raise
             skipped[uid] = str(error)
@@ -184,19 +193,23 @@ def load_groups(
     return result, skipped
 
 
-def _pending(groups: Iterable[Any]) -> tuple[list[tuple[str, Any]], dict[str, list[Any]]]:
-    """Sort the items into groups: (key, group item or None for loose rollouts) in order of
-    first appearance, and the loose rollouts per key."""
-    pending: list[tuple[str, Any]] = []
+def _pending(
+    groups: Iterable[Any],
+) -> tuple[list[tuple[str, Any, int | None]], dict[str, list[Any]], dict[str, list[int]]]:
+    """Sort the items into groups: (key, group item or None for loose rollouts, the group
+    item's position) in order of first appearance, and per key the loose rollouts and their
+    positions in ``groups``."""
+    pending: list[tuple[str, Any, int | None]] = []
     loose: dict[str, list[Any]] = {}
-    for item in groups:
+    loose_at: dict[str, list[int]] = {}
+    for position, item in enumerate(groups):
         if type(item) is dict and "rollouts" not in item:
             key = str(item.get("uid"))  # a rollout dict, the common case, before the ABC checks
         elif isinstance(item, Group):
-            pending.append((item.uid, item))
+            pending.append((item.uid, item, position))
             continue
         elif isinstance(item, Mapping) and "rollouts" in item:
-            pending.append((str(item.get("uid", "?")), item))
+            pending.append((str(item.get("uid", "?")), item, position))
             continue
         elif isinstance(item, (Rollout, Mapping)):
             key = str(item.uid if isinstance(item, Rollout) else item.get("uid"))
@@ -206,11 +219,68 @@ def _pending(groups: Iterable[Any]) -> tuple[list[tuple[str, Any]], dict[str, li
             )
         members = loose.get(key)
         if members is None:
-            pending.append((key, None))
+            pending.append((key, None, None))
             loose[key] = [item]
+            loose_at[key] = [position]
         else:
             members.append(item)
-    return pending, loose
+            loose_at[key].append(position)
+    return pending, loose, loose_at
+
+
+@dataclass(slots=True)
+class _Where:
+    """How error messages name the items of ``groups``: ``groups`` itself for a single mapping,
+    else ``groups[i]`` (``position`` for a group item, ``positions`` for loose rollouts)."""
+
+    single: bool
+    position: int | None
+    positions: list[int] | None
+
+    def name(self, position: int | None) -> str:
+        return "groups" if self.single else f"groups[{position}]"
+
+    def label(self, position: int | None, item: Any) -> str:
+        """``groups[i]`` with the item's uid and rollout_id where they are usable strings."""
+        get = item.get if isinstance(item, Mapping) else lambda key: getattr(item, key, None)
+        known = [f"{key} {get(key)!r}" for key in ("uid", "rollout_id")
+                 if isinstance(get(key), str) and get(key)]
+        return self.name(position) + (f" ({', '.join(known)})" if known else "")
+
+
+def _input_error(
+    error: ValidationError, item: Any, loose: list[Any] | None, where: _Where
+) -> InputError:
+    """The models' error for one pending group, as problems naming the item's position.
+
+    A group item's problems are the error's own. For loose rollouts, every rollout is checked
+    so that all their problems are listed at once; when each is valid alone, the problems are
+    between them (repeated rollout_id, other gold or question), worded as the file reader's.
+    """
+    if item is not None:
+        label = where.label(where.position, item)
+        return InputError([Problem(label, None, field, message)
+                           for field, message in error_messages(error, "(group)")])
+    problems: list[Problem] = []
+    models: list[tuple[int, Rollout]] = []
+    for position, rollout in zip(where.positions, loose):
+        if isinstance(rollout, Rollout):
+            models.append((position, rollout))
+            continue
+        try:
+            models.append((position, Rollout.model_validate(rollout)))
+        except ValidationError as own:
+            label = where.label(position, rollout)
+            problems.extend(Problem(label, None, field, message)
+                            for field, message in error_messages(own, "(rollout)"))
+    if not problems:
+        labels = {position: where.label(position, rollout) for position, rollout in models}
+        problems = group_problems(models, lambda n: (labels[n], None), where.name)
+    if not problems:  # a Rollout model changed after validation: the group's own check
+        label = where.label(where.positions[0], loose[0])
+        problems = [Problem(label, None, field, message)
+                    for field, message in error_messages(error, "(group)")]
+    return InputError(problems)
 
 
 def _load_group(item: Any, loose: list[Any] | None) -> GroupRows:
@@ -252,11 +322,10 @@ def _dict_group(item: Mapping[str, Any]) -> GroupRows | None:
         return None
     if not all(isinstance(rollout, dict) for rollout in rollouts):
         return None
-    # As Group._fill_from_rollouts: uid, question and gold default to the first rollout's.
+    # As Group._fill_from_rollouts: the group and its rollouts share uid, question and gold.
+    item = fill_group_fields(item)
+    rollouts = item["rollouts"]
     head = {key: value for key, value in item.items() if key != "rollouts"}
-    for key in ("uid", "question", "golden_answers"):
-        if key not in head and key in rollouts[0]:
-            head[key] = rollouts[0][key]
     try:
         head = _validate_head(head)
     except ValidationError:

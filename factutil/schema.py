@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -304,6 +304,39 @@ class Rollout(BaseModel):
         return number
 
 
+GROUP_FIELDS = ("uid", "question", "golden_answers")
+"""The fields a group and each of its rollouts share."""
+
+
+def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A group dict with its shared fields filled in both directions (SPEC §8, group-dict form).
+
+    The group's ``uid``, ``question`` and ``golden_answers`` default to its first rollout's; a
+    rollout mapping that lacks one of them takes the group's, so a group may be written as
+    ``{"uid", "question", "golden_answers", "rollouts": [{"rollout_id", "actions"}, ...]}``.
+    A value a rollout does give is kept (a disagreement is then the group check's error).
+    Returns a new dict (rollouts that gain a field are new dicts); ``data`` is never changed.
+    """
+    rollouts = data.get("rollouts")
+    if not isinstance(rollouts, (list, tuple)) or not rollouts:
+        return data
+    first = rollouts[0]
+    if isinstance(first, Rollout):
+        first = {key: getattr(first, key) for key in GROUP_FIELDS}
+    data = dict(data)
+    if isinstance(first, Mapping):
+        for key in GROUP_FIELDS:
+            if key not in data and key in first:
+                data[key] = first[key]
+    shared = {key: data[key] for key in GROUP_FIELDS if key in data}
+    if any(isinstance(r, Mapping) and not shared.keys() <= r.keys() for r in rollouts):
+        data["rollouts"] = [
+            {**shared, **r} if isinstance(r, Mapping) and not shared.keys() <= r.keys() else r
+            for r in rollouts
+        ]
+    return data
+
+
 class Group(BaseModel):
     """The G rollouts of one question, keyed by ``uid`` only (SPEC §1).
 
@@ -321,17 +354,7 @@ class Group(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _fill_from_rollouts(cls, data: Any) -> Any:
-        # A group may be given as just its rollouts; uid, question and gold come from the first.
-        if isinstance(data, dict) and data.get("rollouts"):
-            first = data["rollouts"][0]
-            if isinstance(first, Rollout):
-                first = first.model_dump()
-            if isinstance(first, dict):
-                data = dict(data)
-                for key in ("uid", "question", "golden_answers"):
-                    if key not in data and key in first:
-                        data[key] = first[key]
-        return data
+        return fill_group_fields(data) if isinstance(data, dict) else data
 
     @field_validator("golden_answers")
     @classmethod

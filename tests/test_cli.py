@@ -96,3 +96,50 @@ def test_console_script_installed():
     exe = shutil.which("factutil") or str(__import__("pathlib").Path(sys.executable).parent / "factutil")
     done = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "score" in done.stdout
+
+
+def test_version_prints_the_package_version():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output == f"factutil {version('factutil')}\n"
+
+
+def test_score_output_has_the_usual_file_mode_and_a_new_folder_is_announced(tmp_path, rollouts):
+    """-o into a missing folder -> the folder is created and the command says so; the file's mode
+    is 0666 less the umask (0644 under umask 022), not a temporary file's 0600."""
+    import os
+
+    out = tmp_path / "new" / "deeper" / "o.jsonl"
+    old = os.umask(0o022)
+    try:
+        result = runner.invoke(app, ["score", str(rollouts), "-o", str(out), "--set", "mode=exact"])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert f"created folder {out.parent}" in result.output.replace("\n", "")
+    assert out.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in out.parent.iterdir()] == ["o.jsonl"]  # no temporary file left
+    again = runner.invoke(app, ["score", str(rollouts), "-o", str(out), "--set", "mode=exact"])
+    assert again.exit_code == 0 and "created folder" not in again.output
+    blocked = runner.invoke(app, ["score", str(rollouts), "-o", str(out / "x.jsonl")])
+    assert blocked.exit_code == 2 and "cannot write" in blocked.output
+
+
+def test_a_misspelled_config_key_gets_a_suggestion(rollouts, tmp_path):
+    result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
+                                 "--set", "omgea=0.3", "--set", "zzz=1"])
+    assert result.exit_code == 2
+    assert "config: omgea: Extra inputs are not permitted (got 0.3); did you mean 'omega'?" in result.output
+    assert "config: zzz: Extra inputs are not permitted (got 1)\n" in result.output
+
+
+def test_score_rows_carry_the_invalid_reason(tmp_path):
+    path = tmp_path / "in.jsonl"
+    row = dict(ROW, actions=[{"action": "assert", "triples": [["France", "Paris"]]}, ROW["actions"][2]])
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    assert runner.invoke(app, ["score", str(path), "-o", str(out), "--set", "mode=exact"]).exit_code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["action"], r["invalid_reason"]) for r in rows] == [
+        ("invalid", "triple 0 has 2 parts, expected 3"), ("answer", None)]

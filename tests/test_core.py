@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from factutil import FactUtilConfig, Group, Rollout, Triple, compute_process_advantages
+from factutil import FactUtilConfig, Group, InputError, Rollout, Triple, compute_process_advantages
 from factutil.advantages import (
     group_normalize,
     outcome_advantages,
@@ -216,7 +216,7 @@ def test_skip_invalid_groups_scores_the_rest():
     good = {"uid": "g", "question": "?", "golden_answers": ["a"], "rollout_id": "1",
             "actions": [{"action": "answer", "answer": "a"}]}
     bad = dict(good, uid="b", golden_answers=[""])
-    with pytest.raises(ValidationError, match="golden_answers"):
+    with pytest.raises(InputError, match=r"groups\[1\] \(uid 'b', rollout_id '1'\): golden_answers: "):
         compute_process_advantages([good, bad], {"mode": "exact"})
     result = compute_process_advantages([good, dict(good, rollout_id="2"), bad], {"mode": "exact"},
                                         on_invalid_group="skip")
@@ -247,3 +247,56 @@ def test_uniform_groups_zero_removes_shaping_only_where_every_rollout_scored_the
     assert mixed == [0.25, -0.25]  # y = (1, 0): m = 0.75 and 0.25 around p-bar 0.5
     assert [c.utility for c in zero.clusters if c.uid == "mixed"] == mixed
     assert zero.metrics["groups_uniform_zeroed"] == 1.0
+
+
+def test_a_clusterer_built_for_another_clustering_config_is_refused(char_grams):
+    """A clusterer whose mode or clustering fields differ from the call's config -> ValueError
+    naming each field with both values (the clusterer would otherwise silently win); speed-only
+    fields (cache bounds, batch size) and a matching clusterer pass; a custom clusterer without a
+    config is used as given."""
+    row = {"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollout_id": "1",
+           "actions": [{"action": "assert", "triples": [["France", "capital", "Paris"]]},
+                       {"action": "answer", "answer": "Paris"}]}
+    with pytest.raises(ValueError, match=r"\(mode: clusterer 'exact', config 'semantic'\)"):
+        compute_process_advantages([row], FactUtilConfig(), clusterer=ExactClusterer())
+    built = FactUtilConfig(sim_threshold=0.8, filters=("negation",))
+    clusterer = SemanticClusterer(built, embedder=char_grams)
+    call = FactUtilConfig(sim_threshold=0.95, filters=("negation", "numeric"))
+    with pytest.raises(ValueError) as caught:
+        compute_process_advantages([row], call, clusterer=clusterer)
+    assert ("(sim_threshold: clusterer 0.8, config 0.95; filters: clusterer ('negation',), config "
+            "('negation', 'numeric'))") in str(caught.value)
+    with pytest.raises(ValueError, match="mode: clusterer 'semantic', config 'exact'"):
+        compute_process_advantages([row], built.model_copy(update={"mode": "exact"}),
+                                   clusterer=clusterer)
+    same = built.model_copy(update={"cache_max_entries": 10, "embedding_batch_size": 8})
+    assert compute_process_advantages([row], same, clusterer=clusterer).metrics["clusters"] == 1.0
+
+    class Custom:
+        metrics: dict = {}
+
+        def cluster_batch(self, facts_per_group):
+            return [np.zeros(len(facts), dtype=np.int64) for facts in facts_per_group]
+
+    assert compute_process_advantages([row], FactUtilConfig(), clusterer=Custom()).metrics[
+        "clusters"] == 1.0
+
+
+def test_invalid_actions_carry_their_reason_in_the_output_rows():
+    """A two-part triple and prose with no action -> ``invalid_reason`` on their records and in
+    ``to_dict()`` (the ``factutil score`` line); valid actions have None."""
+    row = {"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollout_id": "1",
+           "actions": [{"action": "assert", "triples": [["France", "Paris"]]},
+                       {"raw": "I think I should look this up."},
+                       {"action": "answer", "answer": "Paris"}]}
+    records = compute_process_advantages([row], {"mode": "exact"}).actions
+    assert [r.action for r in records] == ["invalid", "invalid", "answer"]
+    assert [r.to_dict()["invalid_reason"] for r in records] == [
+        "triple 0 has 2 parts, expected 3", "no action found", None]
+
+
+def test_the_clusterers_are_importable_from_the_package():
+    import factutil
+
+    assert factutil.SemanticClusterer is SemanticClusterer
+    assert factutil.ExactClusterer is ExactClusterer and factutil.make_clusterer is make_clusterer

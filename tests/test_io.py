@@ -80,3 +80,17 @@ def test_write_jsonl_is_atomic(tmp_path):
     assert list(tmp_path.iterdir()) == [target]
     write_jsonl(target, [{"a": 1}, {"b": "é"}])
     assert target.read_text(encoding="utf-8") == '{"a": 1}\n{"b": "é"}\n'
+
+
+def test_json_and_action_messages_read_as_sentences(tmp_path):
+    """A line break inside a string -> "Invalid control character at column 28" (the decoder's
+    message ends in "at", which is not doubled); an action with neither ``action`` nor ``raw`` -> "missing field `action`"."""
+    lines = ['{"uid": "q", "question": "?', json.dumps(dict(GOOD, actions=[{"query": "x"}]))]
+    path = _write(tmp_path, lines)
+    with pytest.raises(InputError) as caught:
+        read_rollouts(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}:1: (line): invalid JSON: Invalid control character at column 28",
+        f"{path}:2: actions[0]: missing field `action` (one of search, assert, answer, invalid), "
+        "or `raw` model output to parse (got {'query': 'x'})",
+    ]

@@ -93,11 +93,27 @@ def reference_as_groups(groups: Any, skip_invalid: bool = False) -> tuple[list[G
         except (ValueError, TypeError) as error:
             if not skip_invalid:
                 raise
-            skipped[uid] = str(error)
+            skipped[uid] = error  # not str(error): load_groups words a model's error its own way
             continue
         seen.add(group.uid)
         result.append(group)
     return result, skipped
+
+
+def same_error(got: BaseException | str, want: BaseException) -> bool:
+    """Whether load_groups' error (or skip reason) is the reference's: equal type and text, or,
+    for the models' ValidationError, an InputError raised from that very error whose every line
+    names the item's position (``groups...: field: message``)."""
+    text = got if isinstance(got, str) else str(got)
+    if not isinstance(want, ValidationError):
+        return (isinstance(got, str) or type(got) is type(want)) and text == str(want)
+    lines = text.splitlines()
+    if not lines or not all(line.startswith("groups") and ": " in line for line in lines):
+        return False
+    if isinstance(got, str):
+        return True
+    cause = got.__cause__
+    return isinstance(got, InputError) and (type(cause), str(cause)) == (type(want), str(want))
 
 
 def model_action(action: Any) -> tuple:
@@ -167,19 +183,24 @@ def assert_same(groups: Any, skip_invalid: bool = False, check_input: bool = Tru
         assert repr(groups) == before, "load_groups changed its input"
     if expected_error is not None:
         assert error is not None, f"load_groups accepted what _as_groups rejects: {expected_error!r}"
-        assert (type(error), str(error)) == (type(expected_error), str(expected_error))
+        assert same_error(error, expected_error), (error, expected_error)
         return error
     assert error is None, f"load_groups raised {error!r}; _as_groups accepted the input"
     (want, want_skipped), (rows, skipped) = expected, got
     assert all(isinstance(g, GroupRows) for g in rows)
     assert [rows_group(g) for g in rows] == [model_group(g) for g in want]
-    assert skipped == want_skipped
+    assert list(skipped) == list(want_skipped)
+    assert all(same_error(skipped[uid], want_skipped[uid]) for uid in skipped), skipped
     return got
 
 
 def raises_same(groups: Any, exception: type[BaseException], fragment: str) -> None:
-    """The oracle, plus: it raised ``exception`` with ``fragment`` in its message."""
+    """The oracle, plus: it raised ``exception`` with ``fragment`` in its message (for the models'
+    ValidationError: the error the InputError was raised from)."""
     error = assert_same(groups)
+    if exception is ValidationError:
+        assert isinstance(error, InputError), repr(error)
+        error = error.__cause__
     assert isinstance(error, exception) and fragment in str(error), repr(error)
 
 
@@ -616,7 +637,8 @@ def test_skip_invalid_keeps_the_other_groups():
     assert list(skipped) == ["a", "b", "?", "5", "None", "c"]
     assert "reward must be finite, got nan" in skipped["b"]
     assert skipped["c"] == "uid 'c' appears in two groups; a uid names one group"
-    assert "rollouts[1].question '?' differs" in skipped["a"]
+    assert skipped["a"] == "groups[7] (uid 'a', rollout_id 'a-1'): question: '?' differs from groups[0] for uid 'a'"
+    assert skipped["b"] == "groups[1] (uid 'b', rollout_id 'b-0'): reward: reward must be finite, got nan"
     raises_same(items, ValidationError, "rollouts[1].question '?' differs")
 
 
@@ -664,3 +686,63 @@ def test_models_become_rows_field_by_field():
         {"action": "assert", "triples": [["a", "b", "c"]]},
         {"action": "invalid", "raw": "nonsense", "reason": "no action found", "observation": None},
         {"action": "answer", "answer": "Paris"}]
+
+
+# --- the group-dict form and how dict input errors read (docs/method.md §8) ------------------
+
+
+def test_group_dict_rollouts_inherit_uid_question_and_gold():
+    """A group dict whose rollouts hold only rollout_id and actions -> the same rows as the same
+    group with every field written out on each rollout, on the fast tier and on the models; the
+    input is not changed; a rollout's own differing uid is still the group check's error."""
+    short = {"uid": "q", "question": "What is the capital of France?", "golden_answers": ["Paris"],
+             "rollouts": [{"rollout_id": "q-0", "actions": [SEARCH, ASSERT, RIGHT]},
+                          {"rollout_id": "q-1", "actions": [WRONG], "reward": 0.25}]}
+    full = {"rollouts": [row("q-0"), row("q-1", actions=[WRONG], reward=0.25)]}
+    before = copy.deepcopy(short)
+    (got,), _ = load_groups([short])
+    (want,), _ = load_groups([full])
+    assert short == before
+    assert rows_group(got) == rows_group(want)
+    (model,) = Group.model_validate(short).rollouts[:1]
+    assert (model.uid, model.question, model.golden_answers) == (
+        "q", "What is the capital of France?", ["Paris"])
+    # The fast tier alone (its rollouts are plain dicts) gives it too.
+    assert load_module._dict_group(short) is not None
+    mixed = copy.deepcopy(short)
+    mixed["rollouts"][1]["uid"] = "p"
+    with pytest.raises(InputError) as caught:
+        load_groups([mixed])
+    assert str(caught.value) == (
+        "groups[0] (uid 'q'): (group): rollouts[1].uid is 'p', the group's uid is 'q'")
+
+
+def test_dict_errors_name_the_position_like_file_errors():
+    """Bad dicts -> InputError, one line per problem, ``groups[i] (uid, rollout_id): field:
+    message`` (as a file's ``FILE:LINE: field: message``): every bad rollout of a uid at once;
+    a group dict's problems under its position; a single mapping is ``groups``; an action with no
+    ``action`` key says so; ``__cause__`` is the models' ValidationError."""
+    items = [row("q-0", actions=[{"query": "capital"}, RIGHT]), row("p-0", uid="p"),
+             row("q-1", reward="high")]
+    with pytest.raises(InputError) as caught:
+        load_groups(items)
+    assert str(caught.value).splitlines() == [
+        "groups[0] (uid 'q', rollout_id 'q-0'): actions[0]: missing field `action` (one of "
+        "search, assert, answer, invalid), or `raw` model output to parse (got {'query': "
+        "'capital'})",
+        "groups[2] (uid 'q', rollout_id 'q-1'): reward: reward must be a number or null, "
+        "got 'high'",
+    ]
+    assert isinstance(caught.value.__cause__, ValidationError)
+    group = {"uid": "q", "question": "?", "golden_answers": ["Paris"],
+             "rollouts": [{"rollout_id": "q-0", "actions": [{"action": "search"}]}]}
+    with pytest.raises(InputError) as caught:
+        load_groups([row("p-0", uid="p"), group])
+    assert str(caught.value) == "groups[1] (uid 'q'): rollouts[0].actions[0].query: Field required"
+    with pytest.raises(InputError) as caught:
+        load_groups(group)
+    assert str(caught.value) == "groups (uid 'q'): rollouts[0].actions[0].query: Field required"
+    with pytest.raises(InputError) as caught:
+        load_groups([row("q-0"), row("q-0")])
+    assert str(caught.value) == (
+        "groups[1] (uid 'q', rollout_id 'q-0'): rollout_id: 'q-0' repeats groups[0] in uid 'q'")

@@ -53,7 +53,12 @@ def row(rid: str = "q-0", uid: str = "q", actions: list | None = None, **fields)
 
 
 def errors_of(caught: pytest.ExceptionInfo) -> list[dict]:
-    return caught.value.errors(include_url=False)
+    """The pydantic errors of a ValidationError, or of the one an InputError rewords."""
+    error = caught.value
+    if isinstance(error, InputError):
+        assert isinstance(error.__cause__, ValidationError)
+        error = error.__cause__
+    return error.errors(include_url=False)
 
 
 def only_error(caught: pytest.ExceptionInfo) -> tuple[tuple, str]:
@@ -90,10 +95,10 @@ def test_empty_file_and_blank_lines_give_an_empty_batch(tmp_path):
 
 
 def test_empty_group_is_a_validation_error_naming_rollouts():
-    """A group dict with ``rollouts: []`` -> ValidationError at ``rollouts`` ("at least 1 item");
+    """A group dict with ``rollouts: []`` -> InputError at ``rollouts`` ("at least 1 item");
     with on_invalid_group="skip" the group is skipped with that reason and a warning."""
     group = {"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollouts": []}
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InputError) as caught:
         compute_process_advantages([group], EXACT)
     message = "List should have at least 1 item after validation, not 0"
     assert only_error(caught) == (("rollouts",), message)
@@ -148,18 +153,18 @@ def test_non_group_item_in_the_batch_is_a_type_error():
     (10**400, "1" + "0" * 76 + "..."),
 ])
 def test_non_finite_reward_is_a_validation_error(value, shown):
-    """NaN, +inf, -inf or an int beyond float range (10**400) -> ValidationError at ``reward``:
+    """NaN, +inf, -inf or an int beyond float range (10**400) -> InputError at ``reward``:
     "reward must be finite, got <value>"."""
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InputError) as caught:
         compute_process_advantages([row(reward=value)], EXACT)
     assert only_error(caught) == (("reward",), f"Value error, reward must be finite, got {shown}")
 
 
 @pytest.mark.parametrize("value", ["0.5", "NaN", "1e400", "0x1F", True, [0.5]])
 def test_reward_that_is_not_a_number_is_a_validation_error(value):
-    """A string ("0.5", "NaN", "1e400", "0x1F"), a bool or a list -> ValidationError at ``reward``:
+    """A string ("0.5", "NaN", "1e400", "0x1F"), a bool or a list -> InputError at ``reward``:
     "reward must be a number or null, got <value>"."""
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InputError) as caught:
         compute_process_advantages([row(reward=value)], EXACT)
     assert only_error(caught) == (
         ("reward",), f"Value error, reward must be a number or null, got {value!r}")
@@ -255,22 +260,23 @@ def test_penalties_near_the_float_range_still_normalise():
     ("Paris", ("golden_answers",), "Input should be a valid list"),
 ])
 def test_missing_empty_or_blank_gold_is_a_validation_error(gold, loc, message):
-    """No gold, [], "" or whitespace, or a bare string -> ValidationError at ``golden_answers``."""
+    """No gold, [], "" or whitespace, or a bare string -> InputError at ``golden_answers``."""
     line = row() if gold is not None else {k: v for k, v in row().items() if k != "golden_answers"}
     if gold is not None:
         line["golden_answers"] = gold
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InputError) as caught:
         compute_process_advantages([line], EXACT)
     assert only_error(caught) == (loc, message)
 
 
 def test_gold_or_question_differing_within_a_uid_is_a_validation_error():
-    """Two rollouts of one uid with other gold, or another question -> ValidationError naming
-    ``rollouts[1].golden_answers`` / ``rollouts[1].question`` (the reader rejects both too)."""
-    with pytest.raises(ValidationError, match=r"rollouts\[1\]\.golden_answers \['Lyon'\] differ"):
+    """Two rollouts of one uid with other gold, or another question -> InputError naming the
+    second rollout's position and ``golden_answers`` / ``question`` (the reader rejects both too)."""
+    with pytest.raises(InputError, match=r"groups\[1\] \(uid 'q', rollout_id 'q-1'\): "
+                       r"golden_answers: \['Lyon'\] differs from groups\[0\] for uid 'q'"):
         compute_process_advantages([row("q-0"), row("q-1", golden_answers=["Lyon"])], EXACT)
-    with pytest.raises(ValidationError, match=r"rollouts\[1\]\.question 'Other\?' differs from "
-                       r"the group's 'What is the capital of France\?'"):
+    with pytest.raises(InputError, match=r"groups\[1\] \(uid 'q', rollout_id 'q-1'\): question: "
+                       r"'Other\?' differs from groups\[0\] for uid 'q'"):
         compute_process_advantages([row("q-0"), row("q-1", question="Other?")], EXACT)
 
 
@@ -380,10 +386,10 @@ def test_unknown_action_name_is_a_data_error():
 
 
 def test_duplicate_rollout_id_within_a_group_is_an_error(tmp_path):
-    """Two rollouts "q-0" in uid "q" -> ValidationError "rollouts[1].rollout_id 'q-0' repeats
-    rollouts[0]"; in a file -> ``FILE:2: rollout_id: 'q-0' repeats line 1 in uid 'q'``."""
-    with pytest.raises(ValidationError, match=r"rollouts\[1\]\.rollout_id 'q-0' repeats "
-                       r"rollouts\[0\] in group 'q'"):
+    """Two rollouts "q-0" in uid "q" -> InputError "groups[1] ...: rollout_id: 'q-0' repeats
+    groups[0]"; in a file -> ``FILE:2: rollout_id: 'q-0' repeats line 1 in uid 'q'``."""
+    with pytest.raises(InputError, match=r"groups\[1\] \(uid 'q', rollout_id 'q-0'\): "
+                       r"rollout_id: 'q-0' repeats groups\[0\] in uid 'q'"):
         compute_process_advantages([row("q-0"), row("q-0")], EXACT)
     path = write_lines(tmp_path / "dup.jsonl", [json.dumps(row("q-0"))] * 2)
     with pytest.raises(InputError) as caught:
@@ -410,9 +416,9 @@ def test_one_uid_given_as_two_groups_is_an_error():
 
 
 def test_empty_uid_or_rollout_id_is_a_validation_error():
-    """uid "" or rollout_id "" -> ValidationError at that field ("at least 1 character")."""
+    """uid "" or rollout_id "" -> InputError at that field ("at least 1 character")."""
     for field in ("uid", "rollout_id"):
-        with pytest.raises(ValidationError) as caught:
+        with pytest.raises(InputError) as caught:
             compute_process_advantages([row(**{field: ""})], EXACT)
         assert only_error(caught) == ((field,), "String should have at least 1 character")
 
@@ -480,11 +486,11 @@ def test_utf8_bom_and_crlf_lines(tmp_path):
 
 
 def test_bytes_in_api_dicts_are_decoded_or_rejected_naming_the_field():
-    """b"Paris" as a gold answer -> decoded (EM 1); b"\\xff" -> ValidationError at
+    """b"Paris" as a gold answer -> decoded (EM 1); b"\\xff" -> InputError at
     ``golden_answers.0`` ("unable to parse raw data as a unicode string")."""
     ok = compute_process_advantages([row(golden_answers=[b"Paris"])], EXACT)
     assert ok.rollouts[0].em == 1.0
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InputError) as caught:
         compute_process_advantages([row(golden_answers=[b"\xff"])], EXACT)
     loc, message = only_error(caught)
     assert loc == ("golden_answers", 0) and "unable to parse raw data as a unicode string" in message
@@ -615,11 +621,11 @@ def test_deeply_nested_unknown_keys_in_api_dicts_do_not_break_scoring():
 
 def test_unknown_keys_are_kept_on_rollouts_and_actions_but_rejected_on_groups_and_config():
     """Unknown rollout key -> ``metadata``; unknown action key -> kept on the action; unknown key
-    of a group dict or of the config -> ValidationError naming the key (typo guard)."""
+    of a group dict (InputError) or of the config (ValidationError) -> naming the key (typo guard)."""
     rollout = Rollout.model_validate(row(actions=[dict(SEARCH, score=0.3)], step=7))
     assert rollout.metadata == {"step": 7} and rollout.actions[0].model_extra == {"score": 0.3}
     group = {"uid": "q", "rollouts": [row()], "weight": 2}
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InputError) as caught:
         compute_process_advantages([group], EXACT)
     assert only_error(caught) == (("weight",), "Extra inputs are not permitted")
     with pytest.raises(ValidationError) as caught:
@@ -851,9 +857,9 @@ def test_megabyte_triples_and_ten_thousand_triples_in_semantic_mode(minilm):
 def test_a_mistyped_raw_item_is_named_by_its_index(tmp_path):
     row = {"uid": "u", "question": "q", "golden_answers": ["a"], "rollout_id": "r",
            "actions": [{"action": "answer", "answer": "x"}, {"raw": 5}]}
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InputError) as caught:
         compute_process_advantages([row])
-    assert [e["loc"] for e in caught.value.errors()] == [("actions", 1, "raw")]
+    assert [e["loc"] for e in errors_of(caught)] == [("actions", 1, "raw")]
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(row) + "\n")
     result = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "out.jsonl")])
