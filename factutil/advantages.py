@@ -198,8 +198,11 @@ def mask_spans(response_mask: np.ndarray) -> np.ndarray:
 
     Returns:
         int64 (R, 2): ``[start, end)`` token indices of each run, in order.
+
+    Raises:
+        ValueError: the mask is not 1-D (a (B, T) mask flattened would give runs across rows).
     """
-    mask = np.asarray(response_mask).astype(bool).reshape(-1)
+    mask = _one_row(response_mask)
     edges = np.diff(np.concatenate(([False], mask, [False])).astype(np.int8))
     starts = np.flatnonzero(edges == 1)
     ends = np.flatnonzero(edges == -1)
@@ -254,9 +257,11 @@ def scatter_to_spans(
 def scatter_to_turns(values: np.ndarray, response_mask: np.ndarray) -> np.ndarray:
     """Span layout: the k-th run of 1s in ``response_mask`` gets ``values[k]``.
 
-    One row holds a whole rollout; its model turns are the runs of 1s (observations are 0s). When
-    the sequence was truncated, the last turn's run is shorter and actions after it have no run:
-    their values are dropped.
+    One row holds a whole rollout; its model turns are the runs of 1s (observations are 0s). The
+    turns are read from the mask only when there is exactly one run per action: fewer runs mean two
+    actions with no observation between them, or a row truncated before its last actions, and
+    which tokens belong to which action cannot be recovered (give explicit spans to
+    :func:`scatter_to_spans` instead).
 
     Args:
         values: float (n,), per-action values of the rollout, in order.
@@ -266,17 +271,35 @@ def scatter_to_turns(values: np.ndarray, response_mask: np.ndarray) -> np.ndarra
         float32 (T,).
 
     Raises:
-        ValueError: when the mask has more turns than there are actions (the layout does not
-            match the action list; the caller should fall back to outcome-only advantages).
+        ValueError: the mask is not 1-D, or its number of turns differs from the number of
+            actions (the caller should fall back to outcome-only advantages).
     """
     values = np.asarray(values, dtype=np.float64).reshape(-1)
-    mask = np.asarray(response_mask).reshape(1, -1)
+    mask = _one_row(response_mask).reshape(1, -1)
     tokens, turns = scatter_rows_to_turns([values], mask)
-    if turns[0] > len(values):
-        raise ValueError(
-            f"response_mask has {turns[0]} turns but only {len(values)} actions are listed"
-        )
+    problem = turns_problem(int(turns[0]), len(values))
+    if problem is not None:
+        raise ValueError(problem)
     return tokens[0]
+
+
+def turns_problem(turns: int, actions: int) -> str | None:
+    """Why ``turns`` runs of 1s cannot stand for ``actions`` actions (None when they can)."""
+    if turns > actions:
+        return f"response_mask has {turns} turns but only {actions} actions are listed"
+    if turns < actions:
+        return (
+            f"response_mask has {turns} turns for {actions} actions: the turn boundaries cannot "
+            "be recovered"
+        )
+    return None
+
+
+def _one_row(response_mask: np.ndarray) -> np.ndarray:
+    mask = np.asarray(response_mask)
+    if mask.ndim != 1:
+        raise ValueError(f"response_mask must be 1-D (T,), got shape {mask.shape}")
+    return mask.astype(bool)
 
 
 def scatter_rows_to_turns(
@@ -290,8 +313,9 @@ def scatter_rows_to_turns(
 
     Returns:
         (float32 (R, T) tokens, int64 (R,) turns): row r's k-th run of 1s gets ``values[r][k]``.
-        A row with more turns than values gets 0 on the turns beyond them: the caller compares
-        ``turns`` with the value counts (:func:`scatter_to_turns` raises there).
+        A row with more turns than values gets 0 on the turns beyond them, one with fewer leaves
+        values unplaced: the caller checks ``turns`` against the value counts with
+        :func:`turns_problem` (:func:`scatter_to_turns` raises there).
     """
     mask = np.asarray(response_mask, dtype=bool)
     if mask.ndim != 2 or mask.shape[0] != len(values):

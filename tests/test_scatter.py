@@ -27,10 +27,14 @@ def test_scatter_to_turns_by_hand():
     assert out.dtype == np.float32
 
 
-def test_truncated_last_turn_keeps_its_remaining_tokens_and_drops_cut_actions():
-    # Three actions, but the sequence was cut inside the second turn: two runs remain.
+def test_truncated_row_with_fewer_turns_than_actions_is_an_error_not_a_guess():
+    # Three actions, but the sequence was cut inside the second turn: two runs remain, and the
+    # mask cannot tell a cut row from two actions sharing a run.
     mask = np.array([1, 1, 0, 0, 1])
-    out = scatter_to_turns(np.array([0.25, -0.75, 9.0]), mask)
+    with pytest.raises(ValueError, match="2 turns for 3 actions: the turn boundaries cannot"):
+        scatter_to_turns(np.array([0.25, -0.75, 9.0]), mask)
+    # With explicit spans the cut is known: the second action keeps its one remaining token.
+    out = scatter_to_spans(np.array([0.25, -0.75, 9.0]), np.array([[0, 2], [4, 7], [9, 11]]), 5)
     assert out.tolist() == [0.25, 0.25, 0, 0, -0.75]
 
 

@@ -8,8 +8,13 @@ verl hands the trainer one row per *sample*. Two layouts are read:
   tokens.
 - **span layout** (one row per rollout, e.g. a ReAct-style loop): ``extra_fields["factutil"]``
   holds ``actions`` (a list of such action dicts, in order) with ``question`` and
-  ``golden_answers``; the k-th run of 1s in ``response_mask`` is the k-th action
-  (:func:`factutil.advantages.scatter_rows_to_turns`; a truncated last turn keeps its tokens).
+  ``golden_answers``, and, best, ``spans``: one ``[start, end)`` token range per action, as the
+  loop that wrote the row knows them (:func:`factutil.advantages.scatter_to_spans`). Without
+  ``spans`` the k-th run of 1s in ``response_mask`` is the k-th action
+  (:func:`factutil.advantages.scatter_rows_to_turns`), which holds only when there is exactly one
+  run per action: fewer runs (two actions with no observation between them, a truncated row) and
+  explicit spans that run past the row or leave model tokens outside them cannot be placed
+  unambiguously, so the group falls back (counted in ``factutil/groups_fallback_turns`` too).
 
 Rows are grouped by verl's ``uid`` (one question), rollouts by trajectory (the ``{uid}_{session}``
 part of verl's V1 row key ``{uid}_{session}_{index}``, else ``trajectory_id``). The outcome reward
@@ -18,8 +23,8 @@ one call of :func:`factutil.compute_process_advantages` gives every action's A =
 which is written on every token of that action.
 
 A group that cannot be scored (rows without factutil fields, mixed layouts, a failed validation,
-more turns than listed actions, any exception of the call) keeps verl's GRPO outcome advantage,
-is counted in ``factutil/groups_fallback`` and logged: never NaN, never a crash.
+span-layout turns that cannot be placed, any exception of the call) keeps verl's GRPO outcome
+advantage, is counted in ``factutil/groups_fallback`` and logged once: never NaN, never a crash.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from factutil.advantages import scatter_rows_to_turns
+from factutil.advantages import scatter_rows_to_turns, scatter_to_spans, turns_problem
 from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
 from factutil.cluster import Clusterer
 from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
@@ -96,6 +101,10 @@ class _Unscorable(Exception):
     """Internal: why a group keeps verl's GRPO advantage."""
 
 
+class _Unplaceable(_Unscorable):
+    """Internal: a span-layout row whose action tokens cannot be told apart."""
+
+
 @dataclass
 class FactAgentAdvantages:
     """Result of :func:`compute_factagent_advantages`.
@@ -123,6 +132,7 @@ class _Plan:
     rollout_id: str
     rows: list[int]
     span: bool
+    spans: np.ndarray | None = None  # span layout: int64 (n, 2) [start, end) per action, if given
 
 
 def _trajectory_of(key: str, uid: str, info: Mapping[str, Any]) -> str:
@@ -154,6 +164,7 @@ def _group_rollouts(
         spans = [isinstance(infos[row].get("actions"), list) for row in members]
         if any(spans) and not all(spans):
             raise _Unscorable(f"trajectory {trajectory!r} mixes the action and span layouts")
+        explicit = None
         if all(spans):
             if len(members) != 1:
                 raise _Unscorable(
@@ -161,6 +172,7 @@ def _group_rollouts(
                 )
             ordered = members
             actions = [action_item(item) for item in infos[members[0]]["actions"]]
+            explicit = _explicit_spans(infos[members[0]].get("spans"), len(actions), trajectory)
         else:
             steps = []
             for row in members:
@@ -189,8 +201,35 @@ def _group_rollouts(
                 "reward": reward,
             }
         )
-        plans.append(_Plan(uid, trajectory, ordered, span=all(spans)))
+        plans.append(_Plan(uid, trajectory, ordered, span=all(spans), spans=explicit))
     return rollouts, plans
+
+
+def _explicit_spans(given: Any, actions: int, trajectory: str) -> np.ndarray | None:
+    """The span layout's ``spans`` as int64 (n, 2), None when absent; raises _Unscorable."""
+    if given is None:
+        return None
+    pairs = list(given) if isinstance(given, (list, tuple)) else None
+    if pairs is None or not all(
+        isinstance(pair, (list, tuple))
+        and len(pair) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+        and 0 <= pair[0] <= pair[1]
+        for pair in pairs
+    ):
+        raise _Unplaceable(
+            f"trajectory {trajectory!r}: spans must be [start, end) pairs of ints with "
+            f"0 <= start <= end, got {given!r}"[:300]
+        )
+    if len(pairs) != actions:
+        raise _Unplaceable(f"trajectory {trajectory!r}: {len(pairs)} spans for {actions} actions")
+    spans = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    if np.any(spans[1:, 0] < spans[:-1, 1]):
+        raise _Unplaceable(
+            f"trajectory {trajectory!r}: spans must be in order and must not overlap, "
+            f"got {spans.tolist()}"
+        )
+    return spans
 
 
 def _factutil_info(extra: Any) -> Mapping[str, Any] | None:
@@ -248,6 +287,7 @@ def compute_factagent_advantages(
                 groups.setdefault(str(uids[row]), []).append(row)
 
         fallback: dict[str, str] = {}
+        unplaced: set[str] = set()  # groups whose span-layout action tokens cannot be told apart
         rollouts: list[dict[str, Any]] = []
         plans: list[_Plan] = []
         for uid, rows in groups.items():
@@ -255,6 +295,8 @@ def compute_factagent_advantages(
                 group_rollouts, group_plans = _group_rollouts(uid, rows, keys, infos, rewards)
             except _Unscorable as reason:
                 fallback[uid] = str(reason)
+                if isinstance(reason, _Unplaceable):
+                    unplaced.add(uid)
                 continue
             rollouts.extend(group_rollouts)
             plans.extend(group_plans)
@@ -276,7 +318,8 @@ def compute_factagent_advantages(
 
         scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
         span_plans = [plan for plan in plans if plan.span and plan.uid not in fallback]
-        for plan, tokens in zip(span_plans, _turn_tokens(span_plans, values, mask, fallback)):
+        span_tokens = _turn_tokens(span_plans, values, mask, fallback, unplaced)
+        for plan, tokens in zip(span_plans, span_tokens):
             if tokens is not None:
                 scored.setdefault(plan.uid, []).append((plan.rows[0], torch.from_numpy(tokens)))
         for plan in plans:
@@ -309,6 +352,7 @@ def compute_factagent_advantages(
             logger.warning("factutil: group %r keeps verl's GRPO advantage: %s", uid, reason)
         out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
         metrics = _metrics(result, groups, fallback, started)
+        metrics["factutil/groups_fallback_turns"] = float(len(unplaced & fallback.keys()))
         return FactAgentAdvantages(out, metrics, fallback, result)
 
 
@@ -317,15 +361,23 @@ def _turn_tokens(
     values: Mapping[tuple[str, str], np.ndarray],
     mask: np.ndarray,
     fallback: dict[str, str],
+    unplaced: set[str] | None = None,
 ) -> list[np.ndarray | None]:
-    """Span layout, every row at once: the k-th run of 1s of a row's mask gets its k-th action
-    value (:func:`factutil.advantages.scatter_rows_to_turns`).
+    """Span layout: each action's value on its own tokens, every row without spans at once.
+
+    A row with explicit ``spans`` gets :func:`factutil.advantages.scatter_to_spans`; one without
+    gets the k-th run of 1s of its mask per k-th action value
+    (:func:`factutil.advantages.scatter_rows_to_turns`), only when there are as many runs as
+    actions.
 
     Args:
         plans: span-layout plans, one row each.
         values: (uid, rollout_id) -> float64 per-action values.
         mask: bool (B, T) response mask of the batch.
-        fallback: uid -> reason; a plan with no values or more turns than actions adds its group.
+        fallback: uid -> reason; a plan with no values, or whose action tokens cannot be placed
+            (runs and actions differ in number; spans past the row's end or leaving model tokens
+            outside them), adds its group.
+        unplaced: when given, gets the uid of every group whose action tokens cannot be placed.
 
     Returns:
         per plan, float32 (T,) token values, or None when its group falls back.
@@ -334,22 +386,51 @@ def _turn_tokens(
         return []
     found = [values.get((plan.uid, plan.rollout_id)) for plan in plans]
     rows = np.array([plan.rows[0] for plan in plans], dtype=np.int64)
-    tokens, turns = scatter_rows_to_turns(
-        [v if v is not None else np.zeros(0) for v in found], mask[rows]
-    )
+    by_runs = [
+        v if v is not None and plan.spans is None else np.zeros(0)
+        for plan, v in zip(plans, found)
+    ]
+    tokens, turns = scatter_rows_to_turns(by_runs, mask[rows])
     result: list[np.ndarray | None] = []
     for i, (plan, action_values) in enumerate(zip(plans, found)):
         if action_values is None:
             fallback.setdefault(plan.uid, f"no result for rollout {plan.rollout_id!r}")
-        elif turns[i] > len(action_values):
-            fallback.setdefault(plan.uid, (
-                f"response_mask has {turns[i]} turns but only {len(action_values)} actions are listed"
-            ))
-        else:
-            result.append(tokens[i])
+            result.append(None)
             continue
-        result.append(None)
+        if plan.spans is None:
+            problem = turns_problem(int(turns[i]), len(action_values))
+            placed = tokens[i]
+            if problem is not None:
+                problem += "; give extra_fields['factutil']['spans']"
+        else:
+            problem, placed = _placed_on_spans(action_values, plan.spans, mask[plan.rows[0]])
+        if problem is not None:
+            fallback.setdefault(plan.uid, f"rollout {plan.rollout_id!r}: {problem}")
+            if unplaced is not None:
+                unplaced.add(plan.uid)
+            placed = None
+        result.append(placed)
     return result
+
+
+def _placed_on_spans(
+    action_values: np.ndarray, spans: np.ndarray, row_mask: np.ndarray
+) -> tuple[str | None, np.ndarray | None]:
+    """(why the spans do not fit the row, None) or (None, float32 (T,) token values)."""
+    length = len(row_mask)
+    past = np.flatnonzero(spans[:, 1] > length)
+    if len(past):
+        start, end = spans[past[0]].tolist()
+        return (
+            f"action {int(past[0])}'s span [{start}, {end}) runs past the row's {length} tokens "
+            "(truncated row)"
+        ), None
+    covered = np.zeros(length, dtype=bool)
+    for start, end in spans.tolist():
+        covered[start:end] = True
+    if np.any(row_mask & ~covered):
+        return "model tokens outside every span", None
+    return None, scatter_to_spans(action_values, spans, length, response_mask=row_mask)
 
 
 _PASSED_METRICS = (

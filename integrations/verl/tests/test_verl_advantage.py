@@ -212,12 +212,12 @@ ANSWER = {"kind": "answer", "query": None, "triples": None, "answer": "Ann", "er
 WRONG = {"kind": "answer", "query": None, "triples": None, "answer": "Bob", "error": None}
 
 
-def test_span_layout_scatters_each_action_onto_its_turn_including_a_truncated_last_turn():
+def test_span_layout_scatters_each_action_onto_its_turn():
     rows = [
         # three turns, observations (0s) between them
         _span_row("q", 0, [SEARCH, ASSERT, ANSWER], [1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 0, 0], 1.0),
-        # cut inside its second turn: the third action has no tokens left
-        _span_row("q", 1, [SEARCH, ASSERT, WRONG], [1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1], 0.0),
+        # a long last turn that fills the row
+        _span_row("q", 1, [SEARCH, ASSERT, WRONG], [1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1], 0.0),
         _span_row("q", 2, [SEARCH, WRONG], [1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0], 0.0),
     ]
     mask = torch.tensor([r["mask"] for r in rows])
@@ -265,7 +265,9 @@ def test_span_layout_scatters_each_action_onto_its_turn_including_a_truncated_la
         0,
         0,
     ]
-    assert result.advantages[1].tolist() == [a["q_1", 0], a["q_1", 0], 0, 0] + [a["q_1", 1]] * 8
+    assert result.advantages[1].tolist() == (
+        [a["q_1", 0], a["q_1", 0], 0, 0] + [a["q_1", 1]] * 3 + [0] + [a["q_1", 2]] * 4
+    )
     assert result.advantages[2].tolist() == [a["q_2", 0], 0, a["q_2", 1], a["q_2", 1]] + [0] * 8
     assert (
         a["q_0", 1] > a["q_2", 0]
@@ -291,6 +293,116 @@ def test_span_layout_with_more_turns_than_actions_falls_back():
     assert torch.equal(result.advantages, grpo)
 
 
+def _span_batch(rows: list[dict], grpo: torch.Tensor | None = None):
+    mask = torch.tensor([r["mask"] for r in rows])
+    scores = torch.zeros(mask.shape)
+    for i, r in enumerate(rows):
+        scores[i, -1] = r["reward"]
+    grpo = torch.full(mask.shape, 0.25) if grpo is None else grpo
+    result = compute_factagent_advantages(
+        keys=[r["key"] for r in rows],
+        uids=[r["uid"] for r in rows],
+        extra_fields=[r["extra"] for r in rows],
+        response_mask=mask,
+        token_level_rewards=scores,
+        grpo_advantages=grpo,
+        config=FactUtilConfig(mode="exact"),
+    )
+    return result, grpo
+
+
+def _expected_values(rows: list[dict]) -> dict:
+    """Per (rollout_id, step), factutil's advantage of the same rollouts given directly."""
+    expected = compute_process_advantages(
+        [
+            {
+                "uid": r["uid"],
+                "question": "Who directed Z?",
+                "golden_answers": ["Ann"],
+                "rollout_id": r["key"].rsplit("_", 1)[0],
+                "reward": r["reward"],
+                "actions": [action_item(x) for x in r["extra"]["factutil"]["actions"]],
+            }
+            for r in rows
+        ],
+        FactUtilConfig(mode="exact"),
+    )
+    return {(rec.rollout_id, rec.step): np.float32(rec.advantage) for rec in expected.actions}
+
+
+@pytest.mark.parametrize("mask,actions", [
+    ([1, 1, 0, 0, 1, 1, 1, 1], [SEARCH, ASSERT, ANSWER]),  # assert + answer in one run of 1s
+    ([1, 1, 1, 1, 1, 0, 0, 0], [SEARCH, ANSWER]),  # rLLM #575: A0 5, obs 4, A1 5, cut at 8
+])
+def test_span_layout_turns_that_cannot_be_recovered_fall_back_with_a_metric_and_one_warning(
+    mask, actions, caplog
+):
+    """Fewer runs of 1s than actions and no explicit spans -> the group keeps verl's GRPO
+    (outcome-only) advantage, ``factutil/groups_fallback_turns`` = 1 and one warning; no value
+    lands on another action's tokens."""
+    rows = [
+        _span_row("q", 0, actions, mask, 1.0),
+        _span_row("q", 1, [SEARCH, WRONG], [1, 1, 0, 0, 1, 1, 0, 0], 0.0),
+    ]
+    with caplog.at_level("WARNING", logger="factutil_verl"):
+        result, grpo = _span_batch(rows)
+    runs = 1 + int(np.count_nonzero(np.diff(mask) == 1))
+    assert result.fallback["q"].endswith(
+        f"response_mask has {runs} turns for {len(actions)} actions: the turn boundaries cannot be "
+        "recovered; give extra_fields['factutil']['spans']"
+    )
+    assert torch.equal(result.advantages, grpo)
+    assert result.metrics["factutil/groups_fallback"] == 1.0
+    assert result.metrics["factutil/groups_fallback_turns"] == 1.0
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and "'q'" in r.getMessage()]
+    assert len(warned) == 1
+
+
+def test_span_layout_with_explicit_spans_puts_each_value_on_its_own_tokens():
+    """The same merged-run row with ``spans`` [[0, 2], [4, 6], [6, 8]] (the loop knows its turns)
+    -> search on tokens 0-1, assert on 4-5, answer on 6-7, as factutil gives them; tokens outside
+    the mask inside a span get 0."""
+    rows = [
+        _span_row("q", 0, [SEARCH, ASSERT, ANSWER], [1, 1, 0, 0, 1, 1, 1, 1], 1.0),
+        _span_row("q", 1, [SEARCH, WRONG], [1, 1, 0, 0, 1, 0, 1, 0], 0.0),
+    ]
+    rows[0]["extra"]["factutil"]["spans"] = [[0, 2], [4, 6], [6, 8]]
+    rows[1]["extra"]["factutil"]["spans"] = [[0, 2], [4, 8]]  # a 0 inside the answer's span
+    result, _ = _span_batch(rows)
+    assert result.fallback == {} and result.metrics["factutil/groups_fallback_turns"] == 0.0
+    a = _expected_values(rows)
+    assert a["q_0", 1] != a["q_0", 2]
+    assert result.advantages[0].tolist() == (
+        [a["q_0", 0]] * 2 + [0, 0] + [a["q_0", 1]] * 2 + [a["q_0", 2]] * 2
+    )
+    assert result.advantages[1].tolist() == (
+        [a["q_1", 0]] * 2 + [0, 0, a["q_1", 1], 0, a["q_1", 1], 0]
+    )
+
+
+@pytest.mark.parametrize("spans,reason", [
+    ([[0, 5], [9, 14]], "action 1's span [9, 14) runs past the row's 8 tokens (truncated row)"),
+    ([[0, 5]], "1 spans for 2 actions"),
+    ([[0, 5], [4, 8]], "spans must be in order and must not overlap"),
+    ([[0, 5], [6, 7]], "model tokens outside every span"),
+    ([[0, 5], "x"], "spans must be [start, end) pairs of ints"),
+    ([[3, 2], [4, 8]], "spans must be [start, end) pairs of ints"),
+])
+def test_span_layout_explicit_spans_that_do_not_fit_fall_back(spans, reason):
+    """Explicit spans that run past the row (rLLM #575's truncated row), miscount the actions,
+    overlap, leave model tokens outside every span or are malformed -> outcome-only fallback
+    naming the problem, counted in ``factutil/groups_fallback_turns``."""
+    rows = [
+        _span_row("q", 0, [SEARCH, ANSWER], [1, 1, 1, 1, 1, 0, 0, 1], 1.0),
+        _span_row("q", 1, [SEARCH, WRONG], [1, 1, 0, 0, 1, 1, 0, 0], 0.0),
+    ]
+    rows[0]["extra"]["factutil"]["spans"] = spans
+    result, grpo = _span_batch(rows)
+    assert reason in result.fallback["q"]
+    assert torch.equal(result.advantages, grpo)
+    assert result.metrics["factutil/groups_fallback_turns"] == 1.0
+
+
 def test_span_rows_scattered_at_once_equal_each_turn_span_filled_row_by_row():
     from factutil.advantages import mask_spans, scatter_to_spans
 
@@ -302,17 +414,18 @@ def test_span_rows_scattered_at_once_equal_each_turn_span_filled_row_by_row():
     for row in range(7):
         plans.append(_Plan(f"g{row % 3}", f"t{row}", [row], span=True))
         turns = int((np.diff(np.concatenate(([0], mask[row].astype(int)))) == 1).sum())
-        extra = 0 if row == 4 else int(rng.integers(0, 3))  # row 4: exactly as many as turns
-        values[(f"g{row % 3}", f"t{row}")] = rng.normal(size=turns + extra)
+        values[(f"g{row % 3}", f"t{row}")] = rng.normal(size=turns)
     values[("g2", "t5")] = values[("g2", "t5")][:1]  # fewer actions than turns: its group falls back
+    values[("g1", "t1")] = np.append(values[("g1", "t1")], 1.0)  # more actions than turns: too
     del values[("g0", "t6")]  # never scored: its group falls back
     fallback: dict[str, str] = {}
     tokens = _turn_tokens(plans, values, mask, fallback)
-    assert set(fallback) == {"g2", "g0"}
+    assert set(fallback) == {"g2", "g0", "g1"}
     assert "turns but only 1 actions are listed" in fallback["g2"]
+    assert "the turn boundaries cannot be recovered" in fallback["g1"]
     assert fallback["g0"] == "no result for rollout 't6'"
     for row, got in enumerate(tokens):
-        if row in (5, 6):
+        if row in (1, 5, 6):
             assert got is None
         else:
             spans = mask_spans(mask[row])
