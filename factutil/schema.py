@@ -411,6 +411,16 @@ def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
 
 _TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
 
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's method as published: every field at its default.
+    "paper": {},
+    # For trainers that keep every group (plain GRPO, no dynamic sampling): the most robust setting
+    # of the credit ablation (benchmarks/README.md), where a group whose rollouts all scored the
+    # same gives no shaping and the process term is normalised like the outcome term.
+    "plain_grpo": {"prior": "group", "process_norm": "group"},
+}
+"""Named settings of ``FactUtilConfig.preset``: the fields each one sets unless given explicitly."""
+
 
 class FactUtilConfig(BaseModel):
     """Every parameter of the method, with its SPEC default and valid range (SPEC §1–§5).
@@ -420,6 +430,13 @@ class FactUtilConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    preset: Literal["paper", "plain_grpo"] = Field(
+        "paper",
+        description="A named group of settings (factutil.schema.PRESETS), applied before the other "
+        "fields, which override it: 'paper' = the published method (every default); 'plain_grpo' = "
+        "prior='group' + process_norm='group', for trainers without dynamic sampling.",
+    )
 
     # §1 the agent
     max_turns: int = Field(8, ge=1, description="Most actions a rollout may take; later ones are ignored.")
@@ -524,6 +541,14 @@ class FactUtilConfig(BaseModel):
     fold_unicode: bool = Field(
         False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        # A preset fills the fields it names; a field given explicitly wins over it.
+        if isinstance(data, Mapping) and data.get("preset") in PRESETS:
+            data = {**PRESETS[data["preset"]], **data}
+        return data
 
     @field_validator("filters", mode="before")
     @classmethod

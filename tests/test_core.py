@@ -300,3 +300,33 @@ def test_the_clusterers_are_importable_from_the_package():
 
     assert factutil.SemanticClusterer is SemanticClusterer
     assert factutil.ExactClusterer is ExactClusterer and factutil.make_clusterer is make_clusterer
+
+
+def test_all_fail_group_under_prior_group_gives_zero_utility_and_mixed_groups_are_centred():
+    def rollout(uid, rid, answer, fact):
+        return {"uid": uid, "question": "?", "golden_answers": ["Paris"], "rollout_id": rid,
+                "actions": [{"action": "search", "query": "q"},
+                            {"action": "assert", "triples": [fact]},
+                            {"action": "answer", "answer": answer}]}
+
+    rows = [rollout("fail", "1", "b", ["x", "r", "y"]), rollout("fail", "2", "c", ["z", "r", "w"]),
+            rollout("mixed", "1", "Paris", ["x", "r", "y"]), rollout("mixed", "2", "c", ["z", "r", "w"])]
+    result = compute_process_advantages(rows, {"mode": "exact", "prior": "group"})
+    assert [c.utility for c in result.clusters if c.uid == "fail"] == [0.0, 0.0]
+    # y = (1, 0), p-bar 0.5: u = (s - n p-bar) / (n + 1) = (1 - 0.5) / 2 and (0 - 0.5) / 2.
+    assert [c.utility for c in result.clusters if c.uid == "mixed"] == [0.25, -0.25]
+    assert [c.mean for c in result.clusters if c.uid == "mixed"] == [0.75, 0.25]
+
+
+def test_preset_plain_grpo_sets_its_fields_and_explicit_fields_win():
+    assert FactUtilConfig().preset == "paper"
+    paper = FactUtilConfig()
+    assert (paper.prior, paper.process_norm, paper.repeat_search_penalty) == ("beta", "none", -0.01)
+    plain = FactUtilConfig(preset="plain_grpo")
+    assert (plain.prior, plain.process_norm) == ("group", "group")
+    assert plain.omega == paper.omega and plain.repeat_search_penalty == -0.01
+    assert FactUtilConfig(preset="plain_grpo", process_norm="none").process_norm == "none"
+    # A dumped config loads back to itself.
+    assert FactUtilConfig.model_validate(plain.model_dump()) == plain
+    with pytest.raises(ValueError, match="preset"):
+        FactUtilConfig(preset="grpo")
