@@ -17,7 +17,9 @@ Launcher options (everything else goes to OpenRLHF unchanged)::
                                  form as JSON, and exit without starting Ray
 
 Settings are validated before Ray starts: a bad one exits with status 2 and one line per
-problem naming the variable.
+problem naming the variable. ``-h``/``--help`` prints this text and exits 0, starting nothing
+(OpenRLHF's own options: ``python -m openrlhf.cli.train_ppo_ray --help``, on a machine with
+OpenRLHF's GPU stack, since that module imports vLLM).
 """
 
 from __future__ import annotations
@@ -144,6 +146,9 @@ def job_submit_command(runtime_env: Mapping[str, Any], entry: str, rest: Sequenc
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the launcher (see the module doc). Returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip())
+        return 0
     try:
         launcher = split_argv(argv)
         runtime_env = build_runtime_env(launcher)

@@ -56,6 +56,17 @@ def test_bad_setting_exits_2_naming_it(capsys, monkeypatch):
     assert main(["--factutil.omega"]) == 2
 
 
+def test_help_prints_the_launcher_options_and_starts_nothing(capsys, monkeypatch):
+    """--help (anywhere among the arguments) -> the launcher's options on stdout, exit 0, and
+    neither Ray nor OpenRLHF is imported (both are blocked here: importing one would raise)."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setitem(sys.modules, "openrlhf", None)
+    for argv in (["--help"], ["--factutil.omega", "0.3", "-h", "--train.seed", "1"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "--factutil.dry_run" in out and "python -m openrlhf.cli.train_ppo_ray --help" in out
+
+
 def test_dry_run_plan_and_job_submit_form(capsys, monkeypatch):
     for name in [n for n in os.environ if n.startswith("FACTUTIL_")]:
         monkeypatch.delenv(name)

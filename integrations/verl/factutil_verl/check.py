@@ -184,10 +184,14 @@ def run_checks() -> list[CheckResult]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m factutil_verl check``; returns the exit status (0 all passed, 1 a failure, 2 usage)."""
+    """``python -m factutil_verl check``; returns the exit status (0 all passed or ``--help``,
+    1 a failure, 2 usage)."""
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help", "help"):
+        print("usage: python -m factutil_verl check\n\n" + __doc__.split("\n", 1)[1].strip())
+        return 0
     if args != ["check"]:
-        print("usage: python -m factutil_verl check", file=sys.stderr)
+        print("usage: python -m factutil_verl check  (--help: what it checks)", file=sys.stderr)
         return 2
     results = run_checks()
     for result in results:

@@ -65,5 +65,8 @@ def test_a_broken_dependency_fails_with_its_reason(tmp_path: Path):
     assert "transfer_queue is broken here" in completed.stdout + completed.stderr
 
 
-def test_usage():
+def test_usage(capsys):
     assert main(["nope"]) == 2
+    assert main(["--help"]) == 0 and main(["-h"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m factutil_verl check\n") and "Exit status 0" in out
