@@ -241,9 +241,11 @@ def _handler(retriever: BM25Retriever, default_topk: int) -> type[BaseHTTPReques
         def log_message(self, format: str, *args: Any) -> None:
             logger.debug("%s %s", self.address_string(), format % args)
 
-        def _send(self, status: int, payload: Mapping[str, Any]) -> None:
+        def _send(self, status: int, payload: Mapping[str, Any], allow: str | None = None) -> None:
             body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
             self.send_response(status)
+            if allow is not None:  # 405 must say which methods the path takes (RFC 9110)
+                self.send_header("Allow", allow)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -252,6 +254,8 @@ def _handler(retriever: BM25Retriever, default_topk: int) -> type[BaseHTTPReques
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/health", ""):
                 self._send(200, {"status": "ok", "documents": len(retriever.documents)})
+            elif self.path.rstrip("/") == "/retrieve":
+                self._send(405, {"error": "/retrieve takes POST with a JSON body"}, allow="POST")
             else:
                 self._send(404, {"error": f"no such path {self.path!r}; use POST /retrieve"})
 

@@ -137,6 +137,14 @@ def test_the_http_api(url: str):
     assert post(f"{url}/nope", {"queries": ["a"]})[0] == 404
     with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
         assert json.loads(response.read()) == {"status": "ok", "documents": 6119}
+    # GET on the retrieve path: the path exists, the method does not -> 405 naming POST.
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{url}/retrieve", timeout=10)
+    assert caught.value.code == 405 and caught.value.headers["Allow"] == "POST"
+    assert json.loads(caught.value.read()) == {"error": "/retrieve takes POST with a JSON body"}
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{url}/nope", timeout=10)
+    assert caught.value.code == 404
 
 
 def test_parse_reply_reads_both_search_r1_shapes():
