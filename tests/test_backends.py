@@ -60,8 +60,13 @@ def test_onnx_int8_matches_the_full_model(minilm):
 
 
 @pytest.mark.slow
-def test_distilled_static_model_keeps_paraphrases_closer_than_unrelated(tmp_path):
+def test_distilled_static_model_keeps_paraphrases_closer_than_unrelated(tmp_path, capsys):
     path = distill_static(str(tmp_path / "static"), dims=64)
+    # The minute-long first use says what it does (BERT's uncased WordPiece vocabulary: 30,522
+    # tokens), shows a bar over the batches and says when it is done.
+    err = capsys.readouterr().err
+    assert f"factutil: distilling static vectors (30522 tokens) from the bundled MiniLM into {path}" in err
+    assert "Batches" in err and f"factutil: static vectors ready in {path} (" in err
     config = json.loads((tmp_path / "static" / "config.json").read_text())
     assert config["dims"] == 64
     vectors = StaticEmbedder(path).encode(TEXTS)
