@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # FactAgent (Search–Assert–Answer) GRPO on OpenRLHF 0.11 with factutil's per-step process
-# advantages: A = GRPO outcome advantage + omega * A_proc on each action's tokens (SPEC §5).
+# advantages: A = GRPO outcome advantage + omega * A_proc on each action's tokens (docs/method.md §5).
 #
 #   examples/openrlhf/run_factagent_2wiki.sh [--retriever-url URL] [--dry-run] [OpenRLHF args ...]
 #
-# The paper's setup (SPEC §7): Qwen2.5-7B, GRPO (group_norm) with n = 6 rollouts per question,
-# at most 8 actions, omega 0.5, alpha 0.2; here on the 30 bundled 2Wiki questions and the local
-# BM25 retrieval server (start it first: factutil/retrieval.py, POST /retrieve). One 8-GPU node,
-# everything colocated. Needs: factutil, factutil-openrlhf, openrlhf==0.11.2 with its GPU stack.
+# The paper's setup (docs/method.md §7): Qwen2.5-7B, GRPO (group_norm) with n = 6 rollouts per
+# question, at most 8 actions, semantic fact clusters, omega 0.5, alpha 0.2, lr 1e-5, temperature
+# 0.7, and factutil's defaults (the paper's: raw process rewards as the process advantage,
+# duplicate-search penalty -0.01); here on the 30 bundled 2Wiki questions and the local BM25
+# retrieval server (start it first: `factutil serve`, POST /retrieve on 127.0.0.1:8000). One 8-GPU
+# node, everything colocated. Needs: factutil, factutil-openrlhf, openrlhf==0.11.2 with its GPU stack.
+#
+# Groups whose rollouts all get the same reward carry no outcome signal, yet the paper's Beta prior
+# still gives their facts a utility (docs/method.md §3, §7). As written this is the paper's plain
+# GRPO. Dynamic sampling (drop such groups, refill the batch) is advised when many groups are
+# uniform (a weak start, hard data); OpenRLHF's switch, as extra arguments (keeps the groups whose
+# mean reward lies strictly inside the range):
+#   --algo.dynamic_filtering_enable --algo.dynamic_filtering_range 0 1
+# A run without dynamic sampling can instead take factutil's preset for trainers that keep every
+# group (prior="group" + process_norm="group", docs/method.md §7):
+#   --factutil.preset plain_grpo
 # Steps: 1. write the prompt dataset; 2. replay one sample rollout against the retriever (no GPU);
 # 3. launch training (GPU). --dry-run skips 2 and prints the launch plan of 3 instead of running it.
 # Any other argument is appended to OpenRLHF's (a repeated option: the last one wins).
@@ -31,7 +43,7 @@ done
 
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}
 OUT=${OUT:-out/openrlhf}
-MODE=${MODE:-exact}            # "semantic" is the paper's method once semantic clustering lands
+MODE=${MODE:-semantic}         # the paper's method; "exact" is its exact-match ablation
 OMEGA=${OMEGA:-0.5}
 ALPHA=${ALPHA:-0.2}
 MAX_TURNS=${MAX_TURNS:-8}
@@ -58,9 +70,9 @@ LAUNCH=(
   --rollout.n_samples_per_prompt "$N_SAMPLES"
   --rollout.batch_size "$ROLLOUT_BATCH" --rollout.micro_batch_size 4
   --train.batch_size $((ROLLOUT_BATCH * N_SAMPLES)) --train.micro_batch_size 2
-  --data.max_len 8192 --rollout.max_new_tokens 512 --rollout.temperature 1.0
+  --data.max_len 8192 --rollout.max_new_tokens 512 --rollout.temperature 0.7
   --algo.kl.use_loss --algo.kl.estimator k3 --algo.kl.init_coef 0.001
-  --actor.adam.lr 1e-6 --train.num_episodes 1
+  --actor.adam.lr 1e-5 --train.num_episodes 1
   --actor.num_nodes 1 --actor.num_gpus_per_node "$GPUS"
   --ref.num_nodes 1 --ref.num_gpus_per_node "$GPUS"
   --vllm.num_engines $((GPUS / 2)) --vllm.tensor_parallel_size 2

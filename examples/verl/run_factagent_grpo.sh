@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# FactAgent GRPO in verl 0.9 (V1 trainer): the paper's setup, Qwen2.5-3B/7B-Instruct, n = 6 rollouts
-# per question, at most 8 actions, Omega = 0.5 (SPEC §7). Needs GPUs, vLLM, and a retriever:
+# FactAgent GRPO in verl 0.9.x/0.10.x (V1 trainer; tested on 0.9.1): the paper's setup (docs/method.md
+# §7, the paper's Table 3): Qwen2.5-3B/7B-Instruct, n = 6 rollouts per question, at most 8 actions,
+# Omega = 0.5, lr 1e-5, 128 questions a batch, temperature 0.7, KL loss 0.001, factutil's defaults
+# (the paper's: raw process rewards as the process advantage, duplicate-search penalty -0.01).
+# Needs GPUs, vLLM, and a retriever:
 #
 #   pip install -e . -e integrations/verl            # factutil + factutil-verl (registers itself)
 #   python -m factutil_verl check                     # the plugin is visible to verl
@@ -12,6 +15,15 @@
 # +algorithm.factutil.* (agent_loop_config_path only to change the retriever URL or other loop
 # options). Everything else is a plain Search-R1-style GRPO command; the data rows name the agent
 # loop (agent_name=factagent).
+#
+# Groups whose rollouts all get the same reward carry no outcome signal, yet the paper's Beta prior
+# still gives their facts a utility (docs/method.md §3, §7). As written this is the paper's plain
+# GRPO. Dynamic sampling (DAPO: drop such groups, refill the batch) is advised when many groups are
+# uniform (a weak start, hard data); add verl's switch as extra arguments:
+#   algorithm.filter_groups.enable=true algorithm.filter_groups.metric=reward
+# A run without dynamic sampling can instead take factutil's preset for trainers that keep every
+# group (prior="group" + process_norm="group", docs/method.md §7):
+#   +algorithm.factutil.preset=plain_grpo
 set -euo pipefail
 
 MODEL=${MODEL:-Qwen/Qwen2.5-3B-Instruct}
@@ -26,7 +38,7 @@ python3 -m verl.trainer.main_ppo \
     algorithm.use_kl_in_reward=false \
     data.train_files="$DATA/train.parquet" \
     data.val_files="$DATA/val.parquet" \
-    data.train_batch_size=256 \
+    data.train_batch_size=128 \
     data.val_batch_size=256 \
     data.max_prompt_length=4096 \
     data.max_response_length=512 \
@@ -36,7 +48,7 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.model.path="$MODEL" \
     actor_rollout_ref.model.use_remove_padding=true \
     actor_rollout_ref.model.enable_gradient_checkpointing=true \
-    actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.actor.optim.lr=1e-5 \
     actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.285 \
     actor_rollout_ref.actor.ppo_mini_batch_size=64 \
     actor_rollout_ref.actor.use_dynamic_bsz=true \
@@ -52,7 +64,7 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
     actor_rollout_ref.rollout.n=6 \
-    actor_rollout_ref.rollout.temperature=1.0 \
+    actor_rollout_ref.rollout.temperature=0.7 \
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/factagent.yaml" \
     trainer.use_v1=true \
     trainer.v1.trainer_mode=factutil \
@@ -69,4 +81,5 @@ python3 -m verl.trainer.main_ppo \
     trainer.save_freq=100 \
     trainer.test_freq=50 \
     trainer.total_epochs=1 \
+    trainer.total_training_steps=500 \
     "$@"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shlex
 import shutil
 import signal
 import subprocess
@@ -118,17 +119,25 @@ def run_launcher(ray_tmp: str) -> subprocess.CompletedProcess:
 
 
 def test_run_script_arguments_parse_with_openrlhf_parser(openrlhf, tmp_path, monkeypatch):
-    """The run script's OpenRLHF arguments pass OpenRLHF 0.11.2's own parser and checks, up to
+    """The run script's OpenRLHF arguments, plus the optional ones its comments name (dynamic
+    filtering, the plain_grpo preset), pass OpenRLHF 0.11.2's own parser and checks, up to
     ``train()`` (which needs GPUs): argparse and every assert before it run for real."""
+    script = ROOT / "examples/openrlhf/run_factagent_2wiki.sh"
+    optional = [word for line in script.read_text(encoding="utf-8").splitlines()
+                if line.startswith("#   --") for word in shlex.split(line[1:])]
+    assert optional == ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0",
+                        "1", "--factutil.preset", "plain_grpo"]
     plan = subprocess.run(
-        ["bash", str(ROOT / "examples/openrlhf/run_factagent_2wiki.sh"), "--dry-run"],
+        ["bash", str(script), "--dry-run", *optional],
         check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
         env=clean_env(OUT=str(tmp_path), PYTHON=sys.executable),
     )
     assert plan.returncode == 0, plan.stderr
     plan = json.loads(plan.stdout[plan.stdout.index("{"):])
     assert (tmp_path / "2wiki_prompts.jsonl").read_text(encoding="utf-8").count("\n") == 30
-    assert plan["runtime_env"]["env_vars"]["FACTUTIL_OMEGA"] == "0.5"
+    env_vars = plan["runtime_env"]["env_vars"]
+    assert (env_vars["FACTUTIL_OMEGA"], env_vars["FACTUTIL_MODE"]) == ("0.5", "semantic")
+    assert env_vars["FACTUTIL_PRESET"] == "plain_grpo"
     command = plan["command"]
     assert command[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
 
@@ -151,3 +160,4 @@ def test_run_script_arguments_parse_with_openrlhf_parser(openrlhf, tmp_path, mon
     assert args.rollout.n_samples_per_prompt == 6
     assert args.train.agent_func_path == "examples/openrlhf/factagent_agent.py"
     assert args.reward.remote_url == ["agent"]
+    assert args.algo.dynamic_filtering_enable and list(args.algo.dynamic_filtering_range) == [0, 1]
