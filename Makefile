@@ -3,7 +3,9 @@
 #   make test   create .venv, install with test extras, run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
-# CPU torch first, so sentence-transformers does not pull a multi-GB CUDA build. Override for GPU.
+# CPU torch first, so sentence-transformers does not pull a multi-GB CUDA build. Override for GPU,
+# or off this project's machines: TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"
+# (pip arguments: left unquoted on purpose, so the value may hold options as well as a requirement).
 TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
 export HF_HUB_OFFLINE = 1
@@ -16,7 +18,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.torch: | $(BIN)/python
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
 	touch $@
 
 venv: $(VENV)/.torch
@@ -37,7 +39,8 @@ test: venv
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet deepspeed==0.19.6 peft torchdata pylatexenc aiohttp datasets einops
 	$(BIN)/python -m pytest -q
 
-lint:
+lint: | $(BIN)/python
+	$(BIN)/pip install --quiet ruff
 	$(BIN)/ruff check factutil tests examples benchmarks integrations
 
 clean:
