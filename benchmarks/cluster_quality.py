@@ -1,4 +1,4 @@
-"""Cluster quality of exact vs semantic fact clustering on labelled real facts (issue #3, SPEC §2).
+"""Cluster quality of exact vs semantic fact clustering on labelled real facts (issue #3, docs/method.md §2).
 
 Run from the repository root:
 

@@ -4,7 +4,7 @@
                                          [--blocks B,...] [--runs R,...] [--jobs N]
                                          [--backend minilm|minilm-int8|static]
 
-The paper's ablation table (SPEC §7) as a controlled miniature. The environment
+The paper's ablation table (docs/method.md §7) as a controlled miniature. The environment
 (:mod:`benchmarks.credit_env`) holds real questions with gold fact chains (2Wiki evidences,
 MuSiQue decompositions), real paragraphs from BM25 and real facts; the agent searches, asserts
 triples into its fact store and answers from the store, at most 8 actions. The policy is a
@@ -302,7 +302,7 @@ def evaluate(world: World, questions: Sequence[Question], w: np.ndarray, samples
 
 
 def success(episode: Episode) -> float:
-    """y of SPEC §3 with ``success="em"``: EM of the answer, 0 without one or from an empty store."""
+    """y of docs/method.md §3 with ``success="em"``: EM of the answer, 0 without one or from an empty store."""
     if episode.answer is None or not episode.store:
         return 0.0
     return qa_scores(episode.answer, list(episode.question.answers))[0]

@@ -1,7 +1,7 @@
 """The environment of the credit ablation (issue #8): real questions, real paragraphs, real facts.
 
 A question has a gold *fact chain* (2–3 triples; the last object is the answer). The agent acts
-as SPEC §1 says — ``search``, ``assert``, ``answer`` or an unparsable (invalid) output, at most 8
+as docs/method.md §1 says — ``search``, ``assert``, ``answer`` or an unparsable (invalid) output, at most 8
 actions — and sees only the question, its fact store and the latest observation:
 
 * **search** — the queries on offer are the question itself and each entity (subject or object,
@@ -438,7 +438,7 @@ class Episode:
     store: list[Wording] = field(default_factory=list)
     searched: list[str] = field(default_factory=list)
     offered: list[tuple[Wording, int]] = field(default_factory=list)  # latest observation
-    actions: list[dict] = field(default_factory=list)  # SPEC §8 action items
+    actions: list[dict] = field(default_factory=list)  # docs/method.md §8 action items
     answer: str | None = None
     wording_of: dict[str, Wording] = field(default_factory=dict)  # fact key -> drawn wording
 
@@ -560,7 +560,7 @@ def answer_from_store(episode: Episode) -> str:
 
 
 def step(world: World, episode: Episode, option: Choice) -> None:
-    """Apply ``option`` to ``episode`` and record it as a SPEC §8 action item."""
+    """Apply ``option`` to ``episode`` and record it as a docs/method.md §8 action item."""
     question = episode.question
     if option.kind == SEARCH:
         doc_ids = world.search(question.corpus, option.query)
@@ -590,7 +590,7 @@ def step(world: World, episode: Episode, option: Choice) -> None:
 
 
 def rollout_item(episode: Episode, uid: str, rollout_id: str) -> dict:
-    """The rollout as a SPEC §8 input line for ``compute_process_advantages``.
+    """The rollout as a docs/method.md §8 input line for ``compute_process_advantages``.
 
     ``uid`` names the group (one per question *in a batch*, as a trainer's prompt uid: a question
     drawn twice in one batch makes two groups)."""

@@ -10,7 +10,7 @@ holding ~6 triples in all, with the repetition and paraphrasing across rollouts 
 show (the same fact found by several rollouts, often in other words).
 
     from benchmarks.workloads import build_workload
-    rows = build_workload("L")        # list of rollout dicts (SPEC §8 lines)
+    rows = build_workload("L")        # list of rollout dicts (docs/method.md §8 lines)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Build the bundled 2WikiMultihopQA rollout sample (the input file of SPEC §8) from real data.
+"""Build the bundled 2WikiMultihopQA rollout sample (the input file of docs/method.md §8) from real data.
 
 Reads only files in ``examples/data/``:
 
@@ -107,7 +107,7 @@ def load_corpus(path: Path) -> list[dict]:
 
 
 def fold(text: str) -> str:
-    """Text normalised as SPEC §2.1 does: NFKC, case-folded, whitespace collapsed, stripped."""
+    """Text normalised as docs/method.md §2.1 does: NFKC, case-folded, whitespace collapsed, stripped."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 

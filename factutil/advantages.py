@@ -1,4 +1,4 @@
-"""Outcome + process advantages (SPEC.md §5).
+"""Outcome + process advantages (docs/method.md §5).
 
     A_out,i   = (R_i - mean R) / (std R + eps)        (GRPO, per rollout; std with ddof = 1)
     A_proc,t  = (r_t - mean r) / (std r + eps)        (over all actions of the group)
@@ -128,7 +128,7 @@ def segment_normalize(
 def outcome_advantages(
     rewards: np.ndarray, eps: float = 1e-6, norm_by_std: bool = True
 ) -> np.ndarray:
-    """GRPO outcome advantage of each rollout of one group (SPEC §5).
+    """GRPO outcome advantage of each rollout of one group (docs/method.md §5).
 
     Args:
         rewards: float (G,) outcome rewards R_i.
@@ -144,7 +144,7 @@ def outcome_advantages(
 def process_advantages(
     process_rewards: np.ndarray, eps: float = 1e-6, mode: str = "none"
 ) -> np.ndarray:
-    """Process advantage of each action of one group (SPEC §5).
+    """Process advantage of each action of one group (docs/method.md §5).
 
     Args:
         process_rewards: float (N,), every effective action of every rollout of the group.
@@ -173,7 +173,7 @@ def total_advantages(
     rollout_index: np.ndarray,
     omega: float = 0.5,
 ) -> np.ndarray:
-    """A_{i,t} = A_out,i + omega * A_proc,i,t for each action (SPEC §5).
+    """A_{i,t} = A_out,i + omega * A_proc,i,t for each action (docs/method.md §5).
 
     Args:
         outcome_advantage: float64 (G,).
@@ -215,7 +215,7 @@ def scatter_to_spans(
     length: int,
     response_mask: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Put each action's value on every token of its span (SPEC §5: every token of an action's
+    """Put each action's value on every token of its span (docs/method.md §5: every token of an action's
     response gets its advantage).
 
     Args:

@@ -1,4 +1,4 @@
-"""``compute_process_advantages``: rollouts -> per-action advantages (SPEC.md §1–§5).
+"""``compute_process_advantages``: rollouts -> per-action advantages (docs/method.md §1–§5).
 
 The steps, each in its own module: outcome rewards (:mod:`factutil.metrics`), clusters
 (:mod:`factutil.cluster`), utilities (:mod:`factutil.utility`), potentials, shaping, back-credit
@@ -41,7 +41,7 @@ logger = logging.getLogger("factutil")
 
 @dataclass(slots=True)
 class ActionRecord:
-    """One action's credit: the output line of SPEC §8.
+    """One action's credit: the output line of docs/method.md §8.
 
     ``ignored`` marks an action after the rollout's first answer or beyond ``max_turns``: it has no
     effect and every reward and advantage field is 0. ``new_clusters`` holds the cluster ids an
@@ -66,13 +66,13 @@ class ActionRecord:
     invalid_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict, keys in SPEC §8 order."""
+        """The record as a JSON-ready dict, keys in docs/method.md §8 order."""
         return asdict(self)
 
 
 @dataclass(slots=True)
 class RolloutRecord:
-    """One rollout's outcome (SPEC §1, §3, §5).
+    """One rollout's outcome (docs/method.md §1, §3, §5).
 
     ``outcome_reward`` is R after the no-answer and empty-store rules; ``success`` is y.
     ``em`` and ``f1`` score the answer as given (0 when there is none).
@@ -94,10 +94,10 @@ class RolloutRecord:
 
 @dataclass(slots=True)
 class ClusterRecord:
-    """One cluster of a group: SPEC §8's ``factutil clusters`` item.
+    """One cluster of a group: docs/method.md §8's ``factutil clusters`` item.
 
     ``members`` are the distinct triples (original text) asserted in the group that fall in the
-    cluster, sorted; ``n``, ``s``, ``mean`` and ``utility`` are SPEC §3's n_c, s_c, m_c and u_c.
+    cluster, sorted; ``n``, ``s``, ``mean`` and ``utility`` are docs/method.md §3's n_c, s_c, m_c and u_c.
     """
 
     uid: str
@@ -124,7 +124,7 @@ class ProcessAdvantages:
             (groups, rollouts, actions as given; 0 for ignored actions); every token of action
             k's response gets ``advantages[k]``.
         action_columns: per action (N,), float64 ``shaping``, ``back_credit``, ``penalty``,
-            ``process_reward``, ``potential`` (Phi of the store after the action, SPEC §4),
+            ``process_reward``, ``potential`` (Phi of the store after the action, docs/method.md §4),
             ``outcome_reward``, ``outcome_advantage``, ``process_advantage``, ``advantage``;
             int64 ``step``; bool ``ignored`` (0 in every float column). Read-only (the records
             are built from them); copy one to change it.
@@ -226,11 +226,11 @@ def compute_process_advantages(
     clusterer: Clusterer | None = None,
     on_invalid_group: str = "raise",
 ) -> ProcessAdvantages:
-    """Per-action advantages A = A_out + omega * A_proc for a batch of groups (SPEC §1–§5).
+    """Per-action advantages A = A_out + omega * A_proc for a batch of groups (docs/method.md §1–§5).
 
     Args:
-        groups: a path to a SPEC §8 JSONL file; a :class:`Group`; or an iterable of Groups,
-            Rollouts, group dicts (with ``rollouts``) or rollout dicts (SPEC §8 lines, grouped by
+        groups: a path to a docs/method.md §8 JSONL file; a :class:`Group`; or an iterable of Groups,
+            Rollouts, group dicts (with ``rollouts``) or rollout dicts (docs/method.md §8 lines, grouped by
             ``uid`` only). Inputs are never mutated.
         config: a :class:`FactUtilConfig` or a mapping of its fields; None uses the defaults.
         clusterer: the :class:`~factutil.cluster.Clusterer` to use; None builds the one
@@ -327,7 +327,7 @@ def gc_paused(pause: bool = True) -> Iterator[None]:
 
 @dataclass
 class _Prepared:
-    """The batch as flat columns after one pass over every action (SPEC §1, §2.1).
+    """The batch as flat columns after one pass over every action (docs/method.md §1, §2.1).
 
     Rollouts are numbered 0..R-1 across the batch in input order ("rows"); effective actions
     0..N_eff-1 in (row, step) order; triple occurrences in (row, step, position) order.
@@ -354,7 +354,7 @@ class _Prepared:
 
 
 def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prepared:
-    """One pass over every action: outcomes, kinds, fact texts and occurrences (SPEC §1, §2.1).
+    """One pass over every action: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
 
     Texts are memoised (:func:`~factutil.cluster.fact_text`); each group's distinct texts get one
     representative triple, the smallest ``(subject, relation, object)`` sharing the text, so no
@@ -504,7 +504,7 @@ def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prep
 
 @dataclass
 class _Utilities:
-    """Every cluster of the batch (SPEC §3) and which rollout first stored it when."""
+    """Every cluster of the batch (docs/method.md §3) and which rollout first stored it when."""
 
     cluster_starts: np.ndarray  # int64 (groups,): first batch cluster id of each group
     cluster_group: np.ndarray  # int64 (K,)
@@ -520,7 +520,7 @@ class _Utilities:
 
 
 def _utilities(prep: _Prepared, labels: list[np.ndarray], config: FactUtilConfig) -> _Utilities:
-    """Cluster statistics and utilities of every group at once (SPEC §3).
+    """Cluster statistics and utilities of every group at once (docs/method.md §3).
 
     n_c counts rollouts whose store ever held cluster c; s_c adds their successes in rollout_id
     order (the order the per-group formula uses, so sums never depend on input order).
@@ -563,7 +563,7 @@ def _utilities(prep: _Prepared, labels: list[np.ndarray], config: FactUtilConfig
     zeroed = 0
     if config.uniform_groups == "zero" and groups:
         # Nothing separates helpful facts from harmful ones when every rollout scored the
-        # same; SPEC §3's prior would still reward every fact (all fail) or punish it (all win).
+        # same; docs/method.md §3's prior would still reward every fact (all fail) or punish it (all win).
         live = rollout_counts > 0
         high = np.full(groups, -np.inf)
         low = np.full(groups, np.inf)
@@ -601,23 +601,23 @@ def _compute(
         warn(f"group {uid!r} skipped: {reason}")
     timings["load"] = time.perf_counter() - clock
 
-    # 1. Outcomes and the fact texts of every rollout (SPEC §1, §2.1).
+    # 1. Outcomes and the fact texts of every rollout (docs/method.md §1, §2.1).
     clock = time.perf_counter()
     prep = _prepare(batch, config, warn)
     timings["prepare"] = time.perf_counter() - clock
 
-    # 2. Clusters (SPEC §2).
+    # 2. Clusters (docs/method.md §2).
     clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
     labels = clusterer.cluster_batch(prep.facts)
     timings["cluster"] = time.perf_counter() - clock
 
-    # 3. Utilities of every cluster (SPEC §3).
+    # 3. Utilities of every cluster (docs/method.md §3).
     clock = time.perf_counter()
     util = _utilities(prep, labels, config)
     timings["utility"] = time.perf_counter() - clock
 
-    # 4. Potentials, shaping, back-credit and penalties, every rollout at once (SPEC §4).
+    # 4. Potentials, shaping, back-credit and penalties, every rollout at once (docs/method.md §4).
     clock = time.perf_counter()
     rows = len(prep.lengths)
     steps = int(prep.lengths.max()) if rows else 0
@@ -655,7 +655,7 @@ def _compute(
     )
     timings["shaping"] = time.perf_counter() - clock
 
-    # 5. Advantages per group (SPEC §5), then the per-action columns over every input action.
+    # 5. Advantages per group (docs/method.md §5), then the per-action columns over every input action.
     clock = time.perf_counter()
     reward = np.asarray(prep.reward, dtype=np.float64)
     a_out = segment_normalize(reward, prep.rollout_starts, config.norm_eps, config.norm_by_std)

@@ -1,4 +1,4 @@
-"""The ``factutil`` command line (SPEC.md §8).
+"""The ``factutil`` command line (docs/method.md §8).
 
     factutil score IN.jsonl -o OUT.jsonl [--config FILE] [--set key=value ...]
     factutil clusters IN.jsonl [--format table|json] [--config FILE] [--set key=value ...]
@@ -153,12 +153,12 @@ def summary_table(result: ProcessAdvantages) -> Table:
 
 @app.command()
 def score(
-    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (SPEC §8).")],
+    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Per-action JSONL to write.")],
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
-    """Write one line of credit per action (SPEC §8) and print a summary table.
+    """Write one line of credit per action (docs/method.md §8) and print a summary table.
 
     A missing output folder is created, and the command says so; the file gets the usual mode
     of a new file (0666 less the umask).
@@ -178,12 +178,12 @@ def score(
 
 @app.command()
 def clusters(
-    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (SPEC §8).")],
+    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
-    """Print each group's fact clusters with n, s, mean and utility (SPEC §8)."""
+    """Print each group's fact clusters with n, s, mean and utility (docs/method.md §8)."""
     if format not in ("table", "json"):
         errors.print(f"--format: expected 'table' or 'json', got {format!r}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -207,7 +207,7 @@ def clusters(
 def schema(
     what: Annotated[str, typer.Option(help="input (one JSONL line) or config.")] = "input",
 ) -> None:
-    """Print the JSON Schema of the input line (SPEC §8) or of the configuration."""
+    """Print the JSON Schema of the input line (docs/method.md §8) or of the configuration."""
     if what == "input":
         typer.echo(json.dumps(input_json_schema(), indent=2, ensure_ascii=False))
     elif what == "config":

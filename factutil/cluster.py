@@ -1,4 +1,4 @@
-"""Facts -> clusters (SPEC.md §2).
+"""Facts -> clusters (docs/method.md §2).
 
 A triple becomes text through the configured template and is normalised (NFKC, case-folded,
 whitespace collapsed, stripped); identical normalised texts are one item before anything else
@@ -34,9 +34,9 @@ _PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, obje
 
 
 def normalize_fact_text(text: str) -> str:
-    """Normalise text as SPEC §2.1 says: Unicode NFKC, case-fold, collapse whitespace, strip.
+    """Normalise text as docs/method.md §2.1 says: Unicode NFKC, case-fold, collapse whitespace, strip.
 
-    Also used for search queries when detecting a repeated search (SPEC §5).
+    Also used for search queries when detecting a repeated search (docs/method.md §5).
     """
     # str.split() splits on exactly the characters re's \s matches (str.isspace), and is faster.
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
@@ -57,13 +57,13 @@ class Fact(NamedTuple):
 @lru_cache(maxsize=1 << 16)
 def fact_text(subject: str, relation: str, object: str, template: str = DEFAULT_TEMPLATE) -> str:
     """The normalised text of the triple ``(subject, relation, object)`` under ``template``
-    (SPEC §2.1). Memoised (65,536 most recent triples): rollouts repeat facts, and a training run
+    (docs/method.md §2.1). Memoised (65,536 most recent triples): rollouts repeat facts, and a training run
     meets the same facts step after step."""
     return normalize_fact_text(template.format(subject=subject, relation=relation, object=object))
 
 
 def triple_text(triple: Triple | Fact, template: str = DEFAULT_TEMPLATE) -> str:
-    """The normalised text of a triple under ``template`` (SPEC §2.1)."""
+    """The normalised text of a triple under ``template`` (docs/method.md §2.1)."""
     return fact_text(triple.subject, triple.relation, triple.object, template)
 
 
@@ -86,7 +86,7 @@ def canonical_labels(labels: np.ndarray) -> np.ndarray:
 
 @runtime_checkable
 class Clusterer(Protocol):
-    """Assigns the distinct facts of each group to clusters (SPEC §2 steps 2–5).
+    """Assigns the distinct facts of each group to clusters (docs/method.md §2.2–§2.5).
 
     ``cluster_batch(facts_per_group)`` takes, per group, one representative :class:`Triple` per
     distinct normalised text, ordered by that text (see :func:`representatives`), and returns, per
@@ -137,7 +137,7 @@ def cluster_triples(
     Args:
         clusterer: any :class:`Clusterer`.
         triples_per_group: per group, n_g triples.
-        template: the triple text template (SPEC §2.1).
+        template: the triple text template (docs/method.md §2.1).
 
     Returns:
         per group, int64 (n_g,): the canonical cluster of each triple, in the given order.
@@ -158,7 +158,7 @@ def cluster_triples(
 
 
 class ExactClusterer:
-    """Exact-match clusters: one cluster per distinct normalised text (SPEC §2.1, ``mode="exact"``).
+    """Exact-match clusters: one cluster per distinct normalised text (docs/method.md §2.1, ``mode="exact"``).
 
     The paper's ablation baseline: paraphrases in other words are different clusters, letter case
     and spacing are not.
@@ -271,7 +271,7 @@ def constrained_linkage(
     similarity: np.ndarray,
     veto: Callable[[int, int], str | None],
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """Single-linkage clustering under cannot-link constraints, with no transitive leak (SPEC §2
+    """Single-linkage clustering under cannot-link constraints, with no transitive leak (docs/method.md §2
     step 5).
 
     Edges are taken from the most to the least similar (ties by (i, j)); an edge joins the clusters
@@ -280,7 +280,7 @@ def constrained_linkage(
     A~B~C where A and C are vetoed: whichever link comes second is refused.
 
     Why not plain connected components over the surviving edges: components are transitive, so
-    A~B and B~C merge A and C even when the negation or numeric filter splits them — the leak SPEC
+    A~B and B~C merge A and C even when the negation or numeric filter splits them — the leak docs/method.md
     §2 step 5 forbids. Why not complete linkage: it needs every pair of a cluster above the
     threshold, which breaks the chains of paraphrases (born in ~ was born in ~ place of birth) that
     single linkage keeps. Constrained single linkage keeps those chains and enforces every veto;
@@ -413,7 +413,7 @@ def candidate_pairs(
     hnsw_ef: int = 64,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs of facts whose cosine similarity is at least ``threshold`` (inclusive), SPEC §2 step 3.
+    """Pairs of facts whose cosine similarity is at least ``threshold`` (inclusive), docs/method.md §2.3.
 
     Up to ``dense_max`` vectors every pair is considered (:func:`_dense_pairs`: float32 blocks,
     then the near ones exactly); above it an hnswlib inner-product index (M = ``hnsw_m``,
@@ -463,14 +463,14 @@ def candidate_pairs(
 class _FactRecord(NamedTuple):
     """What the clusterer keeps per distinct fact (parts) across calls."""
 
-    text: str  # normalised text (SPEC §2.1)
+    text: str  # normalised text (docs/method.md §2.1)
     features: Any  # filter analysis (factutil.filters.FactFeatures), None when not needed
     key_hash: int  # hash(features.key), 0 without features
     serial: int  # unique per record for the clusterer's life: names the fact in the pair memo
 
 
 class SemanticClusterer:
-    """Embedding clusters with negation / numeric / relation vetoes (SPEC §2 steps 2–5).
+    """Embedding clusters with negation / numeric / relation vetoes (docs/method.md §2.2–§2.5).
 
     Per call: every distinct fact text of the batch is embedded once (through the cache); per
     group, candidate pairs are those with cosine >= ``config.sim_threshold`` (plus pairs whose
@@ -587,7 +587,7 @@ class SemanticClusterer:
         timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
         hits, misses = self.cache.hits, self.cache.misses
 
-        # 1-2. Texts, analyses and vectors (SPEC §2 steps 1-2, 4). Facts are numbered 0..n-1,
+        # 1-2. Texts, analyses and vectors (docs/method.md §2.1–§2.2, 4). Facts are numbered 0..n-1,
         # the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
         clock = time.perf_counter()
         parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
@@ -608,7 +608,7 @@ class SemanticClusterer:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         timings["embed"] = time.perf_counter() - clock
 
-        # 3. Candidate edges (SPEC §2 step 3), in fact numbers.
+        # 3. Candidate edges (docs/method.md §2.3), in fact numbers.
         clock = time.perf_counter()
         dense = sizes <= config.knn_min_size
         edges, sims = _dense_pairs(
@@ -634,7 +634,7 @@ class SemanticClusterer:
             )
         timings["candidates"] = time.perf_counter() - clock
 
-        # 4-5. Vetoes on demand and constrained linkage (SPEC §2 steps 4-5).
+        # 4-5. Vetoes on demand and constrained linkage (docs/method.md §2.4–§2.5).
         clock = time.perf_counter()
         veto, vetoes = self._veto(features, serials)
         labels, linkage = _linkage(n, edges, sims, veto, starts)
@@ -658,7 +658,7 @@ class SemanticClusterer:
     def _veto(
         self, features: Sequence[Any], serials: Sequence[int]
     ) -> tuple[Callable[[int, int], str | None], dict[str, int]]:
-        """The veto of one call (SPEC §2 step 4) and its per-filter counts.
+        """The veto of one call (docs/method.md §2.4) and its per-filter counts.
 
         ``veto(i, j)`` (i < j, fact numbers) runs the filters of ``config.filters`` in order and
         returns the name of the first that separates facts i and j, or None. Within the call each
@@ -723,7 +723,7 @@ def _add_key_edges(
     hashes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Add an edge of similarity 1.0 between facts of one group whose canonical filter keys are
-    equal (SPEC §2 step 3): from the group's first fact with a key to each later one, unless that
+    equal (docs/method.md §2.3): from the group's first fact with a key to each later one, unless that
     pair is already a candidate edge.
 
     Args:

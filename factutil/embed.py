@@ -1,4 +1,4 @@
-"""Embedders and the embedding cache (SPEC.md §2 step 2).
+"""Embedders and the embedding cache (docs/method.md §2.2).
 
 An :class:`Embedder` turns texts into L2-normalised float32 vectors. The default,
 :class:`SentenceTransformerEmbedder`, runs all-MiniLM-L6-v2 from the PyPI package
@@ -194,7 +194,7 @@ class EmbeddingCache:
 def embed_unique(
     texts: Sequence[str], embedder: Embedder, cache: EmbeddingCache | None = None
 ) -> np.ndarray:
-    """Embed texts, each distinct text once, reusing and filling ``cache`` (SPEC §2 step 2).
+    """Embed texts, each distinct text once, reusing and filling ``cache`` (docs/method.md §2.2).
 
     The distinct texts are looked up in the cache in order of first appearance (one
     :meth:`EmbeddingCache.get_many`); the missing ones are embedded in one ``encode`` call in

@@ -1,4 +1,4 @@
-"""Vetoes on candidate edges: same fact, or a look-alike that means something else (SPEC §2 step 4).
+"""Vetoes on candidate edges: same fact, or a look-alike that means something else (docs/method.md §2.4).
 
 The clusterer links two facts when their embeddings are close (cosine >= ``sim_threshold``); the
 filters here then veto the edges whose two facts differ in meaning although they read alike.
@@ -1249,7 +1249,7 @@ def clear_caches() -> None:
 
 
 def analyze(subject: str, relation: str, object: str) -> FactFeatures:
-    """Read one triple into the features the filters compare (SPEC §2 step 4).
+    """Read one triple into the features the filters compare (docs/method.md §2.4).
 
     Args:
         subject, relation, object: the triple's parts as asserted (any case, any script).
@@ -1486,7 +1486,7 @@ def _dynamic_flips(a: FactFeatures, b: FactFeatures) -> list[str]:
 
 
 def negation_veto(a: FactFeatures, b: FactFeatures) -> str | None:
-    """Veto when the two facts have opposite polarity (SPEC §2 step 4, negation).
+    """Veto when the two facts have opposite polarity (docs/method.md §2.4, negation).
 
     Args:
         a, b: features from :func:`analyze`.
@@ -1515,7 +1515,7 @@ def _triple(f: FactFeatures) -> str:
 
 
 def numeric_veto(a: FactFeatures, b: FactFeatures) -> str | None:
-    """Veto when numbers, dates or quantities disagree (SPEC §2 step 4, numeric).
+    """Veto when numbers, dates or quantities disagree (docs/method.md §2.4, numeric).
 
     Args:
         a, b: features from :func:`analyze`.
@@ -1541,7 +1541,7 @@ def numeric_veto(a: FactFeatures, b: FactFeatures) -> str | None:
 
 
 def relation_veto(a: FactFeatures, b: FactFeatures) -> str | None:
-    """Veto when the relations are not equivalent (SPEC §2 step 4, relation).
+    """Veto when the relations are not equivalent (docs/method.md §2.4, relation).
 
     Args:
         a, b: features from :func:`analyze`.
@@ -1587,7 +1587,7 @@ def _similar_text(a: str, b: str) -> bool:
 
 
 def entity_veto(a: FactFeatures, b: FactFeatures) -> str | None:
-    """Veto when the subjects or the objects name different entities (SPEC §2 step 4, entity).
+    """Veto when the subjects or the objects name different entities (docs/method.md §2.4, entity).
 
     Args:
         a, b: features from :func:`analyze`.

@@ -1,4 +1,4 @@
-"""Reading and writing the files of SPEC.md §8.
+"""Reading and writing the files of docs/method.md §8.
 
 The reader checks the whole file and reports every problem, one per line, as
 ``FILE:LINE: field: what is wrong``; it never stops at the first one.
@@ -110,7 +110,7 @@ def validation_problems(error: ValidationError, path: str, line: int) -> list[Pr
 
 
 def read_rollouts(path: str | os.PathLike) -> list[tuple[int, Rollout]]:
-    """Read a SPEC §8 JSONL file: one rollout per non-blank line.
+    """Read a docs/method.md §8 JSONL file: one rollout per non-blank line.
 
     Args:
         path: the file (UTF-8).
@@ -208,7 +208,7 @@ def group_problems(
 
 
 def read_groups(path: str | os.PathLike) -> list[Group]:
-    """Read a SPEC §8 file and gather its rollouts into groups by ``uid`` (first-appearance order).
+    """Read a docs/method.md §8 file and gather its rollouts into groups by ``uid`` (first-appearance order).
 
     Raises:
         InputError: every problem of the file (see :func:`read_rollouts`).

@@ -1,4 +1,4 @@
-"""The input of ``compute_process_advantages`` -> validated plain rows (SPEC.md §8, §1).
+"""The input of ``compute_process_advantages`` -> validated plain rows (docs/method.md §8, §1).
 
 :func:`load_groups` accepts a path, a :class:`Group`, a mapping, or an iterable of Groups /
 Rollouts / group dicts / rollout dicts, validates them exactly as the pydantic models of
@@ -6,7 +6,7 @@ Rollouts / group dicts / rollout dicts, validates them exactly as the pydantic m
 dicts instead of model objects.
 
 Two tiers. The fast one is a strict ``pydantic.TypeAdapter`` over TypedDicts whose every check
-runs in Rust; it accepts only the plain form of SPEC §8 (structured actions, list triples,
+runs in Rust; it accepts only the plain form of docs/method.md §8 (structured actions, list triples,
 plain ``str`` and ``float`` values), for which it means exactly what :class:`Rollout` means. Any
 row it rejects goes through ``Rollout.model_validate``, which raises the real error or returns the
 coerced model (raw actions parsed, a blank assert made invalid, the ``facts`` alias, bytes decoded,
@@ -117,7 +117,7 @@ _validate_head = TypeAdapter(_GroupHead).validator.validate_python
 
 @dataclass(slots=True)
 class GroupRows:
-    """One validated group as plain data (SPEC §1, §8).
+    """One validated group as plain data (docs/method.md §1, §8).
 
     Attributes:
         uid: the group's uid (non-empty).
@@ -140,10 +140,10 @@ class GroupRows:
 def load_groups(
     groups: GroupsInput, skip_invalid: bool = False
 ) -> tuple[list[GroupRows], dict[str, str]]:
-    """Validate the input of ``compute_process_advantages`` into plain rows (SPEC §8, §1).
+    """Validate the input of ``compute_process_advantages`` into plain rows (docs/method.md §8, §1).
 
     Args:
-        groups: a JSONL path (SPEC §8), a :class:`Group`, a group or rollout mapping, or an
+        groups: a JSONL path (docs/method.md §8), a :class:`Group`, a group or rollout mapping, or an
             iterable of Groups, Rollouts, group dicts (``rollouts`` key) and rollout dicts;
             loose rollouts are gathered by ``uid`` in order of first appearance. Never mutated.
         skip_invalid: leave out a group that fails validation instead of raising.
@@ -384,7 +384,7 @@ def _consistent(
 
 
 def group_rows(group: Group) -> GroupRows:
-    """A validated :class:`Group` (SPEC §1) as :class:`GroupRows`: attributes read, nothing
+    """A validated :class:`Group` (docs/method.md §1) as :class:`GroupRows`: attributes read, nothing
     dumped, nothing validated again.
 
     Raises:
@@ -397,7 +397,7 @@ def group_rows(group: Group) -> GroupRows:
 
 
 def rollout_row(rollout: Rollout) -> dict[str, Any]:
-    """A validated :class:`Rollout` (SPEC §8) as the rollout dict of :class:`GroupRows`.
+    """A validated :class:`Rollout` (docs/method.md §8) as the rollout dict of :class:`GroupRows`.
 
     Raises:
         TypeError: an action is not an action model (see :func:`action_row`).
@@ -413,7 +413,7 @@ def rollout_row(rollout: Rollout) -> dict[str, Any]:
 
 
 def action_row(action: Any) -> dict[str, Any]:
-    """An action model (SPEC §1) as the action dict of :class:`GroupRows`: assert triples become
+    """An action model (docs/method.md §1) as the action dict of :class:`GroupRows`: assert triples become
     ``[subject, relation, object]`` lists; extra keys of the model are not carried.
 
     Raises:

@@ -1,4 +1,4 @@
-"""Answer metrics for the outcome reward: normalisation, exact match and token F1 (SPEC §1).
+"""Answer metrics for the outcome reward: normalisation, exact match and token F1 (docs/method.md §1).
 
 The outcome reward R of a rollout is the token-level F1 of its answer against the best-matching
 gold answer; EM is computed alongside and reported. Both follow the reference scripts that
@@ -23,7 +23,7 @@ Decisions where the references are silent or where this library departs from the
   cases are not equal strings anyway). With several gold answers the rule applies to each, then
   the maximum is taken.
 - **Empty prediction.** A prediction that is empty, whitespace-only or normalises to no tokens
-  (``"the"``, ``"!!!"``) scores EM 0 and F1 0, whatever the gold (SPEC: an empty prediction
+  (``"the"``, ``"!!!"``) scores EM 0 and F1 0, whatever the gold (docs/method.md §1: an empty prediction
   scores 0). SQuAD's EM would give 1 for ``""`` against gold ``"the"``, since both normalise to
   ``""``; this library does not, so a model cannot earn reward by answering nothing.
 - **Gold that normalises to no tokens** but is not blank (``"The"``, ``"!!!"``). It is accepted,
@@ -118,7 +118,7 @@ def qa_scores(
 
     Each text is normalised once. Sources: SQuAD v1.1 ``evaluate-v1.1.py`` (``exact_match_score``,
     ``f1_score``, ``metric_max_over_ground_truths``) and HotpotQA ``hotpot_evaluate_v1.py``
-    (yes/no/no-answer rule); SPEC §1. The module docstring gives the rules for empty
+    (yes/no/no-answer rule); docs/method.md §1. The module docstring gives the rules for empty
     predictions, token-less golds and ``fold_unicode``.
 
     Args:
@@ -169,7 +169,7 @@ def exact_match(
 
 
 def f1(prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False) -> float:
-    """Token-level F1 in [0, 1] against the best-matching gold answer (SPEC §1 outcome reward).
+    """Token-level F1 in [0, 1] against the best-matching gold answer (docs/method.md §1 outcome reward).
 
     Source: SQuAD v1.1 ``f1_score`` (multiset token overlap, precision and recall over the
     normalised tokens) with HotpotQA's yes/no/no-answer rule, maximised over the gold answers;

@@ -1,4 +1,4 @@
-"""Model text -> actions (SPEC §1; the ``raw`` items of SPEC §8).
+"""Model text -> actions (docs/method.md §1; the ``raw`` items of docs/method.md §8).
 
 :func:`parse_action` reads one model response and returns a :class:`~factutil.schema.SearchAction`,
 :class:`~factutil.schema.AssertAction`, :class:`~factutil.schema.AnswerAction` or, for anything it
@@ -122,7 +122,7 @@ class _Rejected(Exception):
 
 
 def parse_action(text: str, observation: str | None = None) -> ParsedAction:
-    """Parse one model response into an action (SPEC §1; the ``raw`` input items of SPEC §8).
+    """Parse one model response into an action (docs/method.md §1; the ``raw`` input items of docs/method.md §8).
 
     Args:
         text: the model's response, as generated (prose, code fences and all). Only this text is

@@ -1,4 +1,4 @@
-"""A small retrieval service with Search-R1's HTTP API, and a client for it (SPEC.md §1 ``search``).
+"""A small retrieval service with Search-R1's HTTP API, and a client for it (docs/method.md §1 ``search``).
 
 The agent's ``search`` action needs a retriever. Search-R1 (and the verl / OpenRLHF recipes built
 on it) talk to one over HTTP::

@@ -1,7 +1,7 @@
-"""Data model: triples, actions, rollouts, groups and the configuration (SPEC.md §1, §8).
+"""Data model: triples, actions, rollouts, groups and the configuration (docs/method.md §1, §8).
 
 Every model is pydantic v2, so bad input raises :class:`pydantic.ValidationError` naming the
-field and the offending value. The input file of SPEC §8 is one :class:`Rollout` per line;
+field and the offending value. The input file of docs/method.md §8 is one :class:`Rollout` per line;
 :class:`Group` gathers the rollouts of one ``uid``.
 """
 
@@ -35,7 +35,7 @@ def _reject_blank(value: str, field: str) -> str:
 
 
 class Triple(BaseModel):
-    """One fact ``(subject, relation, object)`` (SPEC §1).
+    """One fact ``(subject, relation, object)`` (docs/method.md §1).
 
     Accepts a list or tuple of three strings as well as a mapping with the three fields.
     Raises ``ValidationError`` for a wrong arity, a non-string part or an empty part.
@@ -65,7 +65,7 @@ class Triple(BaseModel):
         return _reject_blank(value, info.field_name)
 
     def as_list(self) -> list[str]:
-        """The triple as ``[subject, relation, object]`` (the file form of SPEC §8)."""
+        """The triple as ``[subject, relation, object]`` (the file form of docs/method.md §8)."""
         return [self.subject, self.relation, self.object]
 
     @classmethod
@@ -89,7 +89,7 @@ class _ActionBase(BaseModel):
 
 
 class SearchAction(_ActionBase):
-    """``search``: a retrieval query and, optionally, the retriever's observation (SPEC §1)."""
+    """``search``: a retrieval query and, optionally, the retriever's observation (docs/method.md §1)."""
 
     action: Literal["search"] = "search"
     query: str
@@ -97,9 +97,9 @@ class SearchAction(_ActionBase):
 
 
 class AssertAction(_ActionBase):
-    """``assert``: triples taken from the current observation into the store (SPEC §1).
+    """``assert``: triples taken from the current observation into the store (docs/method.md §1).
 
-    The file form names the list ``triples``; model output (SPEC §1) names it ``facts``; both are
+    The file form names the list ``triples``; model output (docs/method.md §1) names it ``facts``; both are
     accepted. At least one triple is required.
     """
 
@@ -110,14 +110,14 @@ class AssertAction(_ActionBase):
 
 
 class AnswerAction(_ActionBase):
-    """``answer``: the final answer; ends the rollout (SPEC §1)."""
+    """``answer``: the final answer; ends the rollout (docs/method.md §1)."""
 
     action: Literal["answer"] = "answer"
     answer: str
 
 
 class InvalidAction(_ActionBase):
-    """An action that failed to parse: the raw text and why (SPEC §1). It has no effect."""
+    """An action that failed to parse: the raw text and why (docs/method.md §1). It has no effect."""
 
     action: Literal["invalid"] = "invalid"
     raw: str
@@ -136,7 +136,7 @@ FilterName = Literal["negation", "numeric", "relation", "entity"]
 
 
 class RawAction(BaseModel):
-    """The ``raw`` input form: model output still to be parsed (SPEC §8).
+    """The ``raw`` input form: model output still to be parsed (docs/method.md §8).
 
     The observation, if any, belongs to the action when it parses as a ``search``.
     """
@@ -153,7 +153,7 @@ def _short(value: Any, limit: int = 80) -> str:
 
 
 def _assert_content_problem(item: dict[str, Any]) -> str | None:
-    """Why a structured ``assert`` is an invalid *action* (SPEC §1), or None.
+    """Why a structured ``assert`` is an invalid *action* (docs/method.md §1), or None.
 
     An assert with no triple or with an empty part is the agent's format error, penalised like any
     invalid action; a wrongly typed field is left to pydantic and becomes a data error.
@@ -188,7 +188,7 @@ def _item_text(item: dict[str, Any]) -> str:
 
 
 def coerce_action(item: Any) -> Any:
-    """Turn one input item of SPEC §8 into an action model or leave it for pydantic to reject.
+    """Turn one input item of docs/method.md §8 into an action model or leave it for pydantic to reject.
 
     - ``{"raw": ..., "observation"?: ...}`` (no ``action`` key) is parsed with
       :func:`factutil.parse.parse_action`;
@@ -232,7 +232,7 @@ def _reject_blank_list(values: list[str], field: str) -> list[str]:
 
 
 class Rollout(BaseModel):
-    """One rollout of a group: the input line of SPEC §8.
+    """One rollout of a group: the input line of docs/method.md §8.
 
     ``reward`` (optional) replaces the computed answer F1 as the outcome reward; it must be a finite
     number. Keys the model does not know are moved into ``metadata``.
@@ -309,7 +309,7 @@ GROUP_FIELDS = ("uid", "question", "golden_answers")
 
 
 def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """A group dict with its shared fields filled in both directions (SPEC §8, group-dict form).
+    """A group dict with its shared fields filled in both directions (docs/method.md §8, group-dict form).
 
     The group's ``uid``, ``question`` and ``golden_answers`` default to its first rollout's; a
     rollout mapping that lacks one of them takes the group's, so a group may be written as
@@ -338,7 +338,7 @@ def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
 
 
 class Group(BaseModel):
-    """The G rollouts of one question, keyed by ``uid`` only (SPEC §1).
+    """The G rollouts of one question, keyed by ``uid`` only (docs/method.md §1).
 
     Raises ``ValidationError`` when a rollout belongs to another uid, when two rollouts share a
     ``rollout_id``, or when rollouts disagree on ``golden_answers`` or ``question``.
@@ -423,7 +423,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 class FactUtilConfig(BaseModel):
-    """Every parameter of the method, with its SPEC default and valid range (SPEC §1–§5).
+    """Every parameter of the method, with its default and valid range (docs/method.md §1–§5).
 
     Validation errors name the field and the value (``pydantic.ValidationError``). Unknown fields
     are rejected so a typo never silently keeps a default.
@@ -509,7 +509,7 @@ class FactUtilConfig(BaseModel):
     uniform_groups: Literal["keep", "zero"] = Field(
         "keep",
         description="A group whose rollouts all have the same success: 'keep' its utilities as "
-        "SPEC §3 gives them (all > 0 when every rollout fails, all < 0 when every one succeeds), "
+        "docs/method.md §3 gives them (all > 0 when every rollout fails, all < 0 when every one succeeds), "
         "or 'zero' them so its shaping is 0 and only penalties remain (see docs/decisions.md).",
     )
     # §4 process rewards
@@ -583,7 +583,7 @@ class FactUtilConfig(BaseModel):
 
 
 def input_json_schema() -> dict[str, Any]:
-    """JSON Schema of one input line (SPEC §8): a rollout, actions in any accepted form."""
+    """JSON Schema of one input line (docs/method.md §8): a rollout, actions in any accepted form."""
     schema = Rollout.model_json_schema(mode="validation")
     raw_schema = RawAction.model_json_schema()
     actions = schema["properties"]["actions"]

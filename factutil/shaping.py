@@ -1,4 +1,4 @@
-"""Utilities -> potentials, shaping rewards, back-credit and penalties (SPEC.md §4).
+"""Utilities -> potentials, shaping rewards, back-credit and penalties (docs/method.md §4).
 
 All functions work on one rollout's effective actions (those before its first answer and within
 ``max_turns``), given as parallel arrays of length T:
@@ -26,7 +26,7 @@ KIND_CODES = {"search": SEARCH, "assert": ASSERT, "answer": ANSWER, "invalid": I
 
 @dataclass(frozen=True)
 class ProcessRewards:
-    """Process reward parts of one rollout (SPEC §4); every array is float64 (T,).
+    """Process reward parts of one rollout (docs/method.md §4); every array is float64 (T,).
 
     ``process_reward = shaping + back_credit + penalty``. ``back_credit`` is +alpha*F on the
     search that receives a share and -alpha*F on the assert that sends it, so it sums to 0 over a
@@ -43,7 +43,7 @@ class ProcessRewards:
 
 
 def store_potentials(new_clusters: Sequence[np.ndarray], utility: np.ndarray) -> np.ndarray:
-    """Phi of the store after each action: tanh of the running sum of utilities (SPEC §4).
+    """Phi of the store after each action: tanh of the running sum of utilities (docs/method.md §4).
 
     Args:
         new_clusters: T int arrays, the clusters each action added (each cluster at most once per
@@ -64,7 +64,7 @@ def store_potentials(new_clusters: Sequence[np.ndarray], utility: np.ndarray) ->
 
 
 def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
-    """F_t = gamma * Phi(S_t) - Phi(S_{t-1}) with Phi(S_{-1}) = Phi(empty) = 0 (SPEC §4).
+    """F_t = gamma * Phi(S_t) - Phi(S_{t-1}) with Phi(S_{-1}) = Phi(empty) = 0 (docs/method.md §4).
 
     Args:
         potential: float64 (T,) or (R, T), Phi after each action along the last axis
@@ -84,7 +84,7 @@ def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
 
 
 def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> np.ndarray:
-    """Move alpha * F of each assert to the most recent search before it (SPEC §4).
+    """Move alpha * F of each assert to the most recent search before it (docs/method.md §4).
 
     Args:
         kinds: int (T,) or (R, T) action codes, one rollout per row.
@@ -124,7 +124,7 @@ def process_rewards(
     repeat_search_penalty: float = -0.01,
     empty_store_answer_penalty: float = -0.1,
 ) -> ProcessRewards:
-    """All process reward parts of many rollouts at once (SPEC §4), one rollout per row.
+    """All process reward parts of many rollouts at once (docs/method.md §4), one rollout per row.
 
     Rows are padded to a common length T with ``kinds == PAD``; padded cells get 0 everywhere.
 
@@ -134,7 +134,7 @@ def process_rewards(
             store (0 for every action but an assert that adds a new cluster).
         added: int (R, T), how many clusters each action brought into the store.
         repeated_search: bool (R, T), True on a search whose normalised query repeats an earlier one.
-        gamma, alpha: SPEC §4 parameters.
+        gamma, alpha: docs/method.md §4 parameters.
         invalid_penalty, repeat_search_penalty, empty_store_answer_penalty: values <= 0 added to
             the process reward of the matching actions.
 
@@ -187,7 +187,7 @@ def rollout_process_rewards(
     repeat_search_penalty: float = -0.01,
     empty_store_answer_penalty: float = -0.1,
 ) -> ProcessRewards:
-    """All process reward parts of one rollout's effective actions (SPEC §4).
+    """All process reward parts of one rollout's effective actions (docs/method.md §4).
 
     Args:
         kinds: int (T,) action codes.

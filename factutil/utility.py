@@ -1,4 +1,4 @@
-"""Clusters -> Beta-smoothed utilities (SPEC.md §3).
+"""Clusters -> Beta-smoothed utilities (docs/method.md §3).
 
 For a group with rollout successes y (G,), p-bar = mean(y), and a membership matrix saying which
 rollout's store ever held a member of which cluster:
@@ -25,7 +25,7 @@ Prior = Literal["beta", "group"]
 
 @dataclass(frozen=True)
 class ClusterUtilities:
-    """Per-cluster statistics of one group (SPEC §3). Arrays have shape (K,).
+    """Per-cluster statistics of one group (docs/method.md §3). Arrays have shape (K,).
 
     Attributes:
         n: int64, rollouts whose store held the cluster.
@@ -66,7 +66,7 @@ def smoothed_utilities(
     epsilon: float,
     prior: Prior = "beta",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean success m_c and utility u_c = m_c - p-bar of each cluster (SPEC §3).
+    """Posterior mean success m_c and utility u_c = m_c - p-bar of each cluster (docs/method.md §3).
 
     ``prior="beta"`` (the paper's Eq. 5-9): Beta(epsilon, epsilon),
     m_c = (s_c + epsilon) / (n_c + 2 epsilon). ``prior="group"`` (this library's option): Beta with
@@ -100,7 +100,7 @@ def smoothed_utilities(
 def cluster_utilities(
     membership: np.ndarray, success: np.ndarray, epsilon: float = 0.5, prior: Prior = "beta"
 ) -> ClusterUtilities:
-    """Beta-smoothed success of each cluster relative to the group (SPEC §3).
+    """Beta-smoothed success of each cluster relative to the group (docs/method.md §3).
 
     Args:
         membership: bool array (G, K); ``membership[i, c]`` is True when rollout i's store ever

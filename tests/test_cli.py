@@ -1,4 +1,4 @@
-"""The command line of SPEC §8: exit status 2 with one line per problem, config overrides, schema."""
+"""The command line of docs/method.md §8: exit status 2 with one line per problem, config overrides, schema."""
 
 from __future__ import annotations
 

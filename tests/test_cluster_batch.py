@@ -1,4 +1,4 @@
-"""The batched semantic clusterer (SPEC §2): one call for the whole batch gives each group exactly
+"""The batched semantic clusterer (docs/method.md §2): one call for the whole batch gives each group exactly
 what it would get alone, in any group order, on the dense and the k-NN path alike."""
 
 from __future__ import annotations

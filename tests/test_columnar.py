@@ -1,9 +1,9 @@
-"""The batch-wide (columnar) pipeline equals a per-group reference built from the SPEC-step functions.
+"""The batch-wide (columnar) pipeline equals a per-group reference built from the method's step functions.
 
 ``compute_process_advantages`` computes the whole batch in flat arrays (issue #6). The reference
 here walks one group and one rollout at a time and calls the public per-step functions
 (:func:`cluster_utilities`, :func:`rollout_process_rewards`, :func:`outcome_advantages`,
-:func:`process_advantages`, :func:`total_advantages`) exactly as SPEC §1–§5 chain them. Every
+:func:`process_advantages`, :func:`total_advantages`) exactly as docs/method.md §1–§5 chain them. Every
 number must agree bit for bit.
 """
 
@@ -44,7 +44,7 @@ SAMPLE = "examples/data/2wiki_rollouts.jsonl"
 
 
 def reference(groups, config, clusterer):
-    """Per group, per rollout: the SPEC chain with the public step functions. Returns
+    """Per group, per rollout: the method's chain (docs/method.md §1–§5) with the public step functions. Returns
     (advantages float64 per input action, per-action process advantage, cluster utilities per group)."""
     batch, _ = reference_as_groups(groups)
     work = []

@@ -1,4 +1,4 @@
-"""The pure functions of each SPEC step, checked against values worked by hand."""
+"""The pure functions of each step of docs/method.md, checked against values worked by hand."""
 
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ def test_uniform_groups_zero_removes_shaping_only_where_every_rollout_scored_the
     rows = [rollout("fail", "1", "b", ["x", "r", "y"]), rollout("fail", "2", "c", ["z", "r", "w"]),
             rollout("mixed", "1", "Paris", ["x", "r", "y"]), rollout("mixed", "2", "c", ["z", "r", "w"])]
     keep = compute_process_advantages(rows, {"mode": "exact"})
-    # SPEC §3 in an all-fail group: p-bar = 0, every cluster m = 0.5 / 2 = 0.25 > 0.
+    # docs/method.md §3 in an all-fail group: p-bar = 0, every cluster m = 0.5 / 2 = 0.25 > 0.
     assert [c.utility for c in keep.clusters if c.uid == "fail"] == [0.25, 0.25]
     zero = compute_process_advantages(rows, {"mode": "exact", "uniform_groups": "zero"})
     assert [c.utility for c in zero.clusters if c.uid == "fail"] == [0.0, 0.0]

@@ -1,4 +1,4 @@
-"""The vetoes of SPEC §2 step 4: negation, numeric, relation and entity filters, and `analyze`.
+"""The vetoes of docs/method.md §2.4: negation, numeric, relation and entity filters, and `analyze`.
 
 Each table row is (triple a, triple b, expected veto, substring of the reason). Rows marked "2Wiki"
 are real evidence triples from shared/data/2wiki (2Wiki dev, compositional) or their variants.

@@ -1,6 +1,6 @@
 """Hypothesis fuzzing of the JSONL reader, the action parser and the whole pipeline (issue #7).
 
-The oracles are the contracts and the facts of SPEC §6: the reader returns rollouts or raises
+The oracles are the contracts and the facts of docs/method.md §6: the reader returns rollouts or raises
 ``InputError`` whose every line is ``FILE:LINE: field: message`` about a corrupted line; the
 parser returns an action for any text and a valid action survives a round trip; the pipeline is
 finite, deterministic, leaves its input alone, does not depend on the order of groups, rollouts or
@@ -272,7 +272,7 @@ def _shuffled(rows, rnd):
 
 
 def _check_spec_facts(result, config) -> None:
-    """SPEC §6 on one result: bounds, telescoping, back-credit, decomposition, finiteness."""
+    """docs/method.md §6 on one result: bounds, telescoping, back-credit, decomposition, finiteness."""
     assert result.advantages.dtype == np.float32 and np.all(np.isfinite(result.advantages))
     assert all(math.isfinite(v) for v in result.metrics.values())
     utility = {(c.uid, c.cluster_id): c.utility for c in result.clusters}
@@ -338,7 +338,7 @@ def _pipeline(rows, fields, mode, rnd, minilm, tmp):
 @given(rows=batches(), fields=config_fields, rnd=st.randoms(use_true_random=False))
 def test_pipeline_spec_facts_hold_on_odd_batches_exact(rows, fields, rnd, tmp_path_factory):
     """Random odd batches (real and odd triples, raw model text, extreme finite rewards, random
-    config), exact mode -> the SPEC §6 facts, determinism, order independence, alpha and omega
+    config), exact mode -> the docs/method.md §6 facts, determinism, order independence, alpha and omega
     identities, the file reader agreeing with the API; a FloatingPointError only for |R| > 1e38
     with norm_by_std=False."""
     _pipeline(rows, fields, "exact", rnd, None, tmp_path_factory.mktemp("pipeline"))

@@ -1,4 +1,4 @@
-"""The JSONL reader reports every problem of a file as FILE:LINE: field: what is wrong (SPEC §8)."""
+"""The JSONL reader reports every problem of a file as FILE:LINE: field: what is wrong (docs/method.md §8)."""
 
 from __future__ import annotations
 

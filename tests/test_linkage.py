@@ -1,4 +1,4 @@
-"""Candidate pairs and constrained single linkage (SPEC §2 steps 3 and 5)."""
+"""Candidate pairs and constrained single linkage (docs/method.md §2.3 and 5)."""
 
 from __future__ import annotations
 

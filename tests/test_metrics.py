@@ -1,4 +1,4 @@
-"""Tests for factutil.metrics: answer normalisation, EM and token F1 (SPEC §1 outcome reward).
+"""Tests for factutil.metrics: answer normalisation, EM and token F1 (docs/method.md §1 outcome reward).
 
 Expected values are worked by hand in the comments. The reference functions below are an
 independent oracle: SQuAD v1.1 and HotpotQA's own code, against which the library must agree

@@ -1,4 +1,4 @@
-"""Tests for factutil.parse: model text -> actions (SPEC §1; the ``raw`` items of SPEC §8).
+"""Tests for factutil.parse: model text -> actions (docs/method.md §1; the ``raw`` items of docs/method.md §8).
 
 Each test states the exact model or reason expected. The rules under test (several actions in one
 response, tag content, truncation, limits) are those of the ``factutil.parse`` module docstring.

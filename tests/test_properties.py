@@ -1,4 +1,4 @@
-"""Hypothesis properties of SPEC §6, in exact mode and in semantic mode.
+"""Hypothesis properties of docs/method.md §6, in exact mode and in semantic mode.
 
 Semantic mode runs here with a character-n-gram embedder: these tests are about the algebra
 (bounds, telescoping, order independence); clustering quality with the real model is tested in
@@ -204,7 +204,7 @@ def test_reasserting_a_fact_or_its_case_variant_earns_zero(mode, rows, which, va
 @SETTINGS
 @given(batches(), config_fields, st.floats(0, 1))
 def test_prior_group_gives_uniform_groups_zero_utility_and_no_shaping(mode, rows, fields, y):
-    """SPEC §6: with prior="group", a group whose rollouts all have the same success has u_c = 0."""
+    """docs/method.md §6: with prior="group", a group whose rollouts all have the same success has u_c = 0."""
     # Every rollout gets reward y; an unanswered or empty-store one still has success 0 (§3).
     uniform = [dict(row, reward=y) for row in rows]
     config = FactUtilConfig(mode=mode, **{**fields, "prior": "group", "success": "reward"})

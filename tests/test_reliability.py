@@ -47,7 +47,7 @@ WRONG = {"action": "answer", "answer": "Lyon"}
 
 
 def row(rid: str = "q-0", uid: str = "q", actions: list | None = None, **fields) -> dict:
-    """One SPEC §8 input line; the default rollout searches, asserts and answers right."""
+    """One docs/method.md §8 input line; the default rollout searches, asserts and answers right."""
     line = {"uid": uid, "question": "What is the capital of France?", "golden_answers": ["Paris"],
             "rollout_id": rid, "actions": [SEARCH, ASSERT, RIGHT] if actions is None else actions}
     line.update(fields)

@@ -1,4 +1,4 @@
-"""Semantic clustering with the real bundled MiniLM (SPEC §2 steps 2–5, §6).
+"""Semantic clustering with the real bundled MiniLM (docs/method.md §2.2–§2.5, §6).
 
 All tests share one loaded model (the session fixture ``minilm``).
 """

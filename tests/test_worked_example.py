@@ -1,4 +1,4 @@
-"""A worked example with every number written out (SPEC §1–§5, §8).
+"""A worked example with every number written out (docs/method.md §1–§5, §8).
 
 Group q1 (gold "Paris", G = 3):
   r1: search "capital of France"; assert (France, capital, Paris); search "Capital of  FRANCE"
@@ -100,7 +100,7 @@ Q1_PROCESS_ADV = list(Q1_PROCESS)
 Q2_PROCESS_ADV = list(Q2_PROCESS)
 ROLLOUT_OF = [0] * 5 + [1] * 2 + [2] * 3
 
-# Every output field of SPEC §8, per action in input order.
+# Every output field of docs/method.md §8, per action in input order.
 EXPECTED = []
 for k, (rid, step, kind) in enumerate(
     [("r1", 0, "search"), ("r1", 1, "assert"), ("r1", 2, "search"), ("r1", 3, "assert"),

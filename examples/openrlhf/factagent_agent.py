@@ -1,6 +1,6 @@
 """FactAgent Search–Assert–Answer agent for OpenRLHF 0.11 (``--train.agent_func_path``).
 
-Each model turn is one action (SPEC.md §1), parsed by factutil's parser:
+Each model turn is one action (docs/method.md §1), parsed by factutil's parser:
 
     {"action": "search", "query": "..."}                    -> <observation> passages </observation>
     {"action": "assert", "facts": [["s", "r", "o"], ...]}   -> <store> the fact store </store>
@@ -112,7 +112,7 @@ class StepResult:
 
 
 class FactAgentEnv:
-    """The FactAgent environment of one episode (SPEC.md §1): a fact store, a turn limit.
+    """The FactAgent environment of one episode (docs/method.md §1): a fact store, a turn limit.
 
     Args:
         golden_answers: the question's gold answers (for the F1 outcome reward).
@@ -245,7 +245,7 @@ def check(argv: list[str] | None = None) -> int:
     parser.add_argument("--retriever-url", default=os.environ.get("FACTAGENT_RETRIEVER_URL", DEFAULT_RETRIEVER_URL))
     parser.add_argument("--topk", type=int, default=3)
     sample = Path(__file__).resolve().parents[1] / "data" / "2wiki_rollouts.jsonl"
-    parser.add_argument("--rollouts", type=Path, default=sample, help="SPEC §8 rollouts to replay")
+    parser.add_argument("--rollouts", type=Path, default=sample, help="docs/method.md §8 rollouts to replay")
     parser.add_argument("--index", type=int, default=0, help="which line of --rollouts")
     args = parser.parse_args(argv)
     with args.rollouts.open(encoding="utf-8") as handle:

@@ -6,7 +6,7 @@ Three pieces (README.md of this distribution has the walk-through):
   parsed actions and their token spans (``factutil`` payload);
 - :func:`install`, the Ray ``worker_process_setup_hook`` target, patches OpenRLHF's experience
   code when it is imported: A = OpenRLHF's advantage + omega * A_proc on each action's tokens
-  (SPEC.md §5);
+  (docs/method.md §5);
 - ``python -m factutil_openrlhf.train_ppo_ray <OpenRLHF args>`` starts Ray with that hook and the
   ``FACTUTIL_*`` settings, then runs ``openrlhf.cli.train_ppo_ray``.
 

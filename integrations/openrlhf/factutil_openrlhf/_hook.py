@@ -80,7 +80,7 @@ def _apply(fullname: str, module: Any) -> None:
 
 
 def install(config: Any = None) -> None:
-    """Patch OpenRLHF's experience code for factutil process advantages (SPEC §5), now or on import.
+    """Patch OpenRLHF's experience code for factutil process advantages (docs/method.md §5), now or on import.
 
     The target of Ray's ``worker_process_setup_hook`` (``"factutil_openrlhf.install"``). Imports
     only the standard library. Registers a post-import hook on ``sys.meta_path`` and patches

@@ -4,7 +4,7 @@ OpenRLHF 0.11's ``MultiTurnAgentExecutor.execute`` builds one ``AgentInstance`` 
 alternates ``llm_engine.generate`` and ``AgentInstance.step`` and returns a response dict with
 ``action_ranges``; the runs of one prompt go through ``asyncio.gather``. The wrapper keeps that
 loop untouched and records, per episode (a ``contextvars`` value, so concurrent episodes never
-mix), each action's parsed form (:func:`factutil.parse.parse_action` on the action text, SPEC
+mix), each action's parsed form (:func:`factutil.parse.parse_action` on the action text, docs/method.md
 §1) and its ``[start, end)`` token span as measured on the engine call. The record goes into the
 response under ``"factutil"`` (see :data:`factutil_openrlhf.settings.PAYLOAD_KEY`):
 
@@ -77,7 +77,7 @@ class _Episode:
 
 
 def action_record(action: Any) -> dict[str, Any]:
-    """A parsed factutil action as a plain, picklable dict in the SPEC §8 item form.
+    """A parsed factutil action as a plain, picklable dict in the docs/method.md §8 item form.
 
     ``assert`` triples become ``[subject, relation, object]`` lists; None fields are left out.
     """
@@ -123,7 +123,7 @@ def make_executor(agent_instance_cls: type, *, reward: str = "final") -> type:
         agent_instance_cls: a subclass of ``openrlhf.utils.agent.AgentInstanceBase`` whose
             ``__init__`` takes no argument.
         reward: ``"final"`` (default): only the reward of the step that returns ``done=True``
-            (the outcome reward, SPEC §1) reaches OpenRLHF's ``rewards``; earlier step rewards
+            (the outcome reward, docs/method.md §1) reaches OpenRLHF's ``rewards``; earlier step rewards
             are zeroed (they are kept in the payload's ``step_rewards``) and an episode that never
             reaches ``done`` scores 0. ``"sum"``: OpenRLHF's own sum of step rewards.
 

@@ -1,7 +1,7 @@
 """The two OpenRLHF 0.11 patches: carry the payload, then add omega * A_proc on action tokens.
 
 Imported only when OpenRLHF's experience modules are (see :func:`factutil_openrlhf.install`).
-No method logic lives here (STYLE.md): rows are turned into factutil rollouts, one core call
+No method logic lives here (the adapters stay thin): rows are turned into factutil rollouts, one core call
 (:func:`factutil.compute_process_advantages`) scores them, and the core's span scatter
 (:func:`factutil.advantages.scatter_to_spans`) puts each action's value on its tokens.
 
@@ -279,7 +279,7 @@ def _payload_problem(payload: Any) -> str | None:
 
 
 def _rollout_dict(row: dict[str, Any], group: int) -> dict[str, Any]:
-    """One OpenRLHF sample as a factutil rollout (SPEC §8 line); uid = the GRPO group."""
+    """One OpenRLHF sample as a factutil rollout (docs/method.md §8 line); uid = the GRPO group."""
     prompt = row["prompt"]
     rollout = {
         "uid": str(group),
@@ -391,7 +391,7 @@ def patch_samples_generator(module: Any) -> None:
 
 
 def patch_experience_maker(module: Any) -> None:
-    """Wrap ``RemoteExperienceMaker.compute_advantages_and_returns`` of OpenRLHF 0.11 (SPEC §5).
+    """Wrap ``RemoteExperienceMaker.compute_advantages_and_returns`` of OpenRLHF 0.11 (docs/method.md §5).
 
     The payloads are popped from ``info`` first (so they never reach metrics or the actors),
     OpenRLHF's own method runs unchanged, then

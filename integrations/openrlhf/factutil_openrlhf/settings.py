@@ -1,4 +1,4 @@
-"""factutil settings from ``FACTUTIL_*`` environment variables (SPEC.md §1–§5 fields).
+"""factutil settings from ``FACTUTIL_*`` environment variables (docs/method.md §1–§5 fields).
 
 Ray worker processes get their settings only through the environment (the launcher and the
 ``ray job submit --runtime-env-json`` form both put them in ``runtime_env["env_vars"]``), so this
@@ -60,7 +60,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
     """Build and validate a :class:`factutil.FactUtilConfig` from ``FACTUTIL_*`` variables.
 
-    ``FACTUTIL_OMEGA=0.3`` sets ``omega``; every field of the config (SPEC §1–§5; ``factutil
+    ``FACTUTIL_OMEGA=0.3`` sets ``omega``; every field of the config (docs/method.md §1–§5; ``factutil
     schema --what config`` lists them) has its variable. Values are YAML scalars (see
     :func:`parse_env_value`). ``overrides`` (field=value) win over the environment.
 

@@ -21,7 +21,7 @@ def openrlhf():
     try:
         from factutil_openrlhf import install
 
-        install({"mode": "exact"})  # tests pass mode explicitly (SPEC §2 ablation baseline)
+        install({"mode": "exact"})  # tests pass mode explicitly (docs/method.md §2 ablation baseline)
         modules = SimpleNamespace(
             agent=importlib.import_module("openrlhf.utils.agent"),
             experience=importlib.import_module("openrlhf.trainer.ppo_utils.experience"),

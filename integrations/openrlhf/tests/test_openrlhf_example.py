@@ -53,7 +53,7 @@ def test_environment_runs_search_assert_answer(agent):
 def test_environment_outcome_rules(agent):
     env = agent["FactAgentEnv"](["Paris"], search_with([]), max_turns=2)
     result = asyncio.run(env.step('{"action": "answer", "answer": "Paris"}'))
-    assert result.done and result.reward == 0.0  # an answer from an empty store (SPEC §4)
+    assert result.done and result.reward == 0.0  # an answer from an empty store (docs/method.md §4)
     env = agent["FactAgentEnv"](["Paris"], search_with([]), max_turns=2)
 
     async def two_searches():

@@ -3,7 +3,7 @@
 - ``factagent`` agent loop (:class:`factutil_verl.agent_loop.FactAgentLoop`): one sample per action,
   prompts of question + fact store + latest observation, Search-R1 ``/retrieve`` for ``search``.
 - ``factutil`` trainer mode (:class:`factutil_verl.trainer.FactUtilTrainer`): verl's sync V1
-  trainer whose advantages are A = A_out + omega * A_proc (SPEC §5), GRPO fallback per group.
+  trainer whose advantages are A = A_out + omega * A_proc (docs/method.md §5), GRPO fallback per group.
 - ``factutil_verl.reward:compute_score``: answer F1 with the empty-store rule.
 
 Importing this package registers both with verl (the ``verl.plugins`` entry point does it

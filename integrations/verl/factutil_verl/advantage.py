@@ -1,4 +1,4 @@
-"""verl batch -> factutil groups -> per-token advantages (SPEC §5). The adapter's only logic.
+"""verl batch -> factutil groups -> per-token advantages (docs/method.md §5). The adapter's only logic.
 
 verl hands the trainer one row per *sample*. Two layouts are read:
 
@@ -75,7 +75,7 @@ def action_fields(action: Any) -> dict[str, Any]:
 
 
 def action_item(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The SPEC §8 input item of a stored action dict (the inverse of :func:`action_fields`).
+    """The docs/method.md §8 input item of a stored action dict (the inverse of :func:`action_fields`).
 
     An ``assert`` with an empty part becomes an invalid action through factutil's own input rules.
 
@@ -151,7 +151,7 @@ def _group_rollouts(
     infos: Sequence[Mapping[str, Any] | None],
     rewards: np.ndarray,
 ) -> tuple[list[dict[str, Any]], list[_Plan]]:
-    """The SPEC §8 rollouts of one group and where their values go; raises _Unscorable."""
+    """The docs/method.md §8 rollouts of one group and where their values go; raises _Unscorable."""
     by_trajectory: dict[str, list[int]] = {}
     for row in rows:
         info = infos[row]
@@ -250,7 +250,7 @@ def compute_factagent_advantages(
     clusterer: Clusterer | None = None,
     is_padding: Sequence[bool] | None = None,
 ) -> FactAgentAdvantages:
-    """FactAgent advantages for one verl batch (SPEC §5), GRPO fallback per group.
+    """FactAgent advantages for one verl batch (docs/method.md §5), GRPO fallback per group.
 
     Args:
         keys: B row keys (verl V1: ``{uid}_{session_id}_{index}``).

@@ -1,4 +1,4 @@
-"""The ``factagent`` agent loop: one verl sample per action (SPEC §1, action-level GRPO).
+"""The ``factagent`` agent loop: one verl sample per action (docs/method.md §1, action-level GRPO).
 
 For one question the loop takes up to ``max_turns`` actions. Each turn's prompt is the chat
 template over the question, the fact store and the latest search result (never the history:

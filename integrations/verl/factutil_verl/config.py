@@ -43,11 +43,11 @@ def _error_lines(error: ValidationError, prefix: str) -> str:
 
 
 def factutil_config_from_verl(algorithm: Mapping[str, Any] | Any) -> FactUtilConfig:
-    """Build the :class:`FactUtilConfig` of a verl run from its ``algorithm`` section (SPEC §1–§5).
+    """Build the :class:`FactUtilConfig` of a verl run from its ``algorithm`` section (docs/method.md §1–§5).
 
     ``algorithm.factutil`` holds any :class:`FactUtilConfig` field. When it does not set
     ``norm_by_std``, verl's ``algorithm.norm_adv_by_std_in_grpo`` is used, so the outcome part
-    matches verl's GRPO (SPEC §5).
+    matches verl's GRPO (docs/method.md §5).
 
     Args:
         algorithm: verl's ``config.algorithm`` (DictConfig or mapping); None or missing
@@ -77,7 +77,7 @@ def factutil_config_from_verl(algorithm: Mapping[str, Any] | Any) -> FactUtilCon
 class FactAgentLoopConfig(BaseModel):
     """Options of the ``factagent`` agent loop: keyword arguments of its agent-loop YAML entry.
 
-    ``max_turns`` None takes ``algorithm.factutil.max_turns`` (SPEC §1, default 8), so the loop
+    ``max_turns`` None takes ``algorithm.factutil.max_turns`` (docs/method.md §1, default 8), so the loop
     and the credit agree on the horizon.
     """
 

@@ -1,4 +1,4 @@
-"""The FactAgent prompt: question + fact store + latest observation, never the history (SPEC §1).
+"""The FactAgent prompt: question + fact store + latest observation, never the history (docs/method.md §1).
 
 Every turn's prompt is rebuilt from these three parts only, so its length does not grow with the
 number of turns (the paper's ~4x shorter prompts at turn 8). The messages go through the model's
@@ -28,7 +28,7 @@ NO_OBSERVATION = "(none yet)"
 
 
 def add_to_store(store: list[Triple], triples: Iterable[Triple], template: str) -> int:
-    """Append the triples whose normalised text (SPEC §2.1) is not in ``store`` yet.
+    """Append the triples whose normalised text (docs/method.md §2.1) is not in ``store`` yet.
 
     Args:
         store: the fact store, in insertion order; modified in place.

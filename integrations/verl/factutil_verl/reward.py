@@ -1,4 +1,4 @@
-"""The outcome reward for verl: ``compute_score`` (SPEC §1 outcome reward, §4 empty-store rule).
+"""The outcome reward for verl: ``compute_score`` (docs/method.md §1 outcome reward, §4 empty-store rule).
 
 Point verl at it with ``reward.custom_reward_function.path=pkg://factutil_verl.reward`` (the
 function name defaults to ``compute_score``). verl's reward manager scores the *last* row of a
@@ -64,7 +64,7 @@ def compute_score(
     fold_unicode: bool = False,
     **kwargs: Any,
 ) -> dict[str, float]:
-    """Answer F1 (SPEC §1) of the final action, zeroed for an answer from an empty store (SPEC §4).
+    """Answer F1 (docs/method.md §1) of the final action, zeroed for an answer from an empty store (docs/method.md §4).
 
     Args:
         data_source: verl's data source name (unused: every source is scored the same way).

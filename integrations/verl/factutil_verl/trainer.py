@@ -1,4 +1,4 @@
-"""The ``factutil`` trainer mode: verl's sync V1 trainer with FactAgent advantages (SPEC §5).
+"""The ``factutil`` trainer mode: verl's sync V1 trainer with FactAgent advantages (docs/method.md §5).
 
 Select it with ``trainer.v1.trainer_mode=factutil`` (and ``algorithm.adv_estimator=grpo``). It is
 :class:`verl.trainer.ppo.v1.PPOTrainerSync` with one override, :meth:`FactUtilTrainer._compute_advantage`:

@@ -1,4 +1,4 @@
-"""The adapter's advantages on real verl code paths (SPEC §5): equal to the core, GRPO at Ω=0."""
+"""The adapter's advantages on real verl code paths (docs/method.md §5): equal to the core, GRPO at Ω=0."""
 
 from __future__ import annotations
 
