@@ -16,47 +16,15 @@ histogram of both utility distributions.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sklearn.metrics import roc_auc_score
 
-from factutil import Triple, compute_process_advantages
+from factutil import compute_process_advantages
 from factutil.cli import load_config
-from factutil.cluster import triple_text
-
-
-def label_clusters(clusters, gold_by_uid, template):
-    """(utility, is_gold, uid) per cluster: gold when any member's normalised text is a gold triple's."""
-    gold_texts = {
-        uid: {triple_text(Triple.model_validate(t), template) for t in entry["gold"]}
-        for uid, entry in gold_by_uid.items()
-    }
-    labelled = []
-    for cluster in clusters:
-        texts = {triple_text(Triple.model_validate(m), template) for m in cluster.members}
-        labelled.append((cluster.utility, bool(texts & gold_texts.get(cluster.uid, set())), cluster.uid))
-    return labelled
-
-
-def within_group_auc(labelled):
-    """P(u_gold > u_distractor) + P(tie) / 2 over every (gold, distractor) pair of one question.
-
-    Pairs from all questions are counted together (a question with more pairs weighs more); a
-    question with no gold or no distractor cluster adds no pair. None when no pair exists.
-    """
-    by_uid: dict[str, tuple[list[float], list[float]]] = {}
-    for utility, is_gold, uid in labelled:
-        by_uid.setdefault(uid, ([], []))[0 if is_gold else 1].append(utility)
-    wins = pairs = 0.0
-    for gold, distractor in by_uid.values():
-        for g in gold:
-            wins += sum(1.0 if g > d else 0.5 if g == d else 0.0 for d in distractor)
-        pairs += len(gold) * len(distractor)
-    return wins / pairs if pairs else None
+from factutil.report import evidence_auc, gold_labels, load_gold, within_group_auc
 
 
 def save_plot(results, path):
@@ -99,7 +67,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="save utility histograms (PNG) here")
     args = parser.parse_args()
     gold_path = args.gold or args.rollouts.with_name("2wiki_gold.json")
-    gold_by_uid = json.loads(gold_path.read_text(encoding="utf-8"))
+    gold_by_uid = load_gold(gold_path)
 
     table = Table(title="credit check: cluster utility, gold evidence vs distractors", header_style="bold")
     columns = ("mode", "prior", "clusters", "count", "mean utility", "median", "share u > 0",
@@ -111,11 +79,12 @@ def main() -> None:
         for prior in args.priors.split(","):
             config = load_config(args.config, [*args.sets, f"mode={mode}", f"prior={prior}"])
             result = compute_process_advantages(args.rollouts, config)
-            labelled = label_clusters(result.clusters, gold_by_uid, config.triple_template)
-            gold = [u for u, is_gold, _ in labelled if is_gold]
-            distractor = [u for u, is_gold, _ in labelled if not is_gold]
-            auc = roc_auc_score([is_gold for _, is_gold, _ in labelled], [u for u, _, _ in labelled])
-            within = within_group_auc(labelled)
+            labels = gold_labels(result.clusters, gold_by_uid, config.triple_template)
+            utilities = [cluster.utility for cluster in result.clusters]
+            gold = [u for u, label in zip(utilities, labels) if label is True]
+            distractor = [u for u, label in zip(utilities, labels) if label is False]
+            auc = evidence_auc(labels, utilities)
+            within = within_group_auc(labels, utilities, [c.uid for c in result.clusters])
             results[f"{mode}, prior={prior}"] = (gold, distractor, auc)
             for name, values in (("gold evidence", gold), ("distractor", distractor)):
                 first = name == "gold evidence"

@@ -2,11 +2,14 @@
 
     factutil score IN.jsonl -o OUT.jsonl [--config FILE] [--set key=value ...]
     factutil clusters IN.jsonl [--format table|json] [--config FILE] [--set key=value ...]
+    factutil report IN.jsonl -o REPORT.html [--gold FILE] [--uid UID ...] [--max-groups N]
+        [--config FILE] [--set key=value ...]
     factutil schema [--what input|config]
     factutil serve [--corpus FILE] [--host 127.0.0.1] [--port 8000] [--topk 3]
 
 Bad input or configuration: exit status 2 and one line per problem, ``FILE:LINE: field: what is
-wrong`` (``config: field: ...`` for the configuration), never a traceback.
+wrong`` (``config: field: ...`` for the configuration), never a traceback. On a terminal, long
+work (reading, scoring, writing) shows a progress bar on stderr; piped, nothing is drawn.
 """
 
 from __future__ import annotations
@@ -19,10 +22,27 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from factutil.api import ProcessAdvantages, compute_process_advantages
 from factutil.io import InputError, error_messages, json_line, read_groups, write_jsonl
+from factutil.report import (
+    DEFAULT_MAX_GROUPS,
+    GoldError,
+    ReportInputs,
+    load_gold,
+    select_groups,
+    write_report,
+)
+from factutil.report.plots import matplotlib_missing
 from factutil.schema import FactUtilConfig, input_json_schema
 
 app = typer.Typer(
@@ -97,19 +117,36 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> Fact
         raise ConfigError("\n".join(lines)) from None
 
 
-def _score(path: Path, config_path: Path | None, sets: list[str] | None) -> ProcessAdvantages:
+def progress_bar() -> Progress:
+    """A progress display on stderr, drawn only when stderr is a terminal (never into a pipe
+    or a file) and erased when done."""
+    return Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+        TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
+    )
+
+
+def _score(
+    path: Path, config_path: Path | None, sets: list[str] | None, progress: Progress | None = None
+) -> ProcessAdvantages:
     """Load config and input, compute; exit 2 with one line per problem on bad input."""
+    progress = progress or progress_bar()
     try:
         config = load_config(config_path, sets)
+        task = progress.add_task(f"reading {path.name}", total=None)
         groups = read_groups(path)
+        progress.update(task, total=1, completed=1)
     except (ConfigError, InputError) as error:
         errors.print(str(error), markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except OSError as error:
         errors.print(f"{path}: cannot read: {error.strerror or error}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    task = progress.add_task(f"scoring {len(groups)} groups", total=None)
     try:
-        return compute_process_advantages(groups, config)
+        result = compute_process_advantages(groups, config)
+        progress.update(task, total=1, completed=1)
+        return result
     except FloatingPointError as error:  # an advantage beyond float32: config or rewards too big
         errors.print(f"{path}: {error}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
@@ -163,17 +200,30 @@ def score(
     A missing output folder is created, and the command says so; the file gets the usual mode
     of a new file (0666 less the umask).
     """
-    result = _score(input, config, set_)
-    try:
-        if not output.parent.exists():
-            output.parent.mkdir(parents=True)
-            console.print(f"created folder {output.parent}", markup=False, highlight=False)
-        write_jsonl(output, (record.to_dict() for record in result.actions))
-    except OSError as error:
-        errors.print(f"{output}: cannot write: {error.strerror or error}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+    with progress_bar() as progress:
+        result = _score(input, config, set_, progress)
+        task = progress.add_task(f"writing {output.name}", total=len(result.advantages))
+        try:
+            if not output.parent.exists():
+                output.parent.mkdir(parents=True)
+                console.print(f"created folder {output.parent}", markup=False, highlight=False)
+            write_jsonl(output, _advancing(progress, task, (r.to_dict() for r in result.actions)))
+        except OSError as error:
+            errors.print(f"{output}: cannot write: {error.strerror or error}", markup=False)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
     console.print(summary_table(result))
     console.print(f"wrote {len(result.actions)} action lines to {output}")
+
+
+def _advancing(progress: Progress, task: Any, rows: Any) -> Any:
+    """Yield ``rows``, advancing ``task`` every 1,000 (a refresh per row would cost more than
+    the row)."""
+    count = 0
+    for count, row in enumerate(rows, start=1):
+        yield row
+        if count % 1000 == 0:
+            progress.update(task, completed=count)
+    progress.update(task, completed=count)
 
 
 @app.command()
@@ -187,7 +237,8 @@ def clusters(
     if format not in ("table", "json"):
         errors.print(f"--format: expected 'table' or 'json', got {format!r}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT)
-    result = _score(input, config, set_)
+    with progress_bar() as progress:
+        result = _score(input, config, set_, progress)
     if format == "json":
         typer.echo(json_line([record.to_dict() for record in result.clusters]))
         return
@@ -201,6 +252,55 @@ def clusters(
             f"{record.mean:.3f}", f"{record.utility:+.3f}",
         )
     console.print(table)
+
+
+@app.command()
+def report(
+    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")],
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    uid: Annotated[
+        list[str] | None, typer.Option("--uid", help="Show only this question (repeatable).")
+    ] = None,
+    max_groups: Annotated[
+        int,
+        typer.Option(min=0, help="Questions shown in full, widest utility spread first; 0: all."),
+    ] = DEFAULT_MAX_GROUPS,
+    gold: Annotated[
+        Path | None,
+        typer.Option(help="Gold evidence per uid (JSON: uid -> triples, or -> {gold: triples}): "
+                          "marks gold clusters, adds gold vs distractor utilities and their AUC."),
+    ] = None,
+) -> None:
+    """Write a self-contained HTML credit report: summary, plots, and every question's clusters
+    and rollouts with their credit (opens from disk; no script, no network)."""
+    try:
+        gold_triples = load_gold(gold) if gold is not None else None
+    except GoldError as error:
+        errors.print(f"--gold: {error}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    missing = matplotlib_missing()
+    if missing:
+        errors.print(missing, markup=False)
+    with progress_bar() as progress:
+        result = _score(input, config, set_, progress)
+        inputs = ReportInputs(source=str(input), gold=gold_triples, max_groups=max_groups, uids=uid)
+        try:
+            shown = len(select_groups(result, max_groups, uid))
+            task = progress.add_task(f"writing {output.name}", total=shown)
+            write_report(result, output, inputs, progress=lambda n: progress.advance(task, n))
+        except ValueError as error:  # an unknown --uid
+            errors.print(f"--uid: {error}", markup=False)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except OSError as error:
+            errors.print(f"{output}: cannot write: {error.strerror or error}", markup=False)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+    size = output.stat().st_size
+    console.print(
+        f"wrote {output} ({size / 1e6:.2f} MB): {shown} of {len(result.groups)} questions in full",
+        markup=False, highlight=False, soft_wrap=True,
+    )
 
 
 @app.command()

@@ -231,10 +231,23 @@ def json_line(row: Any) -> str:
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> None:
-    """Write rows as JSONL atomically: a temporary file in the same folder, then a rename.
+    """Write rows as JSONL atomically (see :func:`write_atomic`).
+
+    Raises:
+        OSError: the folder does not exist (it is never created here) or cannot be written.
+    """
+    write_atomic(path, (json_line(row) + "\n" for row in rows))
+
+
+def write_atomic(path: str | os.PathLike, chunks: Iterable[str]) -> None:
+    """Write text (UTF-8) atomically: a temporary file in the same folder, then a rename.
 
     A crash or an error while writing never leaves a partial output file. The file gets the mode
     any new file gets (0666 less the umask, e.g. 0644), not a temporary file's 0600.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        chunks: the text, in pieces written in order.
 
     Raises:
         OSError: the folder does not exist (it is never created here) or cannot be written.
@@ -251,9 +264,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> None
                 raise
     try:
         with open(descriptor, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json_line(row))
-                handle.write("\n")
+            handle.writelines(chunks)
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)

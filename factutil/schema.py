@@ -537,6 +537,11 @@ class FactUtilConfig(BaseModel):
         description="Pause Python's cyclic garbage collector during a step (it re-enables after): "
         "the step builds many short-lived objects and collections in the middle of it are wasted.",
     )
+    report_every: int = Field(
+        0, ge=0,
+        description="Trainers: write the HTML credit report of every N-th step's batch into the "
+        "run's output folder (factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
+    )
     # QA metrics
     fold_unicode: bool = Field(
         False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."

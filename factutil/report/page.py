@@ -1,0 +1,479 @@
+"""A :class:`~factutil.api.ProcessAdvantages` as one self-contained HTML page.
+
+The page only displays what the core computed (docs/method.md §1–§5): cluster records, action records,
+rollout records, the potential column and the metrics; it recomputes none of the method's
+numbers. Plots are inline SVG, styles inline, no script and no link leaves the file (a
+Content-Security-Policy forbids any load), so it opens from disk anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from factutil.api import ClusterRecord, ProcessAdvantages
+from factutil.io import write_atomic
+from factutil.report import plots
+from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
+from factutil.schema import FactUtilConfig
+
+DEFAULT_MAX_GROUPS = 50
+"""Questions shown in full by default (the widest utility spread first); the summary and plots
+always cover every group. About 20 KB of HTML per question of 6 rollouts."""
+
+KINDS = ("search", "assert", "answer", "invalid")
+OBSERVATION_CHARS = 120
+RAW_CHARS = 160
+MEMBERS_SHOWN = 6
+
+
+def select_groups(
+    result: ProcessAdvantages, max_groups: int | None = DEFAULT_MAX_GROUPS,
+    uids: Sequence[str] | None = None,
+) -> list[int]:
+    """Indices into ``result.groups`` of the questions to show, widest utility spread first.
+
+    The spread of a group is the largest minus the smallest utility of its clusters (0 with
+    fewer than two); ties keep input order.
+
+    Args:
+        result: a scored batch.
+        max_groups: most groups to return; None or 0 for all.
+        uids: only these uids (before ``max_groups`` applies).
+
+    Raises:
+        ValueError: a uid of ``uids`` is not a group of ``result`` (the message names it).
+    """
+    if max_groups is not None and max_groups < 0:
+        raise ValueError(f"max_groups must be >= 0, got {max_groups}")
+    position = {group.uid: g for g, group in enumerate(result.groups)}
+    if uids:
+        missing = [uid for uid in uids if uid not in position]
+        if missing:
+            raise ValueError(
+                f"uid {missing[0]!r} is not in the input ({len(position)} groups, e.g. "
+                f"{', '.join(repr(uid) for uid in list(position)[:3])})"
+            )
+        chosen = sorted({position[uid] for uid in uids})
+    else:
+        chosen = list(range(len(position)))
+    spread = _spreads(result)
+    chosen.sort(key=lambda g: -spread[g])
+    return chosen[:max_groups] if max_groups else chosen
+
+
+def _spreads(result: ProcessAdvantages) -> list[float]:
+    utilities: dict[str, list[float]] = {}
+    for cluster in result.clusters:
+        utilities.setdefault(cluster.uid, []).append(cluster.utility)
+    return [
+        max(values) - min(values) if len(values := utilities.get(group.uid, [])) > 1 else 0.0
+        for group in result.groups
+    ]
+
+
+@dataclass
+class Number:
+    """One number of the page: its value and how it reads (sign class, text)."""
+
+    value: float
+    digits: int = 3
+    signed: bool = True
+
+    @property
+    def text(self) -> str:
+        if self.value == 0:
+            return "0"
+        return f"{self.value:+.{self.digits}f}" if self.signed else f"{self.value:.{self.digits}f}"
+
+    @property
+    def sign(self) -> str:
+        """CSS class: ``p`` (positive), ``n`` (negative), ``z`` (zero), ``u`` (unsigned)."""
+        if not self.signed:
+            return "u"
+        if self.value == 0:
+            return "z"
+        return "p" if self.value > 0 else "n"
+
+    @property
+    def exact(self) -> str:
+        """The value to 7 significant digits (the cell's tooltip)."""
+        return f"{self.value:.7g}"
+
+
+@dataclass
+class ReportInputs:
+    """What a page shows besides the result: where it came from and optional gold evidence."""
+
+    title: str = "factutil credit report"
+    source: str | None = None
+    gold: Mapping[str, Sequence[Sequence[str]]] | None = None
+    max_groups: int | None = DEFAULT_MAX_GROUPS
+    uids: Sequence[str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def report_context(
+    result: ProcessAdvantages, inputs: ReportInputs | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Everything the template shows, as plain values (see ``templates/report.html.j2``).
+
+    Args:
+        result: the scored batch.
+        inputs: title, source name, gold evidence, which groups to show.
+        progress: called with 1 after each group is laid out (for a progress bar).
+
+    Raises:
+        ValueError: an unknown uid in ``inputs.uids`` or a negative ``max_groups``.
+    """
+    inputs = inputs or ReportInputs()
+    config = result.config
+    clusters = result.clusters
+    labels = gold_labels(clusters, inputs.gold, config.triple_template) if inputs.gold else None
+    by_uid: dict[str, list[tuple[ClusterRecord, bool | None]]] = {}
+    for k, cluster in enumerate(clusters):
+        by_uid.setdefault(cluster.uid, []).append((cluster, labels[k] if labels else None))
+    utilities = [cluster.utility for cluster in clusters]
+    scale = max([abs(u) for u in utilities] + [1e-9])
+    shown = select_groups(result, inputs.max_groups, inputs.uids)
+
+    actions = result.actions
+    rollouts = result.rollouts
+    potential = result.action_columns["potential"].tolist()
+    offsets = result.action_offsets.tolist()
+    first_row = []
+    row = 0
+    for group in result.groups:
+        first_row.append(row)
+        row += len(group.rollouts)
+
+    groups = []
+    for g in shown:
+        groups.append(_group_view(
+            result.groups[g], first_row[g], by_uid.get(result.groups[g].uid, []), actions,
+            rollouts, potential, offsets, scale, labels is not None,
+        ))
+        if progress is not None:
+            progress(1)
+
+    notes = list(inputs.notes)
+    missing = plots.matplotlib_missing()
+    if missing:
+        notes.append(missing)
+        figures = {}
+    else:
+        figures = _figures(result, labels, potential, offsets)
+    return {
+        "title": inputs.title,
+        "source": inputs.source,
+        "summary": _summary(result),
+        "kinds": _kind_table(result),
+        "invalid_reasons": _invalid_reasons(result),
+        "times": [
+            (name[5:-2], Number(value, 4, signed=False))
+            for name, value in result.metrics.items()
+            if name.startswith("time_") and name.endswith("_s")
+        ],
+        "config": _config_rows(config),
+        "warnings": result.warnings[:10],
+        "warnings_left": max(0, len(result.warnings) - 10),
+        "skipped": sorted(result.skipped.items()),
+        "gold": _gold_summary(clusters, labels) if labels is not None else None,
+        "figures": figures,
+        "notes": notes,
+        "groups": groups,
+        "groups_total": len(result.groups),
+        "selection": _selection_note(len(shown), len(result.groups), inputs),
+        "scale": scale,
+    }
+
+
+def _summary(result: ProcessAdvantages) -> list[tuple[str, str]]:
+    m = result.metrics
+    return [
+        ("questions (groups)", f"{m['groups']:.0f}"),
+        ("rollouts", f"{m['rollouts']:.0f}"),
+        ("actions",
+         f"{m['actions']:.0f} ({m['actions_invalid']:.0f} invalid, {m['actions_ignored']:.0f} ignored)"),
+        ("mean EM / F1", f"{m['em_mean']:.3f} / {m['f1_mean']:.3f}"),
+        ("mean outcome reward R", f"{m['outcome_reward_mean']:.3f}"),
+        ("fact clusters", f"{m['clusters']:.0f} ({m['clusters_per_group']:.1f} per question)"),
+        ("cluster utility min / mean / max",
+         f"{m['utility_min']:+.3f} / {m['utility_mean']:+.3f} / {m['utility_max']:+.3f}"),
+        ("actions with non-zero shaping", f"{100 * m['shaping_nonzero_share']:.1f}%"),
+        ("repeated searches", f"{m['searches_repeated']:.0f}"),
+        ("answers from an empty store", f"{m['answers_empty_store']:.0f}"),
+        ("rollouts with no answer", f"{m['rollouts_unanswered']:.0f}"),
+    ]
+
+
+def _kind_table(result: ProcessAdvantages) -> list[dict[str, Any]]:
+    counts: Counter[str] = Counter()
+    ignored = 0
+    for record in result.actions:
+        if record.ignored:
+            ignored += 1
+        else:
+            counts[record.action] += 1
+    total = sum(counts.values()) + ignored
+    rows = [
+        {"kind": kind, "count": counts[kind],
+         "share": f"{100 * counts[kind] / total:.1f}%" if total else "–"}
+        for kind in KINDS
+    ]
+    if ignored:
+        rows.append({"kind": "ignored (after the answer or max_turns)", "count": ignored,
+                     "share": f"{100 * ignored / total:.1f}%"})
+    return rows
+
+
+def _invalid_reasons(result: ProcessAdvantages) -> list[tuple[str, int, str]]:
+    reasons: Counter[str] = Counter()
+    for group in result.groups:
+        for rollout in group.rollouts:
+            for action in rollout["actions"]:
+                if action["action"] == "invalid":
+                    reasons[str(action.get("reason") or "unknown")] += 1
+    total = sum(reasons.values())
+    return [
+        (reason, count, f"{100 * count / total:.0f}%")
+        for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
+def _config_rows(config: FactUtilConfig) -> list[tuple[str, str, bool]]:
+    """(field, value, differs from the default) for every config field."""
+    defaults = FactUtilConfig()
+    rows = []
+    for name in type(config).model_fields:
+        value = getattr(config, name)
+        shown = ", ".join(value) if isinstance(value, tuple) else str(value)
+        rows.append((name, shown, value != getattr(defaults, name)))
+    return rows
+
+
+def _gold_summary(clusters: list[ClusterRecord], labels: list[bool | None]) -> dict[str, Any]:
+    utilities = [cluster.utility for cluster in clusters]
+    rows = []
+    for name, flag in (("gold evidence", True), ("distractor", False)):
+        values = [u for u, label in zip(utilities, labels) if label is flag]
+        rows.append({
+            "name": name,
+            "count": len(values),
+            "mean": Number(math.fsum(values) / len(values)) if values else None,
+            "positive": f"{100 * sum(u > 0 for u in values) / len(values):.0f}%" if values else "–",
+        })
+    auc = evidence_auc(labels, utilities)
+    within = within_group_auc(labels, utilities, [cluster.uid for cluster in clusters])
+    return {
+        "rows": rows,
+        "auc": None if auc is None else f"{auc:.3f}",
+        "within": None if within is None else f"{within:.3f}",
+    }
+
+
+def _selection_note(shown: int, total: int, inputs: ReportInputs) -> str:
+    if inputs.uids:
+        return f"{shown} question(s) chosen by uid, of {total}."
+    if shown < total:
+        return (f"The {shown} questions of {total} with the widest utility spread (largest minus "
+                f"smallest cluster utility) are shown in full; the summary and plots cover all.")
+    return f"All {total} questions, widest utility spread first."
+
+
+def _figures(
+    result: ProcessAdvantages, labels: list[bool | None] | None,
+    potential: list[float], offsets: list[int],
+) -> dict[str, str]:
+    utilities = [cluster.utility for cluster in result.clusters]
+    auc = evidence_auc(labels, utilities) if labels is not None else None
+    columns = result.action_columns
+    process = columns["process_advantage"].tolist()
+    total = columns["advantage"].tolist()
+    by_kind: dict[str, dict[str, list[float]]] = {
+        "process advantage A_proc": {kind: [] for kind in KINDS},
+        "advantage A = A_out + Ω·A_proc": {kind: [] for kind in KINDS},
+    }
+    for k, record in enumerate(result.actions):
+        if not record.ignored:
+            by_kind["process advantage A_proc"][record.action].append(process[k])
+            by_kind["advantage A = A_out + Ω·A_proc"][record.action].append(total[k])
+    curves = []
+    succeeded = []
+    for i, rollout in enumerate(result.rollouts):
+        curves.append(potential[offsets[i] : offsets[i] + rollout.actions])
+        succeeded.append(rollout.success >= 0.5)
+    return {
+        "utility": plots.utility_histogram(utilities, labels, auc),
+        "advantage": plots.advantage_by_kind(by_kind),
+        "potential": plots.potential_lines(curves, succeeded),
+    }
+
+
+def _group_view(
+    group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
+    actions: list[Any], rollouts: list[Any], potential: list[float], offsets: list[int],
+    scale: float, gold_known: bool,
+) -> dict[str, Any]:
+    utility_of = {cluster.cluster_id: cluster.utility for cluster, _ in clusters}
+    gold_of = {cluster.cluster_id: label for cluster, label in clusters}
+    ordered = sorted(clusters, key=lambda item: (-item[0].utility, item[0].cluster_id))
+    cluster_rows = []
+    for cluster, label in ordered:
+        cluster_rows.append({
+            "id": cluster.cluster_id,
+            "members": [" | ".join(member) for member in cluster.members[:MEMBERS_SHOWN]],
+            "members_left": max(0, len(cluster.members) - MEMBERS_SHOWN),
+            "n": cluster.n,
+            "s": Number(cluster.s, signed=False),
+            "mean": Number(cluster.mean, signed=False),
+            "utility": Number(cluster.utility),
+            "bar": min(50.0, 50.0 * abs(cluster.utility) / scale),
+            "gold": label,
+        })
+    rollout_views = []
+    for j, source in enumerate(group.rollouts):
+        i = first_row + j
+        record = rollouts[i]
+        rows = []
+        for t, action in enumerate(source["actions"]):
+            k = offsets[i] + t
+            credit = actions[k]
+            rows.append({
+                "step": t,
+                "kind": credit.action,
+                "ignored": credit.ignored,
+                **_action_text(action),
+                "new": [
+                    {"id": c, "utility": Number(utility_of.get(c, 0.0)), "gold": gold_of.get(c)}
+                    for c in credit.new_clusters
+                ],
+                "shaping": Number(credit.shaping),
+                "back_credit": Number(credit.back_credit),
+                "penalty": Number(credit.penalty),
+                "potential": Number(potential[k]),
+                "process_advantage": Number(credit.process_advantage),
+                "advantage": Number(credit.advantage),
+            })
+        rollout_views.append({
+            "id": record.rollout_id,
+            "answer": record.answer,
+            "answered": record.answered,
+            "em": Number(record.em, 2, signed=False),
+            "f1": Number(record.f1, 2, signed=False),
+            "reward": Number(record.outcome_reward, signed=False),
+            "success": record.success,
+            "outcome_advantage": Number(record.outcome_advantage),
+            "empty_store_answer": record.empty_store_answer,
+            "ignored": record.ignored_actions,
+            "actions": rows,
+        })
+    successes = [rollouts[first_row + j].success for j in range(len(group.rollouts))]
+    return {
+        "uid": group.uid,
+        "anchor": "q-" + "".join(c if c.isalnum() else "-" for c in group.uid),
+        "question": group.question,
+        "golden_answers": group.golden_answers,
+        "successes": sum(y >= 0.5 for y in successes),
+        "rollout_count": len(successes),
+        "spread": Number(
+            (ordered[0][0].utility - ordered[-1][0].utility) if len(ordered) > 1 else 0.0,
+            signed=False,
+        ),
+        "clusters": cluster_rows,
+        "gold_known": gold_known,
+        "rollouts": rollout_views,
+    }
+
+
+def _action_text(action: Mapping[str, Any]) -> dict[str, Any]:
+    kind = action["action"]
+    if kind == "search":
+        observation = action.get("observation") or ""
+        short = observation[:OBSERVATION_CHARS] + ("…" if len(observation) > OBSERVATION_CHARS else "")
+        return {"query": action["query"], "observation": short}
+    if kind == "assert":
+        return {"triples": [list(triple) for triple in action["triples"]]}
+    if kind == "answer":
+        return {"answer": action["answer"]}
+    raw = str(action.get("raw") or "")
+    return {
+        "reason": str(action.get("reason") or ""),
+        "raw": raw[:RAW_CHARS] + ("…" if len(raw) > RAW_CHARS else ""),
+    }
+
+
+def _environment():
+    import jinja2
+
+    environment = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_template_source),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    return environment
+
+
+def _template_source(name: str) -> str:
+    return resources.files("factutil.report").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def render(context: Mapping[str, Any]) -> str:
+    """The page's HTML for a :func:`report_context` (jinja2, autoescaped)."""
+    from factutil import __version__
+
+    environment = _environment()
+    css = _template_source("report.css")
+    return environment.get_template("report.html.j2").render(
+        **context, css=css, version=__version__
+    )
+
+
+def build_report(
+    result: ProcessAdvantages, inputs: ReportInputs | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> str:
+    """The whole self-contained HTML page of a scored batch.
+
+    Args:
+        result: from :func:`factutil.compute_process_advantages`.
+        inputs: title, source, gold evidence, which questions to show (:class:`ReportInputs`).
+        progress: called with 1 after each question is laid out.
+
+    Returns:
+        the HTML text (UTF-8 when written).
+
+    Raises:
+        ValueError: an unknown uid or a negative ``max_groups`` in ``inputs``.
+        ImportError: jinja2 is missing (a dependency of factutil).
+    """
+    return render(report_context(result, inputs, progress))
+
+
+def write_report(
+    result: ProcessAdvantages, path: str | os.PathLike, inputs: ReportInputs | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Write :func:`build_report`'s page to ``path`` atomically (temporary file, then rename).
+
+    Returns:
+        the path written. Parent folders are created.
+
+    Raises:
+        OSError: the file cannot be written; ValueError: see :func:`build_report`.
+    """
+    text = build_report(result, inputs, progress)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, [text])
+    return target
+

@@ -1,0 +1,179 @@
+"""The report's plots as inline SVG text (matplotlib, optional: ``pip install 'factutil[report]'``).
+
+Figures are built with matplotlib's object API (no pyplot, no global figure registry), so a
+trainer may render them in a background thread. Output is deterministic: fixed hash salt, no
+date, text kept as text (smaller than glyph outlines and searchable in the page).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Mapping, Sequence
+
+INSTALL_HINT = "pip install 'factutil[report]'"
+"""How to get the plots when matplotlib is missing."""
+
+POSITIVE, NEGATIVE, GOLD, DISTRACTOR, NEUTRAL = "#1a7f37", "#c62828", "#b8860b", "#5b6b7f", "#3b6fb6"
+
+_RC = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "factutil-report",
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],  # bundled with matplotlib; browsers fall back to theirs
+    "font.size": 9,
+    "legend.fontsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+}
+
+
+def matplotlib_missing() -> str | None:
+    """None when matplotlib can be imported, else a one-line note saying how to install it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f"plots left out: matplotlib is not installed ({INSTALL_HINT})"
+    return None
+
+
+WIDTH, HEIGHT = 4.8, 3.6
+"""Inches of each plot: three side by side fill the page's width with legible text."""
+
+
+def _figure(rows: int = 1):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(WIDTH, HEIGHT), layout="constrained")
+    axes = figure.subplots(rows, 1, squeeze=False)[:, 0]
+    return figure, axes
+
+
+def _svg(figure, name: str) -> str:
+    """The figure as an ``<svg>`` element (no XML prolog), scaled by the page's CSS; its ids
+    start with ``name`` so several plots can share one page."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context(_RC):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    text = buffer.getvalue()
+    text = text[text.index("<svg") :]
+    # The page sizes the plot (max-width: 100%); keep the aspect from the viewBox.
+    text = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r"<svg\1", text, count=1)
+    # Smaller, same picture: no metadata, no indentation, coordinates to 0.1 pt.
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
+    text = re.sub(r">\s+<", "><", text)
+    text = re.sub(r'(id="|href="#|url\(#)', rf"\g<1>{name}-", text)
+    return re.sub(r' (?:d|x|y|transform)="[^"]*"', _short_coordinates, text)
+
+
+def _short_coordinates(match: re.Match) -> str:
+    attribute = re.sub(r"\s+", " ", match.group(0).replace(' \n"', '"'))
+    return re.sub(r"(-?\d+\.\d)\d+", r"\1", attribute)
+
+
+def utility_histogram(
+    utilities: Sequence[float], labels: Sequence[bool | None] | None = None,
+    auc: float | None = None,
+) -> str:
+    """Histogram of cluster utilities u_c; gold and distractor clusters apart when labels are known.
+
+    Args:
+        utilities: one u_c per cluster.
+        labels: per cluster True (gold evidence) / False (distractor) / None (unknown), or None.
+        auc: the gold-vs-distractor AUC to print in the title.
+
+    Returns:
+        an ``<svg>`` element as text.
+    """
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        figure, (axis,) = _figure()
+        values = list(utilities)
+        low = min([*values, -0.1])
+        high = max([*values, 0.1])
+        bins = [low + (high - low) * k / 30 for k in range(31)]
+        known = labels is not None and any(label is not None for label in labels)
+        if known:
+            gold = [u for u, label in zip(values, labels) if label is True]
+            other = [u for u, label in zip(values, labels) if label is False]
+            # Densities: the two kinds differ in number (few gold facts, many distractors).
+            axis.hist(other, bins=bins, density=True, color=DISTRACTOR, alpha=0.55,
+                      label=f"distractor ({len(other)})")
+            axis.hist(gold, bins=bins, density=True, color=GOLD, alpha=0.7,
+                      label=f"gold evidence ({len(gold)})")
+            axis.legend(frameon=False, fontsize=8, title="clusters", title_fontsize=8)
+            title = "Cluster utility: gold evidence vs distractors"
+            if auc is not None:
+                title += f"\nAUC {auc:.3f}"
+            axis.set_ylabel("density")
+        else:
+            axis.hist(values, bins=bins, color=NEUTRAL, alpha=0.8)
+            title = f"Cluster utility u_c ({len(values)} clusters)"
+            axis.set_ylabel("clusters")
+        axis.axvline(0.0, color="black", linewidth=0.8)
+        axis.set_title(title)
+        axis.set_xlabel("utility u_c = m_c − p̄  (> 0: came with success)")
+        return _svg(figure, "utility")
+
+
+def advantage_by_kind(values: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
+    """Box plots of advantages per action kind, one panel per quantity (stacked).
+
+    Args:
+        values: panel title -> action kind -> the values of that kind's actions
+            (e.g. ``{"process advantage A_proc": {"search": [...], ...}, ...}``).
+
+    Returns:
+        an ``<svg>`` element as text.
+    """
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        figure, axes = _figure(rows=len(values))
+        for axis, (title, by_kind) in zip(axes, values.items()):
+            kinds = [kind for kind, v in by_kind.items() if len(v)][::-1]  # first kind on top
+            data = [list(by_kind[kind]) for kind in kinds]
+            if data:
+                axis.boxplot(
+                    data, tick_labels=[f"{kind} ({len(v)})" for kind, v in zip(kinds, data)],
+                    orientation="horizontal", widths=0.6,
+                    flierprops={"markersize": 2, "alpha": 0.4}, medianprops={"color": "black"},
+                )
+            axis.axvline(0.0, color="black", linewidth=0.6, alpha=0.6)
+            axis.set_title(title)
+        return _svg(figure, "advantage")
+
+
+def potential_lines(curves: Sequence[Sequence[float]], succeeded: Sequence[bool]) -> str:
+    """Phi of each rollout's store over its steps, one line per rollout, coloured by outcome.
+
+    Args:
+        curves: per rollout, Phi after each of its actions (the line starts at Phi(empty) = 0).
+        succeeded: per rollout, whether it succeeded (y >= 0.5).
+
+    Returns:
+        an ``<svg>`` element as text.
+    """
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        figure, (axis,) = _figure()
+        for flag in (False, True):  # successes drawn on top
+            for curve, ok in zip(curves, succeeded):
+                if ok is flag:
+                    axis.plot(range(len(curve) + 1), [0.0, *curve], drawstyle="steps-post",
+                              color=POSITIVE if ok else NEGATIVE, alpha=0.3, linewidth=1.0)
+        axis.plot([], [], color=POSITIVE, label=f"succeeded ({sum(map(bool, succeeded))})")
+        axis.plot([], [], color=NEGATIVE, label=f"failed ({len(succeeded) - sum(map(bool, succeeded))})")
+        axis.axhline(0.0, color="black", linewidth=0.6)
+        axis.set_ylim(-1.0, 1.0)
+        axis.set_xlabel("actions taken")
+        axis.set_ylabel("potential Φ of the store")
+        axis.set_title("Potential Φ = tanh(Σ u_c) over each rollout")
+        axis.legend(frameon=False, fontsize=8, loc="lower left")
+        return _svg(figure, "potential")

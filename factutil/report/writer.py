@@ -1,0 +1,125 @@
+"""Reports from a running trainer: every N steps, in a background thread, never failing the step.
+
+Both trainer adapters (verl, OpenRLHF) hold one :class:`ReportWriter` and call
+:meth:`ReportWriter.submit` with each step's result; the adapter adds no logic of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from factutil.api import ProcessAdvantages
+from factutil.report.page import DEFAULT_MAX_GROUPS, ReportInputs, write_report
+
+logger = logging.getLogger("factutil")
+
+FOLDER = "factutil_reports"
+"""Sub-folder of a run's output folder that holds its reports (``step_000010.html``, ...)."""
+
+
+class ReportWriter:
+    """Write the HTML credit report of every ``every``-th training step, off the critical path.
+
+    :meth:`submit` returns at once: the page is built and written (atomically) by a background
+    thread. A report still being written when the next one is due makes that step's report be
+    skipped, so reports never queue up behind a slow disk. No error of the report ever reaches
+    the trainer: the first failure is logged with its traceback, later ones are only counted.
+
+    Args:
+        folder: where the reports go (created on first write), e.g. ``<run output>/factutil_reports``.
+        every: write at steps ``every``, ``2 * every``, ...; 0 never writes.
+        max_groups: questions shown in full per report (widest utility spread first).
+
+    Attributes:
+        written: paths written so far, in order.
+        failures: reports that failed (to build or to write).
+        skipped: due reports left out because the previous one was still being written.
+
+    Raises:
+        ValueError: ``every`` or ``max_groups`` below 0.
+    """
+
+    def __init__(
+        self, folder: str | os.PathLike, every: int, *, max_groups: int = DEFAULT_MAX_GROUPS
+    ):
+        if every < 0:
+            raise ValueError(f"report_every must be >= 0, got {every}")
+        if max_groups < 0:
+            raise ValueError(f"max_groups must be >= 0, got {max_groups}")
+        self.folder = Path(folder)
+        self.every = every
+        self.max_groups = max_groups
+        self.written: list[Path] = []
+        self.failures = 0
+        self.skipped = 0
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def due(self, step: int) -> bool:
+        """True when step ``step`` (1-based, as trainers count) should get a report."""
+        return self.every > 0 and step > 0 and step % self.every == 0
+
+    def path(self, step: int) -> Path:
+        """The file of step ``step``'s report."""
+        return self.folder / f"step_{step:06d}.html"
+
+    def submit(self, result: ProcessAdvantages | None, step: int) -> Path | None:
+        """Start writing the report of ``result`` when ``step`` is due; never raises.
+
+        Returns:
+            the path being written, or None (not due, no result, the previous report still
+            being written, or a failure to start, which is logged once).
+        """
+        try:
+            if result is None or not self.due(step):
+                return None
+            if self._thread is not None and self._thread.is_alive():
+                self.skipped += 1
+                logger.info("factutil report of step %d skipped: the previous one is still "
+                            "being written", step)
+                return None
+            target = self.path(step)
+            thread = threading.Thread(
+                target=self._write, args=(result, target, step),
+                name=f"factutil-report-{step}", daemon=True,
+            )
+            self._thread = thread
+            thread.start()
+            return target
+        except Exception:  # noqa: BLE001 - a report must never fail a training step
+            self._failed(step)
+            return None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the report being written, if any; True when none is left running."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def _write(self, result: ProcessAdvantages, target: Path, step: int) -> None:
+        try:
+            inputs = ReportInputs(
+                title=f"factutil credit report, training step {step}",
+                source=f"training step {step}", max_groups=self.max_groups,
+            )
+            write_report(result, target, inputs)
+        except Exception:  # noqa: BLE001 - a report must never fail a training step
+            self._failed(step)
+        else:
+            with self._lock:
+                self.written.append(target)
+
+    def _failed(self, step: int) -> None:
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+        if first:
+            logger.exception(
+                "factutil report of step %d failed; training goes on (later report failures "
+                "are counted, not logged)", step
+            )
