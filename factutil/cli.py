@@ -133,9 +133,8 @@ def _score(
     progress = progress or progress_bar()
     try:
         config = load_config(config_path, sets)
-        task = progress.add_task(f"reading {path.name}", total=None)
-        groups = read_groups(path)
-        progress.update(task, total=1, completed=1)
+        task = progress.add_task(f"reading {path.name}", total=path.stat().st_size)
+        groups = read_groups(path, lambda done: progress.advance(task, done))
     except (ConfigError, InputError) as error:
         errors.print(str(error), markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None

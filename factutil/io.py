@@ -109,11 +109,15 @@ def validation_problems(error: ValidationError, path: str, line: int) -> list[Pr
     return [Problem(path, line, field, message) for field, message in error_messages(error)]
 
 
-def read_rollouts(path: str | os.PathLike) -> list[tuple[int, Rollout]]:
+def read_rollouts(
+    path: str | os.PathLike, progress: Callable[[int], None] | None = None
+) -> list[tuple[int, Rollout]]:
     """Read a docs/method.md §8 JSONL file: one rollout per non-blank line.
 
     Args:
         path: the file (UTF-8).
+        progress: called with the number of bytes read since its last call, about every MiB
+            and at the end (for a progress bar).
 
     Returns:
         (line number, Rollout) pairs in file order.
@@ -126,8 +130,14 @@ def read_rollouts(path: str | os.PathLike) -> list[tuple[int, Rollout]]:
     name = str(path)
     problems: list[Problem] = []
     rollouts: list[tuple[int, Rollout]] = []
+    unreported = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            if progress is not None:
+                unreported += len(raw)
+                if unreported >= 1 << 20:
+                    progress(unreported)
+                    unreported = 0
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -159,6 +169,8 @@ def read_rollouts(path: str | os.PathLike) -> list[tuple[int, Rollout]]:
                 rollouts.append((number, Rollout.model_validate(data)))
             except ValidationError as error:
                 problems.extend(validation_problems(error, name, number))
+    if progress is not None and unreported:
+        progress(unreported)
     problems.extend(_group_problems(name, rollouts))
     if problems:
         raise InputError(problems)
@@ -207,13 +219,17 @@ def group_problems(
     return problems
 
 
-def read_groups(path: str | os.PathLike) -> list[Group]:
+def read_groups(
+    path: str | os.PathLike, progress: Callable[[int], None] | None = None
+) -> list[Group]:
     """Read a docs/method.md §8 file and gather its rollouts into groups by ``uid`` (first-appearance order).
+
+    ``progress`` is called with bytes read (see :func:`read_rollouts`).
 
     Raises:
         InputError: every problem of the file (see :func:`read_rollouts`).
     """
-    rollouts = read_rollouts(path)
+    rollouts = read_rollouts(path, progress)
     by_uid: dict[str, list[Rollout]] = {}
     for _, rollout in rollouts:
         by_uid.setdefault(rollout.uid, []).append(rollout)

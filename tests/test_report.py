@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from factutil import FactUtilConfig, compute_process_advantages
+from factutil import FactUtilConfig, compute_process_advantages, read_groups
 from factutil.report import (
     GoldError,
     ReportInputs,
@@ -535,3 +535,15 @@ def test_sample_report_in_headless_chromium(tmp_path):
     done = _browse(chromium, page, tmp_path / "profile", f"--screenshot={shot}",
                    "--window-size=1400,2000")
     assert done.returncode == 0 and shot.stat().st_size > 10_000
+
+
+def test_reading_reports_progress_in_bytes(tmp_path):
+    path = tmp_path / "big.jsonl"
+    rows = [dict(WORKED[0], rollout_id=f"r{i}", actions=[
+        {"action": "search", "query": "q", "observation": "x" * 100_000},
+        {"action": "answer", "answer": "Paris"}]) for i in range(25)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    calls: list[int] = []
+    groups = read_groups(path, calls.append)
+    assert len(groups[0].rollouts) == 25
+    assert sum(calls) == path.stat().st_size and len(calls) == 3  # 2.5 MB: two full MiB, the rest
