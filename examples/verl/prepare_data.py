@@ -12,12 +12,14 @@ verl's columns::
     extra_info    {"split", "index", "id", "question"}
     agent_name    "factagent"
 
-Example (the project's shared data; the paper trains on NQ + HotpotQA)::
+Example with the question files bundled in the repository (100 HotpotQA and 100 MuSiQue train
+questions, 30 2Wiki dev questions); the paper trains on NQ + HotpotQA, pass those files the same
+way::
 
     python examples/verl/prepare_data.py --out data/factagent \
-        --train ../shared/data/nq/flashrag_quickstart_nq_test16.jsonl \
-                ../shared/data/hotpotqa/hipporag_hotpotqa_train100.json \
-        --val ../shared/data/eval_sets/r1searcher_2wiki_500.jsonl --val-limit 100
+        --train benchmarks/data/hipporag_hotpotqa_train100.json \
+                benchmarks/data/hipporag_musique_train100.json \
+        --val examples/data/2wiki_dev_compositional30_evidences.jsonl
 
 Records without a question or a non-blank answer are skipped and counted. Deterministic: records
 keep file order (``--shuffle SEED`` shuffles with a seeded generator).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# FactAgent GRPO in verl 0.9.x/0.10.x (V1 trainer; tested on 0.9.1): the paper's setup (docs/method.md
-# §7, the paper's Table 3): Qwen2.5-3B/7B-Instruct, n = 6 rollouts per question, at most 8 actions,
-# Omega = 0.5, lr 1e-5, 128 questions a batch, temperature 0.7, KL loss 0.001, factutil's defaults
-# (the paper's: raw process rewards as the process advantage, duplicate-search penalty -0.01).
+# FactAgent GRPO in verl 0.9–0.10 (>=0.9,<0.11; tested on 0.9.1; V1 trainer), the paper's setup
+# (docs/method.md §7; the paper's Table 3): Qwen2.5-3B/7B-Instruct, n = 6 rollouts per question, at
+# most 8 actions, Omega = 0.5, lr 1e-5, 128 questions a batch, temperature 0.7, KL loss 0.001, and
+# factutil's defaults (the paper's: raw process rewards as the process advantage, duplicate-search
+# penalty -0.01).
 # Needs GPUs, vLLM, and a retriever:
 #
 #   pip install -e . -e integrations/verl            # factutil + factutil-verl (registers itself)

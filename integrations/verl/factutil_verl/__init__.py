@@ -1,4 +1,4 @@
-"""factutil-verl: FactAgent training in verl 0.9 without a fork.
+"""factutil-verl: FactAgent training in verl 0.9–0.10 (>=0.9,<0.11; tested on 0.9.1) without a fork.
 
 - ``factagent`` agent loop (:class:`factutil_verl.agent_loop.FactAgentLoop`): one sample per action,
   prompts of question + fact store + latest observation, Search-R1 ``/retrieve`` for ``search``.

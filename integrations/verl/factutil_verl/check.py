@@ -4,7 +4,7 @@ verl imports its ``verl.plugins`` entry points itself and hides a failing import
 so a broken install shows up only as "Agent loop factagent not registered" deep in a Ray worker.
 This command checks, and prints one ``ok``/``FAIL`` line per item:
 
-1. verl's version is in the supported range (>= 0.9, < 0.11);
+1. verl's version is in the supported range (>=0.9,<0.11, i.e. 0.9–0.10; tested on 0.9.1);
 2. the ``verl.plugins`` entry point ``factutil`` is installed and points at ``factutil_verl.plugin``;
 3. every module imports;
 4. the ``factagent`` agent loop and the ``factutil`` trainer mode are in verl's registries;

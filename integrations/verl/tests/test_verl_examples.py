@@ -98,6 +98,37 @@ def test_the_agent_loop_yaml_matches_the_registration_and_validates():
     assert options.retriever_url == "http://127.0.0.1:8000/retrieve" and options.max_turns is None
 
 
+def documented_prepare_data_commands() -> list[list[str]]:
+    """The ``prepare_data.py`` command lines of the adapter README and of the script's docstring."""
+    commands = []
+    for text in (README.read_text(encoding="utf-8"),
+                 (EXAMPLES / "prepare_data.py").read_text(encoding="utf-8")):
+        start = text.index("    python examples/verl/prepare_data.py")
+        lines = []
+        for line in text[start:].splitlines():
+            lines.append(line.rstrip("\\ "))
+            if not line.endswith("\\"):
+                break
+        commands.append(shlex.split(" ".join(lines)))
+    return commands
+
+
+def test_the_documented_prepare_data_commands_run_on_a_clone(tmp_path: Path):
+    """Both documented commands name only files bundled in the repository (no ../shared) and
+    run from the repository root: 100 HotpotQA + 100 MuSiQue train questions, 30 2Wiki dev."""
+    readme, docstring = documented_prepare_data_commands()
+    for command in (readme, docstring):
+        assert command[:2] == ["python", "examples/verl/prepare_data.py"]
+        out = command.index("--out") + 1
+        command[out] = str(tmp_path / Path(command[out]).name)
+        files = [word for word in command if word.endswith((".json", ".jsonl"))]
+        assert len(files) == 3 and all((REPO / word).is_file() for word in files), files
+        done = subprocess.run([sys.executable, *command[1:]], cwd=REPO, capture_output=True,
+                              text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("wrote 200 train and 30 val rows to ")
+
+
 def test_prepare_data_writes_parquet_that_verls_dataset_reads(tmp_path: Path, verl_config):
     pd = pytest.importorskip("pandas")
     from verl.utils.dataset.rl_dataset import RLHFDataset
