@@ -1,4 +1,4 @@
-"""Per-step cost of the verl adapter around the core, at the reference workloads (issue #6).
+"""Per-step cost of the verl adapter around the core, at the reference workloads.
 
     python benchmarks/adapter_latency.py [--size S|M|L] [--backend static] [--repeat 3]
 

@@ -1,4 +1,4 @@
-"""Dense cosine vs hnswlib k-NN for candidate pairs: where does k-NN start to pay? (issue #3)
+"""Dense cosine vs hnswlib k-NN for candidate pairs: where does k-NN start to pay?
 
     python benchmarks/candidates.py [--sizes 500,1000,2000,4000,8000] [--repeats 3]
 

@@ -1,4 +1,4 @@
-"""Cluster quality of exact vs semantic fact clustering on labelled real facts (issue #3, docs/method.md §2).
+"""Cluster quality of exact vs semantic fact clustering on labelled real facts (docs/method.md §2).
 
 Run from the repository root:
 
@@ -1353,7 +1353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from factutil.cluster import SemanticClusterer  # noqa: F401
     except ImportError:
-        console.print("[red]factutil.cluster.SemanticClusterer is missing (issue #3): nothing to "
+        console.print("[red]factutil.cluster.SemanticClusterer is missing: nothing to "
                       "compare with exact[/]")
         return 1
     rows, embed_seconds = evaluate(groups, thresholds, default_embedder(args.device, args.backend))

@@ -1,4 +1,4 @@
-"""Credit ablation in miniature (issue #8): does factutil's process signal make a policy learn faster?
+"""Credit ablation in miniature: does factutil's process signal make a policy learn faster?
 
     python benchmarks/credit_ablation.py [--quick] [--seeds N] [--iterations N] [--out DIR]
                                          [--blocks B,...] [--runs R,...] [--jobs N]

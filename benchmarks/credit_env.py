@@ -1,4 +1,4 @@
-"""The environment of the credit ablation (issue #8): real questions, real paragraphs, real facts.
+"""The environment of the credit ablation: real questions, real paragraphs, real facts.
 
 A question has a gold *fact chain* (2–3 triples; the last object is the answer). The agent acts
 as docs/method.md §1 says — ``search``, ``assert``, ``answer`` or an unparsable (invalid) output, at most 8

@@ -1,4 +1,4 @@
-"""The long fuzz run of issue #7: tests/test_fuzz.py with many examples per test.
+"""The long fuzz run: tests/test_fuzz.py with many examples per test.
 
     python benchmarks/fuzz.py [--examples 10000] [--only exact|semantic|all] [pytest args ...]
 

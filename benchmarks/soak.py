@@ -1,4 +1,4 @@
-"""Soak: many simulated training steps through the public API, one clusterer reused (issue #7).
+"""Soak: many simulated training steps through the public API, one clusterer reused.
 
     python benchmarks/soak.py [--steps 1000] [--size S|M] [--mode semantic|exact]
                               [--every 100] [--seed 0] [--device cpu|cuda] [--set key=value ...]

@@ -1,4 +1,4 @@
-"""Per-step overhead of factutil, side by side with a naive baseline and the embedding floor (issue #6).
+"""Per-step overhead of factutil, side by side with a naive baseline and the embedding floor.
 
     python benchmarks/step_latency.py [--size S|M|L] [--backends minilm,minilm-int8,static]
                                       [--quick] [--json FILE] [--no-naive]

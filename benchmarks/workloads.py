@@ -1,4 +1,4 @@
-"""Reference training-step workloads S / M / L (issue #6) built from real facts.
+"""Reference training-step workloads S / M / L built from real facts.
 
 Each group is one question: its fact family comes from the labelled clustering sets in
 ``benchmarks/data`` (real 2Wiki / MuSiQue / HotpotQA facts with their paraphrases, look-alikes and

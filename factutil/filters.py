@@ -134,7 +134,7 @@ it cannot say which fields a partial date lacks, nor find several dates in one t
 regexes with calendar validation cost ≈ 10 µs per scan. number-parser was tried for number
 words and not used (≈ 760 µs per text, and it reads "one of" and "Air Force One" as numbers).
 
-Speed (issue #6; results unchanged, checked by tests/test_filters_golden.py). A batch repeats
+Speed (results unchanged, checked by tests/test_filters_golden.py). A batch repeats
 parts far more than triples (reference step L: 4,547 distinct triples, 2,354 distinct parts, 841
 distinct relation + object pairs), so the analysis is cached per part: ``_scan`` per part text,
 ``_subject_part`` per subject, ``_relation_part`` per (relation, object), ``_words`` per text (all

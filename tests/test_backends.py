@@ -1,4 +1,4 @@
-"""The faster embedding backends (issue #6): int8 ONNX MiniLM and static vectors distilled locally."""
+"""The faster embedding backends: int8 ONNX MiniLM and static vectors distilled locally."""
 
 from __future__ import annotations
 

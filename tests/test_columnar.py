@@ -1,6 +1,6 @@
 """The batch-wide (columnar) pipeline equals a per-group reference built from the method's step functions.
 
-``compute_process_advantages`` computes the whole batch in flat arrays (issue #6). The reference
+``compute_process_advantages`` computes the whole batch in flat arrays. The reference
 here walks one group and one rollout at a time and calls the public per-step functions
 (:func:`cluster_utilities`, :func:`rollout_process_rewards`, :func:`outcome_advantages`,
 :func:`process_advantages`, :func:`total_advantages`) exactly as docs/method.md §1–§5 chain them. Every

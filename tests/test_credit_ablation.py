@@ -1,4 +1,4 @@
-"""The credit-ablation miniature (issue #8): its data, environment rules, trainer and command.
+"""The credit-ablation miniature: its data, environment rules, trainer and command.
 
 Timings are recorded by the benchmark, never asserted here.
 """

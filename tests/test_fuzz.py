@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of the JSONL reader, the action parser and the whole pipeline (issue #7).
+"""Hypothesis fuzzing of the JSONL reader, the action parser and the whole pipeline.
 
 The oracles are the contracts and the facts of docs/method.md §6: the reader returns rollouts or raises
 ``InputError`` whose every line is ``FILE:LINE: field: message`` about a corrupted line; the

@@ -1,4 +1,4 @@
-"""Reliability catalogue (issue #7): bad and degenerate inputs, each with its exact outcome.
+"""Reliability catalogue: bad and degenerate inputs, each with its exact outcome.
 
 Every test names one kind of input and the outcome the library API gives for it: a value, or an
 exception whose type is fixed and whose message names the field and the value. The second part

@@ -1,4 +1,4 @@
-"""Smoke test of the step-latency benchmark (issue #6); timings are printed, never asserted."""
+"""Smoke test of the step-latency benchmark; timings are printed, never asserted."""
 
 from __future__ import annotations
 
