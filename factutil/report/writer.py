@@ -58,6 +58,13 @@ class ReportWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
+    @classmethod
+    def for_run(
+        cls, run_folder: str | os.PathLike, every: int, *, max_groups: int = DEFAULT_MAX_GROUPS
+    ) -> ReportWriter:
+        """The writer of a training run: reports go to ``<run_folder>/factutil_reports/``."""
+        return cls(Path(run_folder) / FOLDER, every, max_groups=max_groups)
+
     def due(self, step: int) -> bool:
         """True when step ``step`` (1-based, as trainers count) should get a report."""
         return self.every > 0 and step > 0 and step % self.every == 0

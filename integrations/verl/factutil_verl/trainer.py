@@ -6,6 +6,9 @@ verl computes its own GRPO advantages first (KL-in-reward and rollout correction
 the rows of each group are rebuilt into factutil rollouts, scored by
 :func:`factutil.compute_process_advantages` and written back as ``advantages`` and ``returns``.
 Groups that cannot be scored keep verl's GRPO values (see :mod:`factutil_verl.advantage`).
+With ``+algorithm.factutil.report_every=N`` the HTML credit report of every N-th step's batch is
+written to ``<trainer.default_local_dir>/factutil_reports/step_NNNNNN.html`` by
+:class:`factutil.report.ReportWriter` (a background thread; a failed report never fails a step).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 import transfer_queue as tq
 from factutil.cluster import Clusterer, make_clusterer
+from factutil.report import ReportWriter
 from omegaconf import DictConfig
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
@@ -61,6 +65,9 @@ class FactUtilTrainer(PPOTrainerSync):
                 f"(its fallback and outcome advantage), got {estimator!r}"
             )
         self.factutil_clusterer: Clusterer | None = None
+        self.factutil_reports = ReportWriter.for_run(
+            str(config.trainer.get("default_local_dir", ".")), self.factutil_config.report_every
+        )
         super().__init__(config)
 
     # verl's base class switches to its async replay buffer, checkpoint and refill paths whenever
@@ -81,10 +88,12 @@ class FactUtilTrainer(PPOTrainerSync):
         with ``use_kl_in_reward``), ``extra_fields`` and verl's ``advantages`` from TransferQueue;
         writes ``advantages`` and ``returns`` (equal, as verl's GRPO does) and adds ``factutil/*``
         metrics. Any failure keeps verl's values for the whole batch and sets
-        ``factutil/batch_fallback`` to 1.
+        ``factutil/batch_fallback`` to 1. Every ``report_every``-th step hands the scored batch
+        to the report writer, which returns at once.
         """
         batch = super()._compute_advantage(batch, metrics)
         started = time.perf_counter()
+        scored = None
         try:
             reward_field = (
                 "token_level_rewards" if self.config.algorithm.use_kl_in_reward else "rm_scores"
@@ -119,8 +128,12 @@ class FactUtilTrainer(PPOTrainerSync):
             batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
             metrics.update(result.metrics)
             metrics["factutil/batch_fallback"] = 0.0
+            scored = result.result
         except Exception:
             logger.exception("factutil: the batch keeps verl's GRPO advantages")
             metrics["factutil/batch_fallback"] = 1.0
+        if scored is not None and self.factutil_reports.every:
+            self.factutil_reports.submit(scored, getattr(self, "global_steps", 0))
+            metrics["factutil/report_failures"] = float(self.factutil_reports.failures)
         metrics["factutil/time_trainer_ms"] = 1000.0 * (time.perf_counter() - started)
         return batch

@@ -142,3 +142,80 @@ def test_a_batch_without_extra_fields_keeps_verls_grpo(transfer_queue, sample_ro
         assert torch.isfinite(tokens).all()
         torch.testing.assert_close(tokens, grpo[row, : tokens.shape[0]].float())
     assert metrics["factutil/batch_fallback"] == 1.0
+
+
+def _assert_advantages_are_the_cores(meta, sample_rows, expected) -> None:
+    advantages = read_advantages(meta)
+    for record in expected.actions:
+        row = sample_rows.row_of_action[(record.uid, record.rollout_id, record.step)]
+        np.testing.assert_allclose(advantages[row].numpy(), record.advantage, rtol=1e-6, atol=1e-6)
+
+
+def test_report_every_writes_that_steps_report_into_the_run_folder(
+    transfer_queue, sample_rows, verl_config, tmp_path
+):
+    trainer = make_trainer(
+        verl_config, "+algorithm.factutil.report_every=2", f"trainer.default_local_dir={tmp_path}"
+    )
+    expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
+    for step in (1, 2, 3, 4, 5):
+        trainer.global_steps = step
+        meta = put_rows(sample_rows, "train")
+        metrics: dict[str, float] = {}
+        trainer._compute_advantage(meta, metrics)
+        assert metrics["factutil/batch_fallback"] == 0.0
+        assert trainer.factutil_reports.wait(120)
+    folder = tmp_path / "factutil_reports"
+    assert sorted(path.name for path in folder.iterdir()) == ["step_000002.html", "step_000004.html"]
+    page = (folder / "step_000004.html").read_text(encoding="utf-8")
+    assert "training step 4" in page
+    # The batch of that step: every group and cluster the core finds in the sample.
+    assert page.count('<section class="card group"') == expected.metrics["groups"] == 30
+    assert page.count('<tr class="cluster"') == expected.metrics["clusters"]
+    assert metrics["factutil/report_failures"] == 0.0
+
+
+def test_a_failing_report_never_fails_the_step(transfer_queue, sample_rows, verl_config, tmp_path):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the run folder should be", encoding="utf-8")
+    trainer = make_trainer(
+        verl_config, "+algorithm.factutil.report_every=1", f"trainer.default_local_dir={blocker}"
+    )
+    expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
+    for step in (1, 2):
+        trainer.global_steps = step
+        meta = put_rows(sample_rows, "train")
+        metrics: dict[str, float] = {}
+        trainer._compute_advantage(meta, metrics)  # the writer's mkdir fails in its thread
+        assert metrics["factutil/batch_fallback"] == 0.0
+        _assert_advantages_are_the_cores(meta, sample_rows, expected)
+        assert trainer.factutil_reports.wait(120)
+    assert trainer.factutil_reports.failures == 2 and trainer.factutil_reports.written == []
+
+
+def test_the_report_is_written_off_the_step(
+    transfer_queue, sample_rows, verl_config, tmp_path, monkeypatch
+):
+    import threading
+
+    from factutil.report import writer
+
+    release = threading.Event()
+    real = writer.write_report
+
+    def held(*args, **kwargs):
+        release.wait(120)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "write_report", held)
+    trainer = make_trainer(
+        verl_config, "+algorithm.factutil.report_every=1", f"trainer.default_local_dir={tmp_path}"
+    )
+    trainer.global_steps = 1
+    meta = put_rows(sample_rows, "train")
+    trainer._compute_advantage(meta, {})  # returns while the report is still held
+    assert not trainer.factutil_reports.wait(0)
+    assert not (tmp_path / "factutil_reports" / "step_000001.html").exists()
+    release.set()
+    assert trainer.factutil_reports.wait(120)
+    assert (tmp_path / "factutil_reports" / "step_000001.html").exists()
