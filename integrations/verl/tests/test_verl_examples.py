@@ -114,7 +114,7 @@ def documented_prepare_data_commands() -> list[list[str]]:
 
 
 def test_the_documented_prepare_data_commands_run_on_a_clone(tmp_path: Path):
-    """Both documented commands name only files bundled in the repository (no ../shared) and
+    """Both documented commands name only files bundled in the repository (none outside it) and
     run from the repository root: 100 HotpotQA + 100 MuSiQue train questions, 30 2Wiki dev."""
     readme, docstring = documented_prepare_data_commands()
     for command in (readme, docstring):

@@ -1,0 +1,158 @@
+"""The repository as a newcomer meets it: the Makefile's documented forms, docs/method.md (every
+section cited exists, every config field and output column is described, its worked example holds),
+and no path that exists only on a developer's machine."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from factutil import FactUtilConfig, compute_process_advantages
+from factutil.api import ActionRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+METHOD = ROOT / "docs" / "method.md"
+make = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def make_dry_run(*args: str) -> list[list[str]]:
+    """``make -n ARGS`` in the repository: each printed command, split as the shell splits it."""
+    done = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True)
+    return [shlex.split(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+@make
+def test_torch_spec_may_carry_pip_options(tmp_path):
+    """The README's ``TORCH_SPEC="torch --index-url …/whl/cpu"`` reaches pip as three arguments
+    (quoted, pip got one string and failed with "Invalid requirement")."""
+    url = "https://download.pytorch.org/whl/cpu"
+    venv = str(tmp_path / "venv")
+    commands = make_dry_run("venv", f"VENV={venv}", f"TORCH_SPEC=torch --index-url {url}")
+    (pip,) = [c for c in commands if c[:2] == [f"{venv}/bin/pip", "install"] and "torch" in c]
+    assert pip[2:] == ["--quiet", "torch", "--index-url", url]
+    (default,) = [c for c in make_dry_run("venv", f"VENV={venv}") if "torch==2.13.0" in c]
+    assert default[-1] == "torch==2.13.0"
+
+
+@make
+def test_lint_installs_the_ruff_it_runs(tmp_path):
+    venv = str(tmp_path / "venv")
+    commands = make_dry_run("lint", f"VENV={venv}")
+    install = commands.index([f"{venv}/bin/pip", "install", "--quiet", "ruff"])
+    run = next(i for i, c in enumerate(commands) if c[:2] == [f"{venv}/bin/ruff", "check"])
+    assert install < run
+
+
+def tracked_text_files() -> list[Path]:
+    """The repository's own text files (git's list), data and lock files aside."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("needs a git checkout")
+    names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    keep = (".py", ".md", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".txt", "Makefile", "run")
+    return [ROOT / n for n in names if n.endswith(keep) and not n.startswith(("benchmarks/data/",
+                                                                           "examples/data/2wiki"))
+            and (ROOT / n).is_file()]
+
+
+def test_no_path_outside_the_repository():
+    """No ``../shared``, no absolute path of a developer's machine: a clone must work anywhere."""
+    pattern = re.compile(r"\.\./shared|/" + r"work/|/" + r"root/")
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+                 for path in tracked_text_files()
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if pattern.search(line)]
+    assert offenders == []
+
+
+def method_sections() -> set[str]:
+    """The section numbers of docs/method.md: "1" … "8" and "2.1" … "2.5"."""
+    headings = re.findall(r"^#{2,3} (\d+(?:\.\d+)?)[. ]", METHOD.read_text(encoding="utf-8"), re.M)
+    return set(headings)
+
+
+def test_method_sections_cited_anywhere_exist_and_spec_is_not_cited():
+    """Every ``docs/method.md §N`` (or ``§N–§M``, ``§N, §M``) in the repository names a section of
+    docs/method.md; no file cites SPEC.md or STYLE.md, which are not in the repository."""
+    sections = method_sections()
+    assert {"1", "2", "2.1", "2.5", "3", "4", "5", "6", "7", "8"} <= sections
+    cited, stale = set(), []
+    for path in tracked_text_files():
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"docs/method\.md((?:[ ,]*(?:and |or )?§\d+(?:\.\d+)?(?:–§?\d+)?)+)", text):
+            for first, last in re.findall(r"§(\d+(?:\.\d+)?)(?:–§?(\d+))?", match.group(1)):
+                cited.add(first)
+                if last:
+                    cited.update(str(n) for n in range(int(first.split(".")[0]), int(last) + 1))
+        if path.name != "test_repository.py":
+            stale += [f"{path.relative_to(ROOT)}: {m}" for m in
+                      re.findall(r"\b(?:SPEC|STYLE)(?:\.md)? ?§[\d.]+|\b(?:SPEC|STYLE)\.md\b", text)]
+    assert cited and cited <= sections, sorted(cited - sections)
+    assert stale == []
+
+
+def test_method_describes_every_config_field_and_output_column():
+    text = METHOD.read_text(encoding="utf-8")
+    table = text[text.index("## Configuration fields"):]
+    missing = [name for name in FactUtilConfig.model_fields if f"| `{name}` |" not in table]
+    assert missing == []
+    columns = text[text.index("### `factutil score"):text.index("### `factutil clusters")]
+    fields = [f.name for f in dataclasses.fields(ActionRecord)]
+    assert [name for name in fields if f"`{name}`" not in columns] == []
+    for name, value in FactUtilConfig().model_dump().items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+            shown = row.split("|")[2].strip().replace("−", "-")
+            assert float(shown) == value, (name, shown, value)
+
+
+def test_method_worked_example_holds():
+    """The numbers of docs/method.md §5's worked example, from its own formulas: u = ±0.25,
+    F = tanh(0.25), back-credit 0.2 F, A_out = ±0.5 / (sqrt(0.5) + 1e-6), A = A_out + 0.5 r."""
+    def rollout(rid: str, city: str) -> dict:
+        return {"uid": "q", "question": "What is the capital of France?", "golden_answers": ["Paris"],
+                "rollout_id": rid, "actions": [
+                    {"action": "search", "query": "capital of France"},
+                    {"action": "assert", "triples": [["France", "capital", city]]},
+                    {"action": "answer", "answer": city}]}
+
+    result = compute_process_advantages([rollout("q-0", "Paris"), rollout("q-1", "Lyon")],
+                                        FactUtilConfig(mode="exact"))
+    assert sorted(c.utility for c in result.clusters) == [-0.25, 0.25]
+    gain = math.tanh(0.25)
+    outcome = 0.5 / (math.sqrt(0.5) + 1e-6)
+    expected = [outcome + 0.5 * r for r in (0.2 * gain, 0.8 * gain, 0.0)]
+    expected += [-value for value in expected]
+    assert result.action_columns["advantage"].tolist() == pytest.approx(expected, abs=1e-12)
+    shown = METHOD.read_text(encoding="utf-8")
+    for value in (gain, 0.2 * gain, 0.8 * gain, outcome, *expected[:3]):
+        assert f"{value:.5f}" in shown, value
+
+
+def test_user_docs_speak_of_the_product_not_of_its_history():
+    """No "issue #N" (no tracker a user can open) and no "session" in the user documents."""
+    docs = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "docs" / "decisions.md",
+            METHOD, *ROOT.glob("integrations/*/README.md"), *ROOT.glob("examples/**/README.md"),
+            ROOT / "benchmarks" / "data" / "README.md"]
+    found = [f"{doc.relative_to(ROOT)}: {m}" for doc in docs if doc.exists()
+             for m in re.findall(r"issue #\d+|(?<!\{)\bsessions?\b(?!\})", doc.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_the_readme_lists_every_command():
+    """Each ``factutil`` subcommand (and ``--version``) appears in the README's command list."""
+    from factutil.cli import app
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    names = [command.name or command.callback.__name__ for command in app.registered_commands]
+    assert "serve" in names
+    assert [name for name in names if f"    factutil {name}" not in readme] == []
+    assert "    factutil --version" in readme
