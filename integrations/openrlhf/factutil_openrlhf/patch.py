@@ -55,7 +55,10 @@ advantages unchanged."""
 
 
 class ProcessAdvantagePatch:
-    """The state the patched ``compute_advantages_and_returns`` uses: config and clusterer.
+    """The state the patched ``compute_advantages_and_returns`` uses: config, clusterer, and
+    the report writer (``FACTUTIL_REPORT_EVERY=N``: every N-th call, i.e. training step, writes
+    the batch's HTML credit report to ``<--ckpt.output_dir>/factutil_reports/`` in a background
+    thread; see :class:`factutil.report.ReportWriter`).
 
     Args:
         config: a ``factutil.FactUtilConfig``, a mapping of its fields, or None for the
@@ -76,6 +79,8 @@ class ProcessAdvantagePatch:
         self.config = config
         self._clusterer = None
         self._warned: set[str] = set()
+        self.steps = 0
+        self.reports = None
 
     def clusterer(self):
         """One clusterer for the whole run, so its state (an embedding cache) is reused."""
@@ -108,6 +113,7 @@ class ProcessAdvantagePatch:
         advantage bit-identical.
         """
         started = time.perf_counter()
+        self.steps += 1
         config = self.config
         stats = {key: [np.zeros(len(e.advantages)) for e in experiences] for key in METRIC_KEYS}
         batch_stats = {"factutil/clusters_per_group": 0.0, "factutil/shaping_nonzero_share": 0.0}
@@ -118,7 +124,9 @@ class ProcessAdvantagePatch:
             from factutil.api import gc_paused
 
             with gc_paused(config.pause_gc):
-                rows, groups = self._score(maker, experiences, payloads, skipped, batch_stats, deltas)
+                rows, groups, result = self._score(
+                    maker, experiences, payloads, skipped, batch_stats, deltas
+                )
         except Exception as error:
             logger.exception("factutil: process advantages failed; OpenRLHF's advantages kept")
             deltas.clear()
@@ -144,6 +152,8 @@ class ProcessAdvantagePatch:
                 if group in skipped:
                     for i, r in keys:
                         stats["factutil/skipped"][i][r] = 1.0
+            if result is not None and config.report_every:
+                self._report(maker, result)
         if skipped or failure:
             reasons = [f"group {group}: {reason}" for group, reason in sorted(skipped.items())]
             logger.warning(
@@ -163,6 +173,20 @@ class ProcessAdvantagePatch:
                 experience.info[key] = torch.tensor(values, dtype=torch.float32)
 
 
+    def _report(self, maker: Any, result: Any) -> None:
+        """Hand the step's result to the report writer (made on first use); never raises."""
+        try:
+            if self.reports is None:
+                from factutil.report import ReportWriter
+
+                ckpt = getattr(maker.strategy.args, "ckpt", None)
+                folder = getattr(ckpt, "output_dir", None) or "."
+                self.reports = ReportWriter.for_run(folder, self.config.report_every)
+            self.reports.submit(result, self.steps)
+        except Exception:  # noqa: BLE001 - a report must never fail a training step
+            self.warn_once("report", "factutil: the credit report could not be started; "
+                           "training goes on without it")
+
     def _score(
         self,
         maker: Any,
@@ -171,9 +195,10 @@ class ProcessAdvantagePatch:
         skipped: dict[int, str],
         batch_stats: dict[str, float],
         deltas: dict[tuple[int, int], np.ndarray],
-    ) -> tuple[dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]]]:
+    ) -> tuple[dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]], Any]:
         """Group the rows, score them with the core, fill ``deltas`` (float32 (T-1,) per row),
-        ``skipped`` (group -> reason) and ``batch_stats``. Touches no advantage."""
+        ``skipped`` (group -> reason) and ``batch_stats``. Touches no advantage. Returns the
+        rows, the groups and the core's result (None when nothing was scored)."""
         args = maker.strategy.args
         n = int(args.rollout.n_samples_per_prompt)
         estimator = getattr(maker, "advantage_estimator", None) or args.algo.advantage.estimator
@@ -193,7 +218,7 @@ class ProcessAdvantagePatch:
             for key in keys
         ]
         if not rollouts:
-            return rows, groups
+            return rows, groups, None
         from factutil.api import compute_process_advantages
 
         try:
@@ -203,13 +228,13 @@ class ProcessAdvantagePatch:
         except Exception as error:  # noqa: BLE001 - a bad batch must never stop training
             for group in groups:
                 skipped.setdefault(group, f"factutil failed: {type(error).__name__}: {error}")
-            return rows, groups
+            return rows, groups, None
         for uid, reason in result.skipped.items():
             skipped[int(uid)] = reason
         for key in ("clusters_per_group", "shaping_nonzero_share"):
             batch_stats[f"factutil/{key}"] = float(result.metrics.get(key, 0.0))
         deltas.update(_group_deltas(result, rows, groups, skipped, experiences, self.config.omega))
-        return rows, groups
+        return rows, groups, result
 
 def _collect_rows(
     experiences: Sequence[Any], payloads: list[Any], n: int

@@ -193,12 +193,17 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
     with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
         patched = maker.compute_advantages_and_returns(batches)
     assert "2 group(s) kept OpenRLHF's advantages" in caplog.text
+    # The other groups get exactly their own delta (a group's numbers never depend on the others).
+    deltas = expected_delta(episodes, FactUtilConfig(omega=0.5, **EXACT))
     for before, after in zip(plain, patched):
         assert torch.isfinite(after.advantages).all()
         for row, index in enumerate(after.index):
             kept = index // N in (0, 1)
             assert after.info["factutil/skipped"][row] == float(kept)
-            assert torch.equal(after.advantages[row], before.advantages[row]) == kept
+            width = after.advantages.shape[1]
+            want = before.advantages[row] + (0 if kept else torch.from_numpy(deltas[index][:width]))
+            assert torch.equal(after.advantages[row], want)
+    assert any(np.any(deltas[index] != 0) for index in range(2 * N, len(episodes)))
 
 
 def test_a_failing_core_call_keeps_everything_and_never_raises(openrlhf, episodes, monkeypatch):
@@ -269,3 +274,42 @@ def test_an_unexpected_adapter_error_keeps_every_group(openrlhf, episodes, monke
         assert torch.equal(before.advantages, after.advantages)
         assert torch.all(after.info["factutil/skipped"] == 1)
         assert "factutil" not in after.info
+
+
+def _patched_steps(openrlhf, episodes, config, output_dir, steps):
+    """Run the patched method ``steps`` times (one call per training step); the experiences."""
+    from factutil_openrlhf import patch
+
+    active = patch.configure(config)
+    maker = make_maker(openrlhf, episodes)
+    maker.strategy.args.ckpt = SimpleNamespace(output_dir=str(output_dir))
+    done = []
+    for _ in range(steps):
+        batches = build_experiences(openrlhf, episodes, maker.args, maker)
+        done.append(maker.compute_advantages_and_returns(batches))
+        if active.reports is not None:
+            assert active.reports.wait(120)
+    return active, done
+
+
+def test_report_every_writes_the_steps_report_into_the_output_dir(openrlhf, episodes, tmp_path):
+    config = FactUtilConfig(omega=0.5, mode="exact", report_every=2)
+    active, _ = _patched_steps(openrlhf, episodes, config, tmp_path, steps=3)
+    folder = tmp_path / "factutil_reports"
+    assert sorted(path.name for path in folder.iterdir()) == ["step_000002.html"]
+    page = (folder / "step_000002.html").read_text(encoding="utf-8")
+    assert page.count('<section class="card group"') == 30  # the step's 30 GRPO groups
+    assert active.reports.failures == 0
+
+
+def test_a_failing_report_changes_no_advantage(openrlhf, episodes, tmp_path):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the output folder should be", encoding="utf-8")
+    config = FactUtilConfig(omega=0.5, mode="exact", report_every=1)
+    active, (failed,) = _patched_steps(openrlhf, episodes, config, blocker, steps=1)
+    assert active.reports.failures == 1
+    _, (plain,) = _patched_steps(openrlhf, episodes, config.model_copy(update={"report_every": 0}),
+                                 tmp_path, steps=1)
+    for a, b in zip(failed, plain):
+        assert torch.equal(a.advantages, b.advantages)
+        assert torch.equal(a.info["factutil/skipped"], b.info["factutil/skipped"])
