@@ -1,6 +1,7 @@
 # factutil: two commands for a fresh machine (see README.md).
-#   make demo   create .venv, install (CPU torch first), score the bundled real 2Wiki sample
-#   make test   create .venv, install with test extras, run the whole test suite
+#   make demo   create .venv, install (CPU torch first), score the bundled real 2Wiki sample and
+#               write its HTML credit report (out/2wiki_report.html)
+#   make test   create .venv, install with test extras (and Chromium, see browser), run every test
 PYTHON ?= python3
 VENV ?= .venv
 # CPU torch first, so sentence-transformers does not pull a multi-GB CUDA build. Override for GPU,
@@ -11,7 +12,7 @@ BIN = $(VENV)/bin
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: demo test venv lint clean
+.PHONY: demo test venv browser lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,10 +28,19 @@ demo: venv
 	$(BIN)/pip install --quiet -e '.[examples]'
 	$(BIN)/factutil score examples/data/2wiki_rollouts.jsonl -o out/2wiki_scored.jsonl
 	$(BIN)/python examples/credit_check.py examples/data/2wiki_rollouts.jsonl --modes exact,semantic --plot out/2wiki_utility.png
+	$(BIN)/factutil report examples/data/2wiki_rollouts.jsonl -o out/2wiki_report.html --gold examples/data/2wiki_gold.json
+
+# Chromium (Debian's package) for the test that opens the HTML report in a headless browser. CI
+# runs as root on Debian and installs it; elsewhere without it that one test is skipped (not in CI).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "chromium not found: the report's browser test will be skipped (CI installs it)"; fi
 
 # Core, then verl 0.9.1 and its adapter, then OpenRLHF 0.11.2 (--no-deps: its pins clash with verl's
 # and it needs flash-attn / vLLM only on a GPU) and its adapter, in one venv; then every test.
-test: venv
+test: venv browser
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/pip install --quiet "verl==0.9.1" "ray[default]==2.55.0"
 	$(BIN)/pip install --quiet -e 'integrations/verl[test]'
