@@ -686,8 +686,9 @@ def test_cli_out_of_range_config_and_overflow_exit_2_without_output(tmp_path):
 
 
 def test_score_never_leaves_a_partial_output_file(tmp_path, monkeypatch):
-    """A failure while writing line 3 of ``factutil score`` -> the previous output file is kept
-    byte for byte, no temporary file is left; a new target is never created."""
+    """A failure while writing line 3 of ``factutil score`` -> exit 2 naming the output and the
+    error, the previous output file kept byte for byte, no temporary file left; a new target is
+    never created."""
     import factutil.io
 
     path = tmp_path / "in.jsonl"
@@ -705,13 +706,13 @@ def test_score_never_leaves_a_partial_output_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(factutil.io, "json_line", failing)
     done = CliRunner().invoke(app, ["score", str(path), "-o", str(out), "--set", "mode=exact"])
-    assert done.exit_code != 0 and isinstance(done.exception, OSError)
+    assert done.exit_code == 2 and f"{out}: cannot write: No space left on device" in done.output
     assert out.read_text() == "previous run\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]
     calls.clear()
     fresh = tmp_path / "sub" / "new.jsonl"
     done = CliRunner().invoke(app, ["score", str(path), "-o", str(fresh), "--set", "mode=exact"])
-    assert isinstance(done.exception, OSError) and list(fresh.parent.iterdir()) == []
+    assert done.exit_code == 2 and list(fresh.parent.iterdir()) == []
     monkeypatch.setattr(factutil.io, "json_line", real)
     done = CliRunner().invoke(app, ["score", str(path), "-o", str(out), "--set", "mode=exact"])
     assert done.exit_code == 0 and len(out.read_text().splitlines()) == 4

@@ -64,7 +64,7 @@ def tracked_text_files() -> list[Path]:
 
 
 def test_no_path_outside_the_repository():
-    """No ``../shared``, no absolute path of a developer's machine: a clone must work anywhere."""
+    """No path into a sibling folder or a developer's machine: a clone must work anywhere."""
     pattern = re.compile(r"\.\./shared|/" + r"work/|/" + r"root/")
     offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
                  for path in tracked_text_files()
