@@ -182,6 +182,11 @@ def report_context(
             if name.startswith("time_") and name.endswith("_s")
         ],
         "config": _config_rows(config),
+        "key_config": [
+            ("mode", config.mode), ("prior", config.prior), ("success", config.success),
+            ("Ω", f"{config.omega:g}"), ("α", f"{config.alpha:g}"),
+            ("process_norm", config.process_norm),
+        ],
         "warnings": result.warnings[:10],
         "warnings_left": max(0, len(result.warnings) - 10),
         "skipped": sorted(result.skipped.items()),
@@ -200,8 +205,8 @@ def _summary(result: ProcessAdvantages) -> list[tuple[str, str]]:
     return [
         ("questions (groups)", f"{m['groups']:.0f}"),
         ("rollouts", f"{m['rollouts']:.0f}"),
-        ("actions",
-         f"{m['actions']:.0f} ({m['actions_invalid']:.0f} invalid, {m['actions_ignored']:.0f} ignored)"),
+        ("actions (invalid)", f"{m['actions']:.0f} ({m['actions_invalid']:.0f})"),
+        ("actions ignored (after the answer or max_turns)", f"{m['actions_ignored']:.0f}"),
         ("mean EM / F1", f"{m['em_mean']:.3f} / {m['f1_mean']:.3f}"),
         ("mean outcome reward R", f"{m['outcome_reward_mean']:.3f}"),
         ("fact clusters", f"{m['clusters']:.0f} ({m['clusters_per_group']:.1f} per question)"),
