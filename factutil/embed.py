@@ -27,7 +27,10 @@ class Embedder(Protocol):
     """Texts -> L2-normalised float32 vectors.
 
     ``encode(texts)`` returns an array of shape (len(texts), d), dtype float32, each row of unit
-    norm; the same text gives the same vector. ``name`` identifies the model (it keys the cache).
+    norm; the same text gives the same vector, bit for bit, whatever other texts share the call (a
+    pair's similarity depends on the pair alone; padding a text to a longer neighbour's length, or
+    a matrix product whose shape changes with the batch, moves a vector by ~1e-7). ``name``
+    identifies the model (it keys the cache).
     """
 
     name: str
@@ -67,6 +70,33 @@ def _load_sentence_transformer(model: str, device: str) -> Any:
     return SentenceTransformer(model, device=device)
 
 
+def fixed_shape_batches(lengths: Sequence[int], rows: int) -> list[np.ndarray]:
+    """Batches in which no text depends on its neighbours: texts of one token length together,
+    ``rows`` at a time, so no text is padded; the caller fills a short batch with copies of its
+    first text up to exactly ``rows`` rows, so every forward pass of a length has one shape
+    (rows, length) and a row's arithmetic cannot change with the batch.
+
+    Args:
+        lengths: n token counts, as the model will see the texts (truncated, special tokens in).
+        rows: rows per forward pass (>= 1).
+
+    Returns:
+        int64 index arrays into the n texts, each of at most ``rows`` texts of one length.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(lengths, kind="stable")
+    cuts = np.flatnonzero(np.diff(lengths[order])) + 1
+    return [
+        same[start : start + rows]
+        for same in np.split(order, cuts)
+        for start in range(0, len(same), rows)
+    ]
+
+
+def _filled(batch: list[Any], rows: int) -> list[Any]:
+    return batch + [batch[0]] * (rows - len(batch))
+
+
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit norm (zero rows stay zero), float32 (n, d)."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -80,7 +110,9 @@ class SentenceTransformerEmbedder:
     Args:
         model: a sentence-transformers model name or local path; None = the bundled MiniLM.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` …; None picks CUDA when present.
-        batch_size: texts per forward pass (>= 1).
+        batch_size: rows per forward pass (>= 1): texts of one token length, a short batch
+            filled with copies (:func:`fixed_shape_batches`), so a text's vector never depends on
+            the texts embedded with it.
 
     The model loads on the first :meth:`encode` call and is shared by every embedder of the same
     model and device in the process.
@@ -102,16 +134,28 @@ class SentenceTransformerEmbedder:
         """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text.
         ``progress`` shows sentence-transformers' progress bar (stderr) over the batches."""
         model = self._model()
+        texts = list(texts)
+        out = np.zeros((len(texts), model.get_embedding_dimension()), dtype=np.float32)
         if not texts:
-            return np.zeros((0, model.get_embedding_dimension()), dtype=np.float32)
-        vectors = model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=progress,
-        )
-        return l2_normalize(vectors)
+            return out
+        tokenize = getattr(model, "preprocess", None) or model.tokenize  # sentence-transformers < 5
+        lengths = tokenize(texts)["attention_mask"].sum(dim=1).tolist()
+        batches = fixed_shape_batches(lengths, self.batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc="Batches")
+        for index in batches:
+            batch = _filled([texts[i] for i in index], self.batch_size)
+            vectors = model.encode(
+                batch,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+            out[index] = vectors[: len(index)]
+        return l2_normalize(out)
 
 
 class EmbeddingCache:
@@ -275,7 +319,9 @@ class OnnxMiniLMEmbedder:
     cosine ~0.9995 to it. CPU only. Needs ``pip install factutil[fast]``.
 
     Args:
-        batch_size: texts per forward pass; texts are sorted by length first so padding is small.
+        batch_size: rows per forward pass: texts of one token length, a short batch filled with
+            copies (:func:`fixed_shape_batches`), so no text is padded and none depends on the
+            texts embedded with it.
         threads: onnxruntime intra-op threads (0 = onnxruntime's default).
     """
 
@@ -295,22 +341,17 @@ class OnnxMiniLMEmbedder:
         session = _onnx_session(self.threads)
         out = np.zeros((len(texts), 384), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
-        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
-        for start in range(0, len(texts), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            width = max(len(encodings[r].ids) for r in rows)
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for k, r in enumerate(rows):
-                n = len(encodings[r].ids)
-                ids[k, :n] = encodings[r].ids
-                mask[k, :n] = 1
+        for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
+            ids = np.array(_filled([encodings[i].ids for i in index], self.batch_size), np.int64)
             hidden = session.run(
                 ["last_hidden_state"],
-                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                {
+                    "input_ids": ids,
+                    "attention_mask": np.ones_like(ids),
+                    "token_type_ids": np.zeros_like(ids),
+                },
             )[0]
-            weights = mask[:, :, None].astype(np.float32)
-            out[rows] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+            out[index] = hidden[: len(index)].mean(axis=1)
         return l2_normalize(out)
 
 

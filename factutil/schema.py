@@ -477,7 +477,11 @@ class FactUtilConfig(BaseModel):
     embedding_device: str | None = Field(
         None, description="semantic mode: torch device for the embedder; None = CUDA when present."
     )
-    embedding_batch_size: int = Field(64, ge=1, description="semantic mode: texts per forward pass.")
+    embedding_batch_size: int = Field(
+        64, ge=1,
+        description="semantic mode: rows per forward pass (texts of one token length, filled with "
+        "copies to this many rows, so no text's vector depends on its batch).",
+    )
     knn_min_size: int = Field(
         4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."
     )
