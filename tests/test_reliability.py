@@ -114,7 +114,8 @@ def test_empty_group_is_a_validation_error_naming_rollouts():
 
 def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
     """G = 1 -> A_out = 0 exactly, warning "has one rollout"; process rewards (0.2F, 0.8F, 0)
-    with F = tanh(-0.25) still normalise over the rollout's 3 actions (they sum to 0)."""
+    with F = tanh(-0.25) are the process advantages by default, and under process_norm="group"
+    still normalise over the rollout's 3 actions (they sum to 0)."""
     result = compute_process_advantages([row()], EXACT)
     assert [r.outcome_advantage for r in result.rollouts] == [0.0]
     assert result.warnings == ["group 'q' has one rollout: outcome advantage 0 (no baseline)"]
@@ -122,7 +123,9 @@ def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
     # p-bar = 1, u = (1 + .5) / (1 + 1) - 1 = -0.25; shaping tanh(-0.25) split 0.2 / 0.8.
     f = math.tanh(-0.25)
     assert [a.process_reward for a in result.actions] == pytest.approx([0.2 * f, 0.8 * f, 0.0])
-    assert math.fsum(a.process_advantage for a in result.actions) == pytest.approx(0.0, abs=1e-12)
+    assert [a.process_advantage for a in result.actions] == pytest.approx([0.2 * f, 0.8 * f, 0.0])
+    normalised = compute_process_advantages([row()], FactUtilConfig(mode="exact", process_norm="group"))
+    assert math.fsum(a.process_advantage for a in normalised.actions) == pytest.approx(0.0, abs=1e-12)
 
 
 @pytest.mark.parametrize("answer", [RIGHT, WRONG], ids=["all-right", "all-wrong"])
@@ -245,9 +248,13 @@ def test_penalties_near_the_float_range_still_normalise():
     """invalid_penalty = -1.7e308 on two of three actions -> process advantages (-1, -1, 2)/sqrt 3
     (the mean's exact sum overflows float64 without the power-of-two scaling)."""
     rows = [row(actions=[{"raw": "x"}, {"raw": "y"}, {"action": "answer", "answer": "Paris"}])]
-    result = compute_process_advantages(rows, FactUtilConfig(mode="exact", invalid_penalty=-1.7e308))
+    config = FactUtilConfig(mode="exact", invalid_penalty=-1.7e308, process_norm="group")
+    result = compute_process_advantages(rows, config)
     assert [a.process_advantage for a in result.actions] == pytest.approx(
         np.array([-1.0, -1.0, 2.0]) / math.sqrt(3), rel=1e-12)
+    # Kept raw (the default), omega * r leaves float32: a clear error, never inf or NaN.
+    with pytest.raises(FloatingPointError, match="outside float32"):
+        compute_process_advantages(rows, FactUtilConfig(mode="exact", invalid_penalty=-1.7e308))
 
 
 # --- 3. gold answers ------------------------------------------------------------------------
@@ -298,14 +305,18 @@ def test_rollout_with_no_actions_scores_zero_and_has_no_rows():
 
 def test_rollout_of_only_invalid_actions_is_penalised_and_unanswered():
     """Only invalid actions (garbled raw, "invalid" items) -> each penalty -0.1, outcome 0; in a
-    group where every action is invalid, every advantage is exactly 0."""
+    group where every action is invalid, A_out = 0 and each advantage is 0.5 * -0.1 (exactly 0
+    under process_norm="group", whose process rewards are then all equal)."""
     actions = [{"raw": "no json here"}, {"raw": '{"action": "search", "query": '},
                {"action": "invalid", "raw": "x", "reason": "given"}]
     result = compute_process_advantages([row("q-0", actions=actions), row("q-1", actions=actions)],
                                         EXACT)
     assert [a.action for a in result.actions] == ["invalid"] * 6
     assert [a.penalty for a in result.actions] == [-0.1] * 6
-    assert result.advantages.tolist() == [0.0] * 6
+    assert result.advantages.tolist() == [np.float32(-0.05)] * 6
+    normalised = compute_process_advantages(
+        [row("q-0", actions=actions), row("q-1", actions=actions)], FactUtilConfig(mode="exact", process_norm="group"))
+    assert normalised.advantages.tolist() == [0.0] * 6
     assert result.metrics["actions_invalid"] == 6.0
 
 
@@ -647,7 +658,7 @@ CONFIG_CASES = [
     ("repeat_search_penalty", float("-inf"), "repeat_search_penalty must be finite, got -inf"),
     ("cache_max_entries", -1, "greater than or equal to 0"), ("knn_k", 0, "greater than or equal to 1"),
     ("mode", "fuzzy", "'exact' or 'semantic'"), ("success", "acc", "'em', 'f1' or 'reward'"),
-    ("process_norm", "batch", "'group' or 'none'"), ("omega", "abc", "valid number"),
+    ("process_norm", "batch", "'none' or 'group'"), ("omega", "abc", "valid number"),
     ("filters", ["negation", "negation"], "filters repeats a name"),
     ("triple_template", "{subject} {object}", "lacks {relation}"),
 ]
