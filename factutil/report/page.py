@@ -23,9 +23,9 @@ from factutil.report import plots
 from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
 from factutil.schema import FactUtilConfig
 
-DEFAULT_MAX_GROUPS = 50
+DEFAULT_MAX_GROUPS = 30
 """Questions shown in full by default (the widest utility spread first); the summary and plots
-always cover every group. About 20 KB of HTML per question of 6 rollouts."""
+always cover every group. About 25 KB of HTML per question of 6 rollouts (0.86 MB for 30)."""
 
 KINDS = ("search", "assert", "answer", "invalid")
 OBSERVATION_CHARS = 120
@@ -169,7 +169,10 @@ def report_context(
         notes.append(missing)
         figures = {}
     else:
-        figures = _figures(result, labels, potential, offsets)
+        rows = [
+            first_row[g] + j for g in shown for j in range(len(result.groups[g].rollouts))
+        ]
+        figures = _figures(result, labels, potential, offsets, rows, len(shown))
     return {
         "title": inputs.title,
         "source": inputs.source,
@@ -295,8 +298,10 @@ def _selection_note(shown: int, total: int, inputs: ReportInputs) -> str:
 
 def _figures(
     result: ProcessAdvantages, labels: list[bool | None] | None,
-    potential: list[float], offsets: list[int],
+    potential: list[float], offsets: list[int], rows: list[int], shown: int,
 ) -> dict[str, str]:
+    """The three plots: utilities and advantages of the whole batch; the potential of the
+    rollouts of the questions shown (a line each; a batch of thousands would be a blur)."""
     utilities = [cluster.utility for cluster in result.clusters]
     auc = evidence_auc(labels, utilities) if labels is not None else None
     columns = result.action_columns
@@ -312,13 +317,15 @@ def _figures(
             by_kind["advantage A = A_out + Ω·A_proc"][record.action].append(total[k])
     curves = []
     succeeded = []
-    for i, rollout in enumerate(result.rollouts):
-        curves.append(potential[offsets[i] : offsets[i] + rollout.actions])
-        succeeded.append(rollout.success >= 0.5)
+    rollouts = result.rollouts
+    for i in rows:
+        curves.append(potential[offsets[i] : offsets[i] + rollouts[i].actions])
+        succeeded.append(rollouts[i].success >= 0.5)
+    whose = "" if shown == len(result.groups) else f"\n(rollouts of the {shown} questions shown)"
     return {
         "utility": plots.utility_histogram(utilities, labels, auc),
         "advantage": plots.advantage_by_kind(by_kind),
-        "potential": plots.potential_lines(curves, succeeded),
+        "potential": plots.potential_lines(curves, succeeded, whose),
     }
 
 

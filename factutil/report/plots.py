@@ -149,12 +149,15 @@ def advantage_by_kind(values: Mapping[str, Mapping[str, Sequence[float]]]) -> st
         return _svg(figure, "advantage")
 
 
-def potential_lines(curves: Sequence[Sequence[float]], succeeded: Sequence[bool]) -> str:
+def potential_lines(
+    curves: Sequence[Sequence[float]], succeeded: Sequence[bool], whose: str = ""
+) -> str:
     """Phi of each rollout's store over its steps, one line per rollout, coloured by outcome.
 
     Args:
         curves: per rollout, Phi after each of its actions (the line starts at Phi(empty) = 0).
         succeeded: per rollout, whether it succeeded (y >= 0.5).
+        whose: added to the title (which rollouts these are).
 
     Returns:
         an ``<svg>`` element as text.
@@ -174,6 +177,6 @@ def potential_lines(curves: Sequence[Sequence[float]], succeeded: Sequence[bool]
         axis.set_ylim(-1.0, 1.0)
         axis.set_xlabel("actions taken")
         axis.set_ylabel("potential Φ of the store")
-        axis.set_title("Potential Φ = tanh(Σ u_c) over each rollout")
+        axis.set_title(f"Potential Φ = tanh(Σ u_c) over each rollout{whose}")
         axis.legend(frameon=False, fontsize=8, loc="lower left")
         return _svg(figure, "potential")
