@@ -249,8 +249,10 @@ def compute_process_advantages(
         groups, of rollouts within a group and of triples within an assert.
 
     Raises:
-        pydantic.ValidationError: bad groups or config (the message names field and value).
-        factutil.io.InputError: a bad input file (every problem as ``FILE:LINE: field: ...``).
+        pydantic.ValidationError: a bad config (the message names field and value).
+        factutil.io.InputError: bad groups: every problem of a file as ``FILE:LINE: field: ...``,
+            of dicts and models as ``groups[i] (uid ..., rollout_id ...): field: ...``
+            (docs/method.md §8).
         ValueError: a uid shared by two groups; a clusterer built for another clustering
             config (the message names each field and both values).
         FloatingPointError: an advantage beyond float32 (extreme rewards or omega); the message
