@@ -273,7 +273,8 @@ def test_a_clusterer_built_for_another_clustering_config_is_refused(char_grams):
     assert compute_process_advantages([row], same, clusterer=clusterer).metrics["clusters"] == 1.0
 
     class Custom:
-        metrics: dict = {}
+        def __init__(self) -> None:
+            self.metrics: dict[str, float] = {}
 
         def cluster_batch(self, facts_per_group):
             return [np.zeros(len(facts), dtype=np.int64) for facts in facts_per_group]

@@ -91,6 +91,6 @@ def test_json_and_action_messages_read_as_sentences(tmp_path):
         read_rollouts(path)
     assert str(caught.value).splitlines() == [
         f"{path}:1: (line): invalid JSON: Invalid control character at column 28",
-        f"{path}:2: actions[0]: missing field `action` (one of search, assert, answer, invalid), "
-        "or `raw` model output to parse (got {'query': 'x'})",
+        (f"{path}:2: actions[0]: missing field `action` (one of search, assert, answer, invalid), "
+         "or `raw` model output to parse (got {'query': 'x'})"),
     ]

@@ -727,11 +727,11 @@ def test_dict_errors_name_the_position_like_file_errors():
     with pytest.raises(InputError) as caught:
         load_groups(items)
     assert str(caught.value).splitlines() == [
-        "groups[0] (uid 'q', rollout_id 'q-0'): actions[0]: missing field `action` (one of "
-        "search, assert, answer, invalid), or `raw` model output to parse (got {'query': "
-        "'capital'})",
-        "groups[2] (uid 'q', rollout_id 'q-1'): reward: reward must be a number or null, "
-        "got 'high'",
+        ("groups[0] (uid 'q', rollout_id 'q-0'): actions[0]: missing field `action` (one of "
+         "search, assert, answer, invalid), or `raw` model output to parse (got {'query': "
+         "'capital'})"),
+        ("groups[2] (uid 'q', rollout_id 'q-1'): reward: reward must be a number or null, "
+         "got 'high'"),
     ]
     assert isinstance(caught.value.__cause__, ValidationError)
     group = {"uid": "q", "question": "?", "golden_answers": ["Paris"],

@@ -75,7 +75,8 @@ def test_no_path_outside_the_repository():
 
 def method_sections() -> set[str]:
     """The section numbers of docs/method.md: "1" … "8" and "2.1" … "2.5"."""
-    headings = re.findall(r"^#{2,3} (\d+(?:\.\d+)?)[. ]", METHOD.read_text(encoding="utf-8"), re.M)
+    headings = re.findall(r"^#{2,3} (\d+(?:\.\d+)?)[. ]", METHOD.read_text(encoding="utf-8"),
+                          re.MULTILINE)
     return set(headings)
 
 
