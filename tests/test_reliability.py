@@ -34,7 +34,7 @@ from factutil.advantages import mask_spans, scatter_to_turns
 from factutil.cli import app
 from factutil.cluster import SemanticClusterer, candidate_pairs
 from factutil.embed import embed_unique
-from factutil.filters import analyze
+from factutil.filters import analyze, first_veto
 from factutil.parse import parse_action
 
 EXACT = FactUtilConfig(mode="exact")
@@ -1093,3 +1093,70 @@ def test_a_groups_clusters_do_not_depend_on_the_other_groups_of_the_batch(tmp_pa
         done = CliRunner().invoke(app, ["clusters", str(path), "--format", "json", *flags])
         counts.append(sum(c["uid"] == "a" for c in json.loads(done.output)))
     assert counts == [2, 2]
+
+
+@pytest.mark.parametrize("a,b,reason", [
+    (("Paris", "is located in", "France"), ("Paris, Texas", "is located in", "France"),
+     "entity: subject 'paris' vs 'paris, texas'"),
+    (("Ken Burns", "was born in", "Paris"), ("Ken Burns", "was born in", "Paris, Texas"),
+     "entity: object 'paris' vs 'paris, texas'"),
+    (("X", "was born in", "Paris, France"), ("X", "was born in", "Paris, Texas"),
+     "entity: object 'paris, france' vs 'paris, texas'"),
+    (("Armando Bó", "child", "Víctor Bó"), ("Armando Bó Jr.", "child", "Víctor Bó"),
+     "entity: subject 'armando bo' vs 'armando bo jr'"),
+    (("Armando Bó Sr.", "child", "Víctor Bó"), ("Armando Bó Jr.", "child", "Víctor Bó"),
+     "entity: subject 'armando bo jr' vs 'armando bo sr'"),
+    (("Martin Luther King", "born in", "Atlanta"), ("Martin Luther King Jr.", "born in", "Atlanta"),
+     "entity: subject 'martin luther king' vs 'martin luther king jr'"),
+    (("Johann Strauss", "composer of", "The Blue Danube"),
+     ("Johann Strauss II", "composer of", "The Blue Danube"),
+     "entity: object 'johann strauss' vs 'johann strauss ii'"),  # canonical: the work first
+    (("John Smith III", "born in", "London"), ("John Smith", "born in", "London"),
+     "entity: subject 'john smith' vs 'john smith iii'"),
+])
+def test_a_comma_qualifier_or_a_generational_suffix_names_another_entity(a, b, reason):
+    """"Paris" vs "Paris, Texas" (subject or object), two different qualifiers, "Armando Bó" vs
+    "Armando Bó Jr." (Jr. vs Sr.; a name long enough that spelling similarity alone would pass)
+    and "Johann Strauss" vs "Johann Strauss II" / III -> an entity veto naming both parts, both
+    ways; and the two facts never share a cluster."""
+    fa, fb = analyze(*a), analyze(*b)
+    assert first_veto(fa, fb) == first_veto(fb, fa) == reason
+    result = compute_process_advantages(
+        [row("q-0", actions=[{"action": "assert", "triples": [list(a)]}, RIGHT]),
+         row("q-1", actions=[{"action": "assert", "triples": [list(b)]}, WRONG])],
+        FactUtilConfig(sim_threshold=0.3),
+        clusterer=SemanticClusterer(FactUtilConfig(sim_threshold=0.3), embedder=_Same()))
+    assert sorted(c.n for c in result.clusters) == [1, 1]
+
+
+class _Same:
+    """Every text gets the same vector: only the filters can keep two facts apart."""
+
+    name = "test:same"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return np.ones((len(texts), 4), dtype=np.float32) / 2.0
+
+
+@pytest.mark.parametrize("a,b,same_key", [
+    (("David Lynch", "place of birth", "Missoula, Montana"),
+     ("David Lynch", "place of birth", "Missoula Montana"), True),
+    (("Martin Luther King Jr.", "born in", "Atlanta"), ("Martin Luther King, Jr.", "born in",
+                                                        "Atlanta"), True),
+    (("Lambert I of Louvain", "father", "Reginar III, Count of Hainaut"),
+     ("Lambert I of Louvain", "father", "Reginar III Count of Hainaut"), True),
+    (("Paris, Texas", "located in", "United States"), ("paris, texas", "located in",
+                                                       "United States"), True),
+    (("Nick Hexum", "date of birth", "April 12, 1970"), ("Nick Hexum", "born on", "12 April 1970"),
+     True),
+    (("Reginar III", "place of death", "Bohemia"), ("Reginar Iii", "Place Of Death", "Bohemia"),
+     False),
+    (("Beat Girl", "director", "Edmond T. Gréville"), ("Beat Girl", "director", "Edmond Gréville"),
+     False),
+])
+def test_commas_and_suffixes_that_name_the_same_entity_still_agree(a, b, same_key):
+    """The same entity written with or without a comma, the same suffix on both sides (or one
+    read as a numeral, one as a word), a comma inside a date, an initial -> no veto (and the same
+    key where only the comma differs)."""
+    fa, fb = analyze(*a), analyze(*b)
+    assert first_veto(fa, fb) is None and (fa.key == fb.key) is same_key
