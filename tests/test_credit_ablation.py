@@ -312,8 +312,13 @@ def test_quick_command_writes_tables_plot_and_results(tmp_path):
     assert "ordering (prompted/plain)" in done.stdout
     report = json.loads((tmp_path / "results.json").read_text())
     assert {(r["block"], r["run"]) for r in report["summary"]} == {
-        (b, r) for b in ("prompted/plain", "prompted/filtered", "cold/filtered")
+        (b, r) for b in ("prompted/plain", "prompted/filtered", "cold/plain", "cold/filtered")
         for r in ("outcome_only", "full", "exact")}
+    # "full" is the library's defaults; the other arms differ only in the fields they name.
+    runs = {r["name"]: r for r in report["runs"]}
+    assert FactUtilConfig().omega == runs["full"]["omega"] and FactUtilConfig().alpha == runs["full"]["alpha"]
+    assert (runs["full"]["prior"], runs["full"]["process_norm"]) == (FactUtilConfig().prior,
+                                                                     FactUtilConfig().process_norm)
     for row in report["summary"]:
         assert 0 <= row["em_final"] <= 1 and 0 <= row["recall_final"] <= 1
         assert 0 < row["factutil_share"] < 1 and row["actions_final"] <= MAX_ACTIONS
