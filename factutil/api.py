@@ -31,7 +31,7 @@ from factutil.cluster import (
     normalize_fact_text,
 )
 from factutil.load import GroupRows, GroupsInput, load_groups
-from factutil.metrics import qa_scores
+from factutil.metrics import golds_normalized_empty, qa_scores
 from factutil.schema import FactUtilConfig
 from factutil.shaping import INVALID, KIND_CODES, PAD, process_rewards
 from factutil.utility import smoothed_utilities, success_rate
@@ -132,7 +132,8 @@ class ProcessAdvantages:
         action_offsets: int64 (len(rollout_keys) + 1,): rollout i's actions are
             ``[action_offsets[i], action_offsets[i + 1])``.
         metrics: named floats: counts, clusters per group, utility mean/min/max, share of
-            actions with non-zero shaping, mean EM/F1, and ``time_<stage>_s`` in seconds.
+            actions with non-zero shaping, mean EM/F1, gold answers that normalise to nothing
+            (``golds_normalized_empty``, each also a warning), and ``time_<stage>_s`` in seconds.
         warnings: messages also sent to the ``factutil`` logger.
         skipped: uid -> reason for groups left out under ``on_invalid_group="skip"``.
         actions: one :class:`ActionRecord` per input action, in input order (built on access).
@@ -353,6 +354,7 @@ class _Prepared:
     f1: list[float]
     reward: list[float]
     success: list[float]
+    golds_normalized_empty: int  # gold answers (per group) that normalise to no token
 
 
 def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prepared:
@@ -384,6 +386,7 @@ def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prep
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
     queries: dict[str, str] = {}
+    golds_empty = 0
     add_kind, add_row, add_step, add_fact = (
         kinds.append, occurrence_row.append, occurrence_step.append, occurrence_fact.append
     )
@@ -402,6 +405,13 @@ def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prep
             positions[index] = position
         rank.extend(positions)
         golds = group.golden_answers
+        for gold in golds_normalized_empty(golds, fold):
+            golds_empty += 1
+            warn(
+                f"group {group.uid!r}: gold answer {gold!r} normalises to nothing (lower case, no "
+                "punctuation, no a/an/the): no answer can match it, so it scores 0 against every "
+                "answer"
+            )
         scores: dict[str, tuple[float, float]] = {}
         local: dict[str, int] = {}
         best: list[tuple[str, str, str]] = []
@@ -501,6 +511,7 @@ def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prep
         f1=f1_list,
         reward=rewards,
         success=successes,
+        golds_normalized_empty=golds_empty,
     )
 
 
@@ -739,6 +750,7 @@ def _compute(
     metrics["groups_uniform_zeroed"] = float(util.uniform_zeroed)
     metrics["prior_group"] = float(config.prior == "group")  # which prior ran: 0 beta, 1 group
     metrics["searches_repeated"] = float(len(prep.repeated_row))
+    metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value for name, value in clusterer.metrics.items()})
     records = _Records(batch, config, prep, util, a_out, keys, offsets)

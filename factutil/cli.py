@@ -34,6 +34,7 @@ from rich.table import Table
 
 from factutil.api import ProcessAdvantages, compute_process_advantages
 from factutil.io import InputError, error_messages, json_line, read_groups, write_jsonl
+from factutil.metrics import golds_normalized_empty
 from factutil.report import (
     DEFAULT_MAX_GROUPS,
     GoldError,
@@ -182,6 +183,13 @@ def summary_table(result: ProcessAdvantages) -> Table:
         ("warnings", f"{m['warnings']:.0f}"),
         ("time (s)", f"{m['time_total_s']:.3f}"),
     ]
+    if m.get("golds_normalized_empty"):
+        # The SQuAD score is kept, but such a gold (the band "The The") is a data problem.
+        fold = result.config.fold_unicode
+        golds = [repr(gold) for group in result.groups
+                 for gold in golds_normalized_empty(group.golden_answers, fold)]
+        rows.insert(-2, ("gold answers that normalise to nothing",
+                         f"{m['golds_normalized_empty']:.0f}: {', '.join(golds)}"))
     for name, value in rows:
         table.add_row(name, value)
     return table

@@ -30,7 +30,9 @@ Decisions where the references are silent or where this library departs from the
   and EM compares normalised strings as SQuAD does; but the only prediction equal to ``""`` is an
   empty one, which scores 0. F1 is 0 when either side has no tokens (SQuAD v1.1: no common
   token -> 0). Such a gold therefore scores 0 against every prediction; other gold answers of
-  the same list still count in the maximum.
+  the same list still count in the maximum. The score stays SQuAD's, but such a gold is almost
+  always a data problem (the band "The The"), so :func:`golds_normalized_empty` finds them and
+  scoring warns once per gold answer and group (metric ``golds_normalized_empty``).
 - **Blank gold, or no gold.** A gold answer that is empty or whitespace-only, or an empty list of
   gold answers, raises ``ValueError`` naming ``golden_answers`` and the value: it is a data error,
   never silently scored (the file loader reports these too).
@@ -61,6 +63,7 @@ __all__ = [
     "UNICODE_FOLDS",
     "exact_match",
     "f1",
+    "golds_normalized_empty",
     "normalize_answer",
     "qa_scores",
 ]
@@ -155,6 +158,28 @@ def qa_scores(
             best_em = 1.0
         best_f1 = max(best_f1, _token_f1(normalized_prediction, prediction_tokens, normalized_gold))
     return best_em, best_f1
+
+
+def golds_normalized_empty(
+    golden_answers: Sequence[str] | str, fold_unicode: bool = False
+) -> list[str]:
+    """The gold answers that normalise to no tokens ("The The", "A", "!!!"), each once, in order.
+
+    No prediction can match such a gold (an answer that normalises to nothing scores 0), so it
+    scores 0 against every answer: the module docstring's rule, kept for SQuAD compatibility;
+    callers warn about them.
+
+    Args:
+        golden_answers, fold_unicode: as :func:`qa_scores`.
+
+    Returns:
+        list of the original gold strings (empty when every gold keeps a token).
+
+    Raises:
+        TypeError, ValueError: as :func:`qa_scores` for malformed or blank gold answers.
+    """
+    golds = _checked_golden_answers(golden_answers)
+    return list(dict.fromkeys(g for g in golds if not normalize_answer(g, fold_unicode)))
 
 
 def exact_match(

@@ -1160,3 +1160,37 @@ def test_commas_and_suffixes_that_name_the_same_entity_still_agree(a, b, same_ke
     key where only the comma differs)."""
     fa, fb = analyze(*a), analyze(*b)
     assert first_veto(fa, fb) is None and (fa.key == fb.key) is same_key
+
+
+def test_gold_answers_that_normalise_to_nothing_warn_once_each_and_keep_the_squad_score(tmp_path):
+    """Gold answers "The The" and "A" (SQuAD normalisation drops a/an/the: nothing is left) ->
+    the SQuAD-compatible score is kept (the answer "The The" earns EM 0, F1 0), one warning per
+    such gold answer and group however many rollouts answer, ``metrics["golds_normalized_empty"]``
+    counts them, and the CLI summary names them. A gold that keeps a token ("The Smiths") warns
+    nothing."""
+    golds = ["The The", "A", "The Smiths"]
+    rows = [row("q-0", golden_answers=golds, actions=[SEARCH, ASSERT, {"action": "answer",
+                                                                     "answer": "The The"}]),
+            row("q-1", golden_answers=golds, actions=[SEARCH, ASSERT, {"action": "answer",
+                                                                     "answer": "the smiths"}]),
+            row("q-2", golden_answers=golds, actions=[{"action": "answer", "answer": "A"}]),
+            row("p-0", uid="p", golden_answers=["the", "Paris"])]
+    result = compute_process_advantages(rows, EXACT)
+    assert [(r.em, r.f1) for r in result.rollouts] == [(0.0, 0.0), (1.0, 1.0), (0.0, 0.0),
+                                                       (1.0, 1.0)]
+    empty = [w for w in result.warnings if "normalises to nothing" in w]
+    assert empty == [
+        "group 'q': gold answer 'The The' normalises to nothing (lower case, no punctuation, no "
+        "a/an/the): no answer can match it, so it scores 0 against every answer",
+        "group 'q': gold answer 'A' normalises to nothing (lower case, no punctuation, no "
+        "a/an/the): no answer can match it, so it scores 0 against every answer",
+        "group 'p': gold answer 'the' normalises to nothing (lower case, no punctuation, no "
+        "a/an/the): no answer can match it, so it scores 0 against every answer",
+    ]
+    assert result.metrics["golds_normalized_empty"] == 3.0
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(line) for line in rows])
+    done = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "out.jsonl"),
+                                    "--set", "mode=exact"])
+    assert done.exit_code == 0, done.output
+    summary = " ".join(done.output.split())
+    assert "gold answers that normalise to nothing │ 3: 'The The', 'A', 'the'" in summary
