@@ -6,6 +6,7 @@
         [--config FILE] [--set key=value ...]
     factutil schema [--what input|config]
     factutil serve [--corpus FILE] [--host 127.0.0.1] [--port 8000] [--topk 3]
+        [--request-timeout 10]
 
 Bad input or configuration: exit status 2 and one line per problem, ``FILE:LINE: field: what is
 wrong`` (``config: field: ...`` for the configuration), never a traceback. On a terminal, long
@@ -337,6 +338,10 @@ def serve(
     topk: Annotated[
         int, typer.Option(min=1, help="Passages per query when a request gives no topk.")
     ] = 3,
+    request_timeout: Annotated[
+        float,
+        typer.Option(min=0.001, help="Seconds a client may stay silent mid-request (then 408)."),
+    ] = 10.0,
 ) -> None:
     """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""
     from factutil.retrieval import serve as serve_retrieval
@@ -345,7 +350,8 @@ def serve(
         print(line, flush=True)
 
     try:
-        serve_retrieval(corpus, host=host, port=port, topk=topk, announce=announce)
+        serve_retrieval(corpus, host=host, port=port, topk=topk, announce=announce,
+                        request_timeout_s=request_timeout)
     except (OSError, ValueError, ImportError) as error:
         errors.print(f"serve: {error}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None

@@ -17,7 +17,15 @@ English stopwords, no stemming, over ``title + " " + text``) over a JSON or JSON
 (``examples/data/hipporag_2wikimultihopqa_corpus.json``) are the default corpus. Start it with one
 command::
 
-    factutil serve [--corpus FILE] [--port 8000] [--topk 3]
+    factutil serve [--corpus FILE] [--port 8000] [--topk 3] [--request-timeout 10]
+
+Requests are bounded: a body over :data:`MAX_REQUEST_BYTES` gets 413, more than
+:data:`MAX_QUERIES` queries or a ``topk`` over :data:`MAX_TOPK` get 422, ``queries`` must be a list
+of strings (422 otherwise, as Search-R1's FastAPI server answers), a body that is not JSON gets 400
+and one without a ``Content-Length`` 411; a client silent for ``request_timeout_s`` (headers or
+body half sent) gets 408 and its connection is closed. Searches take a lock one query at a time, so
+a large request never holds the others back for long. ``benchmarks/serve_load.py`` measures it
+under load.
 
 The client side (:class:`RetrievalClient`, :func:`parse_reply`, :func:`format_observation`) reads
 both reply shapes and turns every failure (timeout, HTTP error, bad JSON) into an observation that
@@ -43,7 +51,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 logger = logging.getLogger("factutil.retrieval")
 
@@ -51,7 +59,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_TOPK = 3
 MAX_TOPK = 100
+MAX_QUERIES = 1024
 MAX_REQUEST_BYTES = 1 << 20
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+_DRAIN_BYTES = 64 << 20  # an oversized body is read and dropped up to this, so the 413 arrives
 DEFAULT_CORPUS = (
     Path(__file__).resolve().parent.parent
     / "examples"
@@ -187,31 +198,31 @@ class BM25Retriever:
             raise ValueError(f"topk must be >= 1, got {topk}")
         k = min(topk, len(self.documents))
         results: list[list[tuple[Document, float]]] = []
-        with self._lock:
-            for query in queries:
+        for query in queries:
+            # One query per turn of the lock: a large request does not hold the others back.
+            with self._lock:
                 ids = self._tokenizer.tokenize(
                     [query], update_vocab=False, return_as="ids", show_progress=False
                 )
                 hits, scores = self._bm25.retrieve(ids, k=k, show_progress=False)
-                results.append(
-                    [(self.documents[int(i)], float(s)) for i, s in zip(hits[0], scores[0])]
-                )
+            results.append(
+                [(self.documents[int(i)], float(s)) for i, s in zip(hits[0], scores[0])]
+            )
         return results
 
 
 class RetrieveRequest(BaseModel):
-    """The body of ``POST /retrieve`` (Search-R1's ``QueryRequest``); unknown keys are ignored."""
+    """The body of ``POST /retrieve`` (Search-R1's ``QueryRequest``); unknown keys are ignored.
+
+    ``queries`` is a list of at most :data:`MAX_QUERIES` strings (a bare string is refused, as by
+    Search-R1's server: it is a client bug, not one query); ``topk`` at most :data:`MAX_TOPK`.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
-    queries: list[str]
+    queries: list[str] = Field(max_length=MAX_QUERIES)
     topk: int | None = Field(None, ge=1, le=MAX_TOPK)
     return_scores: bool = False
-
-    @field_validator("queries", mode="before")
-    @classmethod
-    def _one_query_is_a_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
 
 
 def retrieve_reply(
@@ -233,10 +244,24 @@ def retrieve_reply(
     return {"result": result}
 
 
-def _handler(retriever: BM25Retriever, default_topk: int) -> type[BaseHTTPRequestHandler]:
+class _RequestRefused(Exception):
+    """Internal: a request answered with a 4xx; ``close`` when its body was not read."""
+
+    def __init__(self, status: int, message: str, close: bool = False):
+        super().__init__(message)
+        self.status, self.message, self.close = status, message, close
+
+
+def _handler(
+    retriever: BM25Retriever, default_topk: int, request_timeout_s: float
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "factutil-retrieval/1"
         protocol_version = "HTTP/1.1"
+        timeout = request_timeout_s  # every read of the connection: a stalled client times out
+        # Headers and body go out as two writes: without TCP_NODELAY the body waits for the
+        # client's delayed ACK of the headers, ~40 ms per request.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             logger.debug("%s %s", self.address_string(), format % args)
@@ -246,6 +271,8 @@ def _handler(retriever: BM25Retriever, default_topk: int) -> type[BaseHTTPReques
             self.send_response(status)
             if allow is not None:  # 405 must say which methods the path takes (RFC 9110)
                 self.send_header("Allow", allow)
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -260,29 +287,85 @@ def _handler(retriever: BM25Retriever, default_topk: int) -> type[BaseHTTPReques
                 self._send(404, {"error": f"no such path {self.path!r}; use POST /retrieve"})
 
         def do_POST(self) -> None:
-            if self.path.rstrip("/") != "/retrieve":
-                self._send(404, {"error": f"no such path {self.path!r}; use POST /retrieve"})
+            try:
+                body = self._body()
+                if self.path.rstrip("/") != "/retrieve":
+                    raise _RequestRefused(404, f"no such path {self.path!r}; use POST /retrieve")
+                request = _parsed_request(body)
+            except _RequestRefused as refused:
+                if refused.close:
+                    self.close_connection = True
+                self._send(refused.status, {"error": refused.message})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_REQUEST_BYTES:
-                self._send(413, {"error": f"request body over {MAX_REQUEST_BYTES} bytes"})
+            except TimeoutError:
+                self.close_connection = True
+                self._send(408, {"error": f"the request was not received within "
+                                          f"{request_timeout_s:g} s"})
                 return
             try:
-                payload = json.loads(self.rfile.read(length) or b"null")
-                request = RetrieveRequest.model_validate(payload)
-            except json.JSONDecodeError as error:
-                self._send(400, {"error": f"body is not JSON: {error}"})
+                reply = retrieve_reply(retriever, request, default_topk)
+            except Exception:  # a bug here, not the client's: say so and keep serving
+                logger.exception("retrieval failed for %r", request.queries[:3])
+                self._send(500, {"error": "the retriever failed; see the server log"})
                 return
-            except ValidationError as error:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
-                    for item in error.errors(include_url=False)
-                )
-                self._send(422, {"error": problems})
-                return
-            self._send(200, retrieve_reply(retriever, request, default_topk))
+            self._send(200, reply)
+
+        def _body(self) -> bytes:
+            """The request body, read in full; raises _RequestRefused for bad framing or size."""
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                raise _RequestRefused(411, "give the body with a Content-Length (no chunked "
+                                           "transfer encoding)", close=True)
+            given = (self.headers.get("Content-Length") or "0").strip()
+            if not given.isdigit():
+                raise _RequestRefused(
+                    400, f"Content-Length must be a non-negative integer, got {given!r}",
+                    close=True)
+            length = int(given)
+            if length > MAX_REQUEST_BYTES:
+                self._drain(length)
+                raise _RequestRefused(413, f"request body over {MAX_REQUEST_BYTES} bytes",
+                                      close=True)
+            return self.rfile.read(length)
+
+        def _drain(self, length: int) -> None:
+            # Read (and drop) an oversized body before answering, so the client, still sending,
+            # gets the 413 and not a reset; past _DRAIN_BYTES or a stall, just close.
+            left = min(length, _DRAIN_BYTES)
+            try:
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+            except TimeoutError:
+                pass
 
     return Handler
+
+
+def _parsed_request(body: bytes) -> RetrieveRequest:
+    """A request body as a :class:`RetrieveRequest`; raises _RequestRefused with 400 or 422."""
+    try:
+        payload = json.loads(body or b"null")
+    except json.JSONDecodeError as error:
+        raise _RequestRefused(400, f"body is not JSON: {error}") from None
+    except RecursionError:
+        raise _RequestRefused(400, "body is not JSON: nested too deeply") from None
+    except ValueError as error:  # not UTF-8, UTF-16 or UTF-32
+        raise _RequestRefused(400, f"body is not JSON: {error}") from None
+    try:
+        return RetrieveRequest.model_validate(payload)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
+            for item in error.errors(include_url=False)
+        )
+        raise _RequestRefused(422, problems) from None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the listen backlog: 64 clients connecting at once are all queued
 
 
 def make_server(
@@ -290,22 +373,29 @@ def make_server(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     default_topk: int = DEFAULT_TOPK,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> ThreadingHTTPServer:
     """An HTTP server for ``retriever`` (not started: call ``serve_forever``, e.g. in a thread).
+
+    One thread per connection (keep-alive); the limits and answers to bad requests are in the
+    module docstring.
 
     Args:
         host: the address to bind; 127.0.0.1 by default (this machine only).
         port: TCP port; 0 picks a free one (read it from ``server.server_address[1]``).
         default_topk: k when a request gives none (Search-R1's ``--topk``).
+        request_timeout_s: seconds a connection may stay silent (while sending a request, or
+            idle between requests) before the server answers 408 or closes it; > 0.
 
     Raises:
         OSError: the port is taken.
+        ValueError: default_topk < 1 or request_timeout_s <= 0.
     """
     if default_topk < 1:
         raise ValueError(f"default_topk must be >= 1, got {default_topk}")
-    server = ThreadingHTTPServer((host, port), _handler(retriever, default_topk))
-    server.daemon_threads = True
-    return server
+    if not request_timeout_s > 0:
+        raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
+    return _Server((host, port), _handler(retriever, default_topk, request_timeout_s))
 
 
 def serve(
@@ -314,6 +404,7 @@ def serve(
     port: int = DEFAULT_PORT,
     topk: int = DEFAULT_TOPK,
     announce: Callable[[str], None] = print,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> None:
     """Load ``corpus`` (default: the bundled 2Wiki paragraphs), index it and serve until interrupted.
 
@@ -327,7 +418,9 @@ def serve(
         )
     started = time.perf_counter()
     retriever = BM25Retriever(load_corpus(path))
-    server = make_server(retriever, host=host, port=port, default_topk=topk)
+    server = make_server(
+        retriever, host=host, port=port, default_topk=topk, request_timeout_s=request_timeout_s
+    )
     bound_host, bound_port = server.server_address[:2]
     announce(
         f"listening on http://{bound_host}:{bound_port}/retrieve ({len(retriever.documents)} "

@@ -101,7 +101,7 @@ def test_reply_shapes(retriever: BM25Retriever):
     scored = retrieve_reply(
         retriever, RetrieveRequest(queries=["Aleksander Ford"], topk=2, return_scores=True)
     )
-    plain = retrieve_reply(retriever, RetrieveRequest(queries="Aleksander Ford", topk=2))
+    plain = retrieve_reply(retriever, RetrieveRequest(queries=["Aleksander Ford"], topk=2))
     assert (
         list(scored) == ["result"] and len(scored["result"]) == 1 and len(scored["result"][0]) == 2
     )
@@ -334,3 +334,135 @@ def test_import_factutil_stays_light():
     )
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout) == [False, False, False]
+
+
+# --- bad requests: each a clear 4xx in bounded time, never a 500 or a hang ---------------------
+
+
+@pytest.fixture(scope="module")
+def strict_url(retriever: BM25Retriever) -> Iterator[str]:
+    """A server whose connections time out after 1 s of silence (the default is 10 s)."""
+    server = make_server(retriever, port=0, request_timeout_s=1.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def raw_exchange(url: str, request: bytes, wait_s: float = 10.0) -> tuple[bytes, float]:
+    """Send raw bytes on a fresh connection; read until the server closes it (or ``wait_s``).
+    Returns (everything read, seconds until the connection closed)."""
+    host, port = url.split("//", 1)[1].split(":")
+    started = time.perf_counter()
+    with socket.create_connection((host, int(port)), timeout=wait_s) as connection:
+        connection.sendall(request)
+        chunks = []
+        try:
+            while chunk := connection.recv(65536):
+                chunks.append(chunk)
+        except TimeoutError:
+            pass
+    return b"".join(chunks), time.perf_counter() - started
+
+
+def status_of(raw: bytes) -> tuple[int, dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body) if body else {}
+
+
+def test_queries_given_as_a_string_is_a_422_naming_queries(url: str):
+    """{"queries": "capital of France"} -> 422 "queries: Input should be a valid list" (Search-R1's
+    QueryRequest takes a list; a string used to be answered as a list of one query)."""
+    assert post(f"{url}/retrieve", {"queries": "capital of France"}) == (
+        422, {"error": "queries: Input should be a valid list"})
+
+
+@pytest.mark.parametrize("body,status,error", [
+    ({"queries": ["a"], "topk": 10**9}, 422, "topk: Input should be less than or equal to 100"),
+    ({"queries": ["a"], "topk": 2.5}, 422, "topk: Input should be a valid integer"),
+    ({"queries": ["a"] * 1025}, 422, "queries: List should have at most 1024 items"),
+    ({"queries": [1]}, 422, "queries.0: Input should be a valid string"),
+    ([{"queries": ["a"]}], 422, "body: Input should be a valid dictionary"),
+    (b"{not json", 400, "body is not JSON: Expecting property name enclosed in double quotes"),
+    (b"\xff\xfe\x00{", 400, "body is not JSON"),
+    (b"[" * 100_000, 400, "body is not JSON: nested too deeply"),
+])
+def test_bad_bodies_are_clear_4xx(url: str, body: Any, status: int, error: str):
+    """A huge or fractional topk, too many queries, a non-string query, a list body, malformed
+    JSON, bytes that are not UTF-8, JSON nested 100,000 deep -> the 4xx and the message."""
+    got_status, got = post(f"{url}/retrieve", body)
+    assert got_status == status and got["error"].startswith(error), got
+
+
+def test_an_empty_query_list_is_answered_with_an_empty_result(url: str):
+    assert post(f"{url}/retrieve", {"queries": []}) == (200, {"result": []})
+
+
+@pytest.mark.parametrize("headers,status,error", [
+    (b"Content-Length: abc\r\n", 400, "Content-Length must be a non-negative integer, got 'abc'"),
+    (b"Content-Length: -5\r\n", 400, "Content-Length must be a non-negative integer, got '-5'"),
+    (b"Transfer-Encoding: chunked\r\n", 411, "give the body with a Content-Length"),
+])
+def test_bad_framing_is_a_4xx_and_the_connection_closes(url: str, headers, status, error):
+    """A Content-Length that is no count, or a chunked body -> 400 / 411 with the reason, and the
+    server closes the connection (the body's end is unknown)."""
+    raw, _ = raw_exchange(url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
+                          + b"5\r\nhello\r\n0\r\n\r\n")
+    got_status, body = status_of(raw)
+    assert got_status == status and body["error"].startswith(error)
+    assert b"Connection: close" in raw.partition(b"\r\n\r\n")[0]
+
+
+def test_a_body_of_many_megabytes_gets_413_quickly_and_the_server_goes_on(url: str):
+    """An 8 MB body (limit 1 MiB) -> the client reads a 413 naming the limit (no reset), within
+    seconds; the next request is answered."""
+    big = json.dumps({"queries": ["x" * (8 << 20)]}).encode()
+    started = time.perf_counter()
+    status, body = post(f"{url}/retrieve", big)
+    assert (status, body) == (413, {"error": "request body over 1048576 bytes"})
+    assert time.perf_counter() - started < 5
+    assert post(f"{url}/retrieve", {"queries": ["Aleksander Ford"], "topk": 1})[0] == 200
+
+
+def test_a_half_sent_body_gets_408_after_the_timeout_while_others_are_answered(strict_url: str):
+    """A client that sends the headers and 10 of 1,000 body bytes, then stalls -> 408 after the
+    server's 1 s request timeout and the connection closed; meanwhile another client is answered."""
+    results: dict[str, Any] = {}
+
+    def stalled() -> None:
+        results["stalled"] = raw_exchange(strict_url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\n"
+                                          b"Content-Length: 1000\r\n\r\n" + b'{"queries"')
+
+    thread = threading.Thread(target=stalled)
+    thread.start()
+    time.sleep(0.2)
+    assert post(f"{strict_url}/retrieve", {"queries": ["Aleksander Ford"], "topk": 1})[0] == 200
+    thread.join(timeout=10)
+    raw, seconds = results["stalled"]
+    assert status_of(raw) == (408, {"error": "the request was not received within 1 s"})
+    assert 0.9 < seconds < 5
+
+
+def test_a_connection_silent_after_its_headers_is_closed_after_the_timeout(strict_url: str):
+    """Headers never finished (a slow client) -> the connection is closed after the timeout."""
+    raw, seconds = raw_exchange(strict_url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
+    assert raw == b"" and 0.9 < seconds < 5
+
+
+def test_the_load_benchmark_runs_and_reports_every_bad_request(tmp_path: Path):
+    """Smoke test of benchmarks/serve_load.py at a tiny size (figures printed, never asserted):
+    exit 0 means 0 errors under load and every bad request got its expected status."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
+    out = tmp_path / "load.json"
+    done = subprocess.run([sys.executable, str(script), "--clients", "1,4", "--requests", "200",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [level["clients"] for level in report["levels"]] == [1, 4]
+    assert all(level["requests"] == 200 and level["errors"] == 0 for level in report["levels"])
+    assert {b["kind"]: b["status"] for b in report["bad_requests"]} == {
+        "malformed JSON": 400, "queries as a string": 422, "huge topk": 422,
+        "2,000 queries": 422, "8 MB body": 413, "half-sent body, stalled": 408,
+        "chunked body": 411, "empty query list (valid)": 200}
+    assert "factutil serve under load" in done.stdout
