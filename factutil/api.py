@@ -1,9 +1,10 @@
 """``compute_process_advantages``: rollouts -> per-action advantages (docs/method.md §1–§5).
 
-The steps, each in its own module: outcome rewards (:mod:`factutil.metrics`), clusters
-(:mod:`factutil.cluster`), utilities (:mod:`factutil.utility`), potentials, shaping, back-credit
-and penalties (:mod:`factutil.shaping`), advantages (:mod:`factutil.advantages`). This module only
-walks the groups, feeds those pure functions and assembles the records.
+The steps, each in its own module: outcome rewards and the empty-store rule
+(:func:`factutil.metrics.outcome`), clusters (:mod:`factutil.cluster`), utilities
+(:func:`factutil.utility.batch_utilities`), the gain grid, potentials, shaping, back-credit and
+penalties (:mod:`factutil.shaping`), advantages (:mod:`factutil.advantages`). This module walks the
+groups once into flat columns, feeds those batch functions and assembles the records.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from factutil.cluster import (
     normalize_fact_text,
 )
 from factutil.load import GroupRows, GroupsInput, load_groups
-from factutil.metrics import golds_normalized_empty, qa_scores
+from factutil.metrics import golds_normalized_empty, outcome, qa_scores
 from factutil.schema import FactUtilConfig
-from factutil.shaping import INVALID, KIND_CODES, PAD, process_rewards
-from factutil.utility import smoothed_utilities, success_rate
+from factutil.shaping import INVALID, KIND_CODES, PAD, action_gains, process_rewards
+from factutil.utility import BatchUtilities, batch_utilities
 
 logger = logging.getLogger("factutil")
 
@@ -468,12 +469,10 @@ def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prep
                 if found is None:
                     found = scores[answer] = qa_scores(answer, golds, fold_unicode=fold)
                 em, f1 = found
-            given = rollout.get("reward")
-            if answer is None or empty_store_answer:
-                reward = success = 0.0
-            else:
-                reward = given if given is not None else f1
-                success = em if success_rule == "em" else f1 if success_rule == "f1" else min(max(reward, 0.0), 1.0)
+            reward, success = outcome(
+                em, f1, answered=answer is not None, empty_store=empty_store_answer,
+                given=rollout.get("reward"), success=success_rule,
+            )
             answers.append(answer)
             empty_store.append(empty_store_answer)
             em_list.append(em)
@@ -515,82 +514,6 @@ def _prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> _Prep
     )
 
 
-@dataclass
-class _Utilities:
-    """Every cluster of the batch (docs/method.md §3) and which rollout first stored it when."""
-
-    cluster_starts: np.ndarray  # int64 (groups,): first batch cluster id of each group
-    cluster_group: np.ndarray  # int64 (K,)
-    n: np.ndarray  # int64 (K,)
-    s: np.ndarray  # float64 (K,)
-    mean: np.ndarray  # float64 (K,)
-    utility: np.ndarray  # float64 (K,)
-    fact_cluster: np.ndarray  # int64 (facts,): batch cluster id of each batch fact
-    pair_row: np.ndarray  # int64 (P,): (rollout, cluster) pairs, sorted by (row, cluster) ...
-    pair_cluster: np.ndarray  # int64 (P,)
-    pair_step: np.ndarray  # int64 (P,): ... with the step that first brought the cluster in
-    uniform_zeroed: int
-
-
-def _utilities(prep: _Prepared, labels: list[np.ndarray], config: FactUtilConfig) -> _Utilities:
-    """Cluster statistics and utilities of every group at once (docs/method.md §3).
-
-    n_c counts rollouts whose store ever held cluster c; s_c adds their successes in rollout_id
-    order (the order the per-group formula uses, so sums never depend on input order).
-    """
-    groups = len(labels)
-    sizes = np.array([int(g.max()) + 1 if len(g) else 0 for g in labels], dtype=np.int64)
-    cluster_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if groups else sizes
-    total = int(sizes.sum())
-    fact_counts = np.array([len(g) for g in labels], dtype=np.int64)
-    fact_group = np.repeat(np.arange(groups, dtype=np.int64), fact_counts)
-    fact_cluster = (
-        np.concatenate(labels).astype(np.int64) + cluster_starts[fact_group] if groups else fact_group
-    )
-    cluster_group = np.repeat(np.arange(groups, dtype=np.int64), sizes)
-    occurrence_cluster = fact_cluster[prep.occurrence_fact]
-    keys, first = np.unique(prep.occurrence_row * max(total, 1) + occurrence_cluster, return_index=True)
-    pair_row, pair_cluster = np.divmod(keys, max(total, 1))
-    pair_step = prep.occurrence_step[first]
-    success = np.asarray(prep.success, dtype=np.float64)
-    n = np.bincount(pair_cluster, minlength=total).astype(np.int64)
-    order = np.lexsort((prep.rank[pair_row], pair_cluster))
-    s = np.bincount(pair_cluster[order], weights=success[pair_row[order]], minlength=total)
-    bounds = np.append(prep.rollout_starts, len(success))
-    rollout_counts = np.diff(bounds)
-    baseline = np.array(
-        [success_rate(success[a:b]) if b > a else 0.0
-         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())],
-        dtype=np.float64,
-    )
-    deviation = np.zeros(total, dtype=np.float64)
-    if config.prior == "group":
-        row_group = np.repeat(np.arange(groups, dtype=np.int64), rollout_counts)
-        row_deviation = success - baseline[row_group]
-        deviation = np.bincount(
-            pair_cluster[order], weights=row_deviation[pair_row[order]], minlength=total
-        )
-    mean, utility = smoothed_utilities(
-        s, deviation, n, baseline[cluster_group], config.epsilon, config.prior
-    )
-    zeroed = 0
-    if config.uniform_groups == "zero" and groups:
-        # Nothing separates helpful facts from harmful ones when every rollout scored the
-        # same; docs/method.md §3's prior would still reward every fact (all fail) or punish it (all win).
-        live = rollout_counts > 0
-        high = np.full(groups, -np.inf)
-        low = np.full(groups, np.inf)
-        high[live] = np.maximum.reduceat(success, prep.rollout_starts[live])
-        low[live] = np.minimum.reduceat(success, prep.rollout_starts[live])
-        uniform = live & (high == low)
-        utility = np.where(uniform[cluster_group], 0.0, utility)
-        zeroed = int(uniform.sum())
-    return _Utilities(
-        cluster_starts, cluster_group, n, s, mean, utility, fact_cluster,
-        pair_row, pair_cluster, pair_step, zeroed,
-    )
-
-
 def _compute(
     groups: GroupsInput,
     config: FactUtilConfig,
@@ -627,7 +550,11 @@ def _compute(
 
     # 3. Utilities of every cluster (docs/method.md §3).
     clock = time.perf_counter()
-    util = _utilities(prep, labels, config)
+    util = batch_utilities(
+        labels, prep.occurrence_row, prep.occurrence_step, prep.occurrence_fact,
+        np.asarray(prep.success, dtype=np.float64), prep.rank, prep.rollout_starts,
+        config.epsilon, config.prior, config.uniform_groups,
+    )
     timings["utility"] = time.perf_counter() - clock
 
     # 4. Potentials, shaping, back-credit and penalties, every rollout at once (docs/method.md §4).
@@ -640,19 +567,9 @@ def _compute(
     action_step = np.arange(effective, dtype=np.int64) - starts[action_row]
     kinds = np.full((rows, steps), PAD, dtype=np.int8)
     kinds[action_row, action_step] = prep.kinds
-    cell = util.pair_row * steps + util.pair_step
-    added = np.bincount(cell, minlength=rows * steps).astype(np.int64).reshape(rows, steps)
-    gains = util.utility[util.pair_cluster]
-    gain = np.bincount(cell, weights=gains, minlength=rows * steps)
-    # bincount adds in order, exact for one or two terms; three or more are re-summed exactly.
-    heavy = np.flatnonzero(added.reshape(-1) > 2)
-    if len(heavy):
-        by_cell = np.argsort(cell, kind="stable")
-        first = np.searchsorted(cell[by_cell], heavy).tolist()
-        ordered = gains[by_cell].tolist()
-        for c, a, n in zip(heavy.tolist(), first, added.reshape(-1)[heavy].tolist()):
-            gain[c] = math.fsum(ordered[a : a + n])
-    gain = gain.reshape(rows, steps)
+    gain, added = action_gains(
+        util.pair_row, util.pair_step, util.utility[util.pair_cluster], rows, steps
+    )
     repeated = np.zeros((rows, steps), dtype=bool)
     repeated[prep.repeated_row, prep.repeated_step] = True
     parts = process_rewards(
@@ -775,7 +692,7 @@ class _Records:
     batch: list[GroupRows]
     config: FactUtilConfig
     prep: _Prepared
-    util: _Utilities
+    util: BatchUtilities
     outcome_advantage: np.ndarray
     keys: list[tuple[str, str]]
     offsets: np.ndarray

@@ -58,6 +58,7 @@ import string
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 __all__ = [
     "UNICODE_FOLDS",
@@ -65,6 +66,7 @@ __all__ = [
     "f1",
     "golds_normalized_empty",
     "normalize_answer",
+    "outcome",
     "qa_scores",
 ]
 
@@ -249,3 +251,39 @@ def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
             )
         golds.append(gold)
     return golds
+
+
+def outcome(
+    em: float,
+    f1: float,
+    *,
+    answered: bool,
+    empty_store: bool,
+    given: float | None = None,
+    success: Literal["em", "f1", "reward"] = "em",
+) -> tuple[float, float]:
+    """A rollout's outcome reward R and success y (docs/method.md §1, §3), with the empty-store rule (§4).
+
+    A rollout without an answer, or whose answer came from an empty fact store, gets R = y = 0.
+    Otherwise R is the reward the input gives (``given``) or, when it gives none, the answer's F1;
+    y is its EM, its F1, or R clipped to [0, 1] (``success``). Every surface that scores an outcome
+    (the API, the verl reward function) calls this one rule.
+
+    Args:
+        em, f1: the answer's scores (:func:`qa_scores`); read only when ``answered``.
+        answered: the rollout gave an answer.
+        empty_store: the answer was given while the fact store was empty.
+        given: the input's outcome reward, or None.
+        success: ``FactUtilConfig.success``.
+
+    Returns:
+        ``(reward, success)`` as floats.
+    """
+    if not answered or empty_store:
+        return 0.0, 0.0
+    reward = given if given is not None else f1
+    if success == "em":
+        return reward, em
+    if success == "f1":
+        return reward, f1
+    return reward, min(max(reward, 0.0), 1.0)

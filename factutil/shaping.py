@@ -112,6 +112,35 @@ def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> n
     return credit[0] if flat else credit
 
 
+def action_gains(
+    pair_row: np.ndarray, pair_step: np.ndarray, pair_utility: np.ndarray, rows: int, steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """What each action brought into its rollout's store, as (R, T) grids (docs/method.md §4).
+
+    Args:
+        pair_row, pair_step: int64 (P,), each (rollout, cluster) pair once, with the step whose
+            assert first brought the cluster into that rollout's store.
+        pair_utility: float64 (P,), the pair's cluster utility.
+        rows, steps: the grid's shape R x T.
+
+    Returns:
+        ``(gain, added)``: float64 (R, T) summed utility of the clusters each action added, summed
+        exactly (``math.fsum``, so order never matters), and int64 (R, T) how many it added.
+    """
+    cell = pair_row * steps + pair_step
+    added = np.bincount(cell, minlength=rows * steps).astype(np.int64).reshape(rows, steps)
+    gain = np.bincount(cell, weights=pair_utility, minlength=rows * steps)
+    # bincount adds in order, exact for one or two terms; three or more are re-summed exactly.
+    heavy = np.flatnonzero(added.reshape(-1) > 2)
+    if len(heavy):
+        by_cell = np.argsort(cell, kind="stable")
+        first = np.searchsorted(cell[by_cell], heavy).tolist()
+        ordered = pair_utility[by_cell].tolist()
+        for c, a, n in zip(heavy.tolist(), first, added.reshape(-1)[heavy].tolist()):
+            gain[c] = math.fsum(ordered[a : a + n])
+    return gain.reshape(rows, steps), added
+
+
 def process_rewards(
     kinds: np.ndarray,
     gain: np.ndarray,
@@ -207,10 +236,16 @@ def rollout_process_rewards(
             f"{len(kinds)}, {len(new_clusters)} and {len(repeated_search)}"
         )
     utility = np.asarray(utility, dtype=np.float64)
-    gain = np.array([cluster_gain(added, utility) for added in new_clusters], dtype=np.float64)
-    added = np.array([len(a) for a in new_clusters], dtype=np.int64)
+    counts = np.array([len(a) for a in new_clusters], dtype=np.int64)
+    clusters = np.concatenate(
+        [np.asarray(a, dtype=np.int64) for a in new_clusters] or [np.zeros(0, dtype=np.int64)]
+    )
+    pair_step = np.repeat(np.arange(len(kinds), dtype=np.int64), counts)
+    gain, added = action_gains(
+        np.zeros(len(pair_step), dtype=np.int64), pair_step, utility[clusters], 1, len(kinds)
+    )
     parts = process_rewards(
-        kinds[None, :], gain[None, :], added[None, :], repeated_search[None, :],
+        kinds[None, :], gain, added, repeated_search[None, :],
         gamma=gamma, alpha=alpha, invalid_penalty=invalid_penalty,
         repeat_search_penalty=repeat_search_penalty,
         empty_store_answer_penalty=empty_store_answer_penalty,

@@ -15,6 +15,7 @@ all have the same success gives every cluster u_c = 0 exactly.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -97,10 +98,129 @@ def smoothed_utilities(
     raise ValueError(f"prior must be 'beta' or 'group', got {prior!r}")
 
 
+@dataclass(frozen=True)
+class BatchUtilities:
+    """Every cluster of a batch of groups (docs/method.md §3), numbered 0..K-1 across the batch.
+
+    Attributes:
+        cluster_starts: int64 (groups,), the first batch cluster id of each group (a group's local
+            id c is batch id ``cluster_starts[g] + c``).
+        cluster_group: int64 (K,), the group of each cluster.
+        n: int64 (K,), rollouts whose store held the cluster.
+        s: float64 (K,), summed success of those rollouts.
+        mean: float64 (K,), posterior mean success m_c.
+        utility: float64 (K,), u_c = m_c - p-bar (0 for a zeroed uniform group).
+        fact_cluster: int64 (facts,), the batch cluster of each batch fact.
+        pair_row, pair_cluster, pair_step: int64 (P,), each (rollout, cluster) pair once, sorted by
+            (rollout, cluster), with the step whose assert first brought the cluster in.
+        uniform_zeroed: groups whose utilities ``uniform_groups="zero"`` set to 0.
+    """
+
+    cluster_starts: np.ndarray
+    cluster_group: np.ndarray
+    n: np.ndarray
+    s: np.ndarray
+    mean: np.ndarray
+    utility: np.ndarray
+    fact_cluster: np.ndarray
+    pair_row: np.ndarray
+    pair_cluster: np.ndarray
+    pair_step: np.ndarray
+    uniform_zeroed: int
+
+
+def batch_utilities(
+    labels: Sequence[np.ndarray],
+    occurrence_row: np.ndarray,
+    occurrence_step: np.ndarray,
+    occurrence_fact: np.ndarray,
+    success: np.ndarray,
+    rank: np.ndarray,
+    rollout_starts: np.ndarray,
+    epsilon: float,
+    prior: Prior = "beta",
+    uniform_groups: Literal["keep", "zero"] = "keep",
+) -> BatchUtilities:
+    """Cluster statistics and utilities of every group of a batch at once (docs/method.md §3).
+
+    Rollouts ("rows") are numbered 0..R-1 across the batch, group by group; facts likewise, group
+    by group, each group's facts labelled by ``labels``. n_c counts the rows whose store ever held
+    cluster c; s_c adds their successes in ``rank`` order (rollout_id order, the order the formula
+    is written in, so sums never depend on input order). Each group's numbers depend on that group
+    alone.
+
+    Args:
+        labels: per group, int (facts of the group,) cluster labels 0..k-1.
+        occurrence_row, occurrence_step, occurrence_fact: int64 (occurrences,), for each asserted
+            triple occurrence its row, its step and its batch fact index.
+        success: float64 (R,), y of each row.
+        rank: int64 (R,), each row's position in its group by rollout_id.
+        rollout_starts: int64 (groups,), the first row of each group.
+        epsilon, prior: see :func:`smoothed_utilities`.
+        uniform_groups: ``"zero"`` sets the utilities of a group whose rows all have the same
+            success to 0 (docs/decisions.md); ``"keep"`` leaves docs/method.md §3's values.
+
+    Returns:
+        :class:`BatchUtilities`.
+    """
+    groups = len(labels)
+    sizes = np.array([int(g.max()) + 1 if len(g) else 0 for g in labels], dtype=np.int64)
+    cluster_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if groups else sizes
+    total = int(sizes.sum())
+    fact_counts = np.array([len(g) for g in labels], dtype=np.int64)
+    fact_group = np.repeat(np.arange(groups, dtype=np.int64), fact_counts)
+    fact_cluster = (
+        np.concatenate(labels).astype(np.int64) + cluster_starts[fact_group] if groups else fact_group
+    )
+    cluster_group = np.repeat(np.arange(groups, dtype=np.int64), sizes)
+    occurrence_cluster = fact_cluster[occurrence_fact]
+    keys, first = np.unique(occurrence_row * max(total, 1) + occurrence_cluster, return_index=True)
+    pair_row, pair_cluster = np.divmod(keys, max(total, 1))
+    pair_step = occurrence_step[first]
+    success = np.asarray(success, dtype=np.float64)
+    n = np.bincount(pair_cluster, minlength=total).astype(np.int64)
+    order = np.lexsort((rank[pair_row], pair_cluster))
+    s = np.bincount(pair_cluster[order], weights=success[pair_row[order]], minlength=total)
+    bounds = np.append(rollout_starts, len(success))
+    rollout_counts = np.diff(bounds)
+    baseline = np.array(
+        [success_rate(success[a:b]) if b > a else 0.0
+         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())],
+        dtype=np.float64,
+    )
+    deviation = np.zeros(total, dtype=np.float64)
+    if prior == "group":
+        row_group = np.repeat(np.arange(groups, dtype=np.int64), rollout_counts)
+        row_deviation = success - baseline[row_group]
+        deviation = np.bincount(
+            pair_cluster[order], weights=row_deviation[pair_row[order]], minlength=total
+        )
+    mean, utility = smoothed_utilities(s, deviation, n, baseline[cluster_group], epsilon, prior)
+    zeroed = 0
+    if uniform_groups == "zero" and groups:
+        # Nothing separates helpful facts from harmful ones when every rollout scored the
+        # same; docs/method.md §3's prior would still reward every fact (all fail) or punish it (all win).
+        live = rollout_counts > 0
+        high = np.full(groups, -np.inf)
+        low = np.full(groups, np.inf)
+        high[live] = np.maximum.reduceat(success, rollout_starts[live])
+        low[live] = np.minimum.reduceat(success, rollout_starts[live])
+        uniform = live & (high == low)
+        utility = np.where(uniform[cluster_group], 0.0, utility)
+        zeroed = int(uniform.sum())
+    return BatchUtilities(
+        cluster_starts, cluster_group, n, s, mean, utility, fact_cluster,
+        pair_row, pair_cluster, pair_step, zeroed,
+    )
+
+
 def cluster_utilities(
     membership: np.ndarray, success: np.ndarray, epsilon: float = 0.5, prior: Prior = "beta"
 ) -> ClusterUtilities:
     """Beta-smoothed success of each cluster relative to the group (docs/method.md §3).
+
+    The one-group face of :func:`batch_utilities`: rollouts count in the order given (callers pass
+    them in rollout_id order).
 
     Args:
         membership: bool array (G, K); ``membership[i, c]`` is True when rollout i's store ever
@@ -127,14 +247,16 @@ def cluster_utilities(
         raise ValueError(f"success must lie in [0, 1], got {success.tolist()}")
     if not (epsilon > 0.0 and math.isfinite(epsilon)):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    if prior not in ("beta", "group"):
+        raise ValueError(f"prior must be 'beta' or 'group', got {prior!r}")
     baseline = success_rate(success)
-    n = membership.sum(axis=0, dtype=np.int64)
-    # Rollouts are added one after another, in the order given (callers pass them in rollout_id
-    # order), for every K: numpy's sum would switch to pairwise summation when K == 1.
-    s = np.zeros(membership.shape[1], dtype=np.float64)
-    deviation = np.zeros(membership.shape[1], dtype=np.float64)
-    for row, y in zip(membership, success.tolist()):
-        s += np.where(row, y, 0.0)
-        deviation += np.where(row, y - baseline, 0.0)
-    mean, utility = smoothed_utilities(s, deviation, n, baseline, epsilon, prior)
-    return ClusterUtilities(n=n, s=s, mean=mean, utility=utility, baseline=baseline)
+    rows, clusters = np.nonzero(membership)  # one occurrence per (rollout, cluster), step 0
+    clusters_total = membership.shape[1]
+    batch = batch_utilities(
+        [np.arange(clusters_total, dtype=np.int64)], rows.astype(np.int64),
+        np.zeros(len(rows), dtype=np.int64), clusters.astype(np.int64), success,
+        np.arange(len(success), dtype=np.int64), np.zeros(1, dtype=np.int64), epsilon, prior,
+    )
+    return ClusterUtilities(
+        n=batch.n, s=batch.s, mean=batch.mean, utility=batch.utility, baseline=baseline
+    )
