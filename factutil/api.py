@@ -31,9 +31,9 @@ from factutil.cluster import (
     make_clusterer,
     normalize_fact_text,
 )
+from factutil.config import FactUtilConfig
 from factutil.load import GroupRows, GroupsInput, load_groups
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
-from factutil.schema import FactUtilConfig
 from factutil.shaping import INVALID, KIND_CODES, PAD, action_gains, process_rewards
 from factutil.utility import BatchUtilities, batch_utilities
 

@@ -21,7 +21,6 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,7 +33,8 @@ from rich.progress import (
 from rich.table import Table
 
 from factutil.api import ProcessAdvantages, compute_process_advantages
-from factutil.io import InputError, error_messages, json_line, read_groups, write_jsonl
+from factutil.config import ConfigError, FactUtilConfig, config_from_values, setting_value
+from factutil.io import InputError, json_line, read_groups, write_jsonl
 from factutil.metrics import golds_normalized_empty
 from factutil.report import (
     DEFAULT_MAX_GROUPS,
@@ -45,7 +45,7 @@ from factutil.report import (
     write_report,
 )
 from factutil.report.plots import matplotlib_missing
-from factutil.schema import FactUtilConfig, input_json_schema
+from factutil.schema import input_json_schema
 
 app = typer.Typer(
     add_completion=False,
@@ -77,10 +77,6 @@ def _main(
     """Dense per-step credit for search agents (FactAgent): score rollouts, show clusters."""
 
 
-class ConfigError(ValueError):
-    """Bad configuration; ``str()`` is one ``config: field: message`` line per problem."""
-
-
 def load_config(path: Path | None = None, sets: list[str] | None = None) -> FactUtilConfig:
     """Build a :class:`FactUtilConfig` from a YAML/JSON file, then ``key=value`` overrides.
 
@@ -106,17 +102,10 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> Fact
         if not sep or not key.strip():
             problems.append(f"config: --set {item!r}: expected key=value")
             continue
-        try:
-            values[key.strip()] = yaml.safe_load(text) if text.strip() else text
-        except yaml.YAMLError:
-            values[key.strip()] = text
+        values[key.strip()] = setting_value(text)
     if problems:
         raise ConfigError("\n".join(problems))
-    try:
-        return FactUtilConfig.model_validate(values)
-    except ValidationError as error:
-        lines = [f"config: {field}: {message}" for field, message in error_messages(error)]
-        raise ConfigError("\n".join(lines)) from None
+    return config_from_values(values)
 
 
 def progress_bar() -> Progress:

@@ -25,8 +25,9 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, EmbeddingCache, embed_unique, make_embedder
-from factutil.schema import FactUtilConfig, Triple
+from factutil.schema import Triple
 
 DEFAULT_TEMPLATE = "{subject} | {relation} | {object}"
 _PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact

@@ -6,7 +6,6 @@ The reader checks the whole file and reports every problem, one per line, as
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import secrets
@@ -17,7 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from factutil.schema import FactUtilConfig, Group, Rollout
+from factutil.config import FactUtilConfig
+from factutil.errors import error_messages as _error_messages
+from factutil.errors import field_path, short  # noqa: F401  (field_path: re-exported)
+from factutil.schema import Group, Rollout
 
 
 @dataclass(frozen=True)
@@ -48,60 +50,15 @@ class InputError(ValueError):
         super().__init__("\n".join(str(problem) for problem in problems))
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_UNION_TAGS = {"search", "assert", "answer", "invalid", "RawAction"}
-
-
-def field_path(loc: Iterable[Any], whole: str = "(line)") -> str:
-    """A pydantic error location as a readable path: ``('actions', 2, 'search', 'query')`` ->
-    ``actions[2].query`` (the discriminator tag is dropped); ``whole`` names the empty location
-    (the item itself)."""
-    path = ""
-    previous: Any = None
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif isinstance(previous, int) and part in _UNION_TAGS:
-            pass
-        else:
-            path += f".{part}" if path else str(part)
-        previous = part
-    return path or whole
-
-
 _FIELDS_OF = {"FactUtilConfig": tuple(FactUtilConfig.model_fields), "Group": tuple(Group.model_fields)}
 """The fields of the models that refuse unknown keys, by the title of their ValidationError."""
 
 
 def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[str, str]]:
-    """(field path, message) for each problem of a pydantic error.
-
-    The message names the offending value: pydantic's own messages get ``(got VALUE)``; this
-    library's validators (``value_error``) already say it, and a missing field has none.
-    An action with neither ``action`` nor ``raw`` reads "missing field `action`"; an unknown key
-    of the config or of a group dict gets "did you mean ...?" when a field's name is close.
-    Shared by the file reader, the dict loader, the CLI and the trainer adapters so every error
-    reads alike.
-    """
-    messages = []
-    known = _FIELDS_OF.get(error.title, ())
-    for item in error.errors(include_url=False):
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "union_tag_not_found":  # pydantic: "Unable to extract tag using ..."
-            message = ("missing field `action` (one of search, assert, answer, invalid), "
-                       "or `raw` model output to parse")
-        if item["type"] not in ("missing", "value_error") and "input" in item:
-            message += f" (got {_short(item['input'])})"
-        if item["type"] == "extra_forbidden" and len(item["loc"]) == 1 and known:
-            close = difflib.get_close_matches(str(item["loc"][0]), known, n=1, cutoff=0.6)
-            if close:
-                message += f"; did you mean {close[0]!r}?"
-        messages.append((field_path(item["loc"], whole), message))
-    return messages
+    """(field path, message) for each problem of a pydantic error of an input or config model
+    (:func:`factutil.errors.error_messages`, with "did you mean" for the config's and a group's
+    fields)."""
+    return _error_messages(error, whole, _FIELDS_OF.get(error.title, ()))
 
 
 def validation_problems(error: ValidationError, path: str, line: int) -> list[Problem]:
@@ -213,7 +170,7 @@ def group_problems(
         for field in ("golden_answers", "question"):
             if getattr(rollout, field) != getattr(head, field):
                 problems.append(
-                    Problem(*at(number), field, f"{_short(getattr(rollout, field))} differs from "
+                    Problem(*at(number), field, f"{short(getattr(rollout, field))} differs from "
                             f"{name(first_number)} for uid {rollout.uid!r}")
                 )
     return problems

@@ -86,6 +86,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from factutil.errors import short
 from factutil.schema import (
     TRIPLE_PARTS,
     AnswerAction,
@@ -539,7 +540,7 @@ def _line_triple(line: str, index: int) -> Any:
         value = _load(line)
         if isinstance(value, (list, tuple, dict)):
             return value
-        raise _Rejected(f"triple {index} is not a list or object: {_short(line)}")
+        raise _Rejected(f"triple {index} is not a list or object: {short(line, 40)}")
     if line.startswith("(") and line.endswith(")"):
         try:
             value = _load(line)
@@ -550,7 +551,7 @@ def _line_triple(line: str, index: int) -> Any:
         return line[1:-1].split(",")
     if "|" in line:
         return line.split("|")
-    raise _Rejected(f"triple {index} is not 's | r | o' or '(s, r, o)': {_short(line)}")
+    raise _Rejected(f"triple {index} is not 's | r | o' or '(s, r, o)': {short(line, 40)}")
 
 
 def _strip_fence(body: str) -> str:
@@ -569,14 +570,14 @@ def _strip_fence(body: str) -> str:
 def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedAction:
     name = value["action"]
     if not isinstance(name, str):
-        raise _Rejected(f"action name is not a string: {_short(name)}")
+        raise _Rejected(f"action name is not a string: {short(name, 40)}")
     kind = name.strip().lower()
     if kind == "search":
         if "query" not in value:
             raise _Rejected("search with no query")
         query = value["query"]
         if not isinstance(query, str):
-            raise _Rejected(f"search query is not a string: {_short(query)}")
+            raise _Rejected(f"search query is not a string: {short(query, 40)}")
         return _search(query, observation)
     if kind == "answer":
         if "answer" not in value:
@@ -587,7 +588,7 @@ def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedActio
         if triples is None:
             raise _Rejected("assert with no triple")
         return _assert(triples)
-    raise _Rejected(f"unknown action {_short(name)}")
+    raise _Rejected(f"unknown action {short(name, 40)}")
 
 
 def _search(query: str, observation: str | None) -> SearchAction:
@@ -602,14 +603,14 @@ def _answer_text(answer: Any) -> str:
         return answer.strip()
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
         return str(answer)
-    raise _Rejected(f"answer is not a string: {_short(answer)}")
+    raise _Rejected(f"answer is not a string: {short(answer, 40)}")
 
 
 def _assert(triples: Any) -> AssertAction:
     if isinstance(triples, tuple):
         triples = list(triples)
     if not isinstance(triples, list):
-        raise _Rejected(f"assert facts are not a list: {_short(triples)}")
+        raise _Rejected(f"assert facts are not a list: {short(triples, 40)}")
     problem = _assert_content_problem({"triples": triples})
     if problem is not None:
         raise _Rejected(problem)
@@ -624,7 +625,7 @@ def _triple(triple: Any, index: int) -> Triple:
     elif isinstance(triple, dict):
         given = triple
     else:
-        raise _Rejected(f"triple {index} is not a list or object: {_short(triple)}")
+        raise _Rejected(f"triple {index} is not a list or object: {short(triple, 40)}")
     parts = {}
     for name in TRIPLE_PARTS:
         if name not in given:
@@ -640,10 +641,6 @@ def _triple(triple: Any, index: int) -> Triple:
             raise _Rejected(f"triple {index} has an empty {name}")
         parts[name] = part
     return Triple(**parts)
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    return _clip(repr(value), limit)
 
 
 def _clip(text: str, limit: int = 60) -> str:

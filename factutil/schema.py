@@ -1,4 +1,4 @@
-"""Data model: triples, actions, rollouts, groups and the configuration (docs/method.md §1, §8).
+"""Data model: triples, actions, rollouts and groups (docs/method.md §1, §8).
 
 Every model is pydantic v2, so bad input raises :class:`pydantic.ValidationError` naming the
 field and the offending value. The input file of docs/method.md §8 is one :class:`Rollout` per line;
@@ -24,6 +24,10 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
+
+# The configuration lives in factutil.config; its names stay importable from here.
+from factutil.config import PRESETS, FactUtilConfig, FilterName  # noqa: F401
+from factutil.errors import short
 
 TRIPLE_PARTS = ("subject", "relation", "object")
 
@@ -54,7 +58,7 @@ class Triple(BaseModel):
             if len(data) != 3:
                 raise ValueError(
                     f"a triple has 3 parts (subject, relation, object), got {len(data)}: "
-                    f"{_short(data)}"
+                    f"{short(data, 80)}"
                 )
             return dict(zip(TRIPLE_PARTS, data))
         return data
@@ -132,7 +136,6 @@ Action = Annotated[
 """A parsed action: a discriminated union on the ``action`` field."""
 
 ActionKind = Literal["search", "assert", "answer", "invalid"]
-FilterName = Literal["negation", "numeric", "relation", "entity"]
 
 
 class RawAction(BaseModel):
@@ -145,11 +148,6 @@ class RawAction(BaseModel):
 
     raw: str
     observation: str | None = None
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _assert_content_problem(item: dict[str, Any]) -> str | None:
@@ -294,13 +292,13 @@ class Rollout(BaseModel):
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             # pydantic turns only ValueError into a ValidationError naming the field.
-            raise ValueError(f"reward must be a number or null, got {_short(value)}")  # noqa: TRY004
+            raise ValueError(f"reward must be a number or null, got {short(value, 80)}")  # noqa: TRY004
         try:
             number = float(value)
         except OverflowError:  # an int beyond float range, e.g. 10**400
             number = math.inf
         if not math.isfinite(number):
-            raise ValueError(f"reward must be finite, got {_short(value)}")
+            raise ValueError(f"reward must be finite, got {short(value, 80)}")
         return number
 
 
@@ -382,8 +380,8 @@ class Group(BaseModel):
                 )
             if rollout.question != self.question:
                 raise ValueError(
-                    f"rollouts[{index}].question {_short(rollout.question)} differs from "
-                    f"the group's {_short(self.question)}"
+                    f"rollouts[{index}].question {short(rollout.question, 80)} differs from "
+                    f"the group's {short(self.question, 80)}"
                 )
         return self
 
@@ -407,188 +405,6 @@ def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
     for rollout in rollouts:
         by_uid.setdefault(rollout.uid, []).append(rollout)
     return [Group.from_rollouts(members) for members in by_uid.values()]
-
-
-_TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # The paper's method as published: every field at its default.
-    "paper": {},
-    # For trainers that keep every group (plain GRPO, no dynamic sampling): the most robust setting
-    # of the credit ablation (benchmarks/README.md), where a group whose rollouts all scored the
-    # same gives no shaping and the process term is normalised like the outcome term.
-    "plain_grpo": {"prior": "group", "process_norm": "group"},
-}
-"""Named settings of ``FactUtilConfig.preset``: the fields each one sets unless given explicitly."""
-
-
-class FactUtilConfig(BaseModel):
-    """Every parameter of the method, with its default and valid range (docs/method.md §1–§5).
-
-    Validation errors name the field and the value (``pydantic.ValidationError``). Unknown fields
-    are rejected so a typo never silently keeps a default.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-    preset: Literal["paper", "plain_grpo"] = Field(
-        "paper",
-        description="A named group of settings (factutil.schema.PRESETS), applied before the other "
-        "fields, which override it: 'paper' = the published method (every default); 'plain_grpo' = "
-        "prior='group' + process_norm='group', for trainers without dynamic sampling.",
-    )
-
-    # §1 the agent
-    max_turns: int = Field(8, ge=1, description="Most actions a rollout may take; later ones are ignored.")
-    group_size: int | None = Field(
-        None, ge=1, description="Expected rollouts per group (G, 6 in the paper); None accepts any."
-    )
-    # §2 clusters
-    mode: Literal["exact", "semantic"] = Field(
-        "semantic",
-        description="Clustering: 'semantic' (embeddings + filters) or 'exact' (the paper's ablation).",
-    )
-    triple_template: str = Field(
-        "{subject} | {relation} | {object}", description="Text of a triple before normalisation."
-    )
-    embedding_model: str | None = Field(
-        None, description="semantic mode: sentence-transformers name or path; None = bundled MiniLM."
-    )
-    sim_threshold: float = Field(
-        0.90, ge=-1.0, le=1.0, description="semantic mode: cosine at or above which two facts may merge."
-    )
-    sim_decimals: int = Field(
-        4, ge=1, le=7, description="semantic mode: cosines are rounded to this many decimals first."
-    )
-    filters: tuple[FilterName, ...] = Field(
-        ("negation", "numeric", "relation", "entity"),
-        description="semantic mode: the vetoes applied to candidate pairs (empty = embeddings only).",
-    )
-    key_edges: bool = Field(
-        True,
-        description="semantic mode: also link facts the filter analysis reads as the same fact "
-        "(e.g. an inverse relation with subject and object swapped), whatever their cosine.",
-    )
-    embedding_backend: Literal["minilm", "minilm-int8", "static"] = Field(
-        "minilm",
-        description="semantic mode: 'minilm' (sentence-transformers; embedding_model may replace it), "
-        "'minilm-int8' (ONNX int8, CPU), 'static' (static vectors distilled from MiniLM).",
-    )
-    embedding_device: str | None = Field(
-        None, description="semantic mode: torch device for the embedder; None = CUDA when present."
-    )
-    embedding_batch_size: int = Field(
-        64, ge=1,
-        description="semantic mode: rows per forward pass (texts of one token length, filled with "
-        "copies to this many rows, so no text's vector depends on its batch).",
-    )
-    knn_min_size: int = Field(
-        4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."
-    )
-    knn_k: int = Field(10, ge=1, description="semantic mode: neighbours per fact in the k-NN graph.")
-    hnsw_m: int = Field(16, ge=2, description="semantic mode: hnswlib M.")
-    hnsw_ef: int = Field(64, ge=1, description="semantic mode: hnswlib ef_construction and ef.")
-    hnsw_seed: int = Field(0, ge=0, description="semantic mode: hnswlib random seed.")
-    cache_max_entries: int = Field(
-        100_000, ge=0, description="semantic mode: most embeddings kept in the LRU cache."
-    )
-    cache_max_bytes: int = Field(
-        256 * 2**20, ge=0, description="semantic mode: most bytes of embeddings kept in the cache."
-    )
-    # §3 utility
-    success: Literal["em", "f1", "reward"] = Field(
-        "em", description="Per-rollout success y: EM, F1, or the outcome reward clipped to [0, 1]."
-    )
-    epsilon: float = Field(
-        0.5, gt=0.0, le=1e6,
-        description="Strength of the prior of cluster success: Beta(epsilon, epsilon) under "
-        "prior='beta', strength 2*epsilon around the group's rate under prior='group' (at most 1e6).",
-    )
-    prior: Literal["beta", "group"] = Field(
-        "beta",
-        description="Prior of cluster success: 'beta' = Beta(epsilon, epsilon), mean 0.5 (the paper's "
-        "Eq. 5-9); 'group' = Beta with the group's success rate as mean, so a group whose rollouts "
-        "all scored the same gives every cluster utility 0 (this library's option).",
-    )
-    uniform_groups: Literal["keep", "zero"] = Field(
-        "keep",
-        description="A group whose rollouts all have the same success: 'keep' its utilities as "
-        "docs/method.md §3 gives them (all > 0 when every rollout fails, all < 0 when every one succeeds), "
-        "or 'zero' them so its shaping is 0 and only penalties remain (see docs/decisions.md).",
-    )
-    # §4 process rewards
-    gamma: float = Field(1.0, gt=0.0, le=1.0, description="Shaping discount: F = gamma*Phi(S') - Phi(S).")
-    alpha: float = Field(0.2, ge=0.0, le=1.0, description="Share of an assert's shaping sent back to its search.")
-    invalid_penalty: float = Field(-0.1, le=0.0, description="Process reward of an invalid action.")
-    repeat_search_penalty: float = Field(
-        -0.01, le=0.0, description="Penalty of a repeated search query (the paper's duplicate search penalty)."
-    )
-    empty_store_answer_penalty: float = Field(
-        -0.1, le=0.0, description="Penalty of an answer from an empty store (its outcome becomes 0)."
-    )
-    # §5 advantages
-    omega: float = Field(0.5, ge=0.0, description="Weight of the process advantage: A = A_out + omega*A_proc.")
-    norm_by_std: bool = Field(True, description="Divide the outcome advantage by the group std (verl's norm_adv_by_std_in_grpo).")
-    norm_eps: float = Field(1e-6, gt=0.0, description="eps in (x - mean) / (std + eps).")
-    process_norm: Literal["none", "group"] = Field(
-        "none",
-        description="Process advantage: 'none' = the process reward r itself (the paper's Eq. 14); "
-        "'group' = r normalised over the group's actions (this library's option).",
-    )
-    # runtime
-    pause_gc: bool = Field(
-        True,
-        description="Pause Python's cyclic garbage collector during a step (it re-enables after): "
-        "the step builds many short-lived objects and collections in the middle of it are wasted.",
-    )
-    report_every: int = Field(
-        0, ge=0,
-        description="Trainers: write the HTML credit report of every N-th step's batch into the "
-        "run's output folder (factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
-    )
-    # QA metrics
-    fold_unicode: bool = Field(
-        False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _apply_preset(cls, data: Any) -> Any:
-        # A preset fills the fields it names; a field given explicitly wins over it.
-        if isinstance(data, Mapping) and data.get("preset") in PRESETS:
-            data = {**PRESETS[data["preset"]], **data}
-        return data
-
-    @field_validator("filters", mode="before")
-    @classmethod
-    def _filters_unique(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, (list, tuple)) and len(set(value)) != len(value):
-            raise ValueError(f"filters repeats a name: {list(value)!r}")
-        return value
-
-    @field_validator("triple_template")
-    @classmethod
-    def _template_has_parts(cls, value: str) -> str:
-        missing = [part for part in _TEMPLATE_FIELDS if part not in value]
-        if missing:
-            raise ValueError(f"triple_template {value!r} lacks {', '.join(missing)}")
-        try:
-            value.format(subject="s", relation="r", object="o")
-        except (KeyError, IndexError, ValueError) as error:
-            raise ValueError(f"triple_template {value!r} is not a valid format string: {error}") from None
-        return value
-
-    @field_validator(
-        "sim_threshold", "epsilon", "gamma", "alpha", "invalid_penalty", "repeat_search_penalty",
-        "empty_store_answer_penalty", "omega", "norm_eps",
-    )
-    @classmethod
-    def _finite(cls, value: float, info: Any) -> float:
-        if not math.isfinite(value):
-            raise ValueError(f"{info.field_name} must be finite, got {value!r}")
-        return value
 
 
 def input_json_schema() -> dict[str, Any]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from factutil.api import ClusterRecord
 from factutil.cluster import DEFAULT_TEMPLATE, fact_text
+from factutil.errors import short
 
 
 class GoldError(ValueError):
@@ -54,7 +54,7 @@ def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
         where = "gold" if isinstance(entry, Mapping) else "(value)"
         if not isinstance(triples, list):
             raise GoldError(
-                f"{name}: {uid!r}: {where}: expected a list of triples, got {_short(triples)}"
+                f"{name}: {uid!r}: {where}: expected a list of triples, got {short(triples)}"
             )
         for k, triple in enumerate(triples):
             if not (
@@ -64,15 +64,10 @@ def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
             ):
                 raise GoldError(
                     f"{name}: {uid!r}: {where}[{k}]: expected 3 non-blank strings, got "
-                    f"{_short(triple)}"
+                    f"{short(triple)}"
                 )
         gold[str(uid)] = [list(triple) for triple in triples]
     return gold
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def gold_labels(

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from factutil.api import ClusterRecord, ProcessAdvantages
+from factutil.config import FactUtilConfig
 from factutil.io import write_atomic
 from factutil.report import plots
 from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
-from factutil.schema import FactUtilConfig
 
 DEFAULT_MAX_GROUPS = 30
 """Questions shown in full by default (the widest utility spread first); the summary and plots

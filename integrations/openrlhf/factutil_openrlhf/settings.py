@@ -28,19 +28,12 @@ class SettingsError(ValueError):
 
 
 def parse_env_value(text: str) -> Any:
-    """One variable's text as a YAML scalar, like ``factutil score --set`` does.
+    """One variable's text as a YAML scalar, like ``factutil score --set`` does
+    (:func:`factutil.config.setting_value`): ``"0.3"`` -> 0.3, ``"true"`` -> True, ``"null"`` ->
+    None, ``"exact"`` -> ``"exact"``; an empty text stays ``""``."""
+    from factutil.config import setting_value  # pydantic on use: this module stays stdlib-only
 
-    ``"0.3"`` -> 0.3, ``"true"`` -> True, ``"null"`` -> None, ``"exact"`` -> ``"exact"``; an empty
-    text stays ``""`` (and then fails validation for any numeric field).
-    """
-    if not text.strip():
-        return text
-    import yaml  # factutil's own dependency; imported here to keep this module stdlib-only
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    return setting_value(text)
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -77,10 +70,7 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
             each naming the variable, e.g. ``FACTUTIL_OMEGA='-1': omega: Input should be greater
             than or equal to 0``.
     """
-    from pydantic import ValidationError
-
-    from factutil.io import error_messages
-    from factutil.schema import FactUtilConfig
+    from factutil.config import FactUtilConfig, config_from_values
 
     fields = set(FactUtilConfig.model_fields)
     values: dict[str, Any] = {}
@@ -101,15 +91,12 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
         source[field] = f"{field}={value!r} (given in code)"
     if problems:
         raise SettingsError("\n".join(problems))
-    try:
-        return FactUtilConfig.model_validate(values)
-    except ValidationError as error:
-        lines = []
-        for field, message in error_messages(error):
-            name = field.split("[")[0].split(".")[0]  # "filters[0]" comes from FACTUTIL_FILTERS
-            where = source.get(name, f"{ENV_PREFIX}{name.upper()}")
-            lines.append(f"{where}: {field}: {message}")
-        raise SettingsError("\n".join(lines)) from None
+
+    def where(field: str) -> str:
+        name = field.split("[")[0].split(".")[0]  # "filters[0]" comes from FACTUTIL_FILTERS
+        return f"{source.get(name, f'{ENV_PREFIX}{name.upper()}')}: {field}"
+
+    return config_from_values(values, where, SettingsError)
 
 
 def golden_answers_from_label(label: Any) -> list[str]:

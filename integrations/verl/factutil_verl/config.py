@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from factutil.io import error_messages
-from factutil.schema import FactUtilConfig
+from factutil.config import ConfigError, FactUtilConfig, config_from_values, error_lines
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 CONFIG_KEY = "algorithm.factutil"
 
 
-class FactUtilConfigError(ValueError):
+class FactUtilConfigError(ConfigError):
     """A bad ``algorithm.factutil`` (or agent-loop) setting; one ``key: problem (got value)`` line each."""
 
 
@@ -34,12 +33,9 @@ def to_plain(value: Any) -> Any:
     return value
 
 
-def _error_lines(error: ValidationError, prefix: str) -> str:
-    lines = []
-    for field, message in error_messages(error):
-        key = prefix if field == "(line)" else f"{prefix}.{field}"
-        lines.append(f"{key}: {message}")
-    return "\n".join(lines)
+def _under(prefix: str):
+    """Names a field in error lines as ``prefix.field`` (``prefix`` for the whole value)."""
+    return lambda field: prefix if field == "(line)" else f"{prefix}.{field}"
 
 
 def factutil_config_from_verl(algorithm: Mapping[str, Any] | Any) -> FactUtilConfig:
@@ -68,10 +64,7 @@ def factutil_config_from_verl(algorithm: Mapping[str, Any] | Any) -> FactUtilCon
     values = dict(values)
     if "norm_by_std" not in values and "norm_adv_by_std_in_grpo" in algorithm:
         values["norm_by_std"] = bool(algorithm["norm_adv_by_std_in_grpo"])
-    try:
-        return FactUtilConfig.model_validate(values)
-    except ValidationError as error:
-        raise FactUtilConfigError(_error_lines(error, CONFIG_KEY)) from None
+    return config_from_values(values, _under(CONFIG_KEY), FactUtilConfigError)
 
 
 class FactAgentLoopConfig(BaseModel):
@@ -112,4 +105,4 @@ def agent_loop_config(options: Mapping[str, Any]) -> FactAgentLoopConfig:
     try:
         return FactAgentLoopConfig.model_validate({k: to_plain(v) for k, v in options.items()})
     except ValidationError as error:
-        raise FactUtilConfigError(_error_lines(error, "agent_loop.factagent")) from None
+        raise FactUtilConfigError(error_lines(error, _under("agent_loop.factagent"))) from None

@@ -1,0 +1,254 @@
+"""The configuration: every knob of the method in :class:`FactUtilConfig` (docs/method.md §1–§5).
+
+Besides the model, the helpers every surface uses to build one (the CLI's ``--config``/``--set``,
+verl's ``algorithm.factutil``, OpenRLHF's ``FACTUTIL_*`` variables): :func:`setting_value` reads a
+text setting as a YAML scalar, :func:`error_lines` turns a validation error into one
+``WHERE: message`` line per problem, and :func:`config_from_values` validates with both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from factutil.errors import error_messages
+
+FilterName = Literal["negation", "numeric", "relation", "entity"]
+
+_TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's method as published: every field at its default.
+    "paper": {},
+    # For trainers that keep every group (plain GRPO, no dynamic sampling): the most robust setting
+    # of the credit ablation (benchmarks/README.md), where a group whose rollouts all scored the
+    # same gives no shaping and the process term is normalised like the outcome term.
+    "plain_grpo": {"prior": "group", "process_norm": "group"},
+}
+"""Named settings of ``FactUtilConfig.preset``: the fields each one sets unless given explicitly."""
+
+
+class FactUtilConfig(BaseModel):
+    """Every parameter of the method, with its default and valid range (docs/method.md §1–§5).
+
+    Validation errors name the field and the value (``pydantic.ValidationError``). Unknown fields
+    are rejected so a typo never silently keeps a default.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    preset: Literal["paper", "plain_grpo"] = Field(
+        "paper",
+        description="A named group of settings (factutil.config.PRESETS), applied before the other "
+        "fields, which override it: 'paper' = the published method (every default); 'plain_grpo' = "
+        "prior='group' + process_norm='group', for trainers without dynamic sampling.",
+    )
+
+    # §1 the agent
+    max_turns: int = Field(8, ge=1, description="Most actions a rollout may take; later ones are ignored.")
+    group_size: int | None = Field(
+        None, ge=1, description="Expected rollouts per group (G, 6 in the paper); None accepts any."
+    )
+    # §2 clusters
+    mode: Literal["exact", "semantic"] = Field(
+        "semantic",
+        description="Clustering: 'semantic' (embeddings + filters) or 'exact' (the paper's ablation).",
+    )
+    triple_template: str = Field(
+        "{subject} | {relation} | {object}", description="Text of a triple before normalisation."
+    )
+    embedding_model: str | None = Field(
+        None, description="semantic mode: sentence-transformers name or path; None = bundled MiniLM."
+    )
+    sim_threshold: float = Field(
+        0.90, ge=-1.0, le=1.0, description="semantic mode: cosine at or above which two facts may merge."
+    )
+    sim_decimals: int = Field(
+        4, ge=1, le=7, description="semantic mode: cosines are rounded to this many decimals first."
+    )
+    filters: tuple[FilterName, ...] = Field(
+        ("negation", "numeric", "relation", "entity"),
+        description="semantic mode: the vetoes applied to candidate pairs (empty = embeddings only).",
+    )
+    key_edges: bool = Field(
+        True,
+        description="semantic mode: also link facts the filter analysis reads as the same fact "
+        "(e.g. an inverse relation with subject and object swapped), whatever their cosine.",
+    )
+    embedding_backend: Literal["minilm", "minilm-int8", "static"] = Field(
+        "minilm",
+        description="semantic mode: 'minilm' (sentence-transformers; embedding_model may replace it), "
+        "'minilm-int8' (ONNX int8, CPU), 'static' (static vectors distilled from MiniLM).",
+    )
+    embedding_device: str | None = Field(
+        None, description="semantic mode: torch device for the embedder; None = CUDA when present."
+    )
+    embedding_batch_size: int = Field(
+        64, ge=1,
+        description="semantic mode: rows per forward pass (texts of one token length, filled with "
+        "copies to this many rows, so no text's vector depends on its batch).",
+    )
+    knn_min_size: int = Field(
+        4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."
+    )
+    knn_k: int = Field(10, ge=1, description="semantic mode: neighbours per fact in the k-NN graph.")
+    hnsw_m: int = Field(16, ge=2, description="semantic mode: hnswlib M.")
+    hnsw_ef: int = Field(64, ge=1, description="semantic mode: hnswlib ef_construction and ef.")
+    hnsw_seed: int = Field(0, ge=0, description="semantic mode: hnswlib random seed.")
+    cache_max_entries: int = Field(
+        100_000, ge=0, description="semantic mode: most embeddings kept in the LRU cache."
+    )
+    cache_max_bytes: int = Field(
+        256 * 2**20, ge=0, description="semantic mode: most bytes of embeddings kept in the cache."
+    )
+    # §3 utility
+    success: Literal["em", "f1", "reward"] = Field(
+        "em", description="Per-rollout success y: EM, F1, or the outcome reward clipped to [0, 1]."
+    )
+    epsilon: float = Field(
+        0.5, gt=0.0, le=1e6,
+        description="Strength of the prior of cluster success: Beta(epsilon, epsilon) under "
+        "prior='beta', strength 2*epsilon around the group's rate under prior='group' (at most 1e6).",
+    )
+    prior: Literal["beta", "group"] = Field(
+        "beta",
+        description="Prior of cluster success: 'beta' = Beta(epsilon, epsilon), mean 0.5 (the paper's "
+        "Eq. 5-9); 'group' = Beta with the group's success rate as mean, so a group whose rollouts "
+        "all scored the same gives every cluster utility 0 (this library's option).",
+    )
+    uniform_groups: Literal["keep", "zero"] = Field(
+        "keep",
+        description="A group whose rollouts all have the same success: 'keep' its utilities as "
+        "docs/method.md §3 gives them (all > 0 when every rollout fails, all < 0 when every one succeeds), "
+        "or 'zero' them so its shaping is 0 and only penalties remain (see docs/decisions.md).",
+    )
+    # §4 process rewards
+    gamma: float = Field(1.0, gt=0.0, le=1.0, description="Shaping discount: F = gamma*Phi(S') - Phi(S).")
+    alpha: float = Field(0.2, ge=0.0, le=1.0, description="Share of an assert's shaping sent back to its search.")
+    invalid_penalty: float = Field(-0.1, le=0.0, description="Process reward of an invalid action.")
+    repeat_search_penalty: float = Field(
+        -0.01, le=0.0, description="Penalty of a repeated search query (the paper's duplicate search penalty)."
+    )
+    empty_store_answer_penalty: float = Field(
+        -0.1, le=0.0, description="Penalty of an answer from an empty store (its outcome becomes 0)."
+    )
+    # §5 advantages
+    omega: float = Field(0.5, ge=0.0, description="Weight of the process advantage: A = A_out + omega*A_proc.")
+    norm_by_std: bool = Field(True, description="Divide the outcome advantage by the group std (verl's norm_adv_by_std_in_grpo).")
+    norm_eps: float = Field(1e-6, gt=0.0, description="eps in (x - mean) / (std + eps).")
+    process_norm: Literal["none", "group"] = Field(
+        "none",
+        description="Process advantage: 'none' = the process reward r itself (the paper's Eq. 14); "
+        "'group' = r normalised over the group's actions (this library's option).",
+    )
+    # runtime
+    pause_gc: bool = Field(
+        True,
+        description="Pause Python's cyclic garbage collector during a step (it re-enables after): "
+        "the step builds many short-lived objects and collections in the middle of it are wasted.",
+    )
+    report_every: int = Field(
+        0, ge=0,
+        description="Trainers: write the HTML credit report of every N-th step's batch into the "
+        "run's output folder (factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
+    )
+    # QA metrics
+    fold_unicode: bool = Field(
+        False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        # A preset fills the fields it names; a field given explicitly wins over it.
+        if isinstance(data, Mapping) and data.get("preset") in PRESETS:
+            data = {**PRESETS[data["preset"]], **data}
+        return data
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _filters_unique(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, (list, tuple)) and len(set(value)) != len(value):
+            raise ValueError(f"filters repeats a name: {list(value)!r}")
+        return value
+
+    @field_validator("triple_template")
+    @classmethod
+    def _template_has_parts(cls, value: str) -> str:
+        missing = [part for part in _TEMPLATE_FIELDS if part not in value]
+        if missing:
+            raise ValueError(f"triple_template {value!r} lacks {', '.join(missing)}")
+        try:
+            value.format(subject="s", relation="r", object="o")
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"triple_template {value!r} is not a valid format string: {error}") from None
+        return value
+
+    @field_validator(
+        "sim_threshold", "epsilon", "gamma", "alpha", "invalid_penalty", "repeat_search_penalty",
+        "empty_store_answer_penalty", "omega", "norm_eps",
+    )
+    @classmethod
+    def _finite(cls, value: float, info: Any) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"{info.field_name} must be finite, got {value!r}")
+        return value
+
+
+
+class ConfigError(ValueError):
+    """A bad configuration; ``str()`` is one line per problem, each naming where the setting came
+    from (``config: omega``, ``algorithm.factutil.omega``, ``FACTUTIL_OMEGA='-1': omega``), the
+    field and the value."""
+
+
+def setting_value(text: str) -> Any:
+    """A setting given as text (``--set key=value``, an environment variable) as a YAML scalar.
+
+    ``"0.3"`` -> 0.3, ``"true"`` -> True, ``"null"`` -> None, ``"exact"`` -> ``"exact"``; a blank
+    text, or one YAML cannot read, stays as given (and then fails validation for a numeric field).
+    """
+    if not text.strip():
+        return text
+    import yaml  # imported on use: the OpenRLHF adapter reads settings before factutil is needed
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def error_lines(error: ValidationError, where: Callable[[str], str]) -> str:
+    """One ``where(field): message`` line per problem of ``error`` (``field`` as
+    :func:`factutil.errors.field_path` writes it, ``"(line)"`` for the whole value); "did you
+    mean" for a mistyped :class:`FactUtilConfig` field."""
+    known = tuple(FactUtilConfig.model_fields) if error.title == "FactUtilConfig" else ()
+    return "\n".join(
+        f"{where(field)}: {message}" for field, message in error_messages(error, known=known)
+    )
+
+
+def config_from_values(
+    values: Mapping[str, Any],
+    where: Callable[[str], str] = lambda field: f"config: {field}",
+    error: type[ValueError] = ConfigError,
+) -> FactUtilConfig:
+    """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`.
+
+    Args:
+        values: config fields; a ``preset`` applies first.
+        where: names a field in the error lines (default ``config: FIELD``).
+        error: the exception class to raise (an adapter's own subclass of ValueError).
+
+    Raises:
+        ``error``: one :func:`error_lines` line per problem.
+    """
+    try:
+        return FactUtilConfig.model_validate(dict(values))
+    except ValidationError as problem:
+        raise error(error_lines(problem, where)) from None

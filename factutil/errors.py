@@ -1,0 +1,65 @@
+"""Validation errors as readable lines: ``field: message (got VALUE)`` (docs/method.md §8).
+
+Shared by the file reader, the dict loader, the configuration and the trainer adapters, so every
+error reads alike. Imports nothing of factutil: every module may use it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters with ``...`` (for error messages)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_UNION_TAGS = {"search", "assert", "answer", "invalid", "RawAction"}
+
+
+def field_path(loc: Iterable[Any], whole: str = "(line)") -> str:
+    """A pydantic error location as a readable path: ``('actions', 2, 'search', 'query')`` ->
+    ``actions[2].query`` (the discriminator tag is dropped); ``whole`` names the empty location
+    (the item itself)."""
+    path = ""
+    previous: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif isinstance(previous, int) and part in _UNION_TAGS:
+            pass
+        else:
+            path += f".{part}" if path else str(part)
+        previous = part
+    return path or whole
+
+
+def error_messages(
+    error: ValidationError, whole: str = "(line)", known: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """(field path, message) for each problem of a pydantic error.
+
+    The message names the offending value: pydantic's own messages get ``(got VALUE)``; this
+    library's validators (``value_error``) already say it, and a missing field has none.
+    An action with neither ``action`` nor ``raw`` reads "missing field `action`"; an unknown
+    top-level key gets "did you mean ...?" when one of ``known`` (the model's field names) is close.
+    """
+    messages = []
+    for item in error.errors(include_url=False):
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "union_tag_not_found":  # pydantic: "Unable to extract tag using ..."
+            message = ("missing field `action` (one of search, assert, answer, invalid), "
+                       "or `raw` model output to parse")
+        if item["type"] not in ("missing", "value_error") and "input" in item:
+            message += f" (got {short(item['input'])})"
+        if item["type"] == "extra_forbidden" and len(item["loc"]) == 1 and known:
+            close = difflib.get_close_matches(str(item["loc"][0]), known, n=1, cutoff=0.6)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        messages.append((field_path(item["loc"], whole), message))
+    return messages
