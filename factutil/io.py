@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from factutil.config import FactUtilConfig
 from factutil.errors import error_messages as _error_messages
 from factutil.errors import field_path, short  # noqa: F401  (field_path: re-exported)
-from factutil.schema import Group, Rollout
+from factutil.schema import Group, Rollout, group_conflicts
 
 
 @dataclass(frozen=True)
@@ -151,28 +151,17 @@ def group_problems(
         at: number -> (``Problem.path``, ``Problem.line``) of the rollout with that number.
         name: number -> how a message names that rollout ("line 3", "groups[3]").
     """
+    numbers = [number for number, _ in rollouts]
+    models = [rollout for _, rollout in rollouts]
     problems = []
-    first: dict[str, tuple[int, Rollout]] = {}
-    ids: dict[tuple[str, str], int] = {}
-    for number, rollout in rollouts:
-        key = (rollout.uid, rollout.rollout_id)
-        if key in ids:
-            problems.append(
-                Problem(*at(number), "rollout_id", f"{rollout.rollout_id!r} repeats "
-                        f"{name(ids[key])} in uid {rollout.uid!r}")
-            )
+    for index, field, other in group_conflicts(models):
+        rollout, number = models[index], numbers[index]
+        if field == "rollout_id":
+            problems.append(Problem(*at(number), field, f"{rollout.rollout_id!r} repeats "
+                                    f"{name(numbers[other])} in uid {rollout.uid!r}"))
         else:
-            ids[key] = number
-        if rollout.uid not in first:
-            first[rollout.uid] = (number, rollout)
-            continue
-        first_number, head = first[rollout.uid]
-        for field in ("golden_answers", "question"):
-            if getattr(rollout, field) != getattr(head, field):
-                problems.append(
-                    Problem(*at(number), field, f"{short(getattr(rollout, field))} differs from "
-                            f"{name(first_number)} for uid {rollout.uid!r}")
-                )
+            problems.append(Problem(*at(number), field, f"{short(getattr(rollout, field))} differs "
+                                    f"from {name(numbers[other])} for uid {rollout.uid!r}"))
     return problems
 
 

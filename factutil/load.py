@@ -39,6 +39,7 @@ from factutil.schema import (
     Rollout,
     SearchAction,
     fill_group_fields,
+    group_conflicts,
 )
 
 GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
@@ -367,16 +368,9 @@ def _consistent(
     uid: str, question: str, golden_answers: list[str], rows: list[dict[str, Any]]
 ) -> GroupRows | None:
     """The group, or None when Group._consistent would reject it (its message is the model's)."""
-    seen: set[str] = set()
-    for row in rows:
-        if (
-            row["uid"] != uid
-            or row["rollout_id"] in seen
-            or row["golden_answers"] != golden_answers
-            or row["question"] != question
-        ):
-            return None
-        seen.add(row["rollout_id"])
+    head = {"uid": uid, "question": question, "golden_answers": golden_answers}
+    if group_conflicts(rows, head):
+        return None
     return GroupRows(uid, question, list(golden_answers), rows)
 
 

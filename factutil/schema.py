@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -335,6 +336,60 @@ def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def group_conflicts(rollouts: Sequence[Any], head: Any | None = None) -> list[tuple[int, str, int | None]]:
+    """Where rollouts break the group rule (docs/method.md §1, §8): the one check every reader applies.
+
+    The rollouts of one ``uid`` form a group: they share ``question`` and ``golden_answers``, and no
+    two share a ``rollout_id``. Rollouts and ``head`` are models or dicts (read by attribute or key).
+
+    Args:
+        rollouts: the rollouts to check, in order.
+        head: the group's own ``uid``, ``question`` and ``golden_answers`` (a :class:`Group` or a
+            dict), which every rollout must match; None: the rollouts may hold several uids, and
+            each uid's first rollout is the reference of the others.
+
+    Returns:
+        ``(i, field, j)`` for each broken rule, by rollout i and then in the order uid,
+        rollout_id, golden_answers, question: ``"uid"`` (rollout i's uid is not the head's; j None),
+        ``"rollout_id"`` (it repeats rollout j's in the same uid), ``"golden_answers"`` or
+        ``"question"`` (it differs from rollout j's, or from the head's when j is None).
+        Empty when the rollouts are consistent.
+    """
+    if not rollouts:
+        return []
+    get = operator.getitem if isinstance(rollouts[0], Mapping) else getattr
+    if head is not None:
+        head_get = operator.getitem if isinstance(head, Mapping) else getattr
+        uid, question, golden = (head_get(head, key) for key in GROUP_FIELDS)
+    conflicts: list[tuple[int, str, int | None]] = []
+    ids: dict[tuple[str, str], int] = {}
+    first: dict[str, int] = {}
+    for index, rollout in enumerate(rollouts):
+        rollout_uid = get(rollout, "uid")
+        if head is not None and rollout_uid != uid:
+            conflicts.append((index, "uid", None))
+        key = (rollout_uid, get(rollout, "rollout_id"))
+        if key in ids:
+            conflicts.append((index, "rollout_id", ids[key]))
+        else:
+            ids[key] = index
+        if head is not None:
+            reference: int | None = None
+            ref_question, ref_golden = question, golden
+        elif rollout_uid not in first:
+            first[rollout_uid] = index
+            continue
+        else:
+            reference = first[rollout_uid]
+            ref_question = get(rollouts[reference], "question")
+            ref_golden = get(rollouts[reference], "golden_answers")
+        if get(rollout, "golden_answers") != ref_golden:
+            conflicts.append((index, "golden_answers", reference))
+        if get(rollout, "question") != ref_question:
+            conflicts.append((index, "question", reference))
+    return conflicts
+
+
 class Group(BaseModel):
     """The G rollouts of one question, keyed by ``uid`` only (docs/method.md §1).
 
@@ -361,29 +416,27 @@ class Group(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Group:
-        seen: dict[str, int] = {}
-        for index, rollout in enumerate(self.rollouts):
-            if rollout.uid != self.uid:
-                raise ValueError(
-                    f"rollouts[{index}].uid is {rollout.uid!r}, the group's uid is {self.uid!r}"
-                )
-            if rollout.rollout_id in seen:
-                raise ValueError(
-                    f"rollouts[{index}].rollout_id {rollout.rollout_id!r} repeats "
-                    f"rollouts[{seen[rollout.rollout_id]}] in group {self.uid!r}"
-                )
-            seen[rollout.rollout_id] = index
-            if rollout.golden_answers != self.golden_answers:
-                raise ValueError(
-                    f"rollouts[{index}].golden_answers {rollout.golden_answers!r} differ from "
-                    f"the group's {self.golden_answers!r}"
-                )
-            if rollout.question != self.question:
-                raise ValueError(
-                    f"rollouts[{index}].question {short(rollout.question, 80)} differs from "
-                    f"the group's {short(self.question, 80)}"
-                )
-        return self
+        conflicts = group_conflicts(self.rollouts, self)
+        if not conflicts:
+            return self
+        index, field, other = conflicts[0]
+        rollout = self.rollouts[index]
+        if field == "uid":
+            raise ValueError(f"rollouts[{index}].uid is {rollout.uid!r}, the group's uid is {self.uid!r}")
+        if field == "rollout_id":
+            raise ValueError(
+                f"rollouts[{index}].rollout_id {rollout.rollout_id!r} repeats "
+                f"rollouts[{other}] in group {self.uid!r}"
+            )
+        if field == "golden_answers":
+            raise ValueError(
+                f"rollouts[{index}].golden_answers {rollout.golden_answers!r} differ from "
+                f"the group's {self.golden_answers!r}"
+            )
+        raise ValueError(
+            f"rollouts[{index}].question {short(rollout.question, 80)} differs from "
+            f"the group's {short(self.question, 80)}"
+        )
 
     @classmethod
     def from_rollouts(cls, rollouts: Iterable[Rollout]) -> Group:
