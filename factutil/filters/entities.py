@@ -1,0 +1,133 @@
+"""Entity keys and entity matching (docs/method.md §2.4): qualifiers, generational suffixes, containment, fuzzy ratio."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from rapidfuzz import fuzz
+
+from factutil.filters.lexicon import ENTITY_CUTOFF
+from factutil.filters.text import _ARTICLES, _words
+
+
+@lru_cache(maxsize=65536)
+def same_entity(a: str, b: str) -> bool:
+    """Whether two folded entity keys name the same thing (symmetric).
+
+    Equal keys (commas aside), an empty key, token containment (a one-letter token matches any
+    token with that initial), or rapidfuzz ``ratio`` / ``token_sort_ratio`` >=
+    ``ENTITY_CUTOFF`` agree; but never when one side has a generational suffix the other lacks,
+    or a qualifier after a comma whose words the other lacks ("paris" vs "paris, texas"); with a
+    qualifier, the parts before the commas must agree.
+    """
+    if a == b or not a or not b:
+        return True
+    plain_a, plain_b = _plain(a), _plain(b)
+    if plain_a == plain_b:
+        return True
+    ta, tb = _content(plain_a), _content(plain_b)
+    if _suffixes(ta) != _suffixes(tb):
+        return False
+    if ", " in a or ", " in b:
+        # The other side must hold the qualifier's words, and the heads must agree.
+        for key, other in ((a, tb), (b, ta)):
+            if ", " not in key:
+                continue
+            qualifier = [t for t in _content(key.split(", ", 1)[1]) if t not in GENERATIONAL]
+            if not _contained(qualifier, other):
+                return False
+        return same_entity(a.split(", ", 1)[0], b.split(", ", 1)[0])
+    if _contained(ta, tb) or _contained(tb, ta):
+        return True
+    return max(fuzz.ratio(plain_a, plain_b), fuzz.token_sort_ratio(plain_a, plain_b)) >= ENTITY_CUTOFF
+
+
+# A word standing for the first comma of a part that is followed by more words (a qualifier):
+# it passes _words and _polarity as a plain word and becomes ", " in the key.
+_QUALIFIER_MARK = "qualifiedbycomma"
+_QUALIFYING_COMMA = re.compile(r"(?<=[^\W_])[^\w,]*,(?=[^,]*?[^\W\d_])")
+
+
+def _mark_qualifier(text: str) -> str:
+    """``text`` with its first comma after a word and before a letter replaced by the mark."""
+    match = _QUALIFYING_COMMA.search(text) if "," in text else None
+    if match is None:
+        return text
+    return f"{text[:match.end() - 1]} {_QUALIFIER_MARK} {text[match.end():]}"
+
+
+def _roman(number: int) -> str:
+    tens, units = divmod(number, 10)
+    return "x" * tens + ("", "i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix")[units]
+
+
+# Generational suffixes: Jr./Sr. and the numerals of more than one letter up to 39 (I, V and X
+# alone are too often initials to count).
+GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr"} | {_roman(n) for n in range(2, 40)} - {"v", "x"})
+
+
+def _generational(text: str) -> tuple[str, ...]:
+    """The generational suffixes written after the first word of a part, in order."""
+    if not text:
+        return ()
+    found = [word for word, _ in _words(text)[1:] if word in GENERATIONAL]
+    return tuple(dict.fromkeys(found))
+
+
+def _suffixes(tokens: list[str]) -> frozenset[str]:
+    return frozenset(t for t in tokens[1:] if t in GENERATIONAL)
+
+
+def _plain(key: str) -> str:
+    """An entity key without its qualifier comma ("paris, texas" -> "paris texas")."""
+    return key.replace(", ", " ", 1) if ", " in key else key
+
+
+def _entity_key(tokens: list[str], had_values: bool, suffixes: tuple[str, ...] = ()) -> str:
+    """Tokens without articles (a lone article stays unless numbers were taken from the part);
+    the qualifier mark becomes ", " when a head precedes it and a word that is no suffix follows
+    it; the generational ``suffixes`` of the part go last, sorted, wherever they were written
+    and whether or not a numeral was taken out as a value ("Reginar III, Count of Hainaut" and
+    "reginar iii, count of hainaut" both give "reginar, count of hainaut iii")."""
+    kept = [t for t in tokens if t not in _ARTICLES]
+    kept = kept if kept or had_values else tokens
+    if suffixes:
+        kept = kept[:1] + [t for t in kept[1:] if t not in suffixes]
+    if _QUALIFIER_MARK in kept:
+        at = kept.index(_QUALIFIER_MARK)
+        head = [t for t in kept[:at] if t != _QUALIFIER_MARK]
+        qualifier = [t for t in kept[at + 1 :] if t != _QUALIFIER_MARK]
+        if head and qualifier:
+            kept = [*head[:-1], head[-1] + ",", *qualifier]
+        else:
+            kept = head + qualifier
+    return " ".join(kept + sorted(suffixes))
+
+
+def _content(key: str) -> list[str]:
+    tokens = key.split()
+    return [t for t in tokens if t not in _ARTICLES] or tokens
+
+
+def _stem(token: str) -> str:
+    """A light stem for containment: "seats", "seating" → "seat"; short words stay."""
+    if len(token) > 4:
+        if token.endswith("ing") and len(token) > 6:
+            return token[:-3]
+        if token.endswith("s") and not token.endswith("ss"):
+            return token[:-1]
+    return token
+
+
+def _contained(short: list[str], long: list[str]) -> bool:
+    if len(short) > len(long):
+        return False
+    pool = {_stem(t) for t in long}
+    for token in short:
+        if _stem(token) in pool:
+            continue
+        if len(token) == 1 and any(other.startswith(token) for other in long):
+            continue
+        return False
+    return True

@@ -1,0 +1,103 @@
+"""Folding and tokens (docs/method.md §2.4): entity-key folding, word lists, negation cues."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+_NO_DECOMPOSITION = str.maketrans({
+    "ł": "l", "Ł": "L", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D", "æ": "ae", "Æ": "AE",
+    "œ": "oe", "Œ": "OE", "þ": "th", "Þ": "Th", "ð": "d", "Ð": "D", "ı": "i", "ħ": "h",
+})
+_APOSTROPHES = re.compile(r"['’ʼ‘`´]")
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+@lru_cache(maxsize=65536)
+def fold(text: str) -> str:
+    """Fold text for comparison: accents off, apostrophes out, punctuation to spaces, case-folded.
+
+    Args:
+        text: any string.
+
+    Returns:
+        The folded string, single-spaced and stripped ("Xi'an" → "xian", "Armando Bó" →
+        "armando bo", "Robbe-Grillet" → "robbe grillet").
+    """
+    if text.isascii():  # nothing to translate or decompose; casefold is lower() on ASCII
+        plain = text.lower()
+    else:
+        decomposed = unicodedata.normalize("NFKD", text.translate(_NO_DECOMPOSITION))
+        plain = "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+    return _NON_WORD.sub(" ", _APOSTROPHES.sub("", plain)).strip()
+
+
+_WORD = re.compile(r"[^\W_]+(?:['’ʼ][^\W_]+)*")
+_ARTICLES = frozenset({"the", "a", "an"})
+_BE = frozenset({"is", "are", "was", "were", "be", "been", "being", "am", "s"})
+_HAVE = frozenset({"has", "have", "had", "having"})
+_LEADING_FILLERS = frozenset({"be", "have", "also", "who", "whose", "which", "that", "it", "then",
+                              "later", "once", "currently", "formerly", "originally", "still"})
+_FUNCTION_WORDS = frozenset({"be", "have", "the", "a", "an", "in", "on", "at", "of", "by", "to",
+                             "from", "with", "for", "into", "as", "under", "after", "before"})
+_TRAILING_FILLERS = frozenset({"be", "have"})
+_PREPOSITIONS = frozenset({"in", "on", "at", "of", "by", "to", "from", "with", "for", "into",
+                           "as", "under", "after", "before"})
+
+# negation cues
+_NEGATION_WORDS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing",
+                             "nowhere", "non", "nt", "cannot", "neither"})
+_SILENT = frozenset({"nor"})
+_CONTRACTIONS = {
+    "isnt": "is", "arent": "are", "wasnt": "was", "werent": "were", "aint": "is",
+    "dont": "do", "doesnt": "does", "didnt": "did", "hasnt": "has", "havent": "have",
+    "hadnt": "had", "cant": "can", "couldnt": "could", "wont": "will", "wouldnt": "would",
+    "shouldnt": "should", "mustnt": "must", "neednt": "need", "mightnt": "might",
+}
+# a prefixed word of the lexicon counts as one cue and is replaced by its stem
+_NEGATED_WORDS = {
+    "false": "true", "untrue": "true", "incorrect": "correct", "wrong": "correct",
+    "dead": "alive", "deceased": "alive",
+    "unmarried": "married", "unwed": "married", "unrelated": "related", "unknown": "known",
+    "unaired": "aired", "unreleased": "released", "unpublished": "published",
+    "unfinished": "finished", "uncredited": "credited", "undefeated": "defeated",
+    "unbeaten": "beaten", "unsuccessful": "successful", "unable": "able",
+    "unavailable": "available", "unconfirmed": "confirmed", "unidentified": "identified",
+    "unofficial": "official", "unopposed": "opposed", "unsigned": "signed",
+    "unemployed": "employed", "unpaid": "paid", "unlicensed": "licensed", "unnamed": "named",
+    "unlisted": "listed", "uninhabited": "inhabited", "unpopulated": "populated",
+    "unincorporated": "incorporated", "unrecognized": "recognized",
+    "unrecognised": "recognised", "unaccredited": "accredited", "unelected": "elected",
+    "unranked": "ranked", "unsold": "sold", "unused": "used", "unbuilt": "built",
+    "uncompleted": "completed", "incomplete": "complete", "unaffiliated": "affiliated",
+    "inactive": "active", "invalid": "valid", "indirect": "direct", "inaccurate": "accurate",
+    "inconclusive": "conclusive", "ineligible": "eligible", "insolvent": "solvent",
+    "illegal": "legal", "illegitimate": "legitimate", "illiterate": "literate",
+    "impossible": "possible", "improper": "proper", "irregular": "regular",
+    "irrelevant": "relevant", "nonprofit": "profit", "nonexistent": "existent",
+    "nonfiction": "fiction", "nonmember": "member", "noncommercial": "commercial",
+    "dishonest": "honest", "disagree": "agree", "disagreed": "agreed",
+    "disapproved": "approved", "disallowed": "allowed", "disconnected": "connected",
+    "discontinued": "continued", "dissimilar": "similar", "disloyal": "loyal",
+    "disqualified": "qualified", "dislikes": "likes", "disliked": "liked",
+}
+_WHOLE_OBJECT_NEGATIONS = {"no": "yes", "false": "true", "none": "", "never": "",
+                           "nobody": "", "nothing": ""}
+_DYNAMIC_PREFIXES = ("non", "un")
+
+
+@lru_cache(maxsize=16384)
+def _words(text: str) -> tuple[tuple[str, bool], ...]:
+    """(folded word, written in lower case) for every word; folding may split a word."""
+    out = []
+    for raw in _WORD.findall(text):
+        if raw.isascii() and raw.isalnum():  # fold() would only lower it; upper case is A-Z
+            low = raw.lower()
+            out.append((low, low == raw))
+            continue
+        # str.islower() is False as soon as one character is upper case, so a True skips the scan
+        lower = raw.islower() or not any(c.isupper() for c in raw)
+        for piece in fold(raw).split():
+            out.append((piece, lower))
+    return tuple(out)

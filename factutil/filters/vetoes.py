@@ -1,0 +1,324 @@
+"""The four vetoes and :func:`first_veto` (docs/method.md §2.4): pure, symmetric functions of two features."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from typing import NamedTuple
+
+from rapidfuzz import fuzz
+
+from factutil.filters.entities import same_entity
+from factutil.filters.features import FactFeatures
+from factutil.filters.lexicon import RELATION_BY_ID, RELATION_TEXT_CUTOFF
+from factutil.filters.quantities import _compatible_values, _show
+from factutil.filters.relations import _VERBALISATIONS
+from factutil.filters.text import _DYNAMIC_PREFIXES, _FUNCTION_WORDS, _NEGATED_WORDS
+
+
+def _lineage(rid: str) -> list[tuple[str, bool]]:
+    chain, flipped, seen = [(rid, False)], False, {rid}
+    rel = RELATION_BY_ID[rid]
+    while rel.general is not None and rel.general not in seen:
+        flipped ^= rel.general_inverted
+        chain.append((rel.general, flipped))
+        seen.add(rel.general)
+        rel = RELATION_BY_ID[rel.general]
+    return chain
+
+
+@lru_cache(maxsize=32768)  # ids come from the lexicon: bounded
+def _common_relation(ra: str, rb: str) -> tuple[str, bool, bool] | None:
+    """(common id, flip a, flip b) when one id is the other or an ancestor of it."""
+    if ra == rb:
+        return ra, False, False
+    for ancestor, flip in _lineage(ra):
+        if ancestor == rb:
+            return rb, flip, False
+    for ancestor, flip in _lineage(rb):
+        if ancestor == ra:
+            return ra, False, flip
+    return None
+
+
+class _View(NamedTuple):  # a tuple: built three times per pair, cheaper than a dataclass
+    s: str
+    o: str
+    s_values: tuple[tuple, ...]
+    o_values: tuple[tuple, ...]
+
+
+def _view(f: FactFeatures, flip: bool) -> _View:
+    if f.quantities:
+        s_values = tuple(q[1:] for q in f.quantities if q[0] == "s")
+        o_values = tuple(q[1:] for q in f.quantities if q[0] == "o")
+    else:
+        s_values = o_values = ()
+    if flip:
+        return _View(f.object_key, f.subject_key, o_values, s_values)
+    return _View(f.subject_key, f.object_key, s_values, o_values)
+
+
+# The numeric, relation and entity filters of one pair run one after another and each aligns the
+# pair: the last alignment is kept, matched by identity (the entry holds both features, so their
+# ids cannot be reused, and features are frozen).
+_LAST_ALIGN: list[tuple] = [()]
+
+
+def _align(a: FactFeatures, b: FactFeatures) -> tuple[_View, _View, bool, str | None]:
+    """Both facts in one direction: (view a, view b, symmetric relation, common relation id)."""
+    last = _LAST_ALIGN[0]
+    if last and last[0] is a and last[1] is b:
+        return last[2]
+    aligned = _align_pair(a, b)
+    _LAST_ALIGN[0] = (a, b, aligned)
+    return aligned
+
+
+def _align_pair(a: FactFeatures, b: FactFeatures) -> tuple[_View, _View, bool, str | None]:
+    common = None
+    flip_a = flip_b = False
+    if a.relation_id is not None and b.relation_id is not None:
+        found = _common_relation(a.relation_id, b.relation_id)
+        if found is not None:
+            common, flip_a, flip_b = found
+    va, vb = _view(a, flip_a), _view(b, flip_b)
+    if common is not None:
+        symmetric = RELATION_BY_ID[common].symmetric
+    else:
+        symmetric = a.symmetric and b.symmetric
+    if symmetric:
+        direct = _part_match(va.s, va.s_values, vb.s, vb.s_values, strict=True) + _part_match(
+            va.o, va.o_values, vb.o, vb.o_values, strict=True)
+        crossed = _part_match(va.s, va.s_values, vb.o, vb.o_values, strict=True) + _part_match(
+            va.o, va.o_values, vb.s, vb.s_values, strict=True)
+        if crossed > direct:
+            vb = _View(vb.o, vb.s, vb.o_values, vb.s_values)
+    return va, vb, symmetric, common
+
+
+def _part_match(key_a: str, values_a: tuple, key_b: str, values_b: tuple, strict: bool) -> bool:
+    """Whether two parts (entity key and values) name the same thing.
+
+    ``strict`` (used to choose a pairing): an empty key matches only an empty key.
+    """
+    if strict and (not key_a or not key_b) and key_a != key_b:
+        return False
+    if _kind_clash(key_a, values_a, key_b, values_b):
+        return False
+    return same_entity(key_a, key_b) and not _lone_values(values_a, values_b)
+
+
+def _kind_clash(key_a: str, values_a: tuple, key_b: str, values_b: tuple) -> bool:
+    """One part is only a value (a date, a number) and the other only a name."""
+    return bool((not key_a and values_a and key_b and not values_b)
+                or (not key_b and values_b and key_a and not values_a))
+
+
+def _lone_values(xs: tuple, ys: tuple) -> tuple[list[tuple], list[tuple]] | None:
+    """Values of each side with no agreeing value on the other; None when they agree."""
+    if not xs or not ys:
+        return None
+    if len(xs) == 1 and len(ys) == 1:  # the usual case: one call answers for both sides
+        return None if _compatible_values(xs[0], ys[0]) else ([xs[0]], [ys[0]])
+    lone_x = [x for x in xs if not any(_compatible_values(x, y) for y in ys)]
+    lone_y = [y for y in ys if not any(_compatible_values(x, y) for x in xs)]
+    return (lone_x, lone_y) if lone_x or lone_y else None
+
+
+def _shown(key: str, values: tuple) -> str:
+    return key or ", ".join(_show(v) for v in values)
+
+
+def _pair(x: str, y: str) -> str:
+    first, second = sorted((x, y))
+    return f"{first!r} vs {second!r}"
+
+
+# --------------------------------------------------------------------------------------------
+# Filters
+# --------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=16384)
+def _flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """(word, stem) of the un-/non- words outside the lexicon with a stem of >= 4 letters, sorted
+    by word (a word starts with at most one of the prefixes)."""
+    out = []
+    for word in sorted(words):
+        for prefix in _DYNAMIC_PREFIXES:
+            stem = word[len(prefix):].lstrip()
+            if word.startswith(prefix) and len(stem) >= 4 and word not in _NEGATED_WORDS:
+                out.append((word, stem))
+                break
+    return tuple(out)
+
+
+def _dynamic_flips(a: FactFeatures, b: FactFeatures) -> list[str]:
+    candidates = _flip_candidates(a.words)
+    if not candidates:
+        return []
+    return [word for word, stem in candidates if stem in b.words and word not in b.words]
+
+
+def negation_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+    """Veto when the two facts have opposite polarity (docs/method.md §2.4, negation).
+
+    Args:
+        a, b: features from :func:`analyze`.
+
+    Returns:
+        None when both are affirmative or both negated (a double negation counts as
+        affirmative); otherwise a reason naming the cues of the negated side, the same text
+        whichever argument comes first. Never raises.
+    """
+    flips_a, flips_b = _dynamic_flips(a, b), _dynamic_flips(b, a)
+    polarity_a = a.negated ^ (len(flips_a) % 2 == 1)
+    polarity_b = b.negated ^ (len(flips_b) % 2 == 1)
+    if polarity_a == polarity_b:
+        return None
+    negative, cues = (a, tuple(a.negation_cues) + tuple(flips_a)) if polarity_a else (
+        b, tuple(b.negation_cues) + tuple(flips_b)
+    )
+    positive = b if negative is a else a
+    shown = ", ".join(sorted(set(cues))) or "double negation"
+    return (f"polarity differs: {_triple(negative)} is negated ({shown}), "
+            f"{_triple(positive)} is not")
+
+
+def _triple(f: FactFeatures) -> str:
+    return f"'{f.subject} | {f.relation} | {f.object}'"
+
+
+def numeric_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+    """Veto when numbers, dates or quantities disagree (docs/method.md §2.4, numeric).
+
+    Args:
+        a, b: features from :func:`analyze`.
+
+    Returns:
+        None when, for the subject and for the object (relation values count with the object),
+        one side has no values or every value of each side agrees with some value of the other;
+        otherwise a reason such as "object 1516-06-12 vs 1517-06-12". Never raises.
+    """
+    if not a.quantities or not b.quantities:
+        return None  # one side has no values at all, in any alignment
+    va, vb, symmetric, _ = _align(a, b)
+    reasons = []
+    for part, xs, ys in (("subject", va.s_values, vb.s_values),
+                         ("object", va.o_values, vb.o_values)):
+        lone = _lone_values(xs, ys)
+        if lone is not None:
+            left = ", ".join(_show(v) for v in (lone[0] or xs))
+            right = ", ".join(_show(v) for v in (lone[1] or ys))
+            first, second = sorted((left, right))
+            reasons.append(f"{'argument' if symmetric else part} {first} vs {second}")
+    return min(reasons) if symmetric and reasons else (reasons[0] if reasons else None)
+
+
+def relation_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+    """Veto when the relations are not equivalent (docs/method.md §2.4, relation).
+
+    Args:
+        a, b: features from :func:`analyze`.
+
+    Returns:
+        None when the relation ids are equal or one generalises the other and, for a
+        non-symmetric relation, subject and object are not swapped; for unknown relations, when
+        the folded texts (or a verbalisation of the known id) reach rapidfuzz ratio
+        ``RELATION_TEXT_CUTOFF``. Otherwise a reason. Never raises.
+    """
+    ra, rb = a.relation_id, b.relation_id
+    if ra is not None and rb is not None:
+        if _common_relation(ra, rb) is None:
+            return f"different relations {_pair(ra, rb)}"
+        va, vb, symmetric, common = _align(a, b)
+        if symmetric:
+            return None
+        direct = (_part_match(va.s, va.s_values, vb.s, vb.s_values, strict=False)
+                  and _part_match(va.o, va.o_values, vb.o, vb.o_values, strict=False))
+        crossed = (_part_match(va.s, va.s_values, vb.o, vb.o_values, strict=False)
+                   and _part_match(va.o, va.o_values, vb.s, vb.s_values, strict=False))
+        if crossed and not direct:
+            return f"subject and object swapped under non-symmetric {common!r}"
+        return None
+    if ra is None and rb is None:
+        if _similar_text(a.relation_key, b.relation_key):
+            return None
+        return f"different relations {_pair(a.relation_key, b.relation_key)}"
+    known, text = (ra, b.relation_key) if ra is not None else (rb, a.relation_key)
+    if any(_similar_text(text, verb) for verb in _VERBALISATIONS[known]):
+        return None
+    return f"different relations {_pair(known, text)}"
+
+
+def _similar_text(a: str, b: str) -> bool:
+    """Unknown relation texts agree: ratio >= RELATION_TEXT_CUTOFF, or all content words of one
+    are words of the other ("sold" ~ "records sold"; "in" alone is no content)."""
+    if fuzz.ratio(a, b) >= RELATION_TEXT_CUTOFF:
+        return True
+    ta = set(a.split()) - _FUNCTION_WORDS
+    tb = set(b.split()) - _FUNCTION_WORDS
+    return bool(ta and tb) and (ta <= tb or tb <= ta)
+
+
+def entity_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+    """Veto when the subjects or the objects name different entities (docs/method.md §2.4, entity).
+
+    Args:
+        a, b: features from :func:`analyze`.
+
+    Returns:
+        None when, in the aligned direction (either pairing for a symmetric relation), the
+        subject keys and the object keys agree by :func:`same_entity` and neither pairs a part
+        that is only a value (a date, a number) with one that is only a name; otherwise a reason
+        naming
+        the first part that differs ("argument" under a symmetric relation, where subject and
+        object have no roles). Never raises.
+    """
+    va, vb, symmetric, _ = _align(a, b)
+    reasons = [
+        f"{'argument' if symmetric else part} {_pair(_shown(x, xv), _shown(y, yv))}"
+        for part, x, xv, y, yv in (("subject", va.s, va.s_values, vb.s, vb.s_values),
+                                   ("object", va.o, va.o_values, vb.o, vb.o_values))
+        if not same_entity(x, y) or _kind_clash(x, xv, y, yv)
+    ]
+    return min(reasons) if symmetric and reasons else (reasons[0] if reasons else None)
+
+
+FILTERS: dict[str, Callable[[FactFeatures, FactFeatures], str | None]] = {
+    "negation": negation_veto,
+    "numeric": numeric_veto,
+    "relation": relation_veto,
+    "entity": entity_veto,
+}
+DEFAULT_FILTERS: tuple[str, ...] = ("negation", "numeric", "relation", "entity")
+_DEFAULT_SET = (DEFAULT_FILTERS, frozenset(DEFAULT_FILTERS))  # the tuple is immutable
+
+
+def first_veto(
+    a: FactFeatures, b: FactFeatures, enabled: Iterable[str] = DEFAULT_FILTERS
+) -> str | None:
+    """The first veto among the enabled filters, in the fixed order of :data:`FILTERS`.
+
+    Args:
+        a, b: features from :func:`analyze`.
+        enabled: names from :data:`FILTERS`; order given here does not matter.
+
+    Returns:
+        ``"name: reason"`` for the first filter (negation, numeric, relation, entity) that
+        vetoes, or None.
+
+    Raises:
+        ValueError: ``enabled`` names an unknown filter.
+    """
+    wanted = _DEFAULT_SET[1] if enabled is _DEFAULT_SET[0] else set(enabled)
+    unknown = wanted - FILTERS.keys()
+    if unknown:
+        raise ValueError(f"enabled: unknown filter(s) {sorted(unknown)}; known: {list(FILTERS)}")
+    for name, check in FILTERS.items():
+        if name in wanted:
+            reason = check(a, b)
+            if reason is not None:
+                return f"{name}: {reason}"
+    return None
