@@ -12,11 +12,12 @@ cache, across training steps to reuse it): an LRU bounded both in entries and in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -58,16 +59,33 @@ def auto_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1 (unless the caller set them) for the
+    duration of a load, restored after: factutil never changes the caller's environment."""
+    names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    before = {name: os.environ.get(name) for name in names}
+    for name in names:
+        os.environ.setdefault(name, "1")
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @functools.lru_cache(maxsize=4)
 def _load_sentence_transformer(model: str, device: str) -> Any:
     # Offline: the default model is a local folder; a hub name only works if already cached.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as transformers_logging
+    with _offline():
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()  # no "Loading weights" bar inside a training log
-    return SentenceTransformer(model, device=device)
+        transformers_logging.disable_progress_bar()  # no "Loading weights" bar inside a training log
+        return SentenceTransformer(model, device=device)
 
 
 def fixed_shape_batches(lengths: Sequence[int], rows: int) -> list[np.ndarray]:

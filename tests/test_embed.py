@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -63,3 +65,20 @@ def test_default_embedder_is_minilm_offline_and_normalised(minilm):
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
     # The data README measured 0.90 for this pair with the same model.
     assert float(vectors[0] @ vectors[1]) == pytest.approx(0.90, abs=0.02)
+
+
+def test_the_offline_switch_is_set_only_around_a_model_load(monkeypatch):
+    """Loading the bundled model sets HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE for the load only:
+    unset before, unset after; a value the caller set is kept as it was, during and after."""
+    from factutil.embed import _offline
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+    with _offline():
+        assert os.environ["HF_HUB_OFFLINE"] == "1"
+        assert os.environ["TRANSFORMERS_OFFLINE"] == "0"
+    assert "HF_HUB_OFFLINE" not in os.environ
+    assert os.environ["TRANSFORMERS_OFFLINE"] == "0"
+    with pytest.raises(RuntimeError), _offline():
+        raise RuntimeError("a failed load")
+    assert "HF_HUB_OFFLINE" not in os.environ
