@@ -668,7 +668,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval-samples", type=int, default=None)
     parser.add_argument("--target-em", type=float, default=TARGET_EM,
                         help=f"the fixed EM of 'iterations to reach' (default {TARGET_EM})")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds are FIRST-SEED .. FIRST-SEED + SEEDS - 1 (default 0), so more "
+                             "seeds can be added to an earlier run and joined with --merge")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
+                        help="train nothing: join the results.json files of earlier runs (same "
+                             "settings, other seeds, blocks or runs) and write the tables of the "
+                             "union to --out; a (block, run, seed) found twice is an error")
     args = parser.parse_args(argv)
+    if args.merge:
+        return _merge(args.merge, args.out, args.target_em)
 
     quick = args.quick
     names = args.runs.split(",") if args.runs else (QUICK_RUNS if quick else [r.name for r in RUNS])
@@ -679,7 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if set(blocks) - set(BLOCKS):
         parser.error(f"--blocks: one or more of {', '.join(BLOCKS)}")
     runs = [r for r in RUNS if r.name in names]
-    seeds = list(range(args.seeds or (1 if quick else 5)))
+    seeds = list(range(args.first_seed, args.first_seed + (args.seeds or (1 if quick else 5))))
     jobs = []
     for block in (b for b in BLOCKS if b in blocks):
         start, trainer = block.split("/")
@@ -710,25 +719,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             results = pool.map(_job, jobs, chunksize=1)
     wall = time.perf_counter() - started
-
-    rows = summarise(results, runs, args.target_em)
-    tables = markdown_tables(rows, results, runs, args.target_em)
-    args.out.mkdir(parents=True, exist_ok=True)
-    title = (f"credit ablation in miniature: mean over {len(seeds)} seed(s) (band: min–max); "
-             f"{first.batch} questions × G={G} per iteration; {len(heldout)} held-out questions "
-             f"× {first.eval_samples} samples")
-    plot(results, runs, args.out / "credit_ablation.png", title)
-    for block in (b for b in BLOCKS if b in blocks):
-        process = process_table(results, "full", block)
-        if process:
-            tables += (f"\nProcess term Ω·A_proc of the full run by action ({block}; "
-                       f"iterations 1–{PROCESS_ITERATIONS}, all seeds; mean, and the action's "
-                       f"share of its groups' actions):\n\n{process}")
-    (args.out / "table.md").write_text(tables, encoding="utf-8")
-    orderings = {
-        block: [row["run"] for row in sorted((r for r in rows if r["block"] == block),
-                                             key=lambda r: -r["em_final"])]
-        for block in BLOCKS if any(r["block"] == block for r in rows)}
     report = {
         "settings": {settings.block: asdict(settings) for _, _, settings in jobs},
         "runs": [asdict(r) for r in runs], "seeds": seeds, "target_em": args.target_em,
@@ -736,9 +726,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         "initial_weights": START_WEIGHTS, "features": list(FEATURES),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "workers": workers},
-        "wall_s": wall, "summary": rows, "ordering": orderings, "results": results,
+        "wall_s": wall, "results": results,
     }
-    (args.out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return _write_report(report, args.out, args.target_em)
+
+
+def _merge(paths: Sequence[Path], out: Path, target_em: float) -> int:
+    """Join the results of earlier runs (``--merge``) and write the tables of the union."""
+    reports = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
+    results, seen = [], set()
+    for path, report in zip(paths, reports):
+        for result in report["results"]:
+            key = (result["block"], result["run"], result["seed"])
+            if key in seen:
+                raise SystemExit(f"--merge: {path}: block {key[0]}, run {key[1]}, seed {key[2]} "
+                                 "is already in an earlier file")
+            seen.add(key)
+            results.append(result)
+    for report in reports[1:]:
+        for block, settings in report["settings"].items():
+            known = reports[0]["settings"].setdefault(block, settings)
+            if known != settings:
+                raise SystemExit(f"--merge: block {block} was trained with other settings")
+    names = {result["run"] for result in results}
+    merged = {
+        **reports[0],
+        "runs": [asdict(r) for r in RUNS if r.name in names],
+        "seeds": sorted({result["seed"] for result in results}),
+        "wall_s": sum(report["wall_s"] for report in reports),
+        "merged_from": [str(path) for path in paths],
+        "results": results,
+    }
+    return _write_report(merged, out, target_em)
+
+
+def _write_report(report: dict, out: Path, target_em: float) -> int:
+    """Summaries, tables, plot and results.json of one report; prints the tables."""
+    results = report["results"]
+    runs = [RunSpec(**spec) for spec in report["runs"]]
+    first = next(iter(report["settings"].values()))
+    seeds, wall = report["seeds"], report["wall_s"]
+    rows = summarise(results, runs, target_em)
+    tables = markdown_tables(rows, results, runs, target_em)
+    out.mkdir(parents=True, exist_ok=True)
+    title = (f"credit ablation in miniature: mean over {len(seeds)} seed(s) (band: min–max); "
+             f"{first['batch']} questions × G={G} per iteration; "
+             f"{report['questions']['heldout']} held-out questions × {first['eval_samples']} samples")
+    plot(results, runs, out / "credit_ablation.png", title)
+    blocks = [block for block in BLOCKS if block in report["settings"]]
+    for block in blocks:
+        process = process_table(results, "full", block)
+        if process:
+            tables += (f"\nProcess term Ω·A_proc of the full run by action ({block}; "
+                       f"iterations 1–{PROCESS_ITERATIONS}, all seeds; mean, and the action's "
+                       f"share of its groups' actions):\n\n{process}")
+    (out / "table.md").write_text(tables, encoding="utf-8")
+    orderings = {
+        block: [row["run"] for row in sorted((r for r in rows if r["block"] == block),
+                                             key=lambda r: -r["em_final"])]
+        for block in BLOCKS if any(r["block"] == block for r in rows)}
+    report = {**report, "target_em": target_em, "summary": rows, "ordering": orderings}
+    (out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     print()
     print(tables)
     labels = {r.name: r.label for r in runs}
@@ -746,7 +794,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for block, order in orderings.items():
         print(f"ordering ({block}) by final held-out EM: "
               + " > ".join(f"{labels[name]} {final[(block, name)]:.3f}" for name in order))
-    print(f"wall time {wall:.0f} s; wrote {args.out}/results.json, table.md, credit_ablation.png")
+    print(f"wall time {wall:.0f} s; wrote {out}/results.json, table.md, credit_ablation.png")
     return 0 if all(math.isfinite(row["em_final"]) for row in rows) else 1
 
 
