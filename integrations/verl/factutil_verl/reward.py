@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from factutil.metrics import qa_scores
+from factutil.agent import outcome_reward
 from factutil.parse import parse_action
 from factutil.schema import AnswerAction
 
@@ -93,12 +93,11 @@ def compute_score(
     action = parse_action(solution_str if isinstance(solution_str, str) else str(solution_str))
     if not isinstance(action, AnswerAction):
         return {"score": 0.0, "em": 0.0, "f1": 0.0, "format_ok": 0.0, "empty_store": 0.0}
-    em, f1 = qa_scores(action.answer, golden, fold_unicode=fold_unicode)
-    empty_store = _store_size(extra_info) == 0
+    outcome = outcome_reward(action.answer, golden, _store_size(extra_info), fold_unicode)
     return {
-        "score": 0.0 if empty_store else float(f1),
-        "em": float(em),
-        "f1": float(f1),
+        "score": outcome.score,
+        "em": outcome.em,
+        "f1": outcome.f1,
         "format_ok": 1.0,
-        "empty_store": 1.0 if empty_store else 0.0,
+        "empty_store": 1.0 if outcome.empty_store else 0.0,
     }
