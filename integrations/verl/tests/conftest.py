@@ -1,4 +1,5 @@
-"""Fixtures of the verl adapter tests: real verl, CPU only, network only on 127.0.0.1."""
+"""Fixtures of the verl adapter tests: real verl, CPU only, network only on 127.0.0.1 (the
+``byte_tokenizer`` and the real model come from the repository's root ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from verl_testkit import CORPUS, Rows, build_rows, compose_verl_config, make_byte_tokenizer
-
-
-@pytest.fixture(scope="session")
-def byte_tokenizer() -> Any:
-    return make_byte_tokenizer()
+from verl_testkit import CORPUS, Rows, build_rows, compose_verl_config
 
 
 @pytest.fixture(scope="session")

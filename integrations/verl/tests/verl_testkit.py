@@ -1,7 +1,8 @@
 """Helpers of the verl adapter tests (a uniquely named module: ``conftest`` is taken by the core).
 
 - :func:`make_byte_tokenizer`: a byte-level tokenizer with a ChatML template built in memory (no
-  download), so scripted actions round-trip exactly through encode/decode.
+  download), so scripted actions round-trip exactly through encode/decode (shared with the other
+  adapters' tests: ``tests/language_models.py``).
 - :func:`compose_verl_config`: verl's own ``ppo_trainer.yaml`` composed with Hydra, plus overrides.
 - :func:`build_rows`: the bundled 2Wiki rollouts turned into verl V1 rows (one row per action),
   the way the ``factagent`` loop and verl's TransferQueue worker would have written them.
@@ -12,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
+from tests.language_models import make_byte_tokenizer  # noqa: F401  (re-exported)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -24,47 +25,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "examples" / "data" / "2wiki_rollouts.jsonl"
 CORPUS = REPO / "examples" / "data" / "hipporag_2wikimultihopqa_corpus.json"
-
-CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    codes = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, (chr(code) for code in codes)))
-
-
-@lru_cache(maxsize=1)
-def make_byte_tokenizer() -> Any:
-    """A byte-level BPE tokenizer (no merges): ids 0-255 are bytes, then the ChatML specials."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    byte_chars = _bytes_to_unicode()
-    vocab = {byte_chars[byte]: byte for byte in range(256)}
-    model = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    model.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=model, eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
-    tokenizer.chat_template = CHATML
-    return tokenizer
-
 
 def compose_verl_config(*overrides: str) -> Any:
     """verl's ``ppo_trainer`` config (the installed package's YAML) with Hydra overrides."""
