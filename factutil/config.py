@@ -87,7 +87,7 @@ class FactUtilConfig(BaseModel):
         None, description="semantic mode: torch device for the embedder; None = CUDA when present."
     )
     embedding_batch_size: int = Field(
-        64, ge=1,
+        32, ge=1,
         description="semantic mode: rows per forward pass (texts of one token length, filled with "
         "copies to this many rows, so no text's vector depends on its batch).",
     )

