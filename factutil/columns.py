@@ -1,0 +1,210 @@
+"""The batch as flat columns: one pass over every action (docs/method.md §1, §2.1).
+
+:func:`prepare` walks the validated groups once and returns :class:`Prepared`: per rollout its
+outcome (:func:`factutil.metrics.outcome`), per effective action its kind code, per asserted triple
+occurrence its rollout, step and fact, per group its distinct fact texts with one representative
+each. Every later step of :func:`factutil.api.compute_process_advantages` works on these columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from factutil.cluster import (
+    Fact,
+    fact_text,
+    normalize_fact_text,
+)
+from factutil.config import FactUtilConfig
+from factutil.load import GroupRows
+from factutil.metrics import golds_normalized_empty, outcome, qa_scores
+from factutil.shaping import KIND_CODES
+
+
+@dataclass
+class Prepared:
+    """The batch as flat columns after one pass over every action (docs/method.md §1, §2.1).
+
+    Rollouts are numbered 0..R-1 across the batch in input order ("rows"); effective actions
+    0..N_eff-1 in (row, step) order; triple occurrences in (row, step, position) order.
+    """
+
+    rollout_starts: np.ndarray  # int64 (groups,): first row of each group
+    lengths: np.ndarray  # int64 (R,): effective actions per rollout
+    totals: np.ndarray  # int64 (R,): all actions per rollout
+    kinds: np.ndarray  # int8 (N_eff,)
+    occurrence_row: np.ndarray  # int64 (occurrences,)
+    occurrence_step: np.ndarray  # int64 (occurrences,)
+    occurrence_fact: np.ndarray  # int64 (occurrences,): batch fact index (groups' sorted texts)
+    facts: list[list[Fact]]  # per group, one representative per distinct text, by text
+    texts: list[list[str]]  # per group, the distinct texts, sorted
+    repeated_row: list[int]
+    repeated_step: list[int]
+    rank: np.ndarray  # int64 (R,): position of the rollout in its group by rollout_id
+    answers: list[str | None]
+    empty_store_answer: list[bool]
+    em: list[float]
+    f1: list[float]
+    reward: list[float]
+    success: list[float]
+    golds_normalized_empty: int  # gold answers (per group) that normalise to no token
+
+
+def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
+    """One pass over every action: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
+
+    Texts are memoised (:func:`~factutil.cluster.fact_text`); each group's distinct texts get one
+    representative triple, the smallest ``(subject, relation, object)`` sharing the text, so no
+    choice depends on input order.
+    """
+    template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
+    success_rule = config.success
+    kinds: list[int] = []
+    occurrence_row: list[int] = []
+    occurrence_step: list[int] = []
+    occurrence_fact: list[int] = []
+    remap: list[int] = []
+    repeated_row: list[int] = []
+    repeated_step: list[int] = []
+    lengths: list[int] = []
+    totals: list[int] = []
+    rank: list[int] = []
+    rollout_starts: list[int] = []
+    answers: list[str | None] = []
+    empty_store: list[bool] = []
+    em_list: list[float] = []
+    f1_list: list[float] = []
+    rewards: list[float] = []
+    successes: list[float] = []
+    facts_per_group: list[list[Fact]] = []
+    texts_per_group: list[list[str]] = []
+    queries: dict[str, str] = {}
+    golds_empty = 0
+    add_kind, add_row, add_step, add_fact = (
+        kinds.append, occurrence_row.append, occurrence_step.append, occurrence_fact.append
+    )
+    row = 0
+    for group in batch:
+        rollouts = group.rollouts
+        size = len(rollouts)
+        if size == 1:
+            warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
+        if config.group_size is not None and size != config.group_size:
+            warn(f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
+        rollout_starts.append(row)
+        ids = [rollout["rollout_id"] for rollout in rollouts]
+        positions = [0] * size
+        for position, index in enumerate(sorted(range(size), key=ids.__getitem__)):
+            positions[index] = position
+        rank.extend(positions)
+        golds = group.golden_answers
+        for gold in golds_normalized_empty(golds, fold):
+            golds_empty += 1
+            warn(
+                f"group {group.uid!r}: gold answer {gold!r} normalises to nothing (lower case, no "
+                "punctuation, no a/an/the): no answer can match it, so it scores 0 against every "
+                "answer"
+            )
+        scores: dict[str, tuple[float, float]] = {}
+        local: dict[str, int] = {}
+        best: list[tuple[str, str, str]] = []
+        base = len(remap)
+        for rollout in rollouts:
+            actions = rollout["actions"]
+            seen: set[str] = set()
+            store_empty = True
+            answer = None
+            empty_store_answer = False
+            t = 0
+            for action in actions[:max_turns]:
+                kind = action["action"]
+                add_kind(KIND_CODES[kind])
+                if kind == "assert":
+                    store_empty = False
+                    for subject, relation, obj in action["triples"]:
+                        text = fact_text(subject, relation, obj, template)
+                        index = local.get(text)
+                        if index is None:
+                            index = local[text] = len(best)
+                            best.append((subject, relation, obj))
+                        elif (subject, relation, obj) < best[index]:
+                            best[index] = (subject, relation, obj)
+                        add_row(row)
+                        add_step(t)
+                        add_fact(base + index)
+                elif kind == "search":
+                    query = action["query"]
+                    normalized = queries.get(query)
+                    if normalized is None:
+                        normalized = queries[query] = normalize_fact_text(query)
+                    if normalized in seen:
+                        repeated_row.append(row)
+                        repeated_step.append(t)
+                    else:
+                        seen.add(normalized)
+                elif kind == "answer":
+                    answer = action["answer"]
+                    empty_store_answer = store_empty
+                    t += 1
+                    break
+                t += 1
+            ignored = len(actions) - t
+            if ignored:
+                warn(
+                    f"group {group.uid!r} rollout {rollout['rollout_id']!r}: {ignored} action(s) "
+                    f"after the answer or beyond max_turns={max_turns} ignored"
+                )
+            if answer is None:
+                em = f1 = 0.0
+            else:
+                found = scores.get(answer)
+                if found is None:
+                    found = scores[answer] = qa_scores(answer, golds, fold_unicode=fold)
+                em, f1 = found
+            reward, success = outcome(
+                em, f1, answered=answer is not None, empty_store=empty_store_answer,
+                given=rollout.get("reward"), success=success_rule,
+            )
+            answers.append(answer)
+            empty_store.append(empty_store_answer)
+            em_list.append(em)
+            f1_list.append(f1)
+            rewards.append(reward)
+            successes.append(success)
+            lengths.append(t)
+            totals.append(len(actions))
+            row += 1
+        texts = list(local)
+        order = sorted(range(len(texts)), key=texts.__getitem__)
+        where = [0] * len(texts)
+        for position, index in enumerate(order):
+            where[index] = base + position
+        remap.extend(where)
+        texts_per_group.append([texts[index] for index in order])
+        facts_per_group.append([Fact._make(best[index]) for index in order])
+    occurrence_fact_array = np.asarray(remap, dtype=np.int64)[np.asarray(occurrence_fact, dtype=np.int64)]
+    return Prepared(
+        rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
+        lengths=np.asarray(lengths, dtype=np.int64),
+        totals=np.asarray(totals, dtype=np.int64),
+        kinds=np.asarray(kinds, dtype=np.int8),
+        occurrence_row=np.asarray(occurrence_row, dtype=np.int64),
+        occurrence_step=np.asarray(occurrence_step, dtype=np.int64),
+        occurrence_fact=occurrence_fact_array,
+        facts=facts_per_group,
+        texts=texts_per_group,
+        repeated_row=repeated_row,
+        repeated_step=repeated_step,
+        rank=np.asarray(rank, dtype=np.int64),
+        answers=answers,
+        empty_store_answer=empty_store,
+        em=em_list,
+        f1=f1_list,
+        reward=rewards,
+        success=successes,
+        golds_normalized_empty=golds_empty,
+    )
+
