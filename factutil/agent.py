@@ -12,11 +12,13 @@ Every trainer adapter rolls the agent out the same way, so the parts they share 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from factutil.cluster import triple_text
-from factutil.metrics import qa_scores
+from factutil.metrics import outcome, qa_scores
 from factutil.schema import Triple
 
 INSTRUCTIONS = """\
@@ -130,6 +132,49 @@ def outcome_reward(
         return Outcome(0.0, 0.0, 0.0, answered=False, empty_store=False)
     em, f1 = qa_scores(answer, golden_answers, fold_unicode=fold_unicode)
     empty = store_size == 0
-    return Outcome(
-        0.0 if empty else float(f1), float(em), float(f1), answered=True, empty_store=empty
-    )
+    score, _ = outcome(em, f1, answered=True, empty_store=empty)
+    return Outcome(float(score), float(em), float(f1), answered=True, empty_store=empty)
+
+
+GOLD_KEYS = ("golden_answers", "answers", "target", "answer")
+"""Keys of a mapping that hold the gold answers, in the order they are looked up."""
+
+
+def golden_answers_from(value: Any) -> list[str]:
+    """The gold answers a trainer's per-prompt value holds: the one rule of every adapter.
+
+    verl's ``reward_model.ground_truth``, OpenRLHF's ``label``, a dataset column: a string (one
+    answer, or a JSON list such as ``'["Paris", "paris"]'``); a list, tuple or array of answers
+    (nested ones flattened); a mapping with one of :data:`GOLD_KEYS` (Search-R1's
+    ``{"target": [...]}``), the first present wins; a number (its text). Blank answers, None and
+    booleans are dropped.
+
+    Returns:
+        list[str], possibly empty when nothing usable was given (a caller skips the group or
+        raises, never scores it silently).
+    """
+    if isinstance(value, Mapping):
+        for key in GOLD_KEYS:
+            if key in value:
+                return golden_answers_from(value[key])
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, list):
+                return golden_answers_from(decoded)
+        return [value] if text else []
+    if hasattr(value, "tolist"):  # numpy arrays after a parquet round trip
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        answers: list[str] = []
+        for item in value:
+            answers.extend(golden_answers_from(item))
+        return answers
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [str(value)]
+    return []

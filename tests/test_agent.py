@@ -75,3 +75,23 @@ def test_a_turn_shows_the_question_the_store_and_the_latest_result_only():
             f"Latest search result:\n{NO_OBSERVATION}",
         },
     ]
+
+
+def test_gold_answers_from_any_trainer_value():
+    """One rule for verl's ground_truth, OpenRLHF's label and a dataset column: strings, JSON-list
+    strings, lists/arrays (flattened), mappings by key order, numbers; blanks, None, bools dropped."""
+    import numpy as np
+
+    from factutil.agent import golden_answers_from
+
+    assert golden_answers_from("Paris") == ["Paris"]
+    assert golden_answers_from('["Paris", "paris"]') == ["Paris", "paris"]
+    assert golden_answers_from("[not json") == ["[not json"]
+    assert golden_answers_from(["a", " ", None, True, ["b", 7]]) == ["a", "b", "7"]
+    assert golden_answers_from(np.array(["x", "y"])) == ["x", "y"]
+    assert golden_answers_from({"target": np.array(["t"])}) == ["t"]
+    assert golden_answers_from({"target": ["t"], "golden_answers": ["g"]}) == ["g"]
+    assert golden_answers_from({"answer": "a"}) == ["a"]
+    assert golden_answers_from({"other": "a"}) == []
+    assert golden_answers_from(1990) == ["1990"]
+    assert golden_answers_from(None) == golden_answers_from(False) == golden_answers_from("  ") == []

@@ -8,7 +8,6 @@ is the one place the adapter reads the environment. Standard library only at imp
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -100,32 +99,13 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
 
 
 def golden_answers_from_label(label: Any) -> list[str]:
-    """The gold answers an OpenRLHF prompt's ``label`` holds (``--data.label_key``).
-
-    Accepted: a list/tuple of answers; a string holding a JSON list (``'["Paris", "paris"]'``);
-    a mapping with ``golden_answers``, ``answers`` or ``target``; any other string or number is one
-    answer. Blank answers are dropped.
+    """The gold answers an OpenRLHF prompt's ``label`` holds (``--data.label_key``): the core's
+    :func:`factutil.agent.golden_answers_from` (a list of answers, a string holding a JSON list,
+    a mapping with ``golden_answers``, ``answers``, ``target`` or ``answer``, a string or number).
 
     Returns:
         list[str], possibly empty (the group is then skipped by the core's validation).
     """
-    if isinstance(label, Mapping):
-        for key in ("golden_answers", "answers", "target"):
-            if key in label:
-                return golden_answers_from_label(label[key])
-        return []
-    if isinstance(label, str):
-        text = label.strip()
-        if text.startswith("["):
-            try:
-                decoded = json.loads(text)
-            except ValueError:
-                decoded = None
-            if isinstance(decoded, list):
-                return golden_answers_from_label(decoded)
-        return [label] if text else []
-    if isinstance(label, (list, tuple)):
-        return [str(item) for item in label if item is not None and str(item).strip()]
-    if label is None or isinstance(label, bool):
-        return []
-    return [str(label)]
+    from factutil.agent import golden_answers_from  # pydantic on use: this module stays stdlib-only
+
+    return golden_answers_from(label)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from factutil.agent import outcome_reward
+from factutil.agent import golden_answers_from, outcome_reward
 from factutil.parse import parse_action
 from factutil.schema import AnswerAction
 
@@ -19,32 +19,10 @@ SCORE_KEYS = ("score", "em", "f1", "format_ok", "empty_store")
 """Keys of every :func:`compute_score` result (verl stacks them across samples)."""
 
 
-def golden_answers_of(ground_truth: Any) -> list[str]:
-    """Gold answers from a verl ``reward_model.ground_truth`` value.
-
-    Accepts a string, a list/tuple/array of strings, or a mapping with ``target`` (Search-R1's
-    ``{"target": [...]}``), ``golden_answers`` or ``answer``. Blank entries are dropped.
-
-    Returns:
-        list[str], possibly empty when nothing usable was given.
-    """
-    if isinstance(ground_truth, Mapping):
-        for key in ("target", "golden_answers", "answers", "answer"):
-            if key in ground_truth:
-                return golden_answers_of(ground_truth[key])
-        return []
-    if isinstance(ground_truth, str):
-        return [ground_truth] if ground_truth.strip() else []
-    if hasattr(ground_truth, "tolist"):  # numpy arrays after a parquet round trip
-        ground_truth = ground_truth.tolist()
-    if isinstance(ground_truth, (list, tuple)):
-        answers: list[str] = []
-        for item in ground_truth:
-            answers.extend(golden_answers_of(item))
-        return answers
-    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
-        return [str(ground_truth)]
-    return []
+golden_answers_of = golden_answers_from
+"""Gold answers from a verl ``reward_model.ground_truth`` value: the core's
+:func:`factutil.agent.golden_answers_from` (a string, a list/array, or a mapping with
+``golden_answers``, ``answers``, ``target`` (Search-R1) or ``answer``)."""
 
 
 def _store_size(extra_info: Mapping[str, Any] | None) -> int | None:
