@@ -1,0 +1,292 @@
+"""Candidate pairs and constrained single linkage (docs/method.md §2.3, §2.5).
+
+Pure functions over vectors and edges: which pairs of facts are close enough to merge
+(:func:`candidate_pairs`: exact cosines for small groups, hnswlib k-NN for large ones), and the
+single linkage that merges them unless a filter vetoes (:func:`constrained_linkage`). The
+:class:`~factutil.cluster.SemanticClusterer` calls them for a whole batch at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+def _linkage(
+    n: int,
+    edges: np.ndarray,
+    similarity: np.ndarray,
+    veto: Callable[[int, int], str | None],
+    starts: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Constrained single linkage of several groups at once (the one implementation behind
+    :func:`constrained_linkage` and :meth:`factutil.cluster.SemanticClusterer.cluster_batch`).
+
+    Facts are numbered 0..n-1 with the groups contiguous; ``starts`` (int64 (G,), increasing,
+    ``starts[0] == 0``) holds each group's first index (None = one group). Edges never cross
+    groups. Edges are taken in the order (group, -similarity, i, j), which within a group is
+    exactly the order of a run on that group alone, and sets of different groups never meet, so
+    every group gets the labels and counts it would get alone.
+
+    Returns:
+        (labels int64 (n,), canonical within each group, counts as :func:`constrained_linkage`).
+    """
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    similarity = np.asarray(similarity, dtype=np.float64)
+    if starts is None or len(starts) == 0:
+        starts = np.zeros(1, dtype=np.int64)
+    group_of = np.repeat(
+        np.arange(len(starts)), np.diff(np.append(starts, n).astype(np.int64))
+    )
+    merges = refused = checks = 0
+    parent = list(range(n))
+    # Member lists of the sets with more than one fact (a singleton's is [root]); a merge appends
+    # the smaller set's list to the larger one's, and veto checks scan the lists in this order.
+    members: dict[int, list[int]] = {}
+    if len(edges):
+        order = np.lexsort((edges[:, 1], edges[:, 0], -similarity, group_of[edges[:, 0]]))
+        firsts = edges[order, 0].tolist()
+        seconds = edges[order, 1].tolist()
+    else:
+        firsts = seconds = []
+    for first, second in zip(firsts, seconds):
+        a = first
+        while parent[a] != a:
+            a = parent[a]
+        while parent[first] != a:
+            parent[first], first = a, parent[first]
+        b = second
+        while parent[b] != b:
+            b = parent[b]
+        while parent[second] != b:
+            parent[second], second = b, parent[second]
+        if a == b:
+            continue
+        members_a = members.get(a) or [a]
+        members_b = members.get(b) or [b]
+        blocked = False
+        for i in members_a:
+            for j in members_b:
+                checks += 1
+                if (veto(i, j) if i < j else veto(j, i)) is not None:
+                    blocked = True
+                    break
+            if blocked:
+                break
+        if blocked:
+            refused += 1
+            continue
+        if len(members_a) < len(members_b):
+            a, b, members_a, members_b = b, a, members_b, members_a
+        parent[b] = a
+        members_a.extend(members_b)
+        members[a] = members_a
+        members.pop(b, None)
+        merges += 1
+    root = np.arange(n, dtype=np.int64)
+    for set_root, set_members in members.items():
+        root[set_members] = set_root
+    # Canonical labels within each group: a cluster is numbered by how many clusters of its group
+    # have a smaller smallest member (facts are in sorted text order, see factutil.cluster.canonical_labels).
+    smallest = np.full(n, n, dtype=np.int64)
+    np.minimum.at(smallest, root, np.arange(n, dtype=np.int64))
+    smallest = smallest[root]
+    opened = np.cumsum(smallest == np.arange(n)) - 1
+    labels = (opened[smallest] - opened[starts[group_of]]).astype(np.int64) if n else root
+    return labels, {"merges": merges, "refused": refused, "veto_checks": checks}
+
+
+def constrained_linkage(
+    n: int,
+    edges: np.ndarray,
+    similarity: np.ndarray,
+    veto: Callable[[int, int], str | None],
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Single-linkage clustering under cannot-link constraints, with no transitive leak (docs/method.md §2
+    step 5).
+
+    Edges are taken from the most to the least similar (ties by (i, j)); an edge joins the clusters
+    of its two ends unless ``veto`` separates *any* member of one cluster from *any* member of the
+    other. So no final cluster holds two members that a filter separates, even through a chain
+    A~B~C where A and C are vetoed: whichever link comes second is refused.
+
+    Why not plain connected components over the surviving edges: components are transitive, so
+    A~B and B~C merge A and C even when the negation or numeric filter splits them — the leak docs/method.md
+    §2 step 5 forbids. Why not complete linkage: it needs every pair of a cluster above the
+    threshold, which breaks the chains of paraphrases (born in ~ was born in ~ place of birth) that
+    single linkage keeps. Constrained single linkage keeps those chains and enforces every veto;
+    with a fixed edge order it is deterministic, and since facts are indexed in sorted text order,
+    independent of input order.
+
+    Args:
+        n: number of facts.
+        edges: int64 (E, 2), candidate pairs (i < j).
+        similarity: float (E,), the (quantised) similarity of each edge.
+        veto: ``veto(i, j)`` (i < j) returns a reason when facts i and j must not share a cluster.
+
+    Returns:
+        (labels int64 (n,) canonical, counts) where counts has ``merges``, ``refused`` (edges
+        whose clusters a veto kept apart) and ``veto_checks`` (pairs checked).
+    """
+    return _linkage(n, edges, similarity, veto)
+
+
+def _similarity_margin(dims: int, decimals: int) -> float:
+    """How far below the threshold a float32 cosine may lie and its float64 value still round to
+    the threshold or above: one unit of the last decimal (rounding moves a value by at most half
+    of one), plus four times the error bound of a float32 dot product of unit vectors
+    (dims * 2**-24)."""
+    return 10.0**-decimals + dims * 2.0**-22
+
+
+def _exact_similarity(
+    vectors: np.ndarray, first: np.ndarray, second: np.ndarray, decimals: int, chunk: int = 8192
+) -> np.ndarray:
+    """Cosines of the pairs ``(first[e], second[e])``, computed in float64 and rounded.
+
+    The products of float32 numbers are exact in float64 and each row is summed alone, so the
+    similarity of a pair depends only on its two vectors: not on the batch, the group's other
+    members or the path (dense or k-NN) that found it.
+
+    Args:
+        vectors: float32 (m, d); first, second: int64 (E,) row indices.
+
+    Returns:
+        float64 (E,), rounded to ``decimals``.
+    """
+    out = np.empty(len(first), dtype=np.float64)
+    for start in range(0, len(first), chunk):
+        a = vectors[first[start : start + chunk]].astype(np.float64)
+        a *= vectors[second[start : start + chunk]]
+        np.sum(a, axis=1, out=out[start : start + chunk])
+    return np.round(out, decimals, out=out)
+
+
+def _dense_pairs(
+    vectors: np.ndarray,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    threshold: float,
+    decimals: int,
+    max_block: int = 1 << 22,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every intra-group pair with cosine >= ``threshold``, exactly, for many groups at once.
+
+    Groups of one size are stacked and multiplied in float32 (at most ``max_block`` similarities
+    at a time, so a huge batch or group never allocates GBs); the pairs within
+    :func:`_similarity_margin` of the threshold are then recomputed by :func:`_exact_similarity`.
+
+    Args:
+        vectors: float32 (m, d), L2-normalised.
+        starts, sizes: int64 (G,), each group's first fact and number of facts (groups contiguous).
+        rows: int64 (n,), fact i's row in ``vectors``; None = row i.
+
+    Returns:
+        (edges int64 (E, 2) with i < j in global rows, similarity float64 (E,)), unordered.
+    """
+    loose = threshold - _similarity_margin(vectors.shape[1], decimals)
+    if rows is None:
+        rows = np.arange(len(vectors), dtype=np.int64)
+    found_i: list[np.ndarray] = []
+    found_j: list[np.ndarray] = []
+    for size in sorted(set(sizes[sizes >= 2].tolist())):
+        group_starts = starts[sizes == size]
+        if size * size <= max_block:
+            upper_i, upper_j = np.triu_indices(size, k=1)
+            step = max(1, max_block // (size * size))
+            for at in range(0, len(group_starts), step):
+                chunk_starts = group_starts[at : at + step]
+                stacked = vectors[rows[chunk_starts[:, None] + np.arange(size)]]
+                sims = np.matmul(stacked, stacked.transpose(0, 2, 1))[:, upper_i, upper_j]
+                group, pair = np.nonzero(sims >= loose)
+                found_i.append(chunk_starts[group] + upper_i[pair])
+                found_j.append(chunk_starts[group] + upper_j[pair])
+            continue
+        # One group too big for a block: a band of rows against the whole group at a time.
+        band = max(1, max_block // size)
+        for start in group_starts.tolist():
+            block = vectors[rows[start : start + size]]
+            for top in range(0, size, band):
+                sims = block[top : top + band] @ block.T
+                upper = np.arange(top, top + len(sims))[:, None] < np.arange(size)
+                i, j = np.nonzero((sims >= loose) & upper)
+                found_i.append(start + top + i)
+                found_j.append(start + j)
+    if not found_i:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
+    first = np.concatenate(found_i).astype(np.int64)
+    second = np.concatenate(found_j).astype(np.int64)
+    sims = _exact_similarity(vectors, rows[first], rows[second], decimals)
+    keep = sims >= threshold
+    return np.stack([first[keep], second[keep]], axis=1), sims[keep]
+
+
+def _all_pairs(
+    vectors: np.ndarray, threshold: float, decimals: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of one group with similarity >= ``threshold``, exactly, sorted by (i, j)."""
+    edges, sims = _dense_pairs(
+        vectors, np.zeros(1, dtype=np.int64), np.array([len(vectors)]), threshold, decimals
+    )
+    order = np.lexsort((edges[:, 1], edges[:, 0]))
+    return edges[order], sims[order]
+
+
+def candidate_pairs(
+    vectors: np.ndarray,
+    threshold: float,
+    *,
+    decimals: int = 4,
+    dense_max: int = 4000,
+    k: int = 10,
+    hnsw_m: int = 16,
+    hnsw_ef: int = 64,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of facts whose cosine similarity is at least ``threshold`` (inclusive), docs/method.md §2.3.
+
+    Up to ``dense_max`` vectors every pair is considered (:func:`_dense_pairs`: float32 blocks,
+    then the near ones exactly); above it an hnswlib inner-product index (M = ``hnsw_m``,
+    ef_construction = ef = max(``hnsw_ef``, k + 1), fixed ``seed``, one thread so the graph is
+    deterministic) gives each vector's ``k`` nearest neighbours. ``k`` >= n - 1 asks for every
+    pair, so the exact search serves it; so does it when the index cannot return k + 1 items per
+    query (hnswlib's graph over many duplicate vectors can fall short even with ef = k + 1).
+    Either way the similarity of a pair is its float64 dot product rounded to ``decimals``
+    (:func:`_exact_similarity`), a function of the two vectors alone, so batching cannot reorder
+    or flip edges.
+
+    Args:
+        vectors: float32 (n, d), L2-normalised.
+        threshold: cosine in [-1, 1].
+        k: neighbours per vector on the k-NN path, >= 1 (any size: capped at n - 1).
+
+    Returns:
+        (edges int64 (E, 2) with i < j, similarity float64 (E,)), sorted by (i, j).
+    """
+    n = len(vectors)
+    if n < 2:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if n <= dense_max or k >= n - 1:
+        return _all_pairs(vectors, threshold, decimals)
+    import hnswlib
+
+    ef = max(hnsw_ef, k + 1)
+    index = hnswlib.Index(space="ip", dim=vectors.shape[1])
+    index.init_index(max_elements=n, ef_construction=ef, M=hnsw_m, random_seed=seed)
+    index.set_num_threads(1)
+    index.add_items(vectors, np.arange(n))
+    index.set_ef(ef)
+    try:
+        neighbours, _ = index.knn_query(vectors, k=k + 1)
+    except RuntimeError:  # "Cannot return the results in a contiguous 2D array"
+        return _all_pairs(vectors, threshold, decimals)
+    rows = np.repeat(np.arange(n), neighbours.shape[1])
+    cols = neighbours.reshape(-1).astype(np.int64)
+    keep = rows != cols
+    pairs = np.unique(np.sort(np.stack([rows[keep], cols[keep]], axis=1), axis=1), axis=0)
+    sims = _exact_similarity(vectors, pairs[:, 0], pairs[:, 1], decimals)
+    keep = sims >= threshold
+    return pairs[keep], sims[keep]
