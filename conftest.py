@@ -1,9 +1,12 @@
 """Fixtures shared by every test folder (the core's and each adapter's): the tokenizers and the
-real language model of :mod:`tests.language_models`, each built once per test run."""
+real language model of :mod:`tests.language_models` and factutil's BM25 retrieval server over the
+bundled corpus, each built once per test run."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,24 @@ from tests.language_models import (
     make_byte_tokenizer,
     smollm2_missing,
 )
+
+CORPUS = (
+    Path(__file__).resolve().parent / "examples" / "data" / "hipporag_2wikimultihopqa_corpus.json"
+)
+
+
+@pytest.fixture(scope="session")
+def retrieval_url() -> Iterator[str]:
+    """factutil's BM25 server (Search-R1's ``/retrieve``) over the bundled 2Wiki corpus, on a
+    free port of 127.0.0.1."""
+    from factutil.retrieval import BM25Retriever, load_corpus, make_server
+
+    server = make_server(BM25Retriever(load_corpus(CORPUS)), port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+    server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture(scope="session")

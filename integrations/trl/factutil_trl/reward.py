@@ -1,0 +1,52 @@
+"""The FactAgent outcome reward as a TRL reward function (docs/method.md §1, §4)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from factutil.agent import golden_answers_from, outcome_reward
+
+from factutil_trl.rollout import PAYLOAD_KEY
+
+
+def factagent_reward(
+    completions: Sequence[Any],
+    factutil: Sequence[Any] | None = None,
+    golden_answers: Sequence[Any] | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
+    """Answer F1 of each episode, 0 without an answer or from an empty store.
+
+    Pass it as ``GRPOTrainer(reward_funcs=[factagent_reward], ...)``. TRL calls it with every
+    dataset column and every extra key of the ``rollout_func``: ``factutil`` is the payload of
+    :class:`factutil_trl.FactAgentRollout` and ``golden_answers`` the dataset column (per row, a
+    list of strings, one string, or any form :func:`factutil.agent.golden_answers_from` reads).
+    The rule is :func:`factutil.agent.outcome_reward`, the one the other adapters apply.
+
+    Returns:
+        one float in [0, 1] per completion; None (TRL: not scored) for a completion without a
+        payload, so another rollout function's completions are never scored 0 by mistake.
+
+    Raises:
+        ValueError: no ``golden_answers`` column, or a row whose gold answers are empty or blank
+            (the message names the row and the value).
+    """
+    payloads = list(factutil) if factutil is not None else [None] * len(completions)
+    if golden_answers is None:
+        raise ValueError("factagent_reward needs a 'golden_answers' dataset column")
+    rewards: list[float | None] = []
+    for row, (payload, golds) in enumerate(zip(payloads, golden_answers, strict=True)):
+        if not isinstance(payload, Mapping):
+            rewards.append(None)
+            continue
+        answers = golden_answers_from(golds)
+        try:
+            outcome = outcome_reward(payload.get("answer"), answers, payload.get("store_size"))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"golden_answers[{row}]: {error} (got {golds!r})"[:300]) from error
+        rewards.append(outcome.score)
+    return rewards
+
+
+__all__ = ["PAYLOAD_KEY", "factagent_reward"]

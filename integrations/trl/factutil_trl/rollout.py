@@ -1,0 +1,331 @@
+"""The FactAgent ``rollout_func`` of TRL's GRPOTrainer (docs/method.md §1): search, assert, answer.
+
+TRL trains on one sequence per rollout: the prompt, then every turn of the episode in one
+completion. :class:`FactAgentRollout` builds it turn by turn with the policy itself:
+
+- the prompt is the FactAgent prompt of the first turn (:func:`factutil.agent.build_messages`:
+  instructions, question, empty store, no search result) through the model's chat template;
+- each turn the model writes one action (at most ``max_action_tokens`` tokens), which
+  :func:`factutil.parse.parse_action` reads: ``search`` asks the retriever (the same
+  :class:`factutil.retrieval.RetrievalClient` the verl loop uses), ``assert`` adds its triples to
+  the store (:func:`factutil.agent.add_to_store`), ``answer`` ends the episode, an invalid action
+  changes nothing;
+- the environment's reply (the search result, the store, or why the action was invalid) is
+  appended as a user turn of the chat template, with ``env_mask`` 0 on its tokens so no loss
+  falls on them.
+
+Unlike the paper's store-only prompt, the context grows with the episode (TRL's loss reads each
+token given everything before it, so the model must have generated it given the same); the
+credit still lands on each action's own tokens. Each completion carries a ``factutil`` payload
+(forwarded by TRL to the reward functions and read by
+:class:`factutil_trl.FactUtilGRPOTrainer`): the question, the parsed actions (docs/method.md §8
+items), each action's ``[start, end)`` token span in the completion, the answer and the store
+size when it answered.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import torch
+from factutil.agent import INSTRUCTIONS, add_to_store, build_messages, render_store
+from factutil.parse import parse_action
+from factutil.retrieval import SearchResult
+from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
+
+PAYLOAD_KEY = "factutil"
+"""The ``rollout_func`` output key (a dataset-row key in the trainer) of each payload."""
+
+Generate = Callable[[Any, list[list[int]], int], list[list[int]]]
+"""``generate(trainer, contexts, max_new_tokens) -> new tokens per context`` (each cut after its
+first end-of-turn token, which it keeps)."""
+
+
+class Retriever(Protocol):
+    """What :class:`FactAgentRollout` searches with: :class:`factutil.retrieval.RetrievalClient`."""
+
+    def search(self, query: str) -> SearchResult: ...
+
+
+def question_of(prompt: Any) -> str:
+    """The question of a TRL prompt: the string itself, or the last user message's content.
+
+    Raises:
+        ValueError: a conversational prompt without a user message, or another type.
+    """
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        for message in reversed(list(prompt)):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                if isinstance(content, str):
+                    return content
+    raise ValueError(
+        f"prompt must be the question (str) or chat messages with a user message, got {prompt!r}"[
+            :200
+        ]
+    )
+
+
+def transformers_generate(
+    trainer: Any, contexts: list[list[int]], max_new_tokens: int
+) -> list[list[int]]:
+    """Sample one action per context with the trainer's own model and sampling settings.
+
+    The contexts are left-padded into one batch; sampling follows ``trainer.generation_config``
+    (temperature, top-p, top-k, ... of ``GRPOConfig``) with ``max_new_tokens`` replaced. The
+    model is unwrapped as TRL does for its own generation (DeepSpeed / FSDP gathering).
+
+    Returns:
+        per context, the new token ids up to and including the first of
+        ``trainer.eos_token_ids`` (all of them when none was generated).
+    """
+    from trl.models import unwrap_model_for_generation
+
+    tokenizer = trainer.processing_class
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else trainer.eos_token_ids[0]
+    width = max(len(ids) for ids in contexts)
+    input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
+    device = trainer.accelerator.device
+    config = copy.deepcopy(trainer.generation_config)
+    config.max_new_tokens = max_new_tokens
+    with (
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            generation_kwargs=trainer.generation_kwargs,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model,
+        torch.no_grad(),
+    ):
+        output = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            generation_config=config,
+        )
+    stops = set(trainer.eos_token_ids)
+    new_tokens = []
+    for row in output[:, width:].tolist():
+        end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
+        new_tokens.append(row[:end])
+    return new_tokens
+
+
+def next_turn_ids(tokenizer: Any, content: str) -> list[int]:
+    """Token ids that follow a finished assistant turn: ``content`` as a user turn, then the
+    assistant's opening (the chat template rendered around a stand-in turn, as TRL does for tool
+    replies).
+
+    Raises:
+        ValueError: the template renders the shorter conversation differently from the start of
+            the longer one (the reply tokens cannot be isolated).
+    """
+    turn = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+    prefix = tokenizer.apply_chat_template(turn, tokenize=True, return_dict=False)
+    full = tokenizer.apply_chat_template(
+        turn + [{"role": "user", "content": content}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    eos = [i for i, token in enumerate(prefix) if token == tokenizer.eos_token_id]
+    if eos:
+        prefix = prefix[: eos[-1] + 1]  # the turn ends at its end-of-turn token, not the newline
+    if full[: len(prefix)] != prefix:
+        raise ValueError(
+            "the chat template renders a conversation and its continuation differently"
+        )
+    return list(full[len(prefix) :])
+
+
+def feedback_text(action: Any, store: Sequence[Any]) -> str:
+    """The environment's reply to an action that does not end the episode."""
+    if isinstance(action, SearchAction):
+        return f"Search result:\n{action.observation}"
+    if isinstance(action, AssertAction):
+        return f"Fact store:\n{render_store(store)}"
+    reason = action.reason if isinstance(action, InvalidAction) else "unexpected action"
+    return f"Invalid action ({reason}). Reply with one JSON action."
+
+
+class FactAgentRollout:
+    """A TRL ``rollout_func``: one multi-turn FactAgent episode per prompt (docs/method.md §1).
+
+    Pass it as ``GRPOTrainer(..., rollout_func=FactAgentRollout(retriever))``. TRL repeats every
+    question ``num_generations`` times before calling it, so each call rolls out one episode per
+    prompt it gets, all turns of all episodes batched together.
+
+    Args:
+        retriever: the search backend, e.g. ``factutil.retrieval.RetrievalClient(url, topk=3,
+            max_observation_chars=600)`` (a Search-R1 ``/retrieve`` service such as
+            ``factutil serve``). A failed search comes back as an observation saying so.
+        instructions: the system text of the prompt (default: the verl loop's).
+        max_turns: most actions per episode; None: ``FactUtilConfig().max_turns`` (8).
+        max_action_tokens: most tokens per action (the model's turn is cut there).
+        triple_template: ``FactUtilConfig.triple_template`` (which facts the store holds once).
+        generate: how actions are sampled (:data:`Generate`); default
+            :func:`transformers_generate` with the trainer's model; pass one for vLLM or a test.
+        search_threads: concurrent searches per turn.
+
+    Raises:
+        ValueError: ``max_turns``, ``max_action_tokens`` or ``search_threads`` below 1.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        *,
+        instructions: str = INSTRUCTIONS,
+        max_turns: int | None = None,
+        max_action_tokens: int = 64,
+        triple_template: str | None = None,
+        generate: Generate | None = None,
+        search_threads: int = 8,
+    ):
+        defaults = FactUtilConfig()
+        self.retriever = retriever
+        self.instructions = instructions
+        self.max_turns = defaults.max_turns if max_turns is None else max_turns
+        self.max_action_tokens = max_action_tokens
+        self.triple_template = triple_template or defaults.triple_template
+        self.generate = generate or transformers_generate
+        self.search_threads = search_threads
+        for name in ("max_turns", "max_action_tokens", "search_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """Roll out one episode per prompt.
+
+        Args:
+            prompts: TRL's prompts (question strings, or chat messages whose last user message
+                is the question).
+            trainer: the ``GRPOTrainer`` (its model, tokenizer, sampling settings and
+                ``max_completion_length``).
+
+        Returns:
+            ``{"prompt_ids", "completion_ids", "logprobs": None, "env_mask", "factutil"}``, one
+            entry per prompt: ``env_mask`` is 1 on the model's tokens and 0 on the environment's.
+        """
+        tokenizer = trainer.processing_class
+        stops = set(trainer.eos_token_ids)
+        limit = trainer.max_completion_length
+        episodes = [_Episode(question_of(prompt)) for prompt in prompts]
+        prompt_ids = [
+            list(
+                tokenizer.apply_chat_template(
+                    build_messages(e.question, [], None, self.instructions),
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                )
+            )
+            for e in episodes
+        ]
+        with ThreadPoolExecutor(max_workers=self.search_threads) as pool:
+            for turn in range(self.max_turns):
+                active = [i for i, e in enumerate(episodes) if not e.done]
+                budgets = {
+                    i: self.max_action_tokens
+                    if limit is None
+                    else min(self.max_action_tokens, limit - len(episodes[i].completion))
+                    for i in active
+                }
+                active = [i for i in active if budgets[i] > 0]
+                if not active:
+                    break
+                new_tokens = self.generate(
+                    trainer,
+                    [prompt_ids[i] + episodes[i].completion for i in active],
+                    max(budgets[i] for i in active),
+                )
+                actions = []
+                for i, ids in zip(active, new_tokens):
+                    ids = list(ids)[: budgets[i]]
+                    actions.append(episodes[i].add_action(ids, tokenizer))
+                searches = {
+                    i: pool.submit(self.retriever.search, action.query)
+                    for i, action in zip(active, actions)
+                    if isinstance(action, SearchAction)
+                }
+                for i, action in zip(active, actions):
+                    episode = episodes[i]
+                    if i in searches:
+                        result = searches[i].result()
+                        episode.retrieval_errors += result.error is not None
+                        action = action.model_copy(update={"observation": result.observation})
+                    episode.apply(action, self.triple_template)
+                    if episode.done:
+                        continue
+                    if turn == self.max_turns - 1:
+                        episode.done = True
+                        continue
+                    reply = next_turn_ids(tokenizer, feedback_text(action, episode.store))
+                    if not episode.completion or episode.completion[-1] not in stops:
+                        reply = [tokenizer.eos_token_id, *reply]  # close a turn cut at its budget
+                    if limit is not None and len(episode.completion) + len(reply) >= limit:
+                        episode.done = True  # no room left for another action
+                        continue
+                    episode.completion += reply
+                    episode.mask += [0] * len(reply)
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": [e.completion for e in episodes],
+            "logprobs": None,
+            "env_mask": [e.mask for e in episodes],
+            PAYLOAD_KEY: [e.payload() for e in episodes],
+        }
+
+
+class _Episode:
+    """One episode being rolled out: its completion tokens, mask, actions, spans and store."""
+
+    def __init__(self, question: str):
+        self.question = question
+        self.completion: list[int] = []
+        self.mask: list[int] = []
+        self.spans: list[list[int]] = []
+        self.actions: list[dict[str, Any]] = []
+        self.store: list[Any] = []
+        self.answer: str | None = None
+        self.store_size: int | None = None
+        self.retrieval_errors = 0
+        self.done = False
+
+    def add_action(self, ids: list[int], tokenizer: Any) -> Any:
+        """Append the model's tokens of one action; returns the parsed action."""
+        start = len(self.completion)
+        self.completion += ids
+        self.mask += [1] * len(ids)
+        self.spans.append([start, len(self.completion)])
+        return parse_action(tokenizer.decode(ids, skip_special_tokens=True))
+
+    def apply(self, action: Any, template: str) -> None:
+        """The action's effect on the store and the episode (docs/method.md §1)."""
+        if isinstance(action, AssertAction):
+            add_to_store(self.store, action.triples, template)
+        elif isinstance(action, AnswerAction):
+            self.answer = action.answer
+            self.store_size = len(self.store)
+            self.done = True
+        self.actions.append(action.model_dump(mode="json"))
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "actions": self.actions,
+            "spans": self.spans,
+            "answer": self.answer,
+            "store_size": self.store_size,
+            "retrieval_errors": self.retrieval_errors,
+        }

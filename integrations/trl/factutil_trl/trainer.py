@@ -1,0 +1,273 @@
+"""``FactUtilGRPOTrainer``: TRL's ``GRPOTrainer`` whose advantages carry FactAgent's process credit.
+
+TRL (1.16) gives every token of a completion the same GRPO advantage A_out. This subclass lets
+TRL compute it first, unchanged (its reward weights, ``scale_rewards``, unscorable rows), then
+scores the batch's episodes with :func:`factutil.compute_process_advantages` and writes, on every
+token of action *t* of a rollout (docs/method.md §5),
+
+    A[i, token] = A_out[i] + omega * A_proc[i, t]
+
+as a (B, T) tensor, which TRL's loss accepts from a subclass. Environment tokens (``env_mask``
+0) are outside the loss and keep A_out. With ``omega = 0`` the tensor is A_out on every token and
+the loss is TRL's own, bit for bit.
+
+The batch comes from :class:`factutil_trl.FactAgentRollout` (any ``rollout_func`` whose
+completions carry the same ``factutil`` payload works): the episodes of one question are the
+``num_generations`` consecutive rows TRL normalises together; the outcome reward R of each is
+TRL's reward (the weighted sum of the reward functions). A group that cannot be scored (a row
+without a payload, no gold answers, a reward function that returned None, spans that do not fit,
+a failed validation) keeps TRL's advantage, is counted in ``factutil/groups_fallback`` and named
+in one warning per step; any other failure keeps TRL's advantages for the whole batch
+(``factutil/batch_fallback``). Never NaN, never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from factutil.advantages import scatter_to_spans
+from factutil.agent import golden_answers_from
+from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
+from factutil.cluster import Clusterer, make_clusterer
+from factutil.report import ReportWriter
+from factutil.schema import FactUtilConfig
+from trl import GRPOTrainer
+
+from factutil_trl.rollout import PAYLOAD_KEY
+
+logger = logging.getLogger("factutil_trl")
+
+GOLD_COLUMN = "golden_answers"
+"""The dataset column of each question's gold answers (read by :func:`factutil.agent.golden_answers_from`)."""
+
+
+class FactUtilGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with A = A_out + Ω·A_proc on each action's tokens (docs/method.md §5).
+
+    Args:
+        *args, **kwargs: ``GRPOTrainer``'s (``model``, ``reward_funcs``, ``args``,
+            ``train_dataset``, ``processing_class``, ``rollout_func``, ...).
+        factutil_config: the method's parameters: a :class:`factutil.FactUtilConfig`, a mapping
+            of its fields, or None for the defaults. ``report_every=N`` writes every N-th
+            step's HTML credit report to ``<args.output_dir>/factutil_reports/``.
+
+    Attributes:
+        factutil_config: the validated config.
+        factutil_result: the last scored batch (:class:`factutil.ProcessAdvantages`), None
+            before the first or when the last failed: its clusters, utilities and per-action
+            columns.
+
+    Raises:
+        pydantic.ValidationError: a bad ``factutil_config`` (the message names the field and
+            value), raised before TRL builds anything.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        factutil_config: FactUtilConfig | Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        if factutil_config is None:
+            factutil_config = FactUtilConfig()
+        elif not isinstance(factutil_config, FactUtilConfig):
+            factutil_config = FactUtilConfig.model_validate(dict(factutil_config))
+        self.factutil_config = factutil_config
+        self.factutil_result: ProcessAdvantages | None = None
+        self._factutil_clusterer: Clusterer | None = None
+        self._factutil_rewards: torch.Tensor | None = None
+        super().__init__(*args, **kwargs)
+        self.factutil_reports = ReportWriter.for_run(
+            self.args.output_dir or ".", factutil_config.report_every
+        )
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards, unchanged; kept so the process credit reads the same R."""
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
+        self._factutil_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        """TRL's batch, then its ``advantages`` replaced by the (B, T) FactAgent advantages."""
+        output = super()._generate_and_score_completions(inputs)
+        self._add_process_advantages(inputs, output)
+        return output
+
+    def _add_process_advantages(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> None:
+        """Replace ``output["advantages"]`` (B,) by float (B, T) A_out + Ω·A_proc; log metrics.
+
+        Never raises: on any failure the advantages stay TRL's.
+        """
+        mode = "train" if self.model.training else "eval"
+        started = time.perf_counter()
+        metrics: dict[str, float] = {"factutil/batch_fallback": 0.0}
+        try:
+            with gc_paused(self.factutil_config.pause_gc):
+                advantages, result, groups, fallback = self._factutil_advantages(
+                    inputs, output, mode
+                )
+        except Exception:
+            logger.exception(
+                "factutil: process advantages failed; the batch keeps TRL's advantages"
+            )
+            metrics["factutil/batch_fallback"] = 1.0
+            self.factutil_result = None
+        else:
+            output["advantages"] = advantages
+            self.factutil_result = result
+            metrics.update(_step_metrics(result, groups, fallback))
+            if fallback:
+                reasons = [f"group {g}: {why}" for g, why in sorted(fallback.items())]
+                logger.warning(
+                    "factutil: %d group(s) keep TRL's advantages (factutil/groups_fallback): %s%s",
+                    len(fallback),
+                    "; ".join(reasons[:3]),
+                    " ..." if len(reasons) > 3 else "",
+                )
+            if mode == "train" and result is not None and self.accelerator.is_main_process:
+                self.factutil_reports.submit(result, self.state.global_step + 1)
+                metrics["factutil/report_failures"] = float(self.factutil_reports.failures)
+        metrics["factutil/time_trainer_ms"] = 1000.0 * (time.perf_counter() - started)
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value if math.isfinite(value) else 0.0)
+
+    def _factutil_advantages(
+        self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str
+    ) -> tuple[torch.Tensor, ProcessAdvantages | None, int, dict[int, str]]:
+        """(float (B, T) advantages, the core's result, groups, group -> fallback reason)."""
+        from accelerate.utils import gather_object
+
+        config = self.factutil_config
+        trl_advantages = output["advantages"]
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        local, width = mask.shape
+        if trl_advantages.shape != (local,):
+            raise ValueError(
+                f"TRL advantages of shape {tuple(trl_advantages.shape)}, expected ({local},)"
+            )
+        # The groups TRL normalised span processes: score the whole batch in every process.
+        payloads = gather_object([row.get(PAYLOAD_KEY) for row in inputs])
+        golds = gather_object([row.get(GOLD_COLUMN) for row in inputs])
+        rewards = self._factutil_rewards
+        if rewards is None or rewards.shape[0] != len(payloads):
+            raise ValueError("TRL's rewards of this batch were not seen")
+        total = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+        total[torch.isnan(rewards).all(dim=1)] = torch.nan
+        size = self.num_generations if mode == "train" else self.num_generations_eval
+        if len(payloads) % size:
+            raise ValueError(f"{len(payloads)} rows are not whole groups of {size}")
+        groups = len(payloads) // size
+
+        fallback: dict[int, str] = {}
+        rollouts: list[dict[str, Any]] = []
+        for group in range(groups):
+            rows = range(group * size, (group + 1) * size)
+            try:
+                members = [
+                    _rollout(row, group, payloads[row], golds[row], float(total[row]))
+                    for row in rows
+                ]
+            except _Unscorable as reason:
+                fallback[group] = str(reason)
+                continue
+            rollouts += members
+
+        result = None
+        values: dict[tuple[str, str], np.ndarray] = {}
+        if rollouts:
+            if self._factutil_clusterer is None:
+                self._factutil_clusterer = make_clusterer(config)
+            result = compute_process_advantages(
+                rollouts, config, clusterer=self._factutil_clusterer, on_invalid_group="skip"
+            )
+            fallback.update({int(uid): reason for uid, reason in result.skipped.items()})
+            values = result.per_rollout("process_advantage")
+
+        advantages = trl_advantages.detach().unsqueeze(1).expand(local, width).clone()
+        if config.omega == 0.0:
+            return advantages, result, groups, fallback
+        offset = self.accelerator.process_index * local
+        token_mask = mask.detach().cpu().numpy()
+        for i in range(local):
+            row = offset + i
+            group = row // size
+            if group in fallback:
+                continue
+            process = values.get((str(group), str(row)))
+            if process is None:
+                fallback[group] = f"row {row} was not scored"
+                continue
+            delta = scatter_to_spans(
+                config.omega * process, payloads[row]["spans"], width, response_mask=token_mask[i]
+            )
+            advantages[i] += torch.from_numpy(delta).to(advantages.device, advantages.dtype)
+        # A group found unscorable above while rows of it were already written: undo them.
+        for i in range(local):
+            if (offset + i) // size in fallback:
+                advantages[i] = trl_advantages[i]
+        return advantages, result, groups, fallback
+
+
+class _Unscorable(Exception):
+    """Internal: why a group keeps TRL's advantage."""
+
+
+def _rollout(row: int, group: int, payload: Any, golds: Any, reward: float) -> dict[str, Any]:
+    """One row as a docs/method.md §8 rollout (uid = its group, rollout_id = its row); raises
+    _Unscorable."""
+    if not isinstance(payload, Mapping):
+        raise _Unscorable(
+            f"row {row} has no {PAYLOAD_KEY!r} payload (is the rollout_func FactAgentRollout?)"
+        )
+    actions, spans = payload.get("actions"), payload.get("spans")
+    if not isinstance(actions, list) or not isinstance(spans, list) or len(actions) != len(spans):
+        raise _Unscorable(f"row {row}: the payload needs as many spans as actions")
+    try:
+        pairs = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    except (TypeError, ValueError) as error:
+        raise _Unscorable(f"row {row}: spans are not [start, end) pairs ({error})") from error
+    if len(pairs) and (
+        np.any(pairs[:, 1] < pairs[:, 0]) or np.any(pairs[1:, 0] < pairs[:-1, 1]) or pairs[0, 0] < 0
+    ):
+        raise _Unscorable(
+            f"row {row}: spans must be in order and must not overlap, got {pairs.tolist()}"
+        )
+    answers = golden_answers_from(golds)
+    if not answers:
+        raise _Unscorable(f"row {row}: no gold answer in {GOLD_COLUMN!r} (got {golds!r})"[:200])
+    if not math.isfinite(reward):
+        raise _Unscorable(f"row {row}: every reward function returned None")
+    return {
+        "uid": str(group),
+        "question": str(payload.get("question") or ""),
+        "golden_answers": answers,
+        "rollout_id": str(row),
+        "actions": actions,
+        "reward": reward,
+    }
+
+
+def _step_metrics(
+    result: ProcessAdvantages | None, groups: int, fallback: Mapping[int, str]
+) -> dict[str, float]:
+    """``factutil/*`` metrics for TRL's logs: group counts and the core's batch metrics."""
+    metrics = {
+        "factutil/groups": float(groups),
+        "factutil/groups_scored": float(groups - len(fallback)),
+        "factutil/groups_fallback": float(len(fallback)),
+    }
+    if result is not None:
+        for name, value in result.metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics[f"factutil/{name}"] = float(value)
+    return metrics
