@@ -1030,8 +1030,8 @@ def test_mask_spans_rejects_anything_but_one_row(shape):
 
 
 FUJI = ["Mount Fuji | located in | Japan", "Mount Fuji | is located in | Japan"]
-LONG = ["Mount Fuji | is an active stratovolcano that last erupted in 1707 and is located on "
-        "the island of | Honshu, about 100 kilometres south-west of Tokyo, Japan",
+LONG = [("Mount Fuji | is an active stratovolcano that last erupted in 1707 and is located on "
+         "the island of | Honshu, about 100 kilometres south-west of Tokyo, Japan"),
         "The Fuji Five Lakes | lie around | the northern foot of the mountain, in Yamanashi"]
 
 
@@ -1180,12 +1180,9 @@ def test_gold_answers_that_normalise_to_nothing_warn_once_each_and_keep_the_squa
                                                        (1.0, 1.0)]
     empty = [w for w in result.warnings if "normalises to nothing" in w]
     assert empty == [
-        "group 'q': gold answer 'The The' normalises to nothing (lower case, no punctuation, no "
-        "a/an/the): no answer can match it, so it scores 0 against every answer",
-        "group 'q': gold answer 'A' normalises to nothing (lower case, no punctuation, no "
-        "a/an/the): no answer can match it, so it scores 0 against every answer",
-        "group 'p': gold answer 'the' normalises to nothing (lower case, no punctuation, no "
-        "a/an/the): no answer can match it, so it scores 0 against every answer",
+        f"group {uid!r}: gold answer {gold!r} normalises to nothing (lower case, no punctuation, "
+        "no a/an/the): no answer can match it, so it scores 0 against every answer"
+        for uid, gold in (("q", "The The"), ("q", "A"), ("p", "the"))
     ]
     assert result.metrics["golds_normalized_empty"] == 3.0
     path = write_lines(tmp_path / "in.jsonl", [json.dumps(line) for line in rows])
