@@ -86,8 +86,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from factutil.errors import short
-from factutil.schema import (
+from factutil.actions import (
     TRIPLE_PARTS,
     AnswerAction,
     AssertAction,
@@ -96,6 +95,7 @@ from factutil.schema import (
     Triple,
     _assert_content_problem,
 )
+from factutil.errors import short
 
 MAX_DEPTH = 100
 """Deepest nesting of ``{`` and ``[`` (and ``(`` inside ``<assert>``) that is parsed at all."""

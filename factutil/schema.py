@@ -11,171 +11,35 @@ import json
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
-    GetJsonSchemaHandler,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import core_schema
+
+from factutil.actions import (  # noqa: F401  (the action models stay importable from here)
+    TRIPLE_PARTS,
+    Action,
+    ActionKind,
+    AnswerAction,
+    AssertAction,
+    InvalidAction,
+    RawAction,
+    SearchAction,
+    Triple,
+    _assert_content_problem,
+    _reject_blank,
+)
 
 # The configuration lives in factutil.config; its names stay importable from here.
 from factutil.config import PRESETS, FactUtilConfig, FilterName  # noqa: F401
 from factutil.errors import short
-
-TRIPLE_PARTS = ("subject", "relation", "object")
-
-
-def _reject_blank(value: str, field: str) -> str:
-    if not value.strip():
-        raise ValueError(f"{field} must not be empty or whitespace, got {value!r}")
-    return value
-
-
-class Triple(BaseModel):
-    """One fact ``(subject, relation, object)`` (docs/method.md §1).
-
-    Accepts a list or tuple of three strings as well as a mapping with the three fields.
-    Raises ``ValidationError`` for a wrong arity, a non-string part or an empty part.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    subject: str
-    relation: str
-    object: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_sequence(cls, data: Any) -> Any:
-        if isinstance(data, (list, tuple)):
-            if len(data) != 3:
-                raise ValueError(
-                    f"a triple has 3 parts (subject, relation, object), got {len(data)}: "
-                    f"{short(data, 80)}"
-                )
-            return dict(zip(TRIPLE_PARTS, data))
-        return data
-
-    @field_validator("subject", "relation", "object")
-    @classmethod
-    def _not_blank(cls, value: str, info: Any) -> str:
-        return _reject_blank(value, info.field_name)
-
-    def as_list(self) -> list[str]:
-        """The triple as ``[subject, relation, object]`` (the file form of docs/method.md §8)."""
-        return [self.subject, self.relation, self.object]
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        as_object = handler(schema)
-        as_array = {
-            "type": "array",
-            "items": {"type": "string", "minLength": 1},
-            "minItems": 3,
-            "maxItems": 3,
-            "description": "[subject, relation, object]",
-        }
-        return {"anyOf": [as_array, as_object]}
-
-
-class _ActionBase(BaseModel):
-    # Trainers attach their own keys to actions (scores, token counts); keep them, never fail on them.
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-
-class SearchAction(_ActionBase):
-    """``search``: a retrieval query and, optionally, the retriever's observation (docs/method.md §1)."""
-
-    action: Literal["search"] = "search"
-    query: str
-    observation: str | None = None
-
-
-class AssertAction(_ActionBase):
-    """``assert``: triples taken from the current observation into the store (docs/method.md §1).
-
-    The file form names the list ``triples``; model output (docs/method.md §1) names it ``facts``; both are
-    accepted. At least one triple is required.
-    """
-
-    action: Literal["assert"] = "assert"
-    triples: list[Triple] = Field(
-        min_length=1, validation_alias=AliasChoices("triples", "facts")
-    )
-
-
-class AnswerAction(_ActionBase):
-    """``answer``: the final answer; ends the rollout (docs/method.md §1)."""
-
-    action: Literal["answer"] = "answer"
-    answer: str
-
-
-class InvalidAction(_ActionBase):
-    """An action that failed to parse: the raw text and why (docs/method.md §1). It has no effect."""
-
-    action: Literal["invalid"] = "invalid"
-    raw: str
-    reason: str
-    observation: str | None = None
-
-
-Action = Annotated[
-    SearchAction | AssertAction | AnswerAction | InvalidAction,
-    Field(discriminator="action"),
-]
-"""A parsed action: a discriminated union on the ``action`` field."""
-
-ActionKind = Literal["search", "assert", "answer", "invalid"]
-
-
-class RawAction(BaseModel):
-    """The ``raw`` input form: model output still to be parsed (docs/method.md §8).
-
-    The observation, if any, belongs to the action when it parses as a ``search``.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    raw: str
-    observation: str | None = None
-
-
-def _assert_content_problem(item: dict[str, Any]) -> str | None:
-    """Why a structured ``assert`` is an invalid *action* (docs/method.md §1), or None.
-
-    An assert with no triple or with an empty part is the agent's format error, penalised like any
-    invalid action; a wrongly typed field is left to pydantic and becomes a data error.
-    """
-    triples = item.get("triples", item.get("facts"))
-    if not isinstance(triples, list):
-        return None
-    if not triples:
-        return "assert with no triple"
-    for index, triple in enumerate(triples):
-        if isinstance(triple, (list, tuple)):
-            if len(triple) != 3:
-                return f"triple {index} has {len(triple)} parts, expected 3"
-            parts = dict(zip(TRIPLE_PARTS, triple))
-        elif isinstance(triple, dict):
-            parts = triple
-        else:
-            return None
-        for name in TRIPLE_PARTS:
-            part = parts.get(name)
-            if isinstance(part, str) and not part.strip():
-                return f"triple {index} has an empty {name}"
-    return None
+from factutil.parse import parse_action
 
 
 def _item_text(item: dict[str, Any]) -> str:
@@ -195,15 +59,11 @@ def coerce_action(item: Any) -> Any:
     - anything else is returned unchanged for validation.
     """
     if isinstance(item, RawAction):
-        from factutil.parse import parse_action
-
         return parse_action(item.raw, observation=item.observation)
     if not isinstance(item, dict):
         return item
     if "raw" in item and "action" not in item:
         raw = RawAction.model_validate(item)
-        from factutil.parse import parse_action
-
         return parse_action(raw.raw, observation=raw.observation)
     if item.get("action") == "assert":
         problem = _assert_content_problem(item)
