@@ -331,3 +331,30 @@ def test_quick_command_writes_tables_plot_and_results(tmp_path):
     assert (tmp_path / "credit_ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "table.md").read_text()
     assert "| outcome-only (Ω=0) |" in table and "Process term" in table
+
+
+@pytest.mark.slow
+def test_more_seeds_join_an_earlier_run_with_merge(tmp_path):
+    def run(*args):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks/credit_ablation.py"), *args],
+                              capture_output=True, text=True, check=False, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    quick = ["--quick", "--blocks", "prompted/plain", "--runs", "outcome_only"]
+    run(*quick, "--out", str(tmp_path / "a"))
+    run(*quick, "--first-seed", "1", "--out", str(tmp_path / "b"))
+    run("--merge", str(tmp_path / "a/results.json"), str(tmp_path / "b/results.json"),
+        "--out", str(tmp_path / "m"))
+    parts = [json.loads((tmp_path / f"{x}/results.json").read_text())["summary"][0] for x in "ab"]
+    merged = json.loads((tmp_path / "m/results.json").read_text())
+    assert merged["seeds"] == [0, 1] and [p["seed_list"] for p in parts] == [[0], [1]]
+    row = merged["summary"][0]
+    finals = parts[0]["em_final_per_seed"] + parts[1]["em_final_per_seed"]
+    assert row["em_final_per_seed"] == finals
+    assert row["em_final"] == pytest.approx(sum(finals) / 2)
+    again = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/credit_ablation.py"), "--merge",
+         str(tmp_path / "a/results.json"), str(tmp_path / "a/results.json"), "--out", str(tmp_path / "x")],
+        capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert again.returncode != 0 and "already in an earlier file" in again.stderr

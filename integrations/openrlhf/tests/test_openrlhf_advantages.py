@@ -203,7 +203,7 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
             width = after.advantages.shape[1]
             want = before.advantages[row] + (0 if kept else torch.from_numpy(deltas[index][:width]))
             assert torch.equal(after.advantages[row], want)
-    assert any(np.any(deltas[index] != 0) for index in range(2 * N, len(episodes)))
+    assert any(np.any(deltas[index] != 0) for index in range(2 * N, len(episodes.rollouts)))
 
 
 def test_a_failing_core_call_keeps_everything_and_never_raises(openrlhf, episodes, monkeypatch):
