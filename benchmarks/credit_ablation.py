@@ -769,7 +769,9 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
     rows = summarise(results, runs, target_em)
     tables = markdown_tables(rows, results, runs, target_em)
     out.mkdir(parents=True, exist_ok=True)
-    title = (f"credit ablation in miniature: mean over {len(seeds)} seed(s) (band: min–max); "
+    per_run = sorted({row["seeds"] for row in rows})
+    counts = f"{per_run[0]}" if len(per_run) == 1 else f"{per_run[0]}–{per_run[-1]}"
+    title = (f"credit ablation in miniature: mean over {counts} seed(s) per run (band: min–max); "
              f"{first['batch']} questions × G={G} per iteration; "
              f"{report['questions']['heldout']} held-out questions × {first['eval_samples']} samples")
     plot(results, runs, out / "credit_ablation.png", title)
