@@ -765,7 +765,7 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
     results = report["results"]
     runs = [RunSpec(**spec) for spec in report["runs"]]
     first = next(iter(report["settings"].values()))
-    seeds, wall = report["seeds"], report["wall_s"]
+    wall = report["wall_s"]
     rows = summarise(results, runs, target_em)
     tables = markdown_tables(rows, results, runs, target_em)
     out.mkdir(parents=True, exist_ok=True)
