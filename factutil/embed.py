@@ -163,16 +163,19 @@ class SentenceTransformerEmbedder:
             from tqdm.auto import tqdm
 
             batches = tqdm(batches, desc="Batches")
+        import torch
+
+        model.eval()
         for index in batches:
-            batch = _filled([texts[i] for i in index], self.batch_size)
-            vectors = model.encode(
-                batch,
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
-            out[index] = vectors[: len(index)]
+            # Each text is tokenized once; the copies that fill the pass are rows of the tensors.
+            features = tokenize([texts[i] for i in index])
+            for key, value in features.items():
+                if isinstance(value, torch.Tensor) and value.ndim and len(value) == len(index):
+                    copies = value[:1].expand(self.batch_size - len(index), *value.shape[1:])
+                    features[key] = torch.cat([value, copies]).to(model.device)
+            with torch.inference_mode():
+                embedded = model(features)["sentence_embedding"][: len(index)]
+            out[index] = embedded.float().cpu().numpy()
         return l2_normalize(out)
 
 
