@@ -20,7 +20,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tests.language_models import action_text
+# Subprocesses and Ray workers import this kit with only this folder on sys.path: the shared
+# test helpers live at the repository root.
+_ROOT = str(Path(__file__).resolve().parents[3])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from tests.language_models import action_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "data" / "2wiki_rollouts.jsonl"
