@@ -26,7 +26,7 @@ _ROOT = str(Path(__file__).resolve().parents[3])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from tests.language_models import action_text  # noqa: E402
+from tests.language_models import action_text
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "data" / "2wiki_rollouts.jsonl"
