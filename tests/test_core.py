@@ -228,15 +228,21 @@ def test_skip_invalid_groups_scores_the_rest():
         compute_process_advantages([good], on_invalid_group="ignore")
 
 
-def test_uniform_groups_zero_removes_shaping_only_where_every_rollout_scored_the_same():
+def _fail_and_mixed_groups():
+    """Group "fail": both rollouts wrong; group "mixed": y = (1, 0); each asserts one fact."""
+
     def rollout(uid, rid, answer, fact):
         return {"uid": uid, "question": "?", "golden_answers": ["Paris"], "rollout_id": rid,
                 "actions": [{"action": "search", "query": "q"},
                             {"action": "assert", "triples": [fact]},
                             {"action": "answer", "answer": answer}]}
 
-    rows = [rollout("fail", "1", "b", ["x", "r", "y"]), rollout("fail", "2", "c", ["z", "r", "w"]),
+    return [rollout("fail", "1", "b", ["x", "r", "y"]), rollout("fail", "2", "c", ["z", "r", "w"]),
             rollout("mixed", "1", "Paris", ["x", "r", "y"]), rollout("mixed", "2", "c", ["z", "r", "w"])]
+
+
+def test_uniform_groups_zero_removes_shaping_only_where_every_rollout_scored_the_same():
+    rows = _fail_and_mixed_groups()
     keep = compute_process_advantages(rows, {"mode": "exact"})
     # docs/method.md §3 in an all-fail group: p-bar = 0, every cluster m = 0.5 / 2 = 0.25 > 0.
     assert [c.utility for c in keep.clusters if c.uid == "fail"] == [0.25, 0.25]
@@ -304,14 +310,7 @@ def test_the_clusterers_are_importable_from_the_package():
 
 
 def test_all_fail_group_under_prior_group_gives_zero_utility_and_mixed_groups_are_centred():
-    def rollout(uid, rid, answer, fact):
-        return {"uid": uid, "question": "?", "golden_answers": ["Paris"], "rollout_id": rid,
-                "actions": [{"action": "search", "query": "q"},
-                            {"action": "assert", "triples": [fact]},
-                            {"action": "answer", "answer": answer}]}
-
-    rows = [rollout("fail", "1", "b", ["x", "r", "y"]), rollout("fail", "2", "c", ["z", "r", "w"]),
-            rollout("mixed", "1", "Paris", ["x", "r", "y"]), rollout("mixed", "2", "c", ["z", "r", "w"])]
+    rows = _fail_and_mixed_groups()
     result = compute_process_advantages(rows, {"mode": "exact", "prior": "group"})
     assert [c.utility for c in result.clusters if c.uid == "fail"] == [0.0, 0.0]
     # y = (1, 0), p-bar 0.5: u = (s - n p-bar) / (n + 1) = (1 - 0.5) / 2 and (0 - 0.5) / 2.
