@@ -5,7 +5,7 @@ as docs/method.md §1 says — ``search``, ``assert``, ``answer`` or an unparsab
 actions — and sees only the question, its fact store and the latest observation:
 
 * **search** — the queries on offer are the question itself and each entity (subject or object,
-  as written) of the facts in the store. BM25 (``factutil.retrieval.BM25Retriever``: ``bm25s``,
+  as written) of the facts in the store. BM25 (``factutil.tools.retrieval.BM25Retriever``: ``bm25s``,
   English stopwords) over the question's corpus returns the top 3 real paragraphs.
 * **assert** — one triple from the current observation. A returned paragraph offers the gold facts
   of this question that it supports (2Wiki ``supporting_facts`` titles, MuSiQue
@@ -50,7 +50,13 @@ import numpy as np
 
 from benchmarks.cluster_quality import RELATIONS, Relation, SourceFact, _paraphrases
 from benchmarks.cluster_quality import fold_key as _fold_key
-from factutil.retrieval import BM25Retriever, Document, Passage, format_observation, load_corpus
+from factutil.tools.retrieval import (
+    BM25Retriever,
+    Document,
+    Passage,
+    format_observation,
+    load_corpus,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "benchmarks" / "data"

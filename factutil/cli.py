@@ -333,7 +333,7 @@ def serve(
     ] = 10.0,
 ) -> None:
     """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""
-    from factutil.retrieval import serve as serve_retrieval
+    from factutil.tools.retrieval import serve as serve_retrieval
 
     def announce(line: str) -> None:
         print(line, flush=True)

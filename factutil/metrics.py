@@ -48,25 +48,35 @@ Decisions where the references are silent or where this library departs from the
   SQuAD step then drops them: "Jean–Pierre" and "Jean-Pierre" both become ``"jeanpierre"``.
   Nothing else is folded: accents stay (``"Ramírez"`` != ``"Ramirez"``), as do guillemets.
 
+Beside the scores: :func:`outcome` (R and y of a rollout, the empty-store rule),
+:func:`outcome_reward` (the same rule for one finished rollout, as every trainer adapter applies
+it) and :func:`golden_answers_from` (the gold answers a trainer's per-prompt value holds).
+
 All functions are pure: no state, no I/O, no globals beyond the constant tables.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import string
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 __all__ = [
+    "GOLD_KEYS",
     "UNICODE_FOLDS",
+    "Outcome",
     "exact_match",
     "f1",
+    "golden_answers_from",
     "golds_normalized_empty",
     "normalize_answer",
     "outcome",
+    "outcome_reward",
     "qa_scores",
 ]
 
@@ -287,3 +297,98 @@ def outcome(
     if success == "f1":
         return reward, f1
     return reward, min(max(reward, 0.0), 1.0)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The outcome of one rollout (docs/method.md §1, §4).
+
+    Attributes:
+        score: the outcome reward R in [0, 1]: answer F1, or 0 with no answer or an answer
+            from an empty store.
+        em: exact match of the answer as given (0 with no answer).
+        f1: token F1 of the answer as given (0 with no answer).
+        answered: the rollout gave an answer.
+        empty_store: it answered from an empty store.
+    """
+
+    score: float
+    em: float
+    f1: float
+    answered: bool
+    empty_store: bool
+
+
+def outcome_reward(
+    answer: str | None,
+    golden_answers: Sequence[str] | str,
+    store_size: int | None,
+    fold_unicode: bool = False,
+) -> Outcome:
+    """The outcome reward of a finished rollout (docs/method.md §1, §4); every adapter applies it.
+
+    Args:
+        answer: the rollout's answer, None when it gave none.
+        golden_answers: the question's gold answers (a non-empty sequence, or one string).
+        store_size: triples in the store when it answered; None when unknown (the empty-store
+            rule then cannot apply and the answer is scored as given).
+        fold_unicode: ``FactUtilConfig.fold_unicode``.
+
+    Returns:
+        :class:`Outcome`; ``score`` is F1, 0 without an answer or from an empty store.
+
+    Raises:
+        ValueError: ``golden_answers`` is empty or holds a blank answer.
+        TypeError: an answer or gold answer that is not a ``str``.
+    """
+    if answer is None:
+        qa_scores("", golden_answers)  # the gold answers are checked whatever the rollout did
+        return Outcome(0.0, 0.0, 0.0, answered=False, empty_store=False)
+    em, f1 = qa_scores(answer, golden_answers, fold_unicode=fold_unicode)
+    empty = store_size == 0
+    score, _ = outcome(em, f1, answered=True, empty_store=empty)
+    return Outcome(float(score), float(em), float(f1), answered=True, empty_store=empty)
+
+
+GOLD_KEYS = ("golden_answers", "answers", "target", "answer")
+"""Keys of a mapping that hold the gold answers, in the order they are looked up."""
+
+
+def golden_answers_from(value: Any) -> list[str]:
+    """The gold answers a trainer's per-prompt value holds: the one rule of every adapter.
+
+    verl's ``reward_model.ground_truth``, OpenRLHF's ``label``, a dataset column: a string (one
+    answer, or a JSON list such as ``'["Paris", "paris"]'``); a list, tuple or array of answers
+    (nested ones flattened); a mapping with one of :data:`GOLD_KEYS` (Search-R1's
+    ``{"target": [...]}``), the first present wins; a number (its text). Blank answers, None and
+    booleans are dropped.
+
+    Returns:
+        list[str], possibly empty when nothing usable was given (a caller skips the group or
+        raises, never scores it silently).
+    """
+    if isinstance(value, Mapping):
+        for key in GOLD_KEYS:
+            if key in value:
+                return golden_answers_from(value[key])
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, list):
+                return golden_answers_from(decoded)
+        return [value] if text else []
+    if hasattr(value, "tolist"):  # numpy arrays after a parquet round trip
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        answers: list[str] = []
+        for item in value:
+            answers.extend(golden_answers_from(item))
+        return answers
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [str(value)]
+    return []

@@ -1,18 +1,19 @@
-"""factutil.agent: the outcome rule every trainer adapter applies, and the FactAgent prompt."""
+"""The outcome rule every trainer adapter applies (factutil.metrics) and the FactAgent prompt and
+store (factutil.tools.agent)."""
 
 from __future__ import annotations
 
 import pytest
 
-from factutil.agent import (
+from factutil.metrics import golden_answers_from, outcome_reward
+from factutil.schema import Triple
+from factutil.tools.agent import (
     EMPTY_STORE,
     NO_OBSERVATION,
     add_to_store,
     build_messages,
-    outcome_reward,
     render_store,
 )
-from factutil.schema import Triple
 
 
 def test_an_answer_scores_its_f1():
@@ -82,8 +83,6 @@ def test_gold_answers_from_any_trainer_value():
     strings, lists/arrays (flattened), mappings by key order, numbers; blanks, None, bools dropped."""
     import numpy as np
 
-    from factutil.agent import golden_answers_from
-
     assert golden_answers_from("Paris") == ["Paris"]
     assert golden_answers_from('["Paris", "paris"]') == ["Paris", "paris"]
     assert golden_answers_from("[not json") == ["[not json"]
@@ -95,3 +94,13 @@ def test_gold_answers_from_any_trainer_value():
     assert golden_answers_from({"other": "a"}) == []
     assert golden_answers_from(1990) == ["1990"]
     assert golden_answers_from(None) == golden_answers_from(False) == golden_answers_from("  ") == []
+
+
+def test_the_old_import_path_is_the_same_objects():
+    import factutil.agent as old
+    from factutil import metrics
+    from factutil.tools import agent
+
+    for name in old.__all__:
+        home = metrics if hasattr(metrics, name) else agent
+        assert getattr(old, name) is getattr(home, name), name

@@ -1,4 +1,4 @@
-"""factutil.retrieval: Search-R1's /retrieve API over BM25, its client, and ``factutil serve``.
+"""factutil.tools.retrieval: Search-R1's /retrieve API over BM25, its client, and ``factutil serve``.
 
 Network only on 127.0.0.1; every server here is bounded and shut down by the test.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from factutil.retrieval import (
+from factutil.tools.retrieval import (
     DEFAULT_CORPUS,
     BM25Retriever,
     Document,
@@ -322,8 +322,50 @@ def test_factutil_serve_is_one_command(tmp_path: Path):
     assert missing.stderr.strip().startswith("serve: ") and "none.json" in missing.stderr
 
 
+def test_the_default_corpus_ships_inside_the_package():
+    tomllib = pytest.importorskip("tomllib")
+
+    import factutil
+
+    package = Path(factutil.__file__).resolve().parent
+    assert DEFAULT_CORPUS.resolve().is_relative_to(package / "tools" / "data")
+    assert not DEFAULT_CORPUS.is_symlink()
+    pyproject = tomllib.loads((package.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = pyproject["tool"]["setuptools"]["package-data"]["factutil.tools"]
+    assert any(DEFAULT_CORPUS.relative_to(package / "tools").match(pattern) for pattern in shipped)
+    # 6,119 paragraphs: the HippoRAG 2wikimultihopqa corpus (examples/data/README.md).
+    assert len(json.loads(DEFAULT_CORPUS.read_text(encoding="utf-8"))) == 6119
+
+
+def test_the_old_import_path_is_the_same_objects():
+    import factutil.retrieval as old
+    import factutil.tools.retrieval as tools
+
+    assert old.__all__ and all(getattr(old, name) is getattr(tools, name) for name in old.__all__)
+
+
+def test_no_method_step_imports_the_tools():
+    import ast
+
+    import factutil
+
+    package = Path(factutil.__file__).resolve().parent
+    steps = ["metrics", "embed", "cluster", "linkage", "utility", "shaping", "advantages"]
+    files = [package / f"{name}.py" for name in steps] + sorted((package / "filters").glob("*.py"))
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )
+            for name in names:
+                assert not name.startswith(("factutil.tools", "factutil.agent", "factutil.retrieval")), (
+                    f"{path.name} imports {name}"
+                )
+
+
 def test_import_factutil_stays_light():
-    modules = ("bm25s", "factutil.retrieval", "http.server")
+    modules = ("bm25s", "factutil.tools", "factutil.tools.retrieval", "http.server")
     code = f"import sys, factutil; print(json.dumps([m in sys.modules for m in {modules!r}]))"
     completed = subprocess.run(
         [sys.executable, "-c", "import json; " + code],
@@ -333,7 +375,7 @@ def test_import_factutil_stays_light():
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert json.loads(completed.stdout) == [False, False, False]
+    assert json.loads(completed.stdout) == [False, False, False, False]
 
 
 # --- bad requests: each a clear 4xx in bounded time, never a 500 or a hang ---------------------

@@ -64,7 +64,7 @@ def load_smollm2() -> tuple[Any, Any]:
 
 def start_retriever() -> str:
     """factutil's BM25 server over the bundled corpus on a free port; returns its URL."""
-    from factutil.retrieval import BM25Retriever, load_corpus, make_server
+    from factutil.tools.retrieval import BM25Retriever, load_corpus, make_server
 
     server = make_server(BM25Retriever(load_corpus(CORPUS)), port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -77,7 +77,10 @@ def action_summary(action: dict[str, Any], reason: str | None) -> str:
     if kind == "search":
         text = action["query"]
     elif kind == "assert":
-        text = "; ".join(" | ".join(triple) for triple in action["triples"])
+        from factutil.actions import Triple
+
+        # the payload's triples are {"subject", "relation", "object"} dicts (pydantic's dump)
+        text = "; ".join(" | ".join(Triple.model_validate(t).as_list()) for t in action["triples"])
     elif kind == "answer":
         text = action["answer"]
     else:
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig
 
-    from factutil.retrieval import RetrievalClient
+    from factutil.tools.retrieval import RetrievalClient
 
     rows = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines()]
     chosen = rows[: args.questions * args.steps]

@@ -1,0 +1,85 @@
+"""The FactAgent's prompt and fact store (docs/method.md §1): a tool for rolling the agent out.
+
+Every trainer adapter rolls the agent out the same way, so the parts they share live here:
+
+- the prompt: question + fact store + latest search result, never the history
+  (:func:`build_messages`, :data:`INSTRUCTIONS`); the messages go through the model's chat template
+  in the adapter;
+- the store: triples added once per normalised text (docs/method.md §2.1, :func:`add_to_store`).
+
+The outcome reward of a finished rollout (:func:`factutil.metrics.outcome_reward`) and the gold
+answers of a trainer value (:func:`factutil.metrics.golden_answers_from`) are method rules and
+live in the core. No method step imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from factutil.actions import Triple
+from factutil.cluster import triple_text
+
+__all__ = ["EMPTY_STORE", "INSTRUCTIONS", "NO_OBSERVATION", "add_to_store", "build_messages", "render_store"]
+
+INSTRUCTIONS = """\
+You answer a question by acting one step at a time. You keep a fact store: the facts you have \
+taken from search results. Each turn you see only the question, your fact store and the latest \
+search result. Reply with exactly one action, as one JSON object:
+{"action": "search", "query": "<what to look up>"}
+{"action": "assert", "facts": [["<subject>", "<relation>", "<object>"], ...]}
+{"action": "answer", "answer": "<short answer>"}
+Use assert to copy the facts you need from the latest search result into your store before you \
+search again: the next search result replaces it. Answer from the facts in your store, with as \
+few words as possible."""
+
+EMPTY_STORE = "(empty)"
+NO_OBSERVATION = "(none yet)"
+
+
+def add_to_store(store: list[Triple], triples: Iterable[Triple], template: str) -> int:
+    """Append the triples whose normalised text (docs/method.md §2.1) is not in ``store`` yet.
+
+    Args:
+        store: the fact store, in insertion order; modified in place.
+        triples: the triples of one valid ``assert``.
+        template: ``FactUtilConfig.triple_template``.
+
+    Returns:
+        How many triples were added.
+    """
+    seen = {triple_text(triple, template) for triple in store}
+    added = 0
+    for triple in triples:
+        text = triple_text(triple, template)
+        if text not in seen:
+            seen.add(text)
+            store.append(triple)
+            added += 1
+    return added
+
+
+def render_store(store: Sequence[Triple]) -> str:
+    """The store as lines ``- subject | relation | object``, in insertion order; ``(empty)``."""
+    if not store:
+        return EMPTY_STORE
+    return "\n".join(f"- {t.subject} | {t.relation} | {t.object}" for t in store)
+
+
+def build_messages(
+    question: str,
+    store: Sequence[Triple],
+    observation: str | None,
+    instructions: str = INSTRUCTIONS,
+) -> list[dict[str, str]]:
+    """Chat messages of one turn: a system message with ``instructions`` and one user message.
+
+    Returns:
+        ``[{"role": "system", ...}, {"role": "user", "content": "Question: ...\\n\\nFact store:\\n
+        ...\\n\\nLatest search result:\\n..."}]``.
+    """
+    user = (
+        f"Question: {question}\n\n"
+        f"Fact store:\n{render_store(store)}\n\n"
+        f"Latest search result:\n{observation if observation else NO_OBSERVATION}"
+    )
+    return [{"role": "system", "content": instructions}, {"role": "user", "content": user}]
