@@ -4,6 +4,7 @@ bundled corpus, each built once per test run."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,11 @@ from tests.language_models import (
     make_byte_tokenizer,
     smollm2_missing,
 )
+
+# Every test runs offline; TRL's notice of experimental modules is noise in every adapter's log.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 CORPUS = (
     Path(__file__).resolve().parent / "examples" / "data" / "hipporag_2wikimultihopqa_corpus.json"

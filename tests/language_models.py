@@ -141,13 +141,11 @@ class SmolLM2:
         """
         import torch
 
+        from factutil.integration import left_pad
+
         eos = self.tokenizer.eos_token_id
-        width = max(len(ids) for ids in contexts)
-        input_ids = torch.full((len(contexts), width), eos, dtype=torch.long)
-        attention = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ids in enumerate(contexts):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
+        input_ids, attention = left_pad(contexts, eos)
+        width = input_ids.shape[1]
         with torch.random.fork_rng(), torch.no_grad():
             torch.manual_seed(seed)
             output = self.model.generate(

@@ -40,9 +40,10 @@ class _Episode:
         self.done = False
 
     def record_step(self, action_text: str, result: dict[str, Any], reward: str) -> dict[str, Any]:
+        from factutil.integration import action_row
         from factutil.parse import parse_action
 
-        self.actions.append(action_record(parse_action(action_text)))
+        self.actions.append(action_row(parse_action(action_text)))
         rewards = result.get("rewards")
         value = rewards.item() if hasattr(rewards, "item") else rewards
         self.step_rewards.append(float(value) if value is not None else 0.0)
@@ -74,17 +75,6 @@ class _Episode:
             "step_rewards": self.step_rewards,
             "done": self.done,
         }
-
-
-def action_record(action: Any) -> dict[str, Any]:
-    """A parsed factutil action as a plain, picklable dict in the docs/method.md §8 item form.
-
-    ``assert`` triples become ``[subject, relation, object]`` lists; None fields are left out.
-    """
-    record = action.model_dump(mode="json", exclude_none=True)
-    if record.get("action") == "assert":
-        record["triples"] = [triple.as_list() for triple in action.triples]
-    return record
 
 
 class _SpanRecordingEngine:

@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from factutil_openrlhf.settings import PAYLOAD_KEY, config_from_env, golden_answers_from_label
+from factutil.integration import (
+    Unscorable,
+    scatter_to_spans,
+    score_batch,
+    trainer_rollout,
+    warn_fallback,
+)
+from factutil_openrlhf.settings import PAYLOAD_KEY, config_from_env
 
 logger = logging.getLogger("factutil.openrlhf")
 
@@ -154,14 +161,7 @@ class ProcessAdvantagePatch:
                         stats["factutil/skipped"][i][r] = 1.0
             if result is not None and config.report_every:
                 self._report(maker, result)
-        if skipped or failure:
-            reasons = [f"group {group}: {reason}" for group, reason in sorted(skipped.items())]
-            logger.warning(
-                "factutil: %s kept OpenRLHF's advantages (factutil/skipped): %s%s",
-                "every group" if failure else f"{len(skipped)} group(s)",
-                failure or "; ".join(reasons[:3]),
-                " ..." if len(reasons) > 3 else "",
-            )
+        warn_fallback(logger, skipped, "OpenRLHF's advantages", "factutil/skipped", every=failure)
         elapsed = time.perf_counter() - started
         for i, experience in enumerate(experiences):
             for key in METRIC_KEYS:
@@ -210,31 +210,23 @@ class ProcessAdvantagePatch:
                 "to unit-variance advantages (group_norm, rloo or dr_grpo keep GRPO's scale)",
             )
         rows, groups = _collect_rows(experiences, payloads, n)
-        skipped.update(_unscorable_groups(groups, rows))
-        rollouts = [
-            _rollout_dict(rows[key], group)
-            for group, keys in sorted(groups.items())
-            if group not in skipped
-            for key in keys
-        ]
-        if not rollouts:
+        batch = score_batch(
+            sorted(groups),
+            lambda group: _group_rollouts(group, groups[group], rows),
+            self.config,
+            clusterer=self.clusterer(),
+            column="process_advantage",
+        )
+        skipped.update(batch.fallback)
+        if batch.result is None:
             return rows, groups, None
-        from factutil.api import compute_process_advantages
-
-        try:
-            result = compute_process_advantages(
-                rollouts, self.config, clusterer=self.clusterer(), on_invalid_group="skip"
-            )
-        except Exception as error:  # noqa: BLE001 - a bad batch must never stop training
-            for group in groups:
-                skipped.setdefault(group, f"factutil failed: {type(error).__name__}: {error}")
-            return rows, groups, None
-        for uid, reason in result.skipped.items():
-            skipped[int(uid)] = reason
         for key in ("clusters_per_group", "shaping_nonzero_share"):
-            batch_stats[f"factutil/{key}"] = float(result.metrics.get(key, 0.0))
-        deltas.update(_group_deltas(result, rows, groups, skipped, experiences, self.config.omega))
-        return rows, groups, result
+            batch_stats[f"factutil/{key}"] = float(batch.result.metrics.get(key, 0.0))
+        deltas.update(
+            _group_deltas(batch.values, rows, groups, skipped, experiences, self.config.omega)
+        )
+        return rows, groups, batch.result
+
 
 def _collect_rows(
     experiences: Sequence[Any], payloads: list[Any], n: int
@@ -270,19 +262,30 @@ def _collect_rows(
     return rows, groups
 
 
-def _unscorable_groups(
-    groups: dict[int, list[tuple[int, int]]], rows: dict[tuple[int, int], dict[str, Any]]
-) -> dict[int, str]:
-    """Groups with a row whose payload is missing or malformed, with the reason."""
-    skipped = {}
-    for group, keys in groups.items():
-        for key in keys:
-            payload = rows[key]["payload"]
-            problem = _payload_problem(payload)
-            if problem is not None:
-                skipped[group] = f"sample {rows[key]['index']}: {problem}"
-                break
-    return skipped
+def _group_rollouts(
+    group: int, keys: list[tuple[int, int]], rows: dict[tuple[int, int], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The group's samples as factutil rollouts (uid = the GRPO group, rollout_id = the sample
+    index); raises Unscorable for a sample whose payload is missing or malformed."""
+    rollouts = []
+    for key in keys:
+        row = rows[key]
+        problem = _payload_problem(row["payload"])
+        if problem is not None:
+            raise Unscorable(f"sample {row['index']}: {problem}")
+        reward = row["reward"]
+        rollouts.append(
+            trainer_rollout(
+                name=f"sample {row['index']}",
+                uid=str(group),
+                rollout_id=str(row["index"]),
+                question=row["prompt"],
+                golden_answers=row["label"],
+                actions=row["payload"]["actions"],
+                reward=reward if reward is not None and math.isfinite(reward) else None,
+            )
+        )
+    return rollouts
 
 
 def _payload_problem(payload: Any) -> str | None:
@@ -303,35 +306,17 @@ def _payload_problem(payload: Any) -> str | None:
     return None
 
 
-def _rollout_dict(row: dict[str, Any], group: int) -> dict[str, Any]:
-    """One OpenRLHF sample as a factutil rollout (docs/method.md §8 line); uid = the GRPO group."""
-    prompt = row["prompt"]
-    rollout = {
-        "uid": str(group),
-        "question": prompt if isinstance(prompt, str) else str(prompt),
-        "golden_answers": golden_answers_from_label(row["label"]),
-        "rollout_id": str(row["index"]),
-        "actions": row["payload"]["actions"],
-    }
-    reward = row["reward"]
-    if reward is not None and math.isfinite(reward):
-        rollout["reward"] = reward
-    return rollout
-
-
 def _group_deltas(
-    result: Any,
+    per_rollout: dict[tuple[str, str], np.ndarray],
     rows: dict[tuple[int, int], dict[str, Any]],
     groups: dict[int, list[tuple[int, int]]],
     skipped: dict[int, str],
     experiences: Sequence[Any],
     omega: float,
 ) -> dict[tuple[int, int], np.ndarray]:
-    """Per row, the float32 (T-1,) term omega * A_proc on its action spans; a group whose spans
-    do not fit is added to ``skipped`` and gets none."""
-    from factutil.advantages import scatter_to_spans
-
-    per_rollout = result.per_rollout("process_advantage")
+    """Per row, the float32 (T-1,) term omega * A_proc on its action spans (``per_rollout``:
+    ``(group, sample index)`` -> A_proc per action); a group whose spans do not fit is added to
+    ``skipped`` and gets none."""
     deltas = {}
     for group, keys in sorted(groups.items()):
         if group in skipped:

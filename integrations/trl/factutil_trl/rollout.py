@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import torch
 from factutil.agent import INSTRUCTIONS, add_to_store, build_messages, render_store
+from factutil.integration import left_pad
 from factutil.parse import parse_action
 from factutil.retrieval import SearchResult
 from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
@@ -88,12 +89,8 @@ def transformers_generate(
 
     tokenizer = trainer.processing_class
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else trainer.eos_token_ids[0]
-    width = max(len(ids) for ids in contexts)
-    input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(contexts), width), dtype=torch.long)
-    for row, ids in enumerate(contexts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        attention[row, width - len(ids) :] = 1
+    input_ids, attention = left_pad(contexts, pad)
+    width = input_ids.shape[1]
     device = trainer.accelerator.device
     config = copy.deepcopy(trainer.generation_config)
     config.max_new_tokens = max_new_tokens

@@ -29,12 +29,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
-from factutil.advantages import scatter_to_spans
-from factutil.agent import golden_answers_from
 from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
 from factutil.cluster import Clusterer, make_clusterer
+from factutil.integration import (
+    Unscorable,
+    batch_metrics,
+    checked_spans,
+    scatter_to_spans,
+    score_batch,
+    trainer_rollout,
+    warn_fallback,
+)
 from factutil.report import ReportWriter
 from factutil.schema import FactUtilConfig
 from trl import GRPOTrainer
@@ -123,15 +129,8 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         else:
             output["advantages"] = advantages
             self.factutil_result = result
-            metrics.update(_step_metrics(result, groups, fallback))
-            if fallback:
-                reasons = [f"group {g}: {why}" for g, why in sorted(fallback.items())]
-                logger.warning(
-                    "factutil: %d group(s) keep TRL's advantages (factutil/groups_fallback): %s%s",
-                    len(fallback),
-                    "; ".join(reasons[:3]),
-                    " ..." if len(reasons) > 3 else "",
-                )
+            metrics.update(batch_metrics(result, groups, fallback))
+            warn_fallback(logger, fallback, "TRL's advantages", "factutil/groups_fallback")
             if mode == "train" and result is not None and self.accelerator.is_main_process:
                 self.factutil_reports.submit(result, self.state.global_step + 1)
                 metrics["factutil/report_failures"] = float(self.factutil_reports.failures)
@@ -168,30 +167,22 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             raise ValueError(f"{len(payloads)} rows are not whole groups of {size}")
         groups = len(payloads) // size
 
-        fallback: dict[int, str] = {}
-        rollouts: list[dict[str, Any]] = []
-        for group in range(groups):
-            rows = range(group * size, (group + 1) * size)
-            try:
-                members = [
-                    _rollout(row, group, payloads[row], golds[row], float(total[row]))
-                    for row in rows
-                ]
-            except _Unscorable as reason:
-                fallback[group] = str(reason)
-                continue
-            rollouts += members
-
-        result = None
-        values: dict[tuple[str, str], np.ndarray] = {}
-        if rollouts:
-            if self._factutil_clusterer is None:
-                self._factutil_clusterer = make_clusterer(config)
-            result = compute_process_advantages(
-                rollouts, config, clusterer=self._factutil_clusterer, on_invalid_group="skip"
-            )
-            fallback.update({int(uid): reason for uid, reason in result.skipped.items()})
-            values = result.per_rollout("process_advantage")
+        if self._factutil_clusterer is None:
+            self._factutil_clusterer = make_clusterer(config)
+        batch = score_batch(
+            range(groups),
+            lambda group: [
+                _rollout(row, group, payloads[row], golds[row], float(total[row]))
+                for row in range(group * size, (group + 1) * size)
+            ],
+            config,
+            clusterer=self._factutil_clusterer,
+            column="process_advantage",
+            scorer=compute_process_advantages,
+        )
+        if batch.error is not None:
+            raise batch.error
+        result, values, fallback = batch.result, batch.values, batch.fallback
 
         advantages = trl_advantages.detach().unsqueeze(1).expand(local, width).clone()
         if config.omega == 0.0:
@@ -218,56 +209,26 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         return advantages, result, groups, fallback
 
 
-class _Unscorable(Exception):
-    """Internal: why a group keeps TRL's advantage."""
-
-
 def _rollout(row: int, group: int, payload: Any, golds: Any, reward: float) -> dict[str, Any]:
     """One row as a docs/method.md §8 rollout (uid = its group, rollout_id = its row); raises
-    _Unscorable."""
+    Unscorable."""
     if not isinstance(payload, Mapping):
-        raise _Unscorable(
+        raise Unscorable(
             f"row {row} has no {PAYLOAD_KEY!r} payload (is the rollout_func FactAgentRollout?)"
         )
-    actions, spans = payload.get("actions"), payload.get("spans")
-    if not isinstance(actions, list) or not isinstance(spans, list) or len(actions) != len(spans):
-        raise _Unscorable(f"row {row}: the payload needs as many spans as actions")
+    actions = payload.get("actions")
+    if not isinstance(actions, list):
+        raise Unscorable(f"row {row}: the payload has no actions list")
     try:
-        pairs = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-    except (TypeError, ValueError) as error:
-        raise _Unscorable(f"row {row}: spans are not [start, end) pairs ({error})") from error
-    if len(pairs) and (
-        np.any(pairs[:, 1] < pairs[:, 0]) or np.any(pairs[1:, 0] < pairs[:-1, 1]) or pairs[0, 0] < 0
-    ):
-        raise _Unscorable(
-            f"row {row}: spans must be in order and must not overlap, got {pairs.tolist()}"
-        )
-    answers = golden_answers_from(golds)
-    if not answers:
-        raise _Unscorable(f"row {row}: no gold answer in {GOLD_COLUMN!r} (got {golds!r})"[:200])
-    if not math.isfinite(reward):
-        raise _Unscorable(f"row {row}: every reward function returned None")
-    return {
-        "uid": str(group),
-        "question": str(payload.get("question") or ""),
-        "golden_answers": answers,
-        "rollout_id": str(row),
-        "actions": actions,
-        "reward": reward,
-    }
-
-
-def _step_metrics(
-    result: ProcessAdvantages | None, groups: int, fallback: Mapping[int, str]
-) -> dict[str, float]:
-    """``factutil/*`` metrics for TRL's logs: group counts and the core's batch metrics."""
-    metrics = {
-        "factutil/groups": float(groups),
-        "factutil/groups_scored": float(groups - len(fallback)),
-        "factutil/groups_fallback": float(len(fallback)),
-    }
-    if result is not None:
-        for name, value in result.metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                metrics[f"factutil/{name}"] = float(value)
-    return metrics
+        checked_spans(payload.get("spans"), len(actions))
+    except ValueError as error:
+        raise Unscorable(f"row {row}: {error}") from None
+    return trainer_rollout(
+        name=f"row {row}",
+        uid=str(group),
+        rollout_id=str(row),
+        question=payload.get("question"),
+        golden_answers=golds,
+        actions=actions,
+        reward=reward,
+    )

@@ -9,15 +9,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from tests.language_models import SHORT_INSTRUCTIONS, action_text  # noqa: F401  (re-exported)
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "examples" / "data" / "2wiki_rollouts.jsonl"

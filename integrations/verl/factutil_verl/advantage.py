@@ -30,7 +30,6 @@ advantage, is counted in ``factutil/groups_fallback`` and logged once: never NaN
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,70 +37,37 @@ from typing import Any
 
 import numpy as np
 import torch
-from factutil.advantages import scatter_rows_to_turns, scatter_to_spans, turns_problem
-from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
+from factutil.api import ProcessAdvantages, gc_paused
 from factutil.cluster import Clusterer
-from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
-
-from factutil_verl.reward import golden_answers_of
+from factutil.integration import (
+    FIXED_ACTION_KEYS,
+    Unscorable,
+    batch_metrics,
+    checked_spans,
+    fixed_key_row,
+    row_of_fixed_keys,
+    scatter_rows_to_turns,
+    scatter_to_spans,
+    score_batch,
+    trainer_rollout,
+    turns_problem,
+    warn_fallback,
+)
+from factutil.schema import FactUtilConfig
 
 logger = logging.getLogger("factutil_verl")
 
 EXTRA_KEY = "factutil"
 """The key of ``extra_fields`` that holds factutil's per-row information."""
 
-ACTION_FIELDS = ("kind", "query", "triples", "answer", "error")
+ACTION_FIELDS = FIXED_ACTION_KEYS
+action_fields = fixed_key_row
+"""A parsed action as the flat dict stored in ``extra_fields``: :func:`factutil.integration.fixed_key_row`."""
+action_item = row_of_fixed_keys
+"""A stored action dict as the core's action dict: :func:`factutil.integration.row_of_fixed_keys`."""
 
 
-def action_fields(action: Any) -> dict[str, Any]:
-    """A parsed factutil action as the flat dict stored in ``extra_fields`` (same keys always).
-
-    Returns:
-        ``{"kind": "search"|"assert"|"answer"|"invalid", "query": str|None,
-        "triples": [[s, r, o], ...]|None, "answer": str|None, "error": str|None}``.
-    """
-    fields: dict[str, Any] = dict.fromkeys(ACTION_FIELDS)
-    if isinstance(action, SearchAction):
-        fields.update(kind="search", query=action.query)
-    elif isinstance(action, AssertAction):
-        fields.update(kind="assert", triples=[t.as_list() for t in action.triples])
-    elif isinstance(action, AnswerAction):
-        fields.update(kind="answer", answer=action.answer)
-    elif isinstance(action, InvalidAction):
-        fields.update(kind="invalid", error=action.reason)
-    else:
-        raise TypeError(f"not a factutil action: {type(action).__name__}")
-    return fields
-
-
-def action_item(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The docs/method.md §8 input item of a stored action dict (the inverse of :func:`action_fields`).
-
-    An ``assert`` with an empty part becomes an invalid action through factutil's own input rules.
-
-    Raises:
-        _Unscorable: ``fields`` is not a mapping or names no known kind.
-    """
-    if not isinstance(fields, Mapping):
-        raise _Unscorable(f"action must be a mapping, got {type(fields).__name__}")
-    kind = fields.get("kind")
-    if kind == "search" and isinstance(fields.get("query"), str):
-        return {"action": "search", "query": fields["query"]}
-    if kind == "assert" and isinstance(fields.get("triples"), (list, tuple)):
-        return {"action": "assert", "triples": [list(t) for t in fields["triples"]]}
-    if kind == "answer" and isinstance(fields.get("answer"), str):
-        return {"action": "answer", "answer": fields["answer"]}
-    if kind in ("search", "assert", "answer", "invalid"):
-        reason = fields.get("error") or f"malformed {kind} action"
-        return {"action": "invalid", "raw": "", "reason": str(reason)}
-    raise _Unscorable(f"unknown action kind {kind!r}")
-
-
-class _Unscorable(Exception):
-    """Internal: why a group keeps verl's GRPO advantage."""
-
-
-class _Unplaceable(_Unscorable):
+class _Unplaceable(Unscorable):
     """Internal: a span-layout row whose action tokens cannot be told apart."""
 
 
@@ -151,23 +117,23 @@ def _group_rollouts(
     infos: Sequence[Mapping[str, Any] | None],
     rewards: np.ndarray,
 ) -> tuple[list[dict[str, Any]], list[_Plan]]:
-    """The docs/method.md §8 rollouts of one group and where their values go; raises _Unscorable."""
+    """The docs/method.md §8 rollouts of one group and where their values go; raises Unscorable."""
     by_trajectory: dict[str, list[int]] = {}
     for row in rows:
         info = infos[row]
         if info is None:
-            raise _Unscorable(f"row {keys[row]!r} has no extra_fields[{EXTRA_KEY!r}]")
+            raise Unscorable(f"row {keys[row]!r} has no extra_fields[{EXTRA_KEY!r}]")
         by_trajectory.setdefault(_trajectory_of(keys[row], uid, info), []).append(row)
     rollouts: list[dict[str, Any]] = []
     plans: list[_Plan] = []
     for trajectory, members in by_trajectory.items():
         spans = [isinstance(infos[row].get("actions"), list) for row in members]
         if any(spans) and not all(spans):
-            raise _Unscorable(f"trajectory {trajectory!r} mixes the action and span layouts")
+            raise Unscorable(f"trajectory {trajectory!r} mixes the action and span layouts")
         explicit = None
         if all(spans):
             if len(members) != 1:
-                raise _Unscorable(
+                raise Unscorable(
                     f"trajectory {trajectory!r}: span layout needs one row, got {len(members)}"
                 )
             ordered = members
@@ -178,58 +144,36 @@ def _group_rollouts(
             for row in members:
                 step = infos[row].get("step")
                 if not isinstance(step, int) or isinstance(step, bool):
-                    raise _Unscorable(f"row {keys[row]!r}: step must be an int, got {step!r}")
+                    raise Unscorable(f"row {keys[row]!r}: step must be an int, got {step!r}")
                 steps.append(step)
             if len(set(steps)) != len(steps):
-                raise _Unscorable(f"trajectory {trajectory!r} repeats a step: {sorted(steps)}")
+                raise Unscorable(f"trajectory {trajectory!r} repeats a step: {sorted(steps)}")
             ordered = [row for _, row in sorted(zip(steps, members))]
             actions = [action_item(infos[row].get("action")) for row in ordered]
         first = infos[ordered[0]]
-        golden = golden_answers_of(first.get("golden_answers"))
-        if not golden:
-            raise _Unscorable(f"trajectory {trajectory!r} has no golden_answers")
-        reward = float(rewards[ordered[-1]])
-        if not math.isfinite(reward):
-            raise _Unscorable(f"trajectory {trajectory!r} has a non-finite reward {reward}")
         rollouts.append(
-            {
-                "uid": uid,
-                "question": str(first.get("question") or ""),
-                "golden_answers": golden,
-                "rollout_id": trajectory,
-                "actions": actions,
-                "reward": reward,
-            }
+            trainer_rollout(
+                name=f"trajectory {trajectory!r}",
+                uid=uid,
+                rollout_id=trajectory,
+                question=first.get("question"),
+                golden_answers=first.get("golden_answers"),
+                actions=actions,
+                reward=float(rewards[ordered[-1]]),
+            )
         )
         plans.append(_Plan(uid, trajectory, ordered, span=all(spans), spans=explicit))
     return rollouts, plans
 
 
 def _explicit_spans(given: Any, actions: int, trajectory: str) -> np.ndarray | None:
-    """The span layout's ``spans`` as int64 (n, 2), None when absent; raises _Unscorable."""
+    """The span layout's ``spans`` as int64 (n, 2), None when absent; raises Unscorable."""
     if given is None:
         return None
-    pairs = list(given) if isinstance(given, (list, tuple)) else None
-    if pairs is None or not all(
-        isinstance(pair, (list, tuple))
-        and len(pair) == 2
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
-        and 0 <= pair[0] <= pair[1]
-        for pair in pairs
-    ):
-        raise _Unplaceable(
-            f"trajectory {trajectory!r}: spans must be [start, end) pairs of ints with "
-            f"0 <= start <= end, got {given!r}"[:300]
-        )
-    if len(pairs) != actions:
-        raise _Unplaceable(f"trajectory {trajectory!r}: {len(pairs)} spans for {actions} actions")
-    spans = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    if np.any(spans[1:, 0] < spans[:-1, 1]):
-        raise _Unplaceable(
-            f"trajectory {trajectory!r}: spans must be in order and must not overlap, "
-            f"got {spans.tolist()}"
-        )
-    return spans
+    try:
+        return checked_spans(given, actions)
+    except ValueError as error:
+        raise _Unplaceable(f"trajectory {trajectory!r}: {error}") from None
 
 
 def _factutil_info(extra: Any) -> Mapping[str, Any] | None:
@@ -286,35 +230,22 @@ def compute_factagent_advantages(
             if not padding[row]:
                 groups.setdefault(str(uids[row]), []).append(row)
 
-        fallback: dict[str, str] = {}
         unplaced: set[str] = set()  # groups whose span-layout action tokens cannot be told apart
-        rollouts: list[dict[str, Any]] = []
         plans: list[_Plan] = []
-        for uid, rows in groups.items():
-            try:
-                group_rollouts, group_plans = _group_rollouts(uid, rows, keys, infos, rewards)
-            except _Unscorable as reason:
-                fallback[uid] = str(reason)
-                if isinstance(reason, _Unplaceable):
-                    unplaced.add(uid)
-                continue
-            rollouts.extend(group_rollouts)
-            plans.extend(group_plans)
 
-        result: ProcessAdvantages | None = None
-        values: dict[tuple[str, str], np.ndarray] = {}
-        if rollouts:
+        def build(uid: str) -> list[dict[str, Any]]:
             try:
-                result = compute_process_advantages(
-                    rollouts, config, clusterer=clusterer, on_invalid_group="skip"
+                group_rollouts, group_plans = _group_rollouts(
+                    uid, groups[uid], keys, infos, rewards
                 )
-            except Exception as error:
-                logger.exception("factutil scoring failed; the whole batch keeps GRPO advantages")
-                for plan in plans:
-                    fallback.setdefault(plan.uid, f"scoring failed: {type(error).__name__}: {error}")
-            else:
-                fallback.update(result.skipped)
-                values = result.per_rollout("advantage")
+            except _Unplaceable:
+                unplaced.add(uid)
+                raise
+            plans.extend(group_plans)
+            return group_rollouts
+
+        batch = score_batch(groups, build, config, clusterer=clusterer)
+        fallback, values, result = batch.fallback, batch.values, batch.result
 
         scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
         span_plans = [plan for plan in plans if plan.span and plan.uid not in fallback]
@@ -328,16 +259,16 @@ def compute_factagent_advantages(
             action_values = values.get((plan.uid, plan.rollout_id))
             try:
                 if action_values is None:
-                    raise _Unscorable(f"no result for rollout {plan.rollout_id!r}")
+                    raise Unscorable(f"no result for rollout {plan.rollout_id!r}")
                 if len(action_values) != len(plan.rows):
-                    raise _Unscorable(
+                    raise Unscorable(
                         f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
                         f"{len(plan.rows)} rows"
                     )
                 for row, value in zip(plan.rows, action_values):
                     tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
                     scored.setdefault(plan.uid, []).append((row, tokens))
-            except (_Unscorable, ValueError) as reason:
+            except (Unscorable, ValueError) as reason:
                 fallback[plan.uid] = str(reason)
         for uid, writes in scored.items():
             if uid in fallback:
@@ -348,11 +279,14 @@ def compute_factagent_advantages(
             for row, tokens in writes:
                 out[row] = tokens.to(torch.float32)
 
-        for uid, reason in fallback.items():
-            logger.warning("factutil: group %r keeps verl's GRPO advantage: %s", uid, reason)
+        warn_fallback(
+            logger, fallback, "verl's GRPO advantages", "factutil/groups_fallback",
+            error=batch.error,
+        )
         out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
-        metrics = _metrics(result, groups, fallback, started)
+        metrics = batch_metrics(result, len(groups), fallback)
         metrics["factutil/groups_fallback_turns"] = float(len(unplaced & fallback.keys()))
+        metrics["factutil/time_adapter_ms"] = 1000.0 * (time.perf_counter() - started)
         return FactAgentAdvantages(out, metrics, fallback, result)
 
 
@@ -431,49 +365,3 @@ def _placed_on_spans(
     if np.any(row_mask & ~covered):
         return "model tokens outside every span", None
     return None, scatter_to_spans(action_values, spans, length, response_mask=row_mask)
-
-
-_PASSED_METRICS = (
-    "clusters",
-    "clusters_per_group",
-    "utility_mean",
-    "utility_min",
-    "utility_max",
-    "shaping_nonzero_share",
-    "actions",
-    "actions_invalid",
-    "actions_ignored",
-    "searches_repeated",
-    "answers_empty_store",
-    "rollouts_unanswered",
-    "em_mean",
-    "f1_mean",
-    "warnings",
-)
-
-
-def _metrics(
-    result: ProcessAdvantages | None,
-    groups: Mapping[str, list[int]],
-    fallback: Mapping[str, str],
-    started: float,
-) -> dict[str, float]:
-    """``factutil/*`` metrics: every value a finite float."""
-    metrics: dict[str, float] = {
-        "factutil/groups": float(len(groups)),
-        "factutil/groups_fallback": float(len(fallback)),
-        "factutil/groups_scored": float(len(groups) - len(fallback)),
-    }
-    if result is not None:
-        m = result.metrics
-        for name in _PASSED_METRICS:
-            if name in m:
-                metrics[f"factutil/{name}"] = float(m[name])
-        metrics["factutil/utility_spread"] = float(
-            m.get("utility_max", 0.0) - m.get("utility_min", 0.0)
-        )
-        for name, seconds in m.items():
-            if name.startswith("time_") and name.endswith("_s"):
-                metrics[f"factutil/{name[:-2]}_ms"] = 1000.0 * float(seconds)
-    metrics["factutil/time_adapter_ms"] = 1000.0 * (time.perf_counter() - started)
-    return {name: value if math.isfinite(value) else 0.0 for name, value in metrics.items()}

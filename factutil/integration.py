@@ -1,0 +1,388 @@
+"""What every trainer adapter shares: one batch call with per-group fallback, and its glue.
+
+An adapter (verl, OpenRLHF, TRL, or a new one) keeps only what its trainer decides: where the
+rollouts, rewards and token spans of a batch are, and how the values go back onto its tensors.
+Everything else is here, once, with no trainer import:
+
+- :func:`score_batch`: turn each group into rollout dicts (a group that cannot be, raising
+  :class:`Unscorable`, keeps the trainer's own advantages), call
+  :func:`factutil.compute_process_advantages` once for the batch, and return each rollout's
+  per-action values with every group that fell back and why;
+- :func:`trainer_rollout`: one rollout dict from a trainer's values (gold answers from any
+  trainer value by :func:`factutil.metrics.golden_answers_from`, a reward that must be finite);
+- action rows: :func:`action_row` (the core's dict form of a parsed action, what rollouts carry)
+  and :func:`fixed_key_row` / :func:`row_of_fixed_keys` (the same action with the same keys
+  always, for trainers that store per-row fields column by column);
+- token spans: :func:`checked_spans` (``[start, end)`` pairs a rollout recorded) and the scatter
+  functions of :mod:`factutil.advantages`, re-exported;
+- :func:`batch_metrics` and :func:`warn_fallback`: the ``factutil/*`` metrics of a step and the
+  one warning that names the groups which kept the trainer's advantages.
+
+A group that cannot be scored is never a crash and never a NaN: it keeps the trainer's outcome-only
+advantage, is counted in ``factutil/groups_fallback`` and named in one warning per step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from factutil import api
+from factutil.advantages import (
+    mask_spans,
+    scatter_rows_to_turns,
+    scatter_to_spans,
+    scatter_to_turns,
+    turns_problem,
+)
+from factutil.metrics import golden_answers_from
+from factutil.config import FactUtilConfig
+from factutil.load import action_row
+from factutil.result import ProcessAdvantages
+
+__all__ = [
+    "FIXED_ACTION_KEYS",
+    "BatchScore",
+    "Unscorable",
+    "action_row",
+    "batch_metrics",
+    "checked_spans",
+    "fixed_key_row",
+    "golden_answers_from",
+    "left_pad",
+    "mask_spans",
+    "row_of_fixed_keys",
+    "scatter_rows_to_turns",
+    "scatter_to_spans",
+    "scatter_to_turns",
+    "score_batch",
+    "trainer_rollout",
+    "turns_problem",
+    "warn_fallback",
+]
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Unscorable(Exception):
+    """A group that cannot be scored: it keeps the trainer's own advantages. The message says
+    why (it is the group's fallback reason)."""
+
+
+@dataclass
+class BatchScore(Generic[K]):
+    """What :func:`score_batch` returns.
+
+    Attributes:
+        result: the core's result for the groups that were scored; None when none was or the
+            call failed.
+        values: ``(uid, rollout_id)`` -> float64 per-action values of the column asked for, in
+            action order (views into ``result``); empty when ``result`` is None.
+        fallback: group key -> why that group keeps the trainer's advantages (its build raised
+            :class:`Unscorable`, the core skipped it, or the call failed). Adapters add the
+            groups whose values they cannot place.
+        groups: how many groups the batch has.
+        error: the exception of the core call, None when it did not raise.
+    """
+
+    result: ProcessAdvantages | None
+    values: dict[tuple[str, str], np.ndarray]
+    fallback: dict[K, str] = field(default_factory=dict)
+    groups: int = 0
+    error: Exception | None = None
+
+
+def score_batch(
+    groups: Iterable[K],
+    build: Callable[[K], Sequence[Mapping[str, Any]]],
+    config: FactUtilConfig,
+    *,
+    clusterer: Any = None,
+    column: str = "advantage",
+    scorer: Callable[..., ProcessAdvantages] | None = None,
+) -> BatchScore[K]:
+    """Score a trainer's batch in one core call; a group that cannot be scored falls back alone.
+
+    Args:
+        groups: the batch's group keys (any hashable: a uid string, a group number), in the order
+            the rollouts go to the core.
+        build: ``build(key)`` -> that group's rollout dicts (docs/method.md §8; each ``uid``
+            must be ``str(key)``, e.g. from :func:`trainer_rollout`); raises :class:`Unscorable`
+            for a group that cannot be scored.
+        config: the method's parameters.
+        clusterer: passed on to :func:`factutil.compute_process_advantages` (reuse one across
+            steps to keep its caches).
+        column: the ``action_columns`` key returned per rollout: ``"advantage"`` (A = A_out +
+            omega * A_proc, for a trainer whose advantages are replaced) or
+            ``"process_advantage"`` (A_proc, for one that adds omega * A_proc to its own).
+        scorer: the core call, ``compute_process_advantages`` when None (looked up at call time).
+
+    Returns:
+        :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
+        fails its validation is in ``fallback`` with the core's reason. When the core call raises,
+        every group built is in ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the
+        exception; nothing is raised.
+    """
+    fallback: dict[K, str] = {}
+    rollouts: list[Mapping[str, Any]] = []
+    keys: dict[str, K] = {}
+    count = 0
+    for key in groups:
+        count += 1
+        try:
+            members = build(key)
+        except Unscorable as reason:
+            fallback[key] = str(reason)
+            continue
+        rollouts.extend(members)
+        keys[str(key)] = key
+    score: BatchScore[K] = BatchScore(None, {}, fallback, count)
+    if not rollouts:
+        return score
+    call = scorer if scorer is not None else api.compute_process_advantages
+    try:
+        result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip")
+    except Exception as error:  # noqa: BLE001 - a bad batch never stops training
+        score.error = error
+        for key in keys.values():
+            fallback.setdefault(key, f"scoring failed: {type(error).__name__}: {error}")
+        return score
+    for uid, reason in result.skipped.items():
+        fallback[keys.get(uid, uid)] = reason
+    score.result = result
+    score.values = result.per_rollout(column)
+    return score
+
+
+def trainer_rollout(
+    *,
+    name: str,
+    uid: str,
+    rollout_id: str,
+    question: Any,
+    golden_answers: Any,
+    actions: list[Any],
+    reward: float | None,
+) -> dict[str, Any]:
+    """One rollout dict (docs/method.md §8) from a trainer's values.
+
+    Args:
+        name: how the fallback reason names the rollout (``"row 3"``, ``"trajectory 'q_0'"``).
+        uid: the group's key as a string; rollout_id: the rollout's, unique in its group.
+        question: the question (any value; its text is used, None gives ``""``).
+        golden_answers: any trainer value holding the gold answers
+            (:func:`factutil.metrics.golden_answers_from`).
+        actions: the rollout's action dicts, in order.
+        reward: the outcome reward R; None leaves it to the core (F1 of the answer).
+
+    Returns:
+        ``{"uid", "question", "golden_answers", "rollout_id", "actions"[, "reward"]}``.
+
+    Raises:
+        Unscorable: no gold answer in ``golden_answers``, or a reward that is not finite.
+    """
+    answers = golden_answers_from(golden_answers)
+    if not answers:
+        raise Unscorable(f"{name} has no golden_answers (got {golden_answers!r})"[:300])
+    rollout: dict[str, Any] = {
+        "uid": uid,
+        "question": question if isinstance(question, str) else str(question or ""),
+        "golden_answers": answers,
+        "rollout_id": rollout_id,
+        "actions": actions,
+    }
+    if reward is not None:
+        reward = float(reward)
+        if not math.isfinite(reward):
+            raise Unscorable(f"{name} has a non-finite reward {reward}")
+        rollout["reward"] = reward
+    return rollout
+
+
+FIXED_ACTION_KEYS = ("kind", "query", "triples", "answer", "error")
+"""The keys of :func:`fixed_key_row`, every action the same."""
+
+
+def fixed_key_row(action: Any) -> dict[str, Any]:
+    """A parsed action with the same keys always (for trainers that store fields per column).
+
+    Args:
+        action: a search, assert, answer or invalid action model.
+
+    Returns:
+        ``{"kind": "search"|"assert"|"answer"|"invalid", "query": str|None,
+        "triples": [[s, r, o], ...]|None, "answer": str|None, "error": str|None}``.
+
+    Raises:
+        TypeError: ``action`` is not an action model.
+    """
+    row = action_row(action)
+    fields: dict[str, Any] = dict.fromkeys(FIXED_ACTION_KEYS)
+    kind = row["action"]
+    fields["kind"] = kind
+    if kind == "search":
+        fields["query"] = row["query"]
+    elif kind == "assert":
+        fields["triples"] = row["triples"]
+    elif kind == "answer":
+        fields["answer"] = row["answer"]
+    else:
+        fields["error"] = row["reason"]
+    return fields
+
+
+def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The action dict (docs/method.md §8 item) of a :func:`fixed_key_row` dict.
+
+    A known kind whose field is missing or of the wrong type is an invalid action (the agent's
+    format error, penalised like any other); an ``assert`` with an empty part becomes one through
+    the core's own input rules.
+
+    Raises:
+        Unscorable: ``fields`` is not a mapping or names no known kind (a data error: the
+            group falls back).
+    """
+    if not isinstance(fields, Mapping):
+        raise Unscorable(f"action must be a mapping, got {type(fields).__name__}")
+    kind = fields.get("kind")
+    if kind == "search" and isinstance(fields.get("query"), str):
+        return {"action": "search", "query": fields["query"]}
+    if kind == "assert" and isinstance(fields.get("triples"), (list, tuple)):
+        return {"action": "assert", "triples": [list(t) for t in fields["triples"]]}
+    if kind == "answer" and isinstance(fields.get("answer"), str):
+        return {"action": "answer", "answer": fields["answer"]}
+    if kind in ("search", "assert", "answer", "invalid"):
+        reason = fields.get("error") or f"malformed {kind} action"
+        return {"action": "invalid", "raw": "", "reason": str(reason)}
+    raise Unscorable(f"unknown action kind {kind!r}")
+
+
+def checked_spans(given: Any, actions: int) -> np.ndarray:
+    """A rollout's recorded ``[start, end)`` token spans, one per action, checked.
+
+    Args:
+        given: a sequence of ``[start, end)`` pairs of ints.
+        actions: how many actions the rollout has.
+
+    Returns:
+        int64 (actions, 2).
+
+    Raises:
+        ValueError: not pairs of ints with ``0 <= start <= end``, another count than
+            ``actions``, or spans out of order or overlapping (the message says which).
+    """
+    pairs = list(given) if isinstance(given, (list, tuple)) else None
+    if pairs is None or not all(
+        isinstance(pair, (list, tuple))
+        and len(pair) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+        and 0 <= pair[0] <= pair[1]
+        for pair in pairs
+    ):
+        raise ValueError(
+            f"spans must be [start, end) pairs of ints with 0 <= start <= end, got {given!r}"[:300]
+        )
+    if len(pairs) != actions:
+        raise ValueError(f"{len(pairs)} spans for {actions} actions")
+    spans = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    if np.any(spans[1:, 0] < spans[:-1, 1]):
+        raise ValueError(
+            f"spans must be in order and must not overlap, got {spans.tolist()}"
+        )
+    return spans
+
+
+def left_pad(contexts: Sequence[Sequence[int]], pad: int) -> tuple[Any, Any]:
+    """Token id lists left-padded into one batch, as ``generate`` of a causal LM takes them.
+
+    Args:
+        contexts: per row, its token ids (at least one row).
+        pad: the id written before each shorter row.
+
+    Returns:
+        ``(input_ids, attention_mask)``: torch int64 (B, W), W the longest row; the mask is 1 on
+        each row's own tokens.
+    """
+    import torch
+
+    width = max(len(ids) for ids in contexts)
+    input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
+    return input_ids, attention
+
+
+def batch_metrics(
+    result: ProcessAdvantages | None, groups: int, fallback: Mapping[Any, str]
+) -> dict[str, float]:
+    """The ``factutil/*`` metrics of one trainer step, every value a finite float.
+
+    Args:
+        result: the core's result of the step (None when nothing was scored).
+        groups: the batch's group count.
+        fallback: group -> reason, every group that kept the trainer's advantages.
+
+    Returns:
+        ``factutil/groups``, ``groups_scored``, ``groups_fallback`` (the trainer's groups); with
+        a result, each of its other numeric ``metrics`` as ``factutil/<name>`` (stage times ``time_<stage>_s`` as
+        ``factutil/time_<stage>_ms``, in milliseconds) and ``factutil/utility_spread`` (max -
+        min utility).
+    """
+    metrics: dict[str, float] = {}
+    if result is not None:
+        found = result.metrics
+        for name, value in found.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if name.startswith("time_") and name.endswith("_s"):
+                metrics[f"factutil/{name[:-2]}_ms"] = 1000.0 * float(value)
+            else:
+                metrics[f"factutil/{name}"] = float(value)
+        metrics["factutil/utility_spread"] = float(
+            found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
+        )
+    # the trainer's groups, not only those that reached the core (its own "groups" metric)
+    metrics["factutil/groups"] = float(groups)
+    metrics["factutil/groups_scored"] = float(groups - len(fallback))
+    metrics["factutil/groups_fallback"] = float(len(fallback))
+    return {name: value if math.isfinite(value) else 0.0 for name, value in metrics.items()}
+
+
+def warn_fallback(
+    log: logging.Logger,
+    fallback: Mapping[Any, str],
+    kept: str,
+    metric: str,
+    *,
+    every: str | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """The step's one warning naming the groups that kept the trainer's advantages.
+
+    Args:
+        log: the adapter's logger.
+        fallback: group -> reason (nothing is logged when empty and ``every`` is None).
+        kept: what they kept (``"verl's GRPO advantages"``).
+        metric: the metric that counts them (``"factutil/groups_fallback"``).
+        every: when the whole batch kept them, why (the message then says "every group").
+        error: the exception behind the fallback, logged with its traceback.
+    """
+    if not fallback and every is None:
+        return
+    reasons = [f"group {group!r}: {reason}" for group, reason in sorted(fallback.items())]
+    log.warning(
+        "factutil: %s kept %s (%s): %s%s",
+        "every group" if every is not None else f"{len(fallback)} group(s)",
+        kept,
+        metric,
+        every if every is not None else "; ".join(reasons[:3]),
+        " ..." if every is None and len(reasons) > 3 else "",
+        exc_info=error,
+    )

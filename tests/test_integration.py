@@ -1,0 +1,182 @@
+"""factutil.integration: the surface every trainer adapter calls (batch score with per-group
+fallback, rollouts from trainer values, action rows, spans, metrics, the one warning)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from factutil import compute_process_advantages
+from factutil.integration import (
+    Unscorable,
+    action_row,
+    batch_metrics,
+    checked_spans,
+    fixed_key_row,
+    left_pad,
+    row_of_fixed_keys,
+    score_batch,
+    trainer_rollout,
+    warn_fallback,
+)
+from factutil.parse import parse_action
+from factutil.schema import FactUtilConfig
+
+EXACT = FactUtilConfig(mode="exact")
+FACT = ["Polish-Russian War", "director", "Xawery Żuławski"]
+
+
+def _group(uid: str, rewards: tuple[float, float]) -> list[dict]:
+    return [
+        trainer_rollout(
+            name=f"{uid}/{i}",
+            uid=uid,
+            rollout_id=str(i),
+            question="Who directed Polish-Russian War?",
+            golden_answers={"target": ["Xawery Żuławski"]},
+            actions=[
+                {"action": "search", "query": "Polish-Russian War"},
+                {"action": "assert", "triples": [FACT]},
+                {"action": "answer", "answer": "Xawery Żuławski" if reward else "Bob"},
+            ],
+            reward=reward,
+        )
+        for i, reward in enumerate(rewards)
+    ]
+
+
+def test_score_batch_scores_the_good_groups_once_and_names_each_fallback():
+    def build(key: int) -> list[dict]:
+        if key == 1:
+            raise Unscorable("row 4 has no payload")
+        rollouts = _group(str(key), (1.0, 0.0))
+        if key == 2:  # fails the core's validation: the core skips it, the others are scored
+            rollouts[1]["rollout_id"] = "0"
+        return rollouts
+
+    batch = score_batch([0, 1, 2, 3], build, EXACT, column="advantage")
+    assert batch.groups == 4 and batch.error is None
+    assert set(batch.fallback) == {1, 2}  # the caller's keys, ints, not the core's uid strings
+    assert batch.fallback[1] == "row 4 has no payload"
+    assert set(batch.values) == {("0", "0"), ("0", "1"), ("3", "0"), ("3", "1")}
+    reference = compute_process_advantages(_group("0", (1.0, 0.0)) + _group("3", (1.0, 0.0)), EXACT)
+    for key, values in reference.per_rollout("advantage").items():
+        assert batch.values[key].tobytes() == values.tobytes()
+    # Same facts, same searches: the two rollouts differ by their outcome alone, so each action
+    # of the right one gets +a and of the wrong one -a (A_out is symmetric for R = 1, 0).
+    right, wrong = batch.values[("0", "0")], batch.values[("0", "1")]
+    assert right[0] > 0 and right[0] == pytest.approx(-wrong[0])
+
+
+def test_score_batch_never_raises_when_the_core_call_does():
+    def broken(*args, **kwargs):
+        raise MemoryError("simulated")
+
+    batch = score_batch(["a", "b"], lambda key: _group(key, (1.0, 0.0)), EXACT, scorer=broken)
+    assert batch.result is None and batch.values == {}
+    assert isinstance(batch.error, MemoryError)
+    assert batch.fallback == {
+        "a": "scoring failed: MemoryError: simulated",
+        "b": "scoring failed: MemoryError: simulated",
+    }
+    empty = score_batch(["a"], lambda key: (_ for _ in ()).throw(Unscorable("no rows")), EXACT)
+    assert empty.result is None and empty.fallback == {"a": "no rows"} and empty.groups == 1
+
+
+def test_trainer_rollout_reads_gold_from_any_trainer_value_and_refuses_a_bad_reward():
+    rollout = trainer_rollout(
+        name="row 0", uid="7", rollout_id="0", question=None,
+        golden_answers='["Paris", "paris"]', actions=[], reward=None,
+    )
+    assert rollout == {
+        "uid": "7", "question": "", "golden_answers": ["Paris", "paris"], "rollout_id": "0",
+        "actions": [],
+    }
+    with pytest.raises(Unscorable, match="row 3 has no golden_answers"):
+        trainer_rollout(name="row 3", uid="7", rollout_id="3", question="q",
+                        golden_answers={"label": "x"}, actions=[], reward=1.0)
+    with pytest.raises(Unscorable, match="row 2 has a non-finite reward nan"):
+        trainer_rollout(name="row 2", uid="7", rollout_id="2", question="q",
+                        golden_answers=["x"], actions=[], reward=float("nan"))
+
+
+def test_fixed_key_rows_have_the_same_keys_always_and_read_back():
+    texts = [
+        '{"action": "search", "query": "Z director"}',
+        '{"action": "assert", "facts": [["Z", "director", "Ann"]]}',
+        '{"action": "answer", "answer": "Ann"}',
+        '{"action": "lookup"}',
+    ]
+    rows = [fixed_key_row(parse_action(text)) for text in texts]
+    assert all(list(row) == ["kind", "query", "triples", "answer", "error"] for row in rows)
+    assert rows[0] == {"kind": "search", "query": "Z director", "triples": None, "answer": None,
+                       "error": None}
+    assert rows[1]["triples"] == [["Z", "director", "Ann"]]
+    assert rows[3]["kind"] == "invalid" and rows[3]["error"].startswith("unknown action")
+    assert [row_of_fixed_keys(row) for row in rows[:3]] == [
+        {"action": "search", "query": "Z director"},
+        {"action": "assert", "triples": [["Z", "director", "Ann"]]},
+        {"action": "answer", "answer": "Ann"},
+    ]
+    assert row_of_fixed_keys(rows[3])["action"] == "invalid"
+    assert row_of_fixed_keys({"kind": "answer", "answer": None}) == {
+        "action": "invalid", "raw": "", "reason": "malformed answer action"
+    }
+    with pytest.raises(Unscorable, match="unknown action kind 'x'"):
+        row_of_fixed_keys({"kind": "x"})
+    assert action_row(parse_action(texts[1])) == {
+        "action": "assert", "triples": [["Z", "director", "Ann"]]
+    }
+    with pytest.raises(TypeError):
+        fixed_key_row({"action": "answer"})
+
+
+@pytest.mark.parametrize("given,actions,problem", [
+    ([[0, 2], [1, 4]], 2, "spans must be in order and must not overlap"),
+    ([[0, 2]], 2, "1 spans for 2 actions"),
+    ([[3, 2]], 1, "spans must be [start, end) pairs of ints"),
+    ([[0, True]], 1, "spans must be [start, end) pairs of ints"),
+    ("0-2", 1, "spans must be [start, end) pairs of ints"),
+])
+def test_checked_spans_names_each_problem(given, actions, problem):
+    with pytest.raises(ValueError, match=problem.replace("[", r"\[").replace(")", r"\)")):
+        checked_spans(given, actions)
+
+
+def test_checked_spans_and_left_pad_by_hand():
+    spans = checked_spans([[2, 5], [5, 5], [7, 9]], 3)
+    assert spans.dtype == np.int64 and spans.tolist() == [[2, 5], [5, 5], [7, 9]]
+    input_ids, attention = left_pad([[5, 6, 7], [9]], pad=0)
+    assert input_ids.tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert attention.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_batch_metrics_and_the_one_warning(caplog):
+    result = compute_process_advantages(_group("0", (1.0, 0.0)), EXACT)
+    metrics = batch_metrics(result, 3, {1: "a", 2: "b"})
+    assert metrics["factutil/groups"] == 3.0 and metrics["factutil/groups_fallback"] == 2.0
+    assert metrics["factutil/groups_scored"] == 1.0
+    assert metrics["factutil/time_cluster_ms"] == 1000.0 * result.metrics["time_cluster_s"]
+    assert "factutil/time_cluster_s" not in metrics
+    assert metrics["factutil/utility_spread"] == pytest.approx(
+        result.metrics["utility_max"] - result.metrics["utility_min"]
+    )
+    assert all(np.isfinite(value) for value in metrics.values())
+    assert batch_metrics(None, 2, {}) == {
+        "factutil/groups": 2.0, "factutil/groups_scored": 2.0, "factutil/groups_fallback": 0.0
+    }
+    log = logging.getLogger("factutil.test_integration")
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        warn_fallback(log, {}, "the trainer's advantages", "factutil/groups_fallback")
+        assert caplog.records == []
+        reasons = {3: "c", 1: "a", 4: "d", 2: "b"}
+        warn_fallback(log, reasons, "the trainer's advantages", "factutil/groups_fallback")
+        warn_fallback(log, {}, "the trainer's advantages", "factutil/skipped", every="boom")
+    first, second = (r.getMessage() for r in caplog.records)
+    assert first == (
+        "factutil: 4 group(s) kept the trainer's advantages (factutil/groups_fallback): "
+        "group 1: a; group 2: b; group 3: c ..."
+    )
+    assert second == "factutil: every group kept the trainer's advantages (factutil/skipped): boom"
