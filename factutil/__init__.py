@@ -14,6 +14,7 @@ from factutil.api import (
 from factutil.cluster import ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.io import InputError, read_groups, read_rollouts
 from factutil.metrics import exact_match, f1, normalize_answer
+from factutil.prepare import PreparedFacts, prepare_facts
 from factutil.schema import (
     Action,
     AnswerAction,
@@ -41,6 +42,7 @@ __all__ = [
     "Group",
     "InputError",
     "InvalidAction",
+    "PreparedFacts",
     "ProcessAdvantages",
     "RawAction",
     "Rollout",
@@ -55,6 +57,7 @@ __all__ = [
     "make_clusterer",
     "normalize_answer",
     "outcome_advantages",
+    "prepare_facts",
     "process_advantages",
     "read_groups",
     "read_rollouts",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from factutil.result import (
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
 from factutil.utility import batch_utilities
 
+if TYPE_CHECKING:
+    from factutil.prepare import PreparedFacts
+
 __all__ = [
     "CLUSTERING_FIELDS", "ActionRecord", "ClusterRecord", "ProcessAdvantages", "RolloutRecord",
     "check_clusterer", "compute_process_advantages", "gc_paused",
@@ -53,6 +56,7 @@ def compute_process_advantages(
     *,
     clusterer: Clusterer | None = None,
     on_invalid_group: str = "raise",
+    prepared: PreparedFacts | Sequence[PreparedFacts] | None = None,
 ) -> ProcessAdvantages:
     """Per-action advantages A = A_out + omega * A_proc for a batch of groups (docs/method.md §1–§5).
 
@@ -70,6 +74,13 @@ def compute_process_advantages(
         on_invalid_group: ``"raise"`` (default) raises on the first group that fails validation;
             ``"skip"`` leaves such groups out, lists them in ``skipped`` with the reason and logs a
             warning, so a trainer can fall back to outcome-only advantages for them alone.
+        prepared: per-fact work done elsewhere (:func:`factutil.prepare.prepare_facts`, e.g. in
+            the rollout workers): one :class:`~factutil.prepare.PreparedFacts` or several. The
+            step takes the texts, vectors and analyses it finds there and computes the rest;
+            results are the same bit for bit. Work made for another embedder, template, filters
+            or key edges is ignored with one warning. ``metrics["cluster_prepared_facts"]``
+            counts the facts found, ``cluster_prepared_ignored`` the items ignored and
+            ``cluster_cache_misses`` the texts the model still embedded.
 
     Returns:
         :class:`ProcessAdvantages`; ``advantages`` is float32 (N,) over all N input actions in
@@ -95,7 +106,7 @@ def compute_process_advantages(
     # A step allocates ~10 objects per action and frees them together; generational collections
     # in the middle of it cost more than half of validation time, and find no cycles to free.
     with gc_paused(config.pause_gc):
-        return _compute(groups, config, clusterer, on_invalid_group)
+        return _compute(groups, config, clusterer, on_invalid_group, prepared)
 
 
 CLUSTERING_FIELDS = (
@@ -142,6 +153,7 @@ def _compute(
     config: FactUtilConfig,
     clusterer: Clusterer | None,
     on_invalid_group: str,
+    prepared: PreparedFacts | Sequence[PreparedFacts] | None = None,
 ) -> ProcessAdvantages:
     """The body of :func:`compute_process_advantages` (config already validated)."""
     started = time.perf_counter()
@@ -168,6 +180,13 @@ def _compute(
     # 2. Clusters (docs/method.md §2).
     clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
+    if prepared is not None:
+        add_prepared = getattr(clusterer, "add_prepared", None)
+        if add_prepared is not None:
+            add_prepared(prepared, warn=warn)
+        else:
+            warn(f"prepared facts ignored: {type(clusterer).__name__} takes none "
+                 f"(no add_prepared method)")
     labels = clusterer.cluster_batch(prep.facts)
     timings["cluster"] = time.perf_counter() - clock
 

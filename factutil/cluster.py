@@ -14,9 +14,10 @@ depend on the order of rollouts, actions or triples.
 
 from __future__ import annotations
 
+import logging
 import time
 import unicodedata
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import chain, count
@@ -37,6 +38,7 @@ from factutil.linkage import (  # noqa: F401  (_exact_similarity: re-exported fo
 from factutil.schema import Triple
 
 DEFAULT_TEMPLATE = "{subject} | {relation} | {object}"
+_logger = logging.getLogger("factutil")
 _PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact
 
 
@@ -174,10 +176,29 @@ class ExactClusterer:
 
     def __init__(self) -> None:
         self.metrics: dict[str, float] = {}
+        self._prepared: set[tuple[str, str, str]] = set()
+
+    def add_prepared(self, prepared: Any, warn: Callable[[str], None] | None = None) -> None:
+        """Take per-fact work done elsewhere (see :meth:`SemanticClusterer.add_prepared`). Exact
+        clusters use no vector and no analysis, so nothing of the work can change a result: its
+        facts are only counted in the next call's ``metrics["prepared_facts"]`` (``warn`` is
+        never called; ``prepared_ignored`` stays 0).
+
+        Raises:
+            TypeError: an item is not a PreparedFacts.
+        """
+        for item in _prepared_list(prepared):
+            self._prepared.update(item.parts)
 
     def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]]) -> list[np.ndarray]:
         """One label per fact: ``arange(n)``, since the facts' texts are distinct and sorted."""
-        self.metrics = {"facts": float(sum(len(facts) for facts in facts_per_group))}
+        prepared, self._prepared = self._prepared, set()
+        self.metrics = {
+            "facts": float(sum(len(facts) for facts in facts_per_group)),
+            "prepared_facts": float(sum(_PARTS(fact) in prepared
+                                        for facts in facts_per_group for fact in facts)),
+            "prepared_ignored": 0.0,
+        }
         return [np.arange(len(facts), dtype=np.int64) for facts in facts_per_group]
 
 
@@ -256,6 +277,9 @@ class SemanticClusterer:
         self._pairs: OrderedDict[int, str] = OrderedDict()
         self._memo_for: tuple[str, tuple[str, ...]] | None = None
         self._serials = count()
+        # What add_prepared gave for the next call: the facts' parts, and the items ignored.
+        self._prepared: set[tuple[str, str, str]] = set()
+        self._prepared_ignored = 0
         self.metrics: dict[str, float] = {}
 
     def warmup(self) -> None:
@@ -266,6 +290,76 @@ class SemanticClusterer:
 
             analyze("warm up", "length", "5 km")
 
+    def _check_memo(self) -> None:
+        """Empty the fact and pair memos when the template or the filters changed."""
+        config = self.config
+        if self._memo_for != (config.triple_template, tuple(config.filters)):
+            self._records.clear()
+            self._pairs.clear()
+            self._memo_for = (config.triple_template, tuple(config.filters))
+
+    def add_prepared(
+        self, prepared: Any, warn: Callable[[str], None] | None = None
+    ) -> None:
+        """Take per-fact work done elsewhere (:func:`factutil.prepare.prepare_facts`) for the next
+        :meth:`cluster_batch` call.
+
+        Each fact's text and analysis enter the fact memo and its vector the embedding cache
+        (under the embedder's name); the next call then computes only what is missing, with the
+        same result bit for bit. Its ``metrics`` count ``prepared_facts`` (facts of the call
+        found in the work given) and ``prepared_ignored`` (items made for another embedder,
+        template, filters or key edges: see :meth:`~factutil.prepare.PreparedFacts.mismatch`);
+        ``cache_misses`` counts the texts the model still embedded. Vectors beyond the cache's
+        bounds are dropped (and embedded again) as any other entry would be.
+
+        Args:
+            prepared: a :class:`~factutil.prepare.PreparedFacts` or a sequence of them.
+            warn: called once with a message when some item is ignored; None = the
+                ``factutil`` logger's warning.
+
+        Raises:
+            TypeError: an item is not a PreparedFacts.
+        """
+        items, ignored = [], Counter()
+        for item in _prepared_list(prepared):
+            reason = item.mismatch(self.config, self.embedder.name)
+            if reason is None:
+                items.append(item)
+            else:
+                ignored[reason] += 1
+        self._prepared_ignored += ignored.total()
+        if ignored:
+            (warn or _logger.warning)(
+                f"{ignored.total()} prepared fact set(s) ignored, made for another config or "
+                f"embedder (their facts are computed here): "
+                + "; ".join(f"{count} with {reason}" for reason, count in sorted(ignored.items()))
+            )
+        if not items:
+            return
+        self._check_memo()
+        analyse = bool(self.config.filters) or self.config.key_edges
+        name = self.embedder.name
+        store = self._records
+        limit = self.config.cache_max_entries
+        for item in items:
+            analyses = item.analyses if analyse else None
+            records = analyses is not None or not analyse  # without analyses: computed here
+            vectors = item.vectors
+            for row, key in enumerate(item.parts):
+                self._prepared.add(key)
+                if records:
+                    record = store.get(key)
+                    if record is None or (analyse and record.features is None):
+                        features = analyses[row] if analyse else None
+                        store[key] = _FactRecord(
+                            item.texts[row], features, hash(features.key) if analyse else 0,
+                            next(self._serials),
+                        )
+                        if len(store) > limit:
+                            store.popitem(last=False)
+                if vectors is not None:
+                    self.cache.put(name, item.texts[row], vectors[row])
+
     def _fact_records(
         self, parts: Sequence[tuple[str, str, str]], analyse: bool
     ) -> list[_FactRecord]:
@@ -274,10 +368,7 @@ class SemanticClusterer:
         from factutil.filters import analyze
 
         config = self.config
-        if self._memo_for != (config.triple_template, tuple(config.filters)):
-            self._records.clear()
-            self._pairs.clear()
-            self._memo_for = (config.triple_template, tuple(config.filters))
+        self._check_memo()
         template = config.triple_template
         limit = config.cache_max_entries
         store = self._records
@@ -370,8 +461,12 @@ class SemanticClusterer:
         ends = (starts + sizes).tolist()
         per_group = [labels[start:end] for start, end in zip(starts.tolist(), ends)]
         timings["linkage"] = time.perf_counter() - clock
+        prepared, self._prepared = self._prepared, set()
+        ignored, self._prepared_ignored = self._prepared_ignored, 0
         self.metrics = {
             "facts": float(n),
+            "prepared_facts": float(sum(key in prepared for key in parts)) if prepared else 0.0,
+            "prepared_ignored": float(ignored),
             "texts_embedded": float(len(row_of)),
             "cache_hits": float(self.cache.hits - hits),
             "cache_misses": float(self.cache.misses - misses),
@@ -429,6 +524,24 @@ class SemanticClusterer:
             return None
 
         return veto, vetoes
+
+
+def _prepared_list(prepared: Any) -> list[Any]:
+    """``prepared`` as a list of :class:`~factutil.prepare.PreparedFacts` (one or a sequence).
+
+    Raises:
+        TypeError: an item is not a PreparedFacts.
+    """
+    # Known by its fields, not its class: factutil.prepare builds on this module.
+    def is_prepared(item: Any) -> bool:
+        return all(hasattr(item, name) for name in ("parts", "texts", "vectors", "mismatch"))
+
+    items = [prepared] if is_prepared(prepared) else list(prepared)
+    for index, item in enumerate(items):
+        if not is_prepared(item):
+            raise TypeError(f"prepared[{index}] must be a PreparedFacts, got "
+                            f"{type(item).__name__}")
+    return items
 
 
 class _LazyKeys(Sequence):

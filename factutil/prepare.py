@@ -1,0 +1,427 @@
+"""Per-fact work off the critical path: one rollout's facts -> :class:`PreparedFacts` (docs/method.md §2.1–§2.4).
+
+Everything the clustering step does per fact, rather than per pair or per group, depends on that
+fact alone: its normalised text (§2.1), its embedding (§2.2; a vector never depends on the texts
+embedded with it) and its filter analysis (§2.4; read from its own parts). :func:`prepare_facts`
+does that work for one rollout, trajectory or list of triples, wherever it runs (a trainer's
+rollout worker, a reward worker, another process), and returns it as a small picklable value.
+:func:`factutil.compute_process_advantages` (``prepared=``) and
+:meth:`factutil.cluster.SemanticClusterer.add_prepared` take it: the batch step uses what it is
+given and computes what is missing itself, with the same results bit for bit (the vectors come
+from the same embedder through the same :func:`~factutil.embed.embed_unique` path, the analyses
+from the same :func:`~factutil.filters.analyze`).
+
+A :class:`PreparedFacts` is valid for the configs with its ``template`` and, for semantic
+clustering, its ``embedder`` name, ``filters`` and ``key_edges``
+(:meth:`PreparedFacts.mismatch`); the clusterer ignores any other, counts it and warns once.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from factutil.actions import Action, AssertAction, Triple
+from factutil.cluster import Fact, fact_text
+from factutil.config import FactUtilConfig
+from factutil.embed import Embedder, embed_unique, make_embedder
+from factutil.errors import error_messages, short
+from factutil.filters import FactFeatures, analyze
+from factutil.load import _fast_row, rollout_row
+from factutil.schema import Rollout, coerce_action
+
+__all__ = ["PreparedFacts", "merge_prepared", "prepare_facts"]
+
+_FEATURE_FIELDS = tuple(f.name for f in fields(FactFeatures))
+_ANALYSIS_FIELDS = _FEATURE_FIELDS[3:]  # the parts (subject, relation, object) are kept once
+_VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedFacts:
+    """The per-fact work of some facts (docs/method.md §2.1–§2.4), as the batch step takes it.
+
+    Facts are distinct by their exact parts and sorted by them (letter case counts: the filter
+    analysis reads it); n is their number.
+
+    Attributes:
+        embedder: ``Embedder.name`` of the model that made ``vectors``; None without vectors.
+        template: the triple template the texts were made with (``config.triple_template``).
+        filters: ``config.filters`` of the config it was made for (tuple of names).
+        key_edges: ``config.key_edges`` of that config.
+        parts: n ``(subject, relation, object)`` tuples of str.
+        texts: n normalised texts (:func:`~factutil.cluster.fact_text`).
+        vectors: float32 (n, d), read-only, L2-normalised, row i for ``texts[i]``; None in exact
+            mode.
+        analyses: n :class:`~factutil.filters.FactFeatures` (plain values, no cache); None when
+            neither a filter nor key edges need them (exact mode, ``filters=[]`` without
+            ``key_edges``).
+
+    Size: pickled (:meth:`to_bytes` is the same form), a fact costs its vector (4·d bytes: 1,536
+    for MiniLM's 384 dimensions) plus its parts, text and analysis: 1,770 bytes per fact in all,
+    234 without the vector, measured over the 1,536 rollouts of benchmark workload M, one
+    PreparedFacts per rollout (6,054 facts; a plain pickle of the same fields takes 1,786). The
+    analyses travel as plain tuples of their fields; loading rebuilds each ``FactFeatures``,
+    and a per-rollout item's fixed cost weighs more than its facts: merge items
+    (:func:`merge_prepared`) before shipping many together.
+
+    Raises:
+        ValueError: inconsistent fields (lengths, dtype, shape), naming the field and the value.
+    """
+
+    embedder: str | None
+    template: str
+    filters: tuple[str, ...]
+    key_edges: bool
+    parts: tuple[tuple[str, str, str], ...]
+    texts: tuple[str, ...]
+    vectors: np.ndarray | None
+    analyses: tuple[FactFeatures, ...] | None
+
+    def __post_init__(self) -> None:
+        n = len(self.parts)
+        if len(self.texts) != n:
+            raise ValueError(f"PreparedFacts: texts has {len(self.texts)} entries, expected {n} "
+                             f"(one per fact)")
+        if self.vectors is not None:
+            vectors = self.vectors
+            if not isinstance(vectors, np.ndarray) or vectors.dtype != np.float32 \
+                    or vectors.ndim != 2 or len(vectors) != n:
+                shown = (f"{vectors.dtype} {vectors.shape}" if isinstance(vectors, np.ndarray)
+                         else type(vectors).__name__)
+                raise ValueError(f"PreparedFacts: vectors must be float32 ({n}, d), got {shown}")
+            if self.embedder is None:
+                raise ValueError("PreparedFacts: vectors given with embedder None (name the model)")
+            if vectors.flags.writeable:
+                vectors = vectors.copy()
+                vectors.setflags(write=False)
+                object.__setattr__(self, "vectors", vectors)
+        if self.analyses is not None and len(self.analyses) != n:
+            raise ValueError(f"PreparedFacts: analyses has {len(self.analyses)} entries, "
+                             f"expected {n} (one per fact)")
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __repr__(self) -> str:
+        width = None if self.vectors is None else self.vectors.shape[1]
+        return (f"PreparedFacts(facts={len(self)}, embedder={self.embedder!r}, dims={width}, "
+                f"analyses={self.analyses is not None}, template={self.template!r}, "
+                f"filters={self.filters!r}, key_edges={self.key_edges!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PreparedFacts):
+            return NotImplemented
+        same_vectors = (self.vectors is None and other.vectors is None) or (
+            self.vectors is not None and other.vectors is not None
+            and self.vectors.shape == other.vectors.shape
+            and np.array_equal(self.vectors, other.vectors))
+        return same_vectors and self._head() == other._head() and (
+            self.parts, self.texts, self.analyses) == (other.parts, other.texts, other.analyses)
+
+    __hash__ = None  # type: ignore[assignment]  # holds an array
+
+    def _head(self) -> tuple[Any, ...]:
+        return (self.embedder, self.template, self.filters, self.key_edges)
+
+    def mismatch(self, config: FactUtilConfig, embedder_name: str | None) -> str | None:
+        """Why this work does not fit a clusterer with ``config`` and embedder ``embedder_name``,
+        or None when it fits: the template must be equal and, in semantic mode, the embedder
+        name, the filters and ``key_edges`` too."""
+        wanted = [("template", self.template, config.triple_template)]
+        if config.mode == "semantic":
+            wanted += [("embedder", self.embedder, embedder_name),
+                       ("filters", self.filters, tuple(config.filters)),
+                       ("key_edges", self.key_edges, config.key_edges)]
+        for name, mine, theirs in wanted:
+            if mine != theirs:
+                return f"{name} {short(mine)}, the clusterer's is {short(theirs)}"
+        return None
+
+    # --- compact pickling -------------------------------------------------------------------
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        vectors = None
+        if self.vectors is not None:
+            vectors = (self.vectors.shape[1], self.vectors.tobytes())
+        analyses = None
+        if self.analyses is not None:
+            analyses = tuple(tuple(getattr(f, name) for name in _ANALYSIS_FIELDS)
+                             for f in self.analyses)
+        return _restore, (1, self._head(), self.parts, self.texts, vectors, analyses)
+
+    def to_bytes(self) -> bytes:
+        """The compact pickled form (pickle protocol 5); :meth:`from_bytes` reads it back."""
+        return pickle.dumps(self, protocol=5)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PreparedFacts:
+        """Read :meth:`to_bytes`' output. Only this module's own restore function may run while
+        loading (no other callable of a pickle is accepted), and every field is validated.
+
+        Raises:
+            ValueError: not the bytes of a PreparedFacts (the message says what was found).
+        """
+        try:
+            value = _RestrictedUnpickler(io.BytesIO(data)).load()
+        except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as error:
+            raise ValueError(f"PreparedFacts.from_bytes: not a PreparedFacts ({error})") from None
+        if not isinstance(value, PreparedFacts):
+            raise ValueError(f"PreparedFacts.from_bytes: got {type(value).__name__}, "  # noqa: TRY004
+                             f"expected PreparedFacts")  # the bytes are the bad value
+        return value
+
+    @classmethod
+    def merge(cls, items: Iterable[PreparedFacts]) -> PreparedFacts:
+        """One :class:`PreparedFacts` from several (see :func:`merge_prepared`)."""
+        return merge_prepared(items)
+
+
+def _restore(version: int, head: tuple[Any, ...], parts: Any, texts: Any, vectors: Any,
+             analyses: Any) -> PreparedFacts:
+    if version != 1:
+        raise ValueError(f"PreparedFacts: unknown format version {version!r}")
+    embedder, template, filters, key_edges = head
+    parts = tuple(tuple(p) for p in parts)
+    array = None
+    if vectors is not None:
+        dims, raw = vectors
+        array = np.frombuffer(raw, dtype=np.float32).reshape(len(parts), dims)
+    features = None
+    if analyses is not None:
+        if len(analyses) != len(parts):
+            raise ValueError(f"PreparedFacts: analyses has {len(analyses)} entries, expected "
+                             f"{len(parts)} (one per fact)")
+        features = tuple(FactFeatures(*p, *a) for p, a in zip(parts, analyses))
+    return PreparedFacts(embedder, template, tuple(filters), bool(key_edges), parts,
+                         tuple(texts), array, features)
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == (__name__, "_restore"):
+            return _restore
+        raise pickle.UnpicklingError(f"refused global {module}.{name}")
+
+
+def merge_prepared(items: Iterable[PreparedFacts]) -> PreparedFacts:
+    """The union of several :class:`PreparedFacts` made for one config and embedder.
+
+    Facts present in several items are kept once (their work is equal: it depends on the fact
+    alone); the result is sorted by parts, so it does not depend on the order of ``items``.
+
+    Raises:
+        ValueError: no item, or items made for different embedders, templates, filters or
+            ``key_edges``, or with and without analyses (the message names the field and both
+            values).
+        TypeError: an item is not a PreparedFacts.
+    """
+    items = list(items)
+    if not items:
+        raise ValueError("merge_prepared: no PreparedFacts given")
+    for index, item in enumerate(items):
+        if not isinstance(item, PreparedFacts):
+            raise TypeError(f"merge_prepared: items[{index}] is {type(item).__name__}, "
+                            f"expected PreparedFacts")
+    first = items[0]
+    for index, item in enumerate(items[1:], 1):
+        for name, mine, theirs in zip(("embedder", "template", "filters", "key_edges"),
+                                      first._head(), item._head()):
+            if mine != theirs:
+                raise ValueError(f"merge_prepared: items[{index}].{name} is {short(theirs)}, "
+                                 f"items[0].{name} is {short(mine)}")
+        if (item.analyses is None) != (first.analyses is None):
+            raise ValueError(f"merge_prepared: items[{index}] has "
+                             f"{'no ' if item.analyses is None else ''}analyses, items[0] "
+                             f"{'has none' if first.analyses is None else 'has'}")
+    where: dict[tuple[str, str, str], tuple[int, int]] = {}
+    for index, item in enumerate(items):
+        for row, key in enumerate(item.parts):
+            where.setdefault(key, (index, row))
+    order = sorted(where)
+    picks = [where[key] for key in order]
+    vectors = None
+    if first.vectors is not None:
+        dims = {item.vectors.shape[1] for item in items if len(item)}
+        if len(dims) > 1:
+            raise ValueError(f"merge_prepared: vectors of different widths {sorted(dims)}")
+        width = dims.pop() if dims else first.vectors.shape[1]
+        vectors = np.empty((len(order), width), dtype=np.float32)
+        for position, (index, row) in enumerate(picks):
+            vectors[position] = items[index].vectors[row]
+    analyses = None
+    if first.analyses is not None:
+        analyses = tuple(items[index].analyses[row] for index, row in picks)
+    return PreparedFacts(
+        first.embedder, first.template, first.filters, first.key_edges, tuple(order),
+        tuple(items[index].texts[row] for index, row in picks), vectors, analyses,
+    )
+
+
+FactsInput = Rollout | Mapping[str, Any] | Iterable[Any]
+
+
+def prepare_facts(
+    facts: FactsInput,
+    config: FactUtilConfig | Mapping[str, Any] | None = None,
+    *,
+    embedder: Embedder | None = None,
+    clusterer: Any = None,
+) -> PreparedFacts:
+    """The per-fact work of one rollout or trajectory (docs/method.md §2.1–§2.4), for the batch step.
+
+    Method: the distinct triples (by exact parts) of ``facts`` are read in sorted order; each
+    gets its normalised text under ``config.triple_template``; in semantic mode the distinct
+    texts are embedded by :func:`~factutil.embed.embed_unique` with the embedder the clusterer
+    would use (the same vectors, bit for bit, as the batch step would compute: a vector never
+    depends on the texts embedded with it) and, when ``config.filters`` or ``config.key_edges``
+    need it, each triple is analysed (:func:`~factutil.filters.analyze`). Of a rollout only the
+    actions the batch step reads count: those before the answer and within ``config.max_turns``.
+
+    Args:
+        facts: a rollout (a :class:`~factutil.schema.Rollout` or a docs/method.md §8 rollout
+            dict, ``actions`` required) or a trajectory: an iterable whose items are action dicts
+            or models (structured or ``{"raw": ...}``, parsed as the loader parses them; the
+            triples of ``assert`` actions are taken) or triples (:class:`~factutil.schema.Triple`,
+            :class:`~factutil.cluster.Fact`, ``[s, r, o]`` lists, tuples).
+        config: a :class:`FactUtilConfig`, a mapping of its fields, or None: the clusterer's
+            config when one is given, else the defaults.
+        embedder: the embedder to use; None = the clusterer's, else the one the config names
+            (:func:`~factutil.embed.make_embedder`). In a worker that prepares many rollouts,
+            pass one embedder or clusterer to every call (a new static embedder loads its table).
+        clusterer: a :class:`~factutil.cluster.SemanticClusterer` whose embedder, embedding cache
+            and filter cache to use (its config must agree with ``config`` on the fields the work
+            depends on).
+
+    Returns:
+        :class:`PreparedFacts` of n distinct triples; float32 (n, d) vectors in semantic mode.
+
+    Raises:
+        TypeError: ``facts`` is neither a rollout nor an iterable (a string is not one).
+        ValueError: a bad item (``facts[i]`` or the rollout field and the value named); an
+            ``embedder`` and a ``clusterer`` with another embedder; a clusterer built for another
+            template, filters, key edges or embedding backend than ``config``.
+        pydantic.ValidationError: a bad ``config`` (field and value named).
+    """
+    config = _config(config, clusterer)
+    parts = sorted(set(_triples(facts, config.max_turns)))
+    template = config.triple_template
+    texts = tuple(fact_text(*key, template) for key in parts)
+    if config.mode == "exact":
+        return PreparedFacts(None, template, tuple(config.filters), config.key_edges,
+                             tuple(parts), texts, None, None)
+    cache = None
+    if clusterer is not None:
+        if embedder is not None and embedder is not clusterer.embedder:
+            raise ValueError("prepare_facts: embedder and clusterer given, and the clusterer "
+                             "has another embedder; pass one of them")
+        embedder, cache = clusterer.embedder, clusterer.cache
+    if embedder is None:
+        embedder = make_embedder(config.embedding_backend, config.embedding_model,
+                                 device=config.embedding_device,
+                                 batch_size=config.embedding_batch_size)
+    vectors = embed_unique(list(texts), embedder, cache) if parts else None
+    if vectors is None:
+        vectors = np.zeros((0, 0), dtype=np.float32)
+    analyses = None
+    if config.filters or config.key_edges:
+        analyses = tuple(analyze(*key) for key in parts)
+    return PreparedFacts(embedder.name, template, tuple(config.filters), config.key_edges,
+                         tuple(parts), texts, vectors, analyses)
+
+
+_CLUSTERER_FIELDS = ("mode", "triple_template", "filters", "key_edges", "embedding_backend",
+                     "embedding_model")
+
+
+def _config(config: Any, clusterer: Any) -> FactUtilConfig:
+    own = getattr(clusterer, "config", None)
+    if config is None:
+        return own if own is not None else FactUtilConfig()
+    if not isinstance(config, FactUtilConfig):
+        config = FactUtilConfig.model_validate(dict(config))
+    if own is not None:
+        differ = [f"{name}: clusterer {short(getattr(own, name))}, config "
+                  f"{short(getattr(config, name))}"
+                  for name in _CLUSTERER_FIELDS if getattr(own, name) != getattr(config, name)]
+        if differ:
+            raise ValueError(f"prepare_facts: the clusterer was built for another config "
+                             f"({'; '.join(differ)})")
+    return config
+
+
+def _triples(facts: Any, max_turns: int) -> list[tuple[str, str, str]]:
+    """The exact parts of every triple ``facts`` holds (see :func:`prepare_facts`)."""
+    if isinstance(facts, Rollout):
+        return _assert_parts(rollout_row(facts)["actions"], max_turns)
+    if isinstance(facts, Mapping):
+        if "actions" not in facts:
+            raise ValueError(f"prepare_facts: a rollout dict needs `actions`, got keys "
+                             f"{short(sorted(map(str, facts)))}")
+        row = _fast_row(facts)
+        if row is None:
+            try:
+                row = rollout_row(Rollout.model_validate(facts))
+            except ValidationError as error:
+                where, message = error_messages(error, whole="rollout")[0]
+                raise ValueError(f"prepare_facts: {where}: {message}") from None
+        return _assert_parts(row["actions"], max_turns)
+    if isinstance(facts, (str, bytes)) or not isinstance(facts, Iterable):
+        raise TypeError(f"prepare_facts: facts must be a rollout or an iterable of actions or "
+                        f"triples, got {short(facts)}")
+    out: list[tuple[str, str, str]] = []
+    actions: list[dict[str, Any]] = []
+    for index, item in enumerate(facts):
+        if isinstance(item, (Mapping, BaseModel)) and not isinstance(item, Triple):
+            actions.append(_action(item, index))
+        else:
+            out.append(_parts(item, index))
+    return out + _assert_parts(actions, max_turns) if actions else out
+
+
+def _action(item: Any, index: int) -> dict[str, Any]:
+    """One action item as its row form (``{"action": ..., "triples": [[s, r, o], ...]}``)."""
+    try:
+        action = _VALIDATE_ACTIONS([coerce_action(item)])[0]
+    except ValidationError as error:
+        where, message = error_messages(error)[0]  # "[0].triples": the one item's index first
+        where = f"facts[{index}]" + where.removeprefix("[0]")
+        raise ValueError(f"prepare_facts: {where}: {message}") from None
+    if isinstance(action, AssertAction):
+        return {"action": "assert", "triples": [[t.subject, t.relation, t.object]
+                                                for t in action.triples]}
+    return {"action": action.action}
+
+
+def _parts(item: Any, index: int) -> tuple[str, str, str]:
+    """A triple item's exact (subject, relation, object), validated as :class:`Triple` is."""
+    if isinstance(item, (Triple, Fact)):
+        return (item.subject, item.relation, item.object)
+    if isinstance(item, (list, tuple)) and len(item) == 3 and all(
+            type(part) is str and part.strip() for part in item):
+        return (item[0], item[1], item[2])
+    try:
+        triple = Triple.model_validate(item)
+    except ValidationError as error:
+        where, message = error_messages(error, whole="")[0]
+        raise ValueError(f"prepare_facts: facts[{index}]{'.' + where if where else ''}: "
+                         f"{message}") from None
+    return (triple.subject, triple.relation, triple.object)
+
+
+def _assert_parts(actions: Sequence[Mapping[str, Any]], max_turns: int) -> list[tuple[str, str, str]]:
+    """The triples of the asserts the batch step reads: before the answer, within max_turns."""
+    out: list[tuple[str, str, str]] = []
+    for action in actions[:max_turns]:
+        kind = action["action"]
+        if kind == "assert":
+            out.extend(tuple(triple) for triple in action["triples"])
+        elif kind == "answer":
+            break
+    return out
