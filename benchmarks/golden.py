@@ -17,7 +17,7 @@ priors, each case with a fresh clusterer. For each case it writes the sha256 of:
 - ``rollouts``: every field of every rollout record (JSON, floats written exactly);
 - ``metrics``: the step's metrics, timings left out.
 
-``--compare`` prints one row per case and digest: identical / different / missing.
+``--compare`` prints one row per case: identical, or the digests that differ or are missing.
 The factutil imported is the one on ``sys.path`` (set ``PYTHONPATH`` to a checkout of another
 version to digest it); the workload always comes from this file's repository.
 """
@@ -89,6 +89,22 @@ def digests(result) -> dict[str, str]:
     return out
 
 
+def version(package: Path) -> str:
+    """The git commit of the checkout ``package`` lies in (``+dirty`` with uncommitted changes
+    to it), or "unknown" outside git."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(package), *args], capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--", ".") else "")
+
+
 def run(cases: list[str], modes: list[str], priors: list[str], backend: str | None) -> dict:
     """Every (input, mode, prior) case's digests, with the factutil version that ran them."""
     import factutil
@@ -100,7 +116,7 @@ def run(cases: list[str], modes: list[str], priors: list[str], backend: str | No
     if "L" in cases:
         inputs["L"] = load_workloads().build_workload("L")
     known = set(FactUtilConfig.model_fields)
-    out = {"factutil": str(Path(factutil.__file__).resolve().parent), "cases": {}, "skipped": {}}
+    out = {"factutil": version(Path(factutil.__file__).resolve().parent), "cases": {}, "skipped": {}}
     for name, groups in inputs.items():
         for mode in modes:
             for prior in priors:
@@ -125,30 +141,34 @@ def run(cases: list[str], modes: list[str], priors: list[str], backend: str | No
 
 
 def compare(a_path: Path, b_path: Path) -> int:
-    """Print a table identical / different / missing per case and digest; 1 if any differ."""
+    """Print one row per case (its digests identical, or which differ or are missing); 1 if any
+    digest is not identical."""
     a = json.loads(a_path.read_text(encoding="utf-8"))
     b = json.loads(b_path.read_text(encoding="utf-8"))
     rows = []
+    total = same = 0
     for case in sorted(set(a["cases"]) | set(b["cases"])):
         da = a["cases"].get(case, {}).get("digests", {})
         db = b["cases"].get(case, {}).get("digests", {})
-        for item in sorted(set(da) | set(db)):
-            if item not in da or item not in db:
-                verdict = f"missing in {a_path.name if item not in da else b_path.name}"
-            else:
-                verdict = "identical" if da[item] == db[item] else "DIFFERENT"
-            rows.append((case, item, verdict))
-    width = max((len(c) for c, _, _ in rows), default=4), max((len(i) for _, i, _ in rows), default=6)
+        items = sorted(set(da) | set(db))
+        missing = [i for i in items if i not in da or i not in db]
+        different = [i for i in items if i in da and i in db and da[i] != db[i]]
+        total += len(items)
+        same += len(items) - len(missing) - len(different)
+        verdict = "identical" if not missing and not different else "DIFFERENT"
+        detail = ", ".join(different + [f"{i} (missing)" for i in missing])
+        rows.append((case, f"{len(items) - len(missing) - len(different)}/{len(items)}", verdict, detail))
     print(f"A = {a_path} ({a['factutil']})\nB = {b_path} ({b['factutil']})\n")
-    print(f"{'case':<{width[0]}}  {'digest':<{width[1]}}  A vs B")
-    for case, item, verdict in rows:
-        print(f"{case:<{width[0]}}  {item:<{width[1]}}  {verdict}")
+    width = max((len(r[0]) for r in rows), default=4)
+    print(f"| {'case':<{width}} | digests equal | A vs B | differing digests |")
+    print(f"| {'-' * width} | --- | --- | --- |")
+    for case, count, verdict, detail in rows:
+        print(f"| {case:<{width}} | {count} | {verdict} | {detail} |")
     for side, data in (("A", a), ("B", b)):
         for case, why in data.get("skipped", {}).items():
             print(f"{side} skipped {case}: {why}")
-    same = sum(v == "identical" for _, _, v in rows)
-    print(f"\n{same} of {len(rows)} digests identical")
-    return int(same != len(rows))
+    print(f"\n{same} of {total} digests identical")
+    return int(same != total)
 
 
 def main() -> int:
