@@ -906,7 +906,7 @@ def test_control_characters_inside_json_strings_are_read_as_json_strict_false(te
 
 def test_json_error_reasons_never_double_the_word_at():
     """The decoder's "Invalid control character at" (strict JSON) -> "... at char 7", once."""
-    from factutil.parse import _json_problem
+    from factutil.scan import _json_problem
 
     with pytest.raises(json.JSONDecodeError) as caught:
         json.loads('{"a": "\n"}')

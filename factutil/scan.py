@@ -1,0 +1,329 @@
+"""Where the actions are in a model text, for :mod:`factutil.parse` (docs/method.md §1).
+
+The candidates of one response: closed and truncated ``{...}`` objects whose top level has an
+``action`` key (a balanced-brace scanner that honours ``"..."`` and ``'...'`` strings and
+backslash escapes, linear in the text, its work capped at three times the text's count of brace,
+bracket and quote characters), and the ``<search>``/``<assert>``/``<answer>`` tag pairs (paired
+like XML; tags inside a JSON action are text). :func:`load` reads one JSON value, else a Python
+literal, with the nesting guard of :data:`MAX_DEPTH`. The rules they implement are stated once,
+in :mod:`factutil.parse`'s docstring.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import json
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+MAX_DEPTH = 100
+"""Deepest nesting of ``{`` and ``[`` (and ``(`` inside ``<assert>``) that is parsed at all."""
+
+# ast.literal_eval builds a full syntax tree; larger literals are only tried as JSON.
+_LITERAL_EVAL_LIMIT = 200_000
+
+_TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
+_ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
+_STRUCTURAL = re.compile(r"""[{}\[\]"']""")
+_NESTING = re.compile(r"""[{}\[\]()"']""")
+_TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
+_OPENERS = "{[("
+
+
+class Rejected(Exception):
+    """The text names an action but its content is not acceptable; ``reason`` says why (it becomes
+    the ``InvalidAction``'s reason)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Item:
+    """A stretch of the text that is (or was meant to be) one action."""
+
+    start: int
+    end: int  # exclusive
+    kind: str  # "tag", "json" or "truncated"
+    name: str = ""  # tag name
+    inner: tuple[int, int] = (0, 0)  # a tag's content span
+    depth: int = 0  # a JSON object's nesting depth
+    reason: str = ""  # already known to be invalid, and why
+
+
+def select(items: list[Item]) -> list[Item]:
+    """Items in text order, dropping any that starts inside an earlier one."""
+    selected: list[Item] = []
+    reach = -1
+    for item in sorted(items, key=lambda item: (item.start, -item.end)):
+        if item.start < reach:
+            continue
+        selected.append(item)
+        reach = item.end
+    return selected
+
+
+# --- JSON objects ---------------------------------------------------------------------------
+
+
+def json_items(text: str) -> list[Item]:
+    """Closed and truncated ``{...}`` objects whose top level has an ``action`` key."""
+    key_starts = [match.start() for match in _ACTION_KEY.finditer(text)]
+    if not key_starts:
+        return []
+    keys = set(key_starts)
+    last_key = key_starts[-1]
+    structural = sum(text.count(char) for char in "{}[]\"'")
+    budget = [3 * structural + 1000]
+    closed: dict[int, tuple[int, bool, int]] = {}
+    truncated: dict[int, str] = {}
+    covered: set[int] = set()
+    pos = 0
+    while budget[0] > 0:
+        start = text.find("{", pos)
+        if start < 0 or start > last_key:
+            break
+        if start in covered:
+            pos = start + 1
+            continue
+        end = _scan_object(text, start, keys, closed, truncated, covered, budget)
+        # A closed object is read whole; after an unclosed one, braces it saw inside strings may
+        # still start objects of their own (a stray "{" or apostrophe in prose).
+        pos = end if end > 0 else start + 1
+    items = [
+        Item(start, end, "json", depth=depth)
+        for start, (end, keyed, depth) in closed.items()
+        if keyed
+    ]
+    items += [
+        Item(start, len(text), "truncated", reason=reason) for start, reason in truncated.items()
+    ]
+    return items
+
+
+def _scan_object(
+    text: str,
+    start: int,
+    keys: set[int],
+    closed: dict[int, tuple[int, bool, int]],
+    truncated: dict[int, str],
+    covered: set[int],
+    budget: list[int],
+) -> int:
+    """Scan the object opening at ``text[start]``; record every object met on the way.
+
+    Returns the index just past the closing brace, or -1 when the text ends first (or the budget
+    runs out). ``closed`` gets ``start -> (end, has top-level action key, nesting depth)``.
+    """
+    # stack entries: [opener, position, deepest stack length while open, has action key]
+    stack: list[list[Any]] = []
+    pos = start
+    in_string = False
+    while True:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return -1
+        match = _STRUCTURAL.search(text, pos)
+        if match is None:
+            break
+        at = match.start()
+        char = text[at]
+        if char in "\"'":
+            if stack and stack[-1][0] == "{" and at in keys:
+                stack[-1][3] = True
+            after = _string_end(text, at)
+            if after < 0:
+                in_string = True
+                break
+            pos = after
+            continue
+        pos = at + 1
+        if char in "{[":
+            if char == "{":
+                covered.add(at)
+            stack.append([char, at, len(stack) + 1, False])
+        elif char == "]":
+            if stack and stack[-1][0] == "[":
+                _pop(stack)
+        else:
+            while True:
+                entry = _pop(stack)
+                if entry[0] == "{":
+                    break
+            base = len(stack)
+            closed[entry[1]] = (at + 1, entry[3], entry[2] - base)
+            if not stack:
+                return at + 1
+    reason = "truncated JSON: unterminated string" if in_string else (
+        "truncated JSON: unterminated object"
+    )
+    for entry in stack:
+        if entry[0] == "{" and entry[3]:
+            truncated.setdefault(entry[1], reason)
+    return -1
+
+
+def _pop(stack: list[list[Any]]) -> list[Any]:
+    entry = stack.pop()
+    if stack and entry[2] > stack[-1][2]:
+        stack[-1][2] = entry[2]
+    return entry
+
+
+def _string_end(text: str, start: int) -> int:
+    """Index just past the string literal opened by the quote at ``text[start]``; -1 if none."""
+    quote = text[start]
+    pos = start + 1
+    while True:
+        close = text.find(quote, pos)
+        if close < 0:
+            return -1
+        back = close - 1
+        while back > start and text[back] == "\\":
+            back -= 1
+        if (close - 1 - back) % 2 == 0:
+            return close + 1
+        pos = close + 1
+
+
+def _nesting_depth(text: str) -> int:
+    """Deepest bracket nesting outside strings; stops counting once past MAX_DEPTH."""
+    depth = deepest = 0
+    pos = 0
+    while True:
+        match = _NESTING.search(text, pos)
+        if match is None:
+            return deepest
+        at = match.start()
+        char = text[at]
+        if char in "\"'":
+            after = _string_end(text, at)
+            if after < 0:
+                return deepest
+            pos = after
+            continue
+        pos = at + 1
+        if char in _OPENERS:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif depth:
+            depth -= 1
+
+
+def load(chunk: str, checked: bool = False) -> Any:
+    """JSON, else a Python literal; raises Rejected with the JSON error. Depth is guarded.
+
+    JSON is read as ``json.loads(strict=False)`` reads it (a real newline or tab inside a string is
+    kept), and trailing commas outside strings are tolerated by dropping them before decoding, so
+    a comma never sends a JSON text to the Python-literal reader (where ``"\\/"`` and ``null``
+    mean something else).
+    """
+    if not checked and _nesting_depth(chunk) > MAX_DEPTH:
+        raise Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(chunk, strict=False)
+    except json.JSONDecodeError as error:
+        problem = _json_problem(error)
+    except (ValueError, RecursionError) as error:
+        problem = _clip(str(error))
+    trimmed = _without_trailing_commas(chunk)
+    if trimmed != chunk:
+        try:
+            return json.loads(trimmed, strict=False)
+        except (ValueError, RecursionError):
+            pass
+    if len(chunk) <= _LITERAL_EVAL_LIMIT and (checked or _nesting_depth(chunk) <= MAX_DEPTH):
+        try:
+            # An invalid escape in model text ("\)") warns, and raises under -W error: the parse
+            # must not depend on the process's warning filters, nor fill a training log.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return ast.literal_eval(chunk)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            pass
+    raise Rejected(f"malformed JSON: {problem}")
+
+
+def _json_problem(error: json.JSONDecodeError) -> str:
+    # Some decoder messages already end in "at" ("Invalid control character at").
+    return f"{error.msg.removesuffix(' at')} at char {error.pos}"
+
+
+def _without_trailing_commas(chunk: str) -> str:
+    """``chunk`` with every comma that is followed (after whitespace) by ``}`` or ``]`` dropped,
+    outside double-quoted strings; the text from an unterminated string on is kept as it is."""
+    kept: list[str] = []
+    copied = pos = 0
+    while True:
+        match = _TRAILING_COMMA_OR_QUOTE.search(chunk, pos)
+        if match is None:
+            break
+        at = match.start()
+        if chunk[at] == '"':
+            pos = _string_end(chunk, at)
+            if pos < 0:
+                break
+            continue
+        kept.append(chunk[copied:at])
+        copied = pos = at + 1
+    kept.append(chunk[copied:])
+    return "".join(kept)
+
+
+# --- tags -----------------------------------------------------------------------------------
+
+
+def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple[int, str]]]:
+    """Complete tag pairs, and (position, reason) of open tags never closed."""
+    # A truncated object does not hide the tags after it: "<search>{"action": </search>" is a
+    # complete search whose query happens to look like JSON.
+    spans = select([item for item in json_items if item.kind == "json"])
+    span_starts = [item.start for item in spans]
+    tokens = []
+    for match in _TAG_TOKEN.finditer(text):
+        index = bisect.bisect_right(span_starts, match.start()) - 1
+        if index >= 0 and match.start() < spans[index].end:
+            continue  # inside a JSON action, e.g. in its query string
+        tokens.append((match.start(), match.end(), bool(match.group(1)), match.group(2).lower()))
+
+    items: list[Item] = []
+    stack: list[int] = []
+    open_count = {"search": 0, "assert": 0, "answer": 0}
+    unclosed: list[int] = []
+    for index, (_, _, is_close, name) in enumerate(tokens):
+        if not is_close:
+            stack.append(index)
+            open_count[name] += 1
+            continue
+        if not open_count[name]:
+            continue  # a stray close tag
+        while True:
+            opened = stack.pop()
+            open_count[tokens[opened][3]] -= 1
+            if tokens[opened][3] == name:
+                break
+            unclosed.append(opened)
+        start, inner_start = tokens[opened][0], tokens[opened][1]
+        inner_end, end = tokens[index][0], tokens[index][1]
+        reason = ""
+        if index - opened > 1:
+            _, _, inner_close, inner_name = tokens[opened + 1]
+            shown = f"</{inner_name}>" if inner_close else f"<{inner_name}>"
+            reason = f"nested {shown} tag inside <{name}>"
+        items.append(
+            Item(start, end, "tag", name=name, inner=(inner_start, inner_end), reason=reason)
+        )
+    unclosed.extend(stack)
+    failures = [(tokens[index][0], f"unclosed <{tokens[index][3]}> tag") for index in unclosed]
+    return items, failures
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
