@@ -30,37 +30,24 @@ def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) 
 
     Raises:
         ValueError: if a value is not finite.
+
+    One group is one segment of :func:`segment_normalize`: the formula has one implementation.
     """
     values = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"values must be finite, got {values.tolist()}")
-    n = values.size
-    if n <= 1 or values.min() == values.max():
-        return np.zeros(n, dtype=np.float64)
-    # Huge values (|x| > 2**500) would overflow the sum or the squares: work on x * 2**-e instead.
-    # Scaling by a power of two is exact, so the result is bit-identical wherever the unscaled
-    # formula is finite, and finite (or, without std, as large as x - mean really is) elsewhere.
-    exponent = int(np.frexp(np.max(np.abs(values)))[1])
-    exponent = exponent if exponent > 500 else 0
-    scaled = np.ldexp(values, -exponent)
-    mean = math.fsum(scaled.tolist()) / n
-    centred = scaled - mean
-    if not by_std:
-        with np.errstate(over="ignore"):  # an overflow here is real; the caller checks finiteness
-            return np.ldexp(centred, exponent)
-    std = math.sqrt(math.fsum((centred * centred).tolist()) / (n - 1))
-    return centred / (std + math.ldexp(eps, -exponent))
+    return segment_normalize(values, np.zeros(1 if values.size else 0, dtype=np.int64), eps, by_std)
 
 
 def segment_normalize(
     values: np.ndarray, starts: np.ndarray, eps: float = 1e-6, by_std: bool = True
 ) -> np.ndarray:
-    """:func:`group_normalize` applied to every segment of ``values`` at once, bit for bit.
+    """(x - mean) / (std + eps), or x - mean, over every segment of ``values`` at once (docs/method.md §5).
 
     A batch of groups in one array: segment k is ``values[starts[k]:starts[k + 1]]`` (the last
-    runs to the end). The exact sums stay per segment (``math.fsum`` over list slices) and every
-    elementwise step is the same IEEE operation as in :func:`group_normalize`, so each segment's
-    result equals ``group_normalize(segment)`` exactly, at a fraction of the per-call cost.
+    runs to the end). Per segment: the sample std (ddof = 1); zeros for a segment of one value or
+    of equal values; values above 2**500 in magnitude are scaled by a power of two first (exact),
+    so the result is finite wherever it can be. The sums are exact per segment (``math.fsum``),
+    so a segment's result does not depend on the others. :func:`group_normalize` is this on one
+    segment.
 
     Args:
         values: float (n,), the concatenated segments.

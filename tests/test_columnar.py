@@ -200,7 +200,7 @@ def test_columns_records_and_per_rollout_agree():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["normal", "constant", "huge", "levels"])),
                 max_size=6), st.booleans(), st.integers(0, 2**32 - 1))
-def test_segment_normalize_equals_group_normalize_per_segment(shape, by_std, seed):
+def test_segment_normalize_equals_a_plain_reference_per_segment(shape, by_std, seed):
     rng = np.random.default_rng(seed)
     segments = []
     for size, kind in shape:
@@ -210,8 +210,29 @@ def test_segment_normalize_equals_group_normalize_per_segment(shape, by_std, see
     values = np.concatenate(segments) if segments else np.zeros(0)
     starts = np.cumsum([0] + [len(s) for s in segments[:-1]]) if segments else np.zeros(0, dtype=np.int64)
     got = segment_normalize(values, starts, 1e-6, by_std)
-    want = [group_normalize(s, 1e-6, by_std) for s in segments]
-    assert got.tobytes() == (np.concatenate(want) if want else np.zeros(0)).tobytes()
+    want = [value for segment in segments for value in _plain_normalize(segment.tolist(), 1e-6, by_std)]
+    assert got.tobytes() == np.array(want, dtype=np.float64).tobytes()
+    for segment in segments:  # one group is one segment
+        assert group_normalize(segment, 1e-6, by_std).tobytes() == np.array(
+            _plain_normalize(segment.tolist(), 1e-6, by_std), dtype=np.float64
+        ).tobytes()
+
+
+def _plain_normalize(values: list[float], eps: float, by_std: bool) -> list[float]:
+    """docs/method.md §5 on one group, one float at a time: exact sums, sample std (ddof = 1),
+    zeros for one value or equal values, a power-of-two scaling above 2**500 in magnitude."""
+    n = len(values)
+    if n <= 1 or min(values) == max(values):
+        return [0.0] * n
+    exponent = math.frexp(max(abs(v) for v in values))[1]
+    exponent = exponent if exponent > 500 else 0
+    scaled = [math.ldexp(v, -exponent) for v in values]
+    mean = math.fsum(scaled) / n
+    centred = [v - mean for v in scaled]
+    if not by_std:
+        return [math.ldexp(v, exponent) for v in centred]
+    std = math.sqrt(math.fsum(v * v for v in centred) / (n - 1))
+    return [v / (std + math.ldexp(eps, -exponent)) for v in centred]
 
 
 def test_segment_normalize_rejects_bad_input_by_name():
