@@ -6,34 +6,45 @@
   trainer whose advantages are A = A_out + omega * A_proc (docs/method.md §5), GRPO fallback per group.
 - ``factutil_verl.reward:compute_score``: answer F1 with the empty-store rule.
 
-Importing this package registers both with verl (the ``verl.plugins`` entry point does it
-automatically; ``VERL_USE_EXTERNAL_MODULES=factutil_verl`` is the fallback). Check an environment
+Importing this package (or the ``verl.plugins`` entry point, :mod:`factutil_verl.plugin`) loads
+only the standard library: both names are registered when verl's agent-loop and V1-trainer
+modules are first imported (``VERL_USE_EXTERNAL_MODULES=factutil_verl`` is the fallback when the
+entry point is skipped), and the names below are imported on first access. Check an environment
 with ``python -m factutil_verl check``.
 """
 
-from factutil_verl import plugin  # noqa: F401  registration first
-from factutil_verl.advantage import FactAgentAdvantages, compute_factagent_advantages
-from factutil_verl.agent_loop import AGENT_NAME, FactAgentLoop
-from factutil_verl.config import (
-    FactAgentLoopConfig,
-    FactUtilConfigError,
-    factutil_config_from_verl,
-)
-from factutil_verl.reward import compute_score, golden_answers_of
-from factutil_verl.trainer import TRAINER_MODE, FactUtilTrainer
+from importlib import import_module
+
+from factutil_verl import plugin  # noqa: F401  registration first (lazy, standard library only)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AGENT_NAME",
-    "TRAINER_MODE",
-    "FactAgentAdvantages",
-    "FactAgentLoop",
-    "FactAgentLoopConfig",
-    "FactUtilConfigError",
-    "FactUtilTrainer",
-    "compute_factagent_advantages",
-    "compute_score",
-    "factutil_config_from_verl",
-    "golden_answers_of",
-]
+_EXPORTS = {
+    "AGENT_NAME": "factutil_verl.agent_loop",
+    "FactAgentAdvantages": "factutil_verl.advantage",
+    "FactAgentLoop": "factutil_verl.agent_loop",
+    "FactAgentLoopConfig": "factutil_verl.config",
+    "FactUtilConfigError": "factutil_verl.config",
+    "FactUtilTrainer": "factutil_verl.trainer",
+    "TRAINER_MODE": "factutil_verl.trainer",
+    "compute_factagent_advantages": "factutil_verl.advantage",
+    "compute_score": "factutil_verl.reward",
+    "factutil_config_from_verl": "factutil_verl.config",
+    "golden_answers_of": "factutil_verl.reward",
+}
+
+__all__ = [*_EXPORTS]  # noqa: PLE0604 - the keys are the names
+
+
+def __getattr__(name: str):
+    """Import a public name's module on first access (PEP 562): ``import verl`` runs this
+    package's plugin in every Ray process, where most of it is never used."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'factutil_verl' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -70,3 +70,113 @@ def test_usage(capsys):
     assert main(["--help"]) == 0 and main(["-h"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m factutil_verl check\n") and "Exit status 0" in out
+
+
+# What a bare ``import verl`` leaves loaded, then each registered name resolved by name, in a
+# fresh process (a Ray worker's start). The registry snapshots are taken with the plugin switched
+# off and on, so an overwritten verl entry would show as a changed value.
+_LAZY_PROCESS = r"""
+import json, sys
+import verl
+heavy = sorted(m for m in sys.modules if m.startswith((
+    "verl.experimental.agent_loop", "verl.trainer.ppo", "factutil_verl.agent_loop",
+    "factutil_verl.trainer", "factutil_verl.advantage", "factutil.")))
+hooks = [type(f).__name__ for f in sys.meta_path if type(f).__module__ == "factutil_verl.plugin"]
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo.v1 import get_trainer_cls
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+import hydra.utils
+agents = {name: dict(entry) for name, entry in _agent_loop_registry.items()}
+trainers = {name: f"{cls.__module__}.{cls.__qualname__}" for name, cls in TRAINER_REGISTRY.items()}
+resolved = {}
+if "factagent" in agents:
+    loop = hydra.utils.get_class(agents["factagent"]["_target_"])
+    resolved["factagent"] = f"{loop.__module__}.{loop.__qualname__}"
+    resolved["trainer"] = get_trainer_cls("factutil").__name__
+after = [type(f).__name__ for f in sys.meta_path if type(f).__module__ == "factutil_verl.plugin"]
+print(json.dumps({"heavy": heavy, "hooks": hooks, "hooks_after": after, "agents": agents,
+                  "trainers": trainers, "resolved": resolved}))
+"""
+
+
+def _lazy_report(plugins: str) -> dict:
+    completed = python("-c", _LAZY_PROCESS, VERL_USE_EXTERNAL_PLUGINS=plugins)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.splitlines()[-1])
+
+
+def test_import_verl_loads_no_agent_loop_or_trainer_module_and_every_name_resolves():
+    with_plugin = _lazy_report("auto")
+    # import verl alone: none of the modules the plugin used to import at once is loaded
+    assert with_plugin["heavy"] == []
+    assert with_plugin["hooks"] == ["_RegisterOnImport"]
+    # once verl's modules are imported (by anyone), both names are there and resolve
+    assert with_plugin["resolved"] == {"factagent": AGENT, "trainer": "FactUtilTrainer"}
+    assert with_plugin["agents"]["factagent"] == {"_target_": AGENT}
+    assert with_plugin["trainers"]["factutil"] == TRAINER
+    # ... and the import hook is gone: sys.meta_path as verl left it
+    assert with_plugin["hooks_after"] == []
+    without = _lazy_report("none")
+    assert "factagent" not in without["agents"] and "factutil" not in without["trainers"]
+    # no entry verl registers itself was overwritten or dropped; the plugin added exactly two
+    assert {k: v for k, v in with_plugin["agents"].items() if k != "factagent"} == without["agents"]
+    assert {k: v for k, v in with_plugin["trainers"].items() if k != "factutil"} == without["trainers"]
+    assert len(without["agents"]) >= 2 and len(without["trainers"]) >= 1
+
+
+def test_the_plugin_registers_at_once_with_modules_already_imported():
+    # verl's modules first (the plugin switched off), then the plugin: no hook left waiting
+    code = (
+        "import json, sys, importlib\n"
+        "import verl.trainer.ppo.v1\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+        "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
+        "assert 'factagent' not in _agent_loop_registry\n"
+        "importlib.import_module('factutil_verl.plugin')\n"
+        "hooks = [f for f in sys.meta_path if type(f).__module__ == 'factutil_verl.plugin']\n"
+        "print(json.dumps([_agent_loop_registry['factagent']['_target_'],\n"
+        "                  TRAINER_REGISTRY['factutil'].__name__, len(hooks)]))\n"
+    )
+    completed = python("-c", code, VERL_USE_EXTERNAL_PLUGINS="none")
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout.splitlines()[-1]) == [AGENT, "FactUtilTrainer", 0]
+
+
+def test_an_entry_already_registered_under_the_name_is_kept(caplog):
+    from types import SimpleNamespace
+
+    from factutil_verl import plugin
+
+    other = {"_target_": "somebody.else.Loop"}
+    module = SimpleNamespace(_agent_loop_registry={"factagent": other, "tool_agent": {"_target_": "x"}})
+    with caplog.at_level("WARNING", logger="factutil_verl.plugin"):
+        plugin.register_agent_loop(module)
+    assert module._agent_loop_registry == {"factagent": other, "tool_agent": {"_target_": "x"}}
+    assert "already registered" in caplog.text
+    empty = SimpleNamespace(_agent_loop_registry={})
+    plugin.register_agent_loop(empty)
+    assert empty._agent_loop_registry == {"factagent": {"_target_": AGENT}}
+
+
+def test_the_plugin_names_match_the_registered_classes():
+    from factutil_verl import plugin
+    from factutil_verl.agent_loop import AGENT_NAME, FactAgentLoop
+    from factutil_verl.trainer import TRAINER_MODE, FactUtilTrainer
+
+    assert (plugin.AGENT_NAME, plugin.TRAINER_MODE) == (AGENT_NAME, TRAINER_MODE)
+    assert plugin.AGENT_TARGET == f"{FactAgentLoop.__module__}.{FactAgentLoop.__qualname__}" == AGENT
+    assert plugin.TRAINER_MODULE == FactUtilTrainer.__module__
+
+
+def test_the_package_exports_resolve_lazily():
+    import factutil_verl
+
+    for name in factutil_verl.__all__:
+        assert getattr(factutil_verl, name) is not None, name
+    assert factutil_verl.FactAgentLoop.__name__ == "FactAgentLoop"
+    try:
+        factutil_verl.nope  # noqa: B018
+    except AttributeError as error:
+        assert "nope" in str(error)
+    else:
+        raise AssertionError("no AttributeError")
