@@ -1,11 +1,15 @@
 """Per-step overhead of factutil, side by side with a naive baseline and the embedding floor.
 
-    python benchmarks/step_latency.py [--size S|M|L] [--backends minilm,minilm-int8,static]
-                                      [--quick] [--json FILE] [--no-naive]
+    python benchmarks/step_latency.py [--size S|M|L|XL] [--backends minilm,minilm-int8,static|none]
+                                      [--driver-threads N] [--growth S,M,L,XL] [--growth-backend static]
+                                      [--critical-path] [--workers K] [--quick] [--json FILE] [--no-naive]
 
 One training step = ``compute_process_advantages`` on a whole batch of groups (the reference
 workloads of ``benchmarks/workloads.py``: S/M/L = 64/256/512 groups × 6 rollouts × ≤ 8 actions,
-~6 triples per rollout). In one process, for each embedding backend:
+~6 triples per rollout; XL = 4,096 groups × 8 rollouts). ``--driver-threads N`` limits the
+process to N threads (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` set
+before numpy or torch load, and ``torch.set_num_threads``), as Ray does for a one-CPU actor such
+as verl's trainer driver. In one process, for each embedding backend:
 
 - **factutil cold**: a fresh ``SemanticClusterer`` (empty embedding cache; the model itself is
   already loaded, as it is after the first step of a run), timed per stage;
@@ -18,6 +22,22 @@ workloads of ``benchmarks/workloads.py``: S/M/L = 64/256/512 groups × 6 rollout
 
 Prints a table with factutil / floor and naive / factutil, and the peak extra RSS of the step
 (sampled every 5 ms). ``--json`` writes the figures for other tools.
+
+``--growth S,M,L,XL``: each size in a fresh process (same thread limit), with ``--growth-backend``
+(default ``static``: MiniLM would spend minutes embedding XL's ~37k texts): the cold step's
+seconds, the driver's seconds when every rollout's per-fact work was prepared beforehand
+(:func:`factutil.prepare.prepare_facts`, not timed), the step's extra RSS (sampled) and the
+process's peak RSS (``ru_maxrss``: interpreter, model, workload and both steps). JSON ``"growth"``.
+
+``--critical-path``: the L step (``--size``) as a trainer with per-fact work in its rollout
+workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each holding
+the ``minilm`` embedder, prepare the facts of a share of the rollouts, one rollout at a time (as
+an agent-loop worker would), and return :class:`~factutil.prepare.PreparedFacts`; the driver
+then runs the step with them on a cold clusterer. Reports ``driver_s`` (that step), the workers'
+CPU seconds (``time.process_time`` inside each task, summed), the wall seconds of the workers'
+phase (what it would add to a step if nothing else ran beside it), the pickled size shipped, and
+whether the advantages equal, bit for bit, those of the driver doing everything itself. JSON
+``"critical_path": {"driver_s", "worker_cpu_s", "worker_wall_s", "workers", "backend", ...}``.
 """
 
 from __future__ import annotations
@@ -26,10 +46,31 @@ import argparse
 import json
 import os
 import platform
+import statistics
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _driver_threads_from_argv(argv: list[str]) -> int | None:
+    """``--driver-threads N`` read before argparse: the BLAS/OpenMP pools read their variables
+    when numpy and torch load, which the imports below do."""
+    for index, arg in enumerate(argv):
+        value = arg.partition("=")[2] if arg.startswith("--driver-threads=") else (
+            argv[index + 1] if arg == "--driver-threads" and index + 1 < len(argv) else None)
+        if value is not None:
+            return int(value) if value.isdigit() and int(value) >= 1 else None
+    return None
+
+
+_EARLY_THREADS = _driver_threads_from_argv(sys.argv[1:])
+if _EARLY_THREADS is not None:
+    for _name in THREAD_VARIABLES:
+        os.environ[_name] = str(_EARLY_THREADS)
 
 import psutil
 from rich.console import Console
@@ -39,10 +80,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from benchmarks.workloads import build_workload, triple_occurrences
+from benchmarks.workloads import SIZES, build_workload, triple_occurrences
 from factutil import FactUtilConfig, Triple, compute_process_advantages, filters
 from factutil.cluster import SemanticClusterer, fact_text, normalize_fact_text, triple_text
 from factutil.embed import make_embedder
+
+GROWTH_SIZES = ("S", "M", "L", "XL")
 
 STAGES = (
     ("load", "time_load_s"),
@@ -121,15 +164,226 @@ def bcubed_f1(backend: str, threshold: float) -> float:
     return quality.run_semantic(groups, threshold, quality.FILTERS, embedder).bcubed.f1
 
 
+def set_torch_threads(threads: int | None) -> None:
+    """Limit torch's intra- and inter-op pools to ``threads`` (the environment variables were set
+    before the imports, see ``_driver_threads_from_argv``)."""
+    if threads is None:
+        return
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # already set, or parallel work already started in this process
+        pass
+
+
+def torch_threads() -> int:
+    """torch's intra-op threads in this process (what ``--driver-threads`` set)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def cold_clusterer(config: FactUtilConfig, embedder) -> SemanticClusterer:
+    """A fresh clusterer with the filters' tables loaded and every memo empty (a run's new step)."""
+    clusterer = SemanticClusterer(config, embedder=embedder)
+    clusterer.warmup()
+    fact_text.cache_clear()
+    filters.clear_caches()
+    return clusterer
+
+
+def growth_point(size: str, backend: str) -> dict:
+    """One size of the growth table, in this (fresh) process: the cold step, then the driver's
+    step on a new cold clusterer with every rollout's facts prepared beforehand (untimed, one
+    rollout at a time as a rollout worker would). Seconds, MiB."""
+    import resource
+
+    from factutil.prepare import prepare_facts
+
+    rows = build_workload(size)
+    occurrences = triple_occurrences(rows)
+    config = FactUtilConfig(embedding_backend=backend)
+    embedder = make_embedder(backend)
+    embedder.encode(["warm up the model"])
+    clusterer = cold_clusterer(config, embedder)
+    with PeakRSS() as rss:
+        cold = compute_process_advantages(rows, config, clusterer=clusterer)
+    del clusterer
+    prepared = [prepare_facts(row, config, embedder=embedder) for row in rows]
+    driver = cold_clusterer(config, embedder)
+    with PeakRSS() as driver_rss:
+        with_prepared = compute_process_advantages(rows, config, clusterer=driver, prepared=prepared)
+    return {
+        "size": size, "groups": len({row["uid"] for row in rows}), "rollouts": len(rows),
+        "actions": sum(len(row["actions"]) for row in rows), "triples": len(occurrences),
+        "unique_texts": len({normalize_fact_text(" | ".join(t)) for t in occurrences}),
+        "backend": backend, "cold_s": cold.metrics["time_total_s"],
+        "embed_s": cold.metrics.get("cluster_time_embed_s", 0.0),
+        "driver_s": with_prepared.metrics["time_total_s"],
+        "stages_driver": stage_seconds(with_prepared.metrics),
+        "identical": with_prepared.advantages.tobytes() == cold.advantages.tobytes(),
+        "step_extra_rss_mb": rss.extra_mb, "driver_extra_rss_mb": driver_rss.extra_mb,
+        # ru_maxrss is KiB on Linux: the process's peak, model and workload included
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "torch_threads": torch_threads(),
+    }
+
+
+def run_growth(sizes: list[str], backend: str, threads: int | None) -> list[dict]:
+    """Each size in a fresh Python process (so ``ru_maxrss`` is that size's peak)."""
+    points = []
+    for size in sizes:
+        command = [sys.executable, str(Path(__file__).resolve()), "--growth-child", size,
+                   "--growth-backend", backend]
+        if threads is not None:
+            command += ["--driver-threads", str(threads)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"growth size {size} failed: {done.stderr[-3000:]}")
+        points.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return points
+
+
+def growth_table(points: list[dict], threads: int | None) -> Table:
+    """The growth rows, with the driver's microseconds per triple occurrence (flat = linear)."""
+    table = Table(title=f"growth, backend {points[0]['backend']}, driver threads "
+                        f"{threads or 'all'} (seconds, MiB)", header_style="bold")
+    for column in ("size", "groups × rollouts", "triples", "distinct texts", "cold s", "embed s",
+                   "driver s (prepared)", "driver µs / triple", "identical", "step extra MiB",
+                   "peak RSS MiB"):
+        table.add_column(column, justify="left" if column == "size" else "right")
+    for point in points:
+        table.add_row(
+            point["size"], f"{point['groups']:,} × {point['rollouts'] // point['groups']}",
+            f"{point['triples']:,}", f"{point['unique_texts']:,}", f"{point['cold_s']:.3f}",
+            f"{point['embed_s']:.3f}", f"{point['driver_s']:.3f}",
+            f"{point['driver_s'] / point['triples'] * 1e6:.1f}", "yes" if point["identical"] else "NO",
+            f"{point['step_extra_rss_mb']:.0f}", f"{point['peak_rss_mb']:.0f}",
+        )
+    return table
+
+
+class PrepareWorker:
+    """A rollout worker's share of the per-fact work: holds one embedder (loaded once, as an
+    agent-loop worker holds its model) and prepares rollouts one at a time."""
+
+    def __init__(self, backend: str):
+        from factutil.prepare import prepare_facts
+
+        self.config = FactUtilConfig(embedding_backend=backend)
+        self.embedder = make_embedder(backend)
+        self.embedder.encode(["warm up the model"])
+        # the filters' tables load once per process, like the model
+        prepare_facts([["Warsaw", "is the capital of", "Poland"]], self.config, embedder=self.embedder)
+        self.prepare_facts = prepare_facts
+
+    def prepare(self, rollouts: list[dict]) -> tuple[list, float, float]:
+        """(one PreparedFacts per rollout, CPU seconds, wall seconds) of this share."""
+        cpu, wall = time.process_time(), time.perf_counter()
+        prepared = [self.prepare_facts(row, self.config, embedder=self.embedder) for row in rollouts]
+        return prepared, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def critical_path(rows: list[dict], workers: int, backend: str, reference, repeat: int = 3) -> dict:
+    """The driver's step when K Ray workers did the per-fact work (see the module docstring).
+    ``reference``: the cold step of the driver doing everything (its advantages are compared).
+    The driver's step runs ``repeat`` times, each on a new cold clusterer; ``driver_s`` is the
+    median (a shared machine's noise is larger than this step)."""
+    import pickle
+
+    import numpy as np
+    import ray
+
+    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        start = time.perf_counter()
+        actor = ray.remote(num_cpus=1)(PrepareWorker)
+        pool = [actor.remote(backend) for _ in range(workers)]
+        shares = [[rows[int(i)] for i in share] for share in np.array_split(np.arange(len(rows)), workers)]
+        shares_refs = [ray.put(share) for share in shares]
+        ray.get([worker.__ray_ready__.remote() for worker in pool])
+        startup_s = time.perf_counter() - start
+        phase = time.perf_counter()
+        results = ray.get([worker.prepare.remote(ref) for worker, ref in zip(pool, shares_refs)])
+        worker_wall_s = time.perf_counter() - phase
+    finally:
+        ray.shutdown()
+    prepared = [item for share, _, _ in results for item in share]
+    config = FactUtilConfig(embedding_backend=backend)
+    embedder = make_embedder(backend)
+    embedder.encode(["warm up the model"])
+    runs = []
+    for _ in range(repeat):
+        driver = cold_clusterer(config, embedder)
+        with PeakRSS() as rss:
+            result = compute_process_advantages(rows, config, clusterer=driver, prepared=prepared)
+        runs.append(result.metrics["time_total_s"])
+        if result.advantages.tobytes() != reference.advantages.tobytes():
+            break
+    return {
+        "driver_s": statistics.median(runs), "driver_runs_s": runs,
+        "worker_cpu_s": sum(cpu for _, cpu, _ in results),
+        "worker_wall_s": worker_wall_s,
+        "worker_task_wall_s": [wall for _, _, wall in results],
+        "workers": workers, "backend": backend, "rollouts": len(rows),
+        "shipped_mb": sum(len(pickle.dumps(item)) for item in prepared) / 2**20,
+        "ray_start_s": startup_s,
+        "embedded_by_driver": int(result.metrics.get("cluster_cache_misses", 0)),
+        "stages_driver": stage_seconds(result.metrics),
+        "driver_extra_rss_mb": rss.extra_mb,
+        "identical": result.advantages.tobytes() == reference.advantages.tobytes(),
+        "reference_cold_s": reference.metrics["time_total_s"],
+    }
+
+
+def critical_table(entry: dict, threads: int | None) -> Table:
+    table = Table(title=f"critical path, size {entry['size']}, backend {entry['backend']}, driver "
+                        f"threads {threads or 'all'}, {entry['workers']} Ray workers (seconds)",
+                  header_style="bold")
+    for column in ("driver does everything (cold) s", "driver_s (facts prepared)", "worker CPU s",
+                   "workers' wall s", "shipped MB", "texts the driver embedded", "identical"):
+        table.add_column(column, justify="right")
+    table.add_row(f"{entry['reference_cold_s']:.3f}", f"{entry['driver_s']:.3f}",
+                  f"{entry['worker_cpu_s']:.2f}", f"{entry['worker_wall_s']:.2f}",
+                  f"{entry['shipped_mb']:.1f}", str(entry["embedded_by_driver"]),
+                  "yes" if entry["identical"] else "no")
+    return table
+
+
 def main() -> None:
     """Run the comparison and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="L", choices=("S", "M", "L"))
-    parser.add_argument("--backends", default="minilm,minilm-int8,static")
+    parser.add_argument("--size", default="L", choices=tuple(SIZES))
+    parser.add_argument("--backends", default="minilm,minilm-int8,static",
+                        help="comma list, or 'none' for the growth / critical-path sections alone")
+    parser.add_argument("--driver-threads", type=int, metavar="N",
+                        help="threads of this process (BLAS/OpenMP pools and torch), as Ray gives a 1-CPU actor")
+    parser.add_argument("--growth", metavar="SIZES", help=f"comma list of {','.join(GROWTH_SIZES)}")
+    parser.add_argument("--growth-backend", default="static")
+    parser.add_argument("--growth-child", choices=GROWTH_SIZES, help=argparse.SUPPRESS)
+    parser.add_argument("--critical-path", action="store_true",
+                        help="the step with the per-fact work done by --workers Ray workers")
+    parser.add_argument("--workers", type=int, default=2, metavar="K")
+    parser.add_argument("--critical-backend", default="minilm")
     parser.add_argument("--quick", action="store_true", help="size S, no naive baseline, no quality run")
     parser.add_argument("--no-naive", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.driver_threads is not None and args.driver_threads < 1:
+        parser.error(f"--driver-threads must be >= 1 (got {args.driver_threads})")
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1 (got {args.workers})")
+    growth = [] if not args.growth else [size.strip() for size in args.growth.split(",")]
+    for size in growth:
+        if size not in GROWTH_SIZES:
+            parser.error(f"--growth: unknown size {size!r} (choose from {','.join(GROWTH_SIZES)})")
+    set_torch_threads(args.driver_threads)
+    if args.growth_child:
+        print(json.dumps(growth_point(args.growth_child, args.growth_backend)))
+        return
     size = "S" if args.quick else args.size
     rows = build_workload(size)
     occurrences = triple_occurrences(rows)
@@ -140,9 +394,14 @@ def main() -> None:
                   f"{len(unique)} distinct texts; {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
 
     report: dict = {"size": size, "triples": len(occurrences), "unique_texts": len(unique),
-                    "naive_s": None, "peak_extra_rss_mb": 0.0, "backends": {}}
+                    "naive_s": None, "peak_extra_rss_mb": 0.0, "backends": {},
+                    "driver_threads": args.driver_threads, "torch_threads": torch_threads(),
+                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
+                    "load_average_1min": {"start": os.getloadavg()[0]}}
     naive_embedder = None
-    for backend in args.backends.split(","):
+    cold_results = {}
+    backends = [] if args.backends == "none" else args.backends.split(",")
+    for backend in backends:
         config = FactUtilConfig(embedding_backend=backend)
         embedder = make_embedder(backend)
         # The model loads once per process, and a GPU's kernels start on the first real batch:
@@ -168,6 +427,7 @@ def main() -> None:
         embeddings_only = compute_process_advantages(rows, config, clusterer=fresh)
         assert embeddings_only.advantages.tobytes() == cold.advantages.tobytes(), "memo changed a result"
         assert warm.advantages.tobytes() == cold.advantages.tobytes(), "warm and cold steps differ"
+        cold_results[backend] = cold
         entry = {"cold_s": cold.metrics["time_total_s"], "warm_s": warm.metrics["time_total_s"],
                  "floor_s": floor_s, "peak_extra_rss_mb": rss.extra_mb,
                  "warm_embeddings_only_s": embeddings_only.metrics["time_total_s"],
@@ -202,7 +462,8 @@ def main() -> None:
                 f"{naive_s / stages['total']:.1f}×" if naive_s is not None else "",
                 f"{entry['peak_extra_rss_mb']:.0f}" if label == "cold" else "",
             )
-    console.print(table)
+    if backends:
+        console.print(table)
     if naive_s is not None:
         console.print(f"naive (MiniLM; per group: embed its occurrences, {len(occurrences)} in all, + sklearn "
                       f"average linkage): {naive_s:.2f} s; 'naive ÷' = naive / that row's factutil step")
@@ -211,6 +472,25 @@ def main() -> None:
         for backend, entry in report["backends"].items():
             console.print(f"B-cubed F1 (dev set, t = {FactUtilConfig().sim_threshold}) {backend}: "
                           f"{entry['bcubed_f1']:.3f} (loss vs minilm {reference - entry['bcubed_f1']:+.3f})")
+    if args.critical_path:
+        backend = args.critical_backend
+        reference = cold_results.get(backend)
+        if reference is None:  # the driver doing everything, cold, as in the table above
+            embedder = make_embedder(backend)
+            embedder.encode(unique[:256])
+            config = FactUtilConfig(embedding_backend=backend)
+            reference = compute_process_advantages(rows, config, clusterer=cold_clusterer(config, embedder))
+        report["critical_path"] = {"size": size, **critical_path(rows, args.workers, backend, reference)}
+        console.print(critical_table(report["critical_path"], args.driver_threads))
+        console.print(f"identical: {'yes' if report['critical_path']['identical'] else 'no'} "
+                      "(advantages with the workers' prepared facts vs the driver doing everything)")
+    if growth:
+        report["growth"] = run_growth(growth, args.growth_backend, args.driver_threads)
+        console.print(growth_table(report["growth"], args.driver_threads))
+    report["load_average_1min"]["end"] = os.getloadavg()[0]
+    console.print(f"1-min load average {report['load_average_1min']['start']:.1f} at the start, "
+                  f"{report['load_average_1min']['end']:.1f} at the end; driver threads "
+                  f"{args.driver_threads or 'all'}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
         console.print(f"wrote {args.json}")

@@ -1,8 +1,9 @@
-"""Reference training-step workloads S / M / L built from real facts.
+"""Reference training-step workloads S / M / L / XL built from real facts.
 
 Each group is one question: its fact family comes from the labelled clustering sets in
 ``benchmarks/data`` (real 2Wiki / MuSiQue / HotpotQA facts with their paraphrases, look-alikes and
-facts of other questions). Families repeat every ~100 groups; to keep the facts of different
+facts of other questions). S / M / L are 64 / 256 / 512 groups × 6 rollouts; XL is
+4,096 groups × 8 rollouts (the scale at which to watch how a step grows). Families repeat every ~100 groups; to keep the facts of different
 questions distinct, the family's subjects are renamed in each repeat to real paragraph titles of
 the bundled 2Wiki corpus (letter case and inverse forms of a subject lose their link then: the
 repeats are a little harder to cluster than the originals). A seeded policy then writes 6 rollouts per group, each ≤ 8 actions
@@ -24,8 +25,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 SETS = [ROOT / "benchmarks/data/cluster_quality_set.jsonl", ROOT / "benchmarks/data/cluster_quality_heldout.jsonl"]
 CORPUS = ROOT / "examples/data/hipporag_2wikimultihopqa_corpus.json"
-SIZES = {"S": 64, "M": 256, "L": 512}
+SIZES = {"S": 64, "M": 256, "L": 512, "XL": 4096}
 ROLLOUTS = 6
+ROLLOUTS_PER_SIZE = {"XL": 8}  # rollouts per group where it is not ROLLOUTS
 MAX_ACTIONS = 8
 
 
@@ -58,8 +60,8 @@ def _renamed(items: list[dict], start: int | None) -> list[dict]:
     return [{**item, "subject": mapping[item["subject"].casefold()]} for item in items]
 
 
-def build_group(index: int, rng: np.random.Generator) -> list[dict]:
-    """The 6 rollouts of group ``index``."""
+def build_group(index: int, rng: np.random.Generator, rollouts: int = ROLLOUTS) -> list[dict]:
+    """The ``rollouts`` rollouts of group ``index``."""
     family_list = families()
     cycle, position = divmod(index, len(family_list))
     items = _renamed(family_list[position], index * 104729 if cycle else None)
@@ -73,8 +75,8 @@ def build_group(index: int, rng: np.random.Generator) -> list[dict]:
     weights /= weights.sum()
     uid = f"step-{index:04d}"
     question = f"What is the {base[-1]['relation']} of the entity in question {index}?"
-    rollouts = []
-    for r in range(ROLLOUTS):
+    written = []
+    for r in range(rollouts):
         actions: list[dict] = []
         held: set[str] = set()
         budget = int(rng.integers(5, 10))  # ~6 triples per rollout (at most 3 asserts of 1-3)
@@ -90,17 +92,19 @@ def build_group(index: int, rng: np.random.Generator) -> list[dict]:
         found = sum(b["label"] in held for b in base) / len(base)
         correct = rng.random() < 0.15 + 0.7 * found
         actions.append({"action": "answer", "answer": gold if correct else items[int(rng.integers(len(items)))]["object"]})
-        rollouts.append({"uid": uid, "question": question, "golden_answers": [gold],
-                         "rollout_id": f"{uid}-{r}", "actions": actions})
-    return rollouts
+        written.append({"uid": uid, "question": question, "golden_answers": [gold],
+                        "rollout_id": f"{uid}-{r}", "actions": actions})
+    return written
 
 
 def build_workload(size: str, seed: int = 0) -> list[dict]:
-    """All rollouts of workload ``size`` (S = 64, M = 256, L = 512 groups), deterministic."""
+    """All rollouts of workload ``size`` (S = 64, M = 256, L = 512 groups of 6 rollouts; XL = 4,096
+    groups of 8), deterministic. Raises ValueError naming ``size`` for an unknown one."""
     if size not in SIZES:
-        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+        raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
     rng = np.random.default_rng(seed)
-    return [row for index in range(SIZES[size]) for row in build_group(index, rng)]
+    rollouts = ROLLOUTS_PER_SIZE.get(size, ROLLOUTS)
+    return [row for index in range(SIZES[size]) for row in build_group(index, rng, rollouts)]
 
 
 def triple_occurrences(rows: list[dict]) -> list[list[str]]:

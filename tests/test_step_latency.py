@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.workloads import SIZES, build_workload, triple_occurrences
+from benchmarks.step_latency import THREAD_VARIABLES
+from benchmarks.workloads import (
+    ROLLOUTS_PER_SIZE,
+    SIZES,
+    build_group,
+    build_workload,
+    triple_occurrences,
+)
 from factutil.cluster import normalize_fact_text
 from factutil.shaping import (
     ANSWER,
@@ -34,8 +42,78 @@ def test_workloads_are_deterministic_and_sized():
     assert all(len(row["actions"]) <= 8 for row in small)
     per_rollout = len(triple_occurrences(small)) / len(small)
     assert 4.5 < per_rollout < 7.5  # ~6 triples per rollout
-    with pytest.raises(ValueError, match="size"):
-        build_workload("XL")
+    with pytest.raises(ValueError, match="size must be one of .*'XXL'"):
+        build_workload("XXL")
+
+
+def test_the_xl_workload_has_4096_groups_of_8_rollouts():
+    assert SIZES["XL"] == 4096 and ROLLOUTS_PER_SIZE["XL"] == 8
+    group = build_group(5, np.random.default_rng(0), rollouts=8)
+    assert len(group) == 8 and {row["uid"] for row in group} == {"step-0005"}
+    assert [row["rollout_id"] for row in group] == [f"step-0005-{r}" for r in range(8)]
+    # the sizes S-L keep 6 rollouts a group, so their figures stay comparable with earlier runs
+    assert len(build_group(5, np.random.default_rng(0))) == 6
+
+
+def test_driver_threads_is_read_before_the_imports():
+    from benchmarks.step_latency import _driver_threads_from_argv
+
+    assert _driver_threads_from_argv(["--size", "S", "--driver-threads", "1"]) == 1
+    assert _driver_threads_from_argv(["--driver-threads=3", "--quick"]) == 3
+    assert _driver_threads_from_argv(["--quick"]) is None
+    assert _driver_threads_from_argv(["--driver-threads", "0"]) is None  # argparse rejects it later
+    assert _driver_threads_from_argv(["--driver-threads"]) is None
+
+
+def _run_benchmark(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "step.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/step_latency.py"), *args, "--json", str(out)],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, json.loads(out.read_text())
+
+
+def test_driver_threads_and_the_growth_section(tmp_path):
+    done, report = _run_benchmark(tmp_path, "--quick", "--backends", "static", "--driver-threads", "1",
+                                  "--growth", "S", "--growth-backend", "static")
+    assert report["driver_threads"] == 1 and report["torch_threads"] == 1
+    assert report["omp_num_threads"] == "1"
+    (point,) = report["growth"]
+    small = build_workload("S")
+    assert (point["size"], point["groups"], point["rollouts"]) == ("S", 64, len(small))
+    assert point["triples"] == len(triple_occurrences(small))
+    assert point["torch_threads"] == 1  # the child process got the same limit
+    assert point["identical"] is True and point["backend"] == "static"
+    assert 0 < point["driver_s"] and 0 < point["cold_s"] and point["peak_rss_mb"] > 50
+    assert "growth, backend static, driver threads 1" in done.stdout
+
+
+def test_bad_benchmark_arguments_are_named(tmp_path):
+    for args, message in (
+        (["--driver-threads", "0"], "--driver-threads must be >= 1 (got 0)"),
+        (["--workers", "0"], "--workers must be >= 1 (got 0)"),
+        (["--growth", "S,XXL"], "--growth: unknown size 'XXL'"),
+    ):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks/step_latency.py"), *args],
+                              capture_output=True, text=True, check=False, cwd=tmp_path)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+
+
+@pytest.mark.slow
+def test_critical_path_with_two_ray_workers(tmp_path):
+    done, report = _run_benchmark(tmp_path, "--quick", "--backends", "none", "--driver-threads", "1",
+                                  "--critical-path", "--critical-backend", "static", "--workers", "2")
+    entry = report["critical_path"]
+    assert (entry["workers"], entry["backend"], entry["size"]) == (2, "static", "S")
+    assert entry["rollouts"] == len(build_workload("S"))
+    assert entry["identical"] is True and "identical: yes" in done.stdout
+    assert entry["embedded_by_driver"] == 0  # every vector came from the workers
+    assert len(entry["worker_task_wall_s"]) == 2 and entry["worker_cpu_s"] > 0
+    assert entry["worker_wall_s"] >= max(entry["worker_task_wall_s"])
+    assert {"driver_s", "worker_cpu_s", "workers", "backend"} <= set(entry)
 
 
 @pytest.mark.slow
