@@ -51,6 +51,9 @@ class Prepared:
     reward: list[float]
     success: list[float]
     golds_normalized_empty: int  # gold answers (per group) that normalise to no token
+    occurrence_triples: list[tuple[str, str, str]]  # (occurrences,): each as written
+    ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
+    reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
 
 
 def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
@@ -58,7 +61,9 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
 
     Texts are memoised (:func:`~factutil.cluster.fact_text`); each group's distinct texts get one
     representative triple, the smallest ``(subject, relation, object)`` sharing the text, so no
-    choice depends on input order.
+    choice depends on input order. What the per-item records need beyond the numbers (each
+    occurrence's triple as written, the kinds of ignored actions, invalid actions' reasons) is
+    kept too, so the records are built from these columns, never by walking the input again.
     """
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     success_rule = config.success
@@ -82,9 +87,14 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
     queries: dict[str, str] = {}
+    occurrence_triples: list[tuple[str, str, str]] = []
+    ignored_kinds: list[int] = []
+    reasons: dict[int, str] = {}
     golds_empty = 0
-    add_kind, add_row, add_step, add_fact = (
-        kinds.append, occurrence_row.append, occurrence_step.append, occurrence_fact.append
+    first_action = 0  # input index of the rollout's first action
+    add_kind, add_row, add_step, add_fact, add_triple = (
+        kinds.append, occurrence_row.append, occurrence_step.append, occurrence_fact.append,
+        occurrence_triples.append,
     )
     row = 0
     for group in batch:
@@ -135,6 +145,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                         add_row(row)
                         add_step(t)
                         add_fact(base + index)
+                        add_triple((subject, relation, obj))
                 elif kind == "search":
                     query = action["query"]
                     normalized = queries.get(query)
@@ -150,9 +161,15 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                     empty_store_answer = store_empty
                     t += 1
                     break
+                else:
+                    reasons[first_action + t] = action["reason"]
                 t += 1
             ignored = len(actions) - t
             if ignored:
+                for u in range(t, len(actions)):
+                    ignored_kinds.append(KIND_CODES[actions[u]["action"]])
+                    if actions[u]["action"] == "invalid":
+                        reasons[first_action + u] = actions[u]["reason"]
                 warn(
                     f"group {group.uid!r} rollout {rollout['rollout_id']!r}: {ignored} action(s) "
                     f"after the answer or beyond max_turns={max_turns} ignored"
@@ -176,6 +193,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             successes.append(success)
             lengths.append(t)
             totals.append(len(actions))
+            first_action += len(actions)
             row += 1
         texts = list(local)
         order = sorted(range(len(texts)), key=texts.__getitem__)
@@ -206,5 +224,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         reward=rewards,
         success=successes,
         golds_normalized_empty=golds_empty,
+        occurrence_triples=occurrence_triples,
+        ignored_kinds=ignored_kinds,
+        reasons=reasons,
     )
 

@@ -16,6 +16,7 @@ import numpy as np
 from factutil.columns import Prepared
 from factutil.config import FactUtilConfig
 from factutil.load import GroupRows
+from factutil.shaping import KIND_CODES
 from factutil.utility import BatchUtilities
 
 
@@ -220,9 +221,14 @@ def gc_paused(pause: bool = True) -> Iterator[None]:
 
 
 
+KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+"""Kind code -> action name (``"search"``, ``"assert"``, ``"answer"``, ``"invalid"``)."""
+
+
 @dataclass
 class Records:
-    """What the per-item records of a step are built from, on first access."""
+    """What the per-item records of a step are built from, on first access: the step's columns
+    (:class:`~factutil.columns.Prepared`, the utilities), never the input rows."""
 
     batch: list[GroupRows]
     config: FactUtilConfig
@@ -237,7 +243,7 @@ class Records:
         return np.repeat(np.arange(len(self.batch), dtype=np.int64), counts)
 
     def actions(self, columns: dict[str, np.ndarray]) -> list[ActionRecord]:
-        util = self.util
+        util, prep = self.util, self.prep
         group_of_row = self._group_of_row()
         order = np.lexsort((util.pair_cluster, util.pair_step, util.pair_row))
         new: dict[tuple[int, int], list[int]] = {}
@@ -246,31 +252,30 @@ class Records:
             util.pair_row[order].tolist(), util.pair_step[order].tolist(), local[order].tolist()
         ):
             new.setdefault((r, t), []).append(c)
+        ignored = columns["ignored"]
+        codes = np.empty(len(ignored), dtype=np.int8)
+        codes[~ignored] = prep.kinds  # the effective actions, in (row, step) order
+        codes[ignored] = prep.ignored_kinds
+        kinds = [KIND_NAMES[code] for code in codes.tolist()]
+        reasons = prep.reasons
+        row_of = np.repeat(np.arange(len(self.keys), dtype=np.int64), prep.totals).tolist()
         listed = {name: values.tolist() for name, values in columns.items()}
         records = []
-        k = 0
-        row = 0
-        for group in self.batch:
-            for rollout in group.rollouts:
-                uid, rollout_id = self.keys[row]
-                for t, action in enumerate(rollout["actions"]):
-                    kind = action["action"]
-                    reason = action["reason"] if kind == "invalid" else None
-                    if listed["ignored"][k]:
-                        records.append(ActionRecord(
-                            uid, rollout_id, t, kind, 0.0, 0.0, 0.0, 0.0,
-                            listed["outcome_reward"][k], 0.0, 0.0, 0.0, [], True, reason,
-                        ))
-                    else:
-                        records.append(ActionRecord(
-                            uid, rollout_id, t, kind, listed["shaping"][k],
-                            listed["back_credit"][k], listed["penalty"][k],
-                            listed["process_reward"][k], listed["outcome_reward"][k],
-                            listed["outcome_advantage"][k], listed["process_advantage"][k],
-                            listed["advantage"][k], new.get((row, t), []), False, reason,
-                        ))
-                    k += 1
-                row += 1
+        for k, (row, t, kind) in enumerate(zip(row_of, listed["step"], kinds)):
+            uid, rollout_id = self.keys[row]
+            if listed["ignored"][k]:
+                records.append(ActionRecord(
+                    uid, rollout_id, t, kind, 0.0, 0.0, 0.0, 0.0,
+                    listed["outcome_reward"][k], 0.0, 0.0, 0.0, [], True, reasons.get(k),
+                ))
+            else:
+                records.append(ActionRecord(
+                    uid, rollout_id, t, kind, listed["shaping"][k],
+                    listed["back_credit"][k], listed["penalty"][k],
+                    listed["process_reward"][k], listed["outcome_reward"][k],
+                    listed["outcome_advantage"][k], listed["process_advantage"][k],
+                    listed["advantage"][k], new.get((row, t), []), False, reasons.get(k),
+                ))
         return records
 
     def rollouts(self) -> list[RolloutRecord]:
@@ -297,19 +302,10 @@ class Records:
     def clusters(self) -> list[ClusterRecord]:
         util, prep = self.util, self.prep
         n, s, mean, utility = util.n.tolist(), util.s.tolist(), util.mean.tolist(), util.utility.tolist()
-        # The occurrences were recorded walking the effective actions in this same order.
         fact_cluster, occurrence_fact = util.fact_cluster.tolist(), prep.occurrence_fact.tolist()
-        lengths = prep.lengths.tolist()
         members: list[set[tuple[str, str, str]]] = [set() for _ in n]
-        k = row = 0
-        for group in self.batch:
-            for rollout in group.rollouts:
-                for action in rollout["actions"][: lengths[row]]:
-                    if action["action"] == "assert":
-                        for triple in action["triples"]:
-                            members[fact_cluster[occurrence_fact[k]]].add(tuple(triple))
-                            k += 1
-                row += 1
+        for fact, triple in zip(occurrence_fact, prep.occurrence_triples):
+            members[fact_cluster[fact]].add(triple)
         starts, groups = util.cluster_starts.tolist(), util.cluster_group.tolist()
         return [
             ClusterRecord(

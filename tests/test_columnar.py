@@ -197,6 +197,42 @@ def test_columns_records_and_per_rollout_agree():
     assert result.actions is result.actions  # built once
 
 
+def test_records_come_from_the_columns_not_from_the_input_rows():
+    """Ignored actions keep their kind and an invalid one its reason; cluster members are the
+    triples as written. The input rows are emptied before the records are first read."""
+    rows = [
+        {"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollout_id": rid, "actions": actions}
+        for rid, actions in [
+            ("1", [{"action": "assert", "triples": [["France", "capital", "Paris"]]},
+                   {"raw": "no action here"},
+                   {"action": "answer", "answer": "Paris"},
+                   {"raw": "<search></search>"},
+                   {"action": "assert", "triples": [["x", "y", "z"]]}]),
+            ("2", [{"action": "assert", "triples": [["france", " capital", "PARIS"]]},
+                   {"action": "answer", "answer": "Lyon"}]),
+        ]
+    ]
+    result = compute_process_advantages(rows, {"mode": "exact"})
+    for group in result.groups:
+        for rollout in group.rollouts:
+            rollout["actions"] = []
+    records = result.actions
+    assert [(r.action, r.ignored, r.invalid_reason) for r in records] == [
+        ("assert", False, None), ("invalid", False, "no action found"), ("answer", False, None),
+        ("invalid", True, "search with an empty query"), ("assert", True, None),
+        ("assert", False, None), ("answer", False, None),
+    ]
+    assert [(r.uid, r.rollout_id, r.step) for r in records] == [
+        ("q", "1", 0), ("q", "1", 1), ("q", "1", 2), ("q", "1", 3), ("q", "1", 4),
+        ("q", "2", 0), ("q", "2", 1),
+    ]
+    # Both spellings normalise to "france | capital | paris": one cluster, both members listed
+    # (sorted, as written); the ignored assert after the answer adds nothing.
+    (cluster,) = result.clusters
+    assert cluster.members == [["France", "capital", "Paris"], ["france", " capital", "PARIS"]]
+    assert (cluster.n, cluster.s) == (2, 1.0)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["normal", "constant", "huge", "levels"])),
                 max_size=6), st.booleans(), st.integers(0, 2**32 - 1))
