@@ -185,12 +185,22 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
+def clear_module_memos() -> None:
+    """Empty the module-level memos a new run starts without: the memoised fact texts and, in
+    versions where the filters' helpers keep a module memo, that memo (where a
+    :class:`~factutil.filters.FilterCache` owned by the clusterer holds it, a new clusterer
+    starts empty)."""
+    fact_text.cache_clear()
+    clear = getattr(filters, "clear_caches", None)
+    if clear is not None:
+        clear()
+
+
 def cold_clusterer(config: FactUtilConfig, embedder) -> SemanticClusterer:
     """A fresh clusterer with the filters' tables loaded and every memo empty (a run's new step)."""
     clusterer = SemanticClusterer(config, embedder=embedder)
     clusterer.warmup()
-    fact_text.cache_clear()
-    filters.clear_caches()
+    clear_module_memos()
     return clusterer
 
 
@@ -414,15 +424,13 @@ def main() -> None:
         # Like the model, the filters' tables (pint's unit registry, the lexicons) load once per
         # process (``warmup``); the memoised texts and filter helpers start empty, as in a new run.
         clusterer.warmup()
-        fact_text.cache_clear()
-        filters.clear_caches()
+        clear_module_memos()
         with PeakRSS() as rss:
             cold = compute_process_advantages(rows, config, clusterer=clusterer)
         warm = compute_process_advantages(rows, config, clusterer=clusterer)
         # Only the embeddings known: a new clusterer sharing the cache, its fact and pair memos
         # empty (facts seen before, met in new combinations).
-        fact_text.cache_clear()
-        filters.clear_caches()
+        clear_module_memos()
         fresh = SemanticClusterer(config, embedder=embedder, cache=clusterer.cache)
         embeddings_only = compute_process_advantages(rows, config, clusterer=fresh)
         assert embeddings_only.advantages.tobytes() == cold.advantages.tobytes(), "memo changed a result"

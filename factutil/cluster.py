@@ -237,8 +237,10 @@ class SemanticClusterer:
 
     Across calls the clusterer keeps, besides the embedding cache, each fact's text and filter
     analysis and each checked pair's filter result (LRU, ``config.cache_max_entries`` facts and
-    as many pairs): the filters are pure functions of the two facts, and training steps meet the
-    same facts and pairs again. ``metrics`` count the work of the call as if nothing were kept
+    as many pairs), and the filters' memo of parts and entity keys (``filter_cache``, a
+    :class:`~factutil.filters.FilterCache`): the filters are pure functions of the two facts, and
+    training steps meet the same facts and pairs again. A new clusterer starts with all of them
+    empty. ``metrics`` count the work of the call as if nothing were kept
     (every pair checked in the call is counted, under the filter that vetoed it).
 
     Args:
@@ -277,18 +279,30 @@ class SemanticClusterer:
         self._pairs: OrderedDict[int, str] = OrderedDict()
         self._memo_for: tuple[str, tuple[str, ...]] | None = None
         self._serials = count()
+        self._filter_cache: Any = None
         # What add_prepared gave for the next call: the facts' parts, and the items ignored.
         self._prepared: set[tuple[str, str, str]] = set()
         self._prepared_ignored = 0
         self.metrics: dict[str, float] = {}
 
+    @property
+    def filter_cache(self) -> Any:
+        """The :class:`~factutil.filters.FilterCache` this clusterer's analyses and vetoes read
+        through (created on first use; ``filter_cache.clear()`` empties it)."""
+        if self._filter_cache is None:
+            from factutil.filters import FilterCache
+
+            self._filter_cache = FilterCache()
+        return self._filter_cache
+
     def warmup(self) -> None:
-        """Load the embedding model and the filters' unit tables now rather than in the first step."""
+        """Load the embedding model and the filters' constant tables (pint's unit registry) now
+        rather than in the first step; no memo is filled."""
         self.embedder.encode(["warm up"])
         if self.config.filters or self.config.key_edges:
             from factutil.filters import analyze
 
-            analyze("warm up", "length", "5 km")
+            analyze("warm up", "length", "5 km")  # no cache: loads the tables, memoises nothing
 
     def _check_memo(self) -> None:
         """Empty the fact and pair memos when the template or the filters changed."""
@@ -374,11 +388,12 @@ class SemanticClusterer:
         store = self._records
         known = store.get
         touch = store.move_to_end
+        filter_cache = self.filter_cache if analyse else None
         records = []
         for key in parts:
             record = known(key)
             if record is None or (analyse and record.features is None):
-                features = analyze(*key) if analyse else None
+                features = analyze(*key, cache=filter_cache) if analyse else None
                 record = _FactRecord(
                     fact_text(*key, template),
                     features,
@@ -492,6 +507,7 @@ class SemanticClusterer:
         from factutil.filters import FILTERS
 
         names = tuple(self.config.filters)
+        filter_cache = self.filter_cache
         enabled = [(name, FILTERS[name]) for name in names]
         limit = self.config.cache_max_entries
         pairs = self._pairs
@@ -508,7 +524,7 @@ class SemanticClusterer:
             if outcome is None:
                 outcome = ""
                 for name, check in enabled:
-                    if check(features[i], features[j]) is not None:
+                    if check(features[i], features[j], filter_cache) is not None:
                         outcome = name
                         break
                 pairs[key] = outcome

@@ -32,7 +32,7 @@ from factutil.cluster import Fact, fact_text
 from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, embed_unique, make_embedder
 from factutil.errors import error_messages, short
-from factutil.filters import FactFeatures, analyze
+from factutil.filters import FactFeatures, FilterCache, analyze
 from factutil.load import _fast_row, rollout_row
 from factutil.schema import Rollout, coerce_action
 
@@ -316,12 +316,12 @@ def prepare_facts(
     if config.mode == "exact":
         return PreparedFacts(None, template, tuple(config.filters), config.key_edges,
                              tuple(parts), texts, None, None)
-    cache = None
+    cache = filter_cache = None
     if clusterer is not None:
         if embedder is not None and embedder is not clusterer.embedder:
             raise ValueError("prepare_facts: embedder and clusterer given, and the clusterer "
                              "has another embedder; pass one of them")
-        embedder, cache = clusterer.embedder, clusterer.cache
+        embedder, cache, filter_cache = clusterer.embedder, clusterer.cache, clusterer.filter_cache
     if embedder is None:
         embedder = make_embedder(config.embedding_backend, config.embedding_model,
                                  device=config.embedding_device,
@@ -331,7 +331,9 @@ def prepare_facts(
         vectors = np.zeros((0, 0), dtype=np.float32)
     analyses = None
     if config.filters or config.key_edges:
-        analyses = tuple(analyze(*key) for key in parts)
+        # Without a clusterer's, a memo for this call: the parts of one rollout repeat.
+        filter_cache = filter_cache if filter_cache is not None else FilterCache()
+        analyses = tuple(analyze(*key, cache=filter_cache) for key in parts)
     return PreparedFacts(embedder.name, template, tuple(config.filters), config.key_edges,
                          tuple(parts), texts, vectors, analyses)
 

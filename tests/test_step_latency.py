@@ -172,13 +172,3 @@ def test_batched_process_rewards_equal_each_rollout_alone(rollouts):
         utility, np.array([r for *_, r in first], dtype=bool), alpha=0.3,
     )
     assert wrapped.process_reward.shape == (len(first),)
-
-
-def test_clear_caches_empties_the_filter_helpers_and_changes_no_result():
-    from factutil import filters
-
-    before = filters.analyze("Marie Curie", "was born in", "Warsaw, 7 November 1867")
-    assert filters.fold.cache_info().currsize > 0
-    filters.clear_caches()
-    assert filters.fold.cache_info().currsize == 0 and filters._scan.cache_info().currsize == 0
-    assert filters.analyze("Marie Curie", "was born in", "Warsaw, 7 November 1867") == before

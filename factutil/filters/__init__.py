@@ -5,16 +5,20 @@ filters here then veto the edges whose two facts differ in meaning although they
 :func:`analyze` reads one triple ONCE into a :class:`FactFeatures`; each filter is a pure function
 of two features, returns a short reason when it vetoes and None when it lets the edge stand, and is
 symmetric: ``veto(a, b) == veto(b, a)``, reason text included. :func:`first_veto` runs the enabled
-filters in the fixed order negation, numeric, relation, entity. Everything is deterministic; the
-only module state is immutable lexicon tables plus lazily built caches (the pint unit registry,
-``functools.lru_cache`` on pure helpers with string keys, the last pair's alignment).
+filters in the fixed order negation, numeric, relation, entity. Everything is deterministic. The
+memo of the helpers is a :class:`FilterCache` that its owner holds and passes (``cache=``; the
+clusterer creates one per clusterer); without one nothing is memoised and the answers are the
+same. The only module state is built once from constants: the lexicon tables, each relation id's
+ancestors, pint's unit registry and the factors of the whitelisted units.
 
 The package, in the order a triple is read: :mod:`~factutil.filters.lexicon` (the relation
 table and cutoffs), :mod:`~factutil.filters.text` (folding, words, negation cues),
 :mod:`~factutil.filters.quantities` (numbers, dates, units), :mod:`~factutil.filters.relations`
 (phrase -> relation id), :mod:`~factutil.filters.entities` (entity keys and matching),
-:mod:`~factutil.filters.features` (:func:`analyze`) and :mod:`~factutil.filters.vetoes` (the four
-filters, :func:`first_veto`); every public name is importable from ``factutil.filters``.
+:mod:`~factutil.filters.parts` (a subject, a relation + object -> values, keys, relation id),
+:mod:`~factutil.filters.cache` (:class:`FilterCache`), :mod:`~factutil.filters.features`
+(:func:`analyze`) and :mod:`~factutil.filters.vetoes` (the four filters, :func:`first_veto`);
+every public name is importable from ``factutil.filters``.
 
 Rules and decisions (each one a deliberate choice; see the tests for the cases).
 
@@ -150,21 +154,22 @@ words and not used (≈ 760 µs per text, and it reads "one of" and "Air Force O
 
 Speed (results unchanged, checked by tests/test_filters_golden.py). A batch repeats
 parts far more than triples (reference step L: 4,547 distinct triples, 2,354 distinct parts, 841
-distinct relation + object pairs), so the analysis is cached per part: ``_scan`` per part text,
-``_subject_part`` per subject, ``_relation_part`` per (relation, object), ``_words`` per text (all
-bounded LRU caches with string keys). A scan skips the date and number passes when the text has
+distinct relation + object pairs), so the analysis is memoised per part by the
+:class:`FilterCache`: ``scan`` per part text, ``subject_part`` per subject, ``relation_part`` per
+(relation, object), ``words`` per text (bounded LRUs with string keys). A scan skips the date and number passes when the text has
 no digit, the month patterns when it has no month prefix, and the regnal pass without I/V/X;
-``fold`` and ``_words`` skip Unicode decomposition for ASCII. Pairs: ``_common_relation`` and the
-un-/non- candidates of a word set are cached, and the alignment of the last pair is reused by the
-next filter. Measured on L (2 cores): analyze 60 → 11 µs per triple from empty caches, 3 µs with
+``fold`` and ``_words`` skip Unicode decomposition for ASCII. Pairs: the common relation of two
+ids is a table lookup, the un-/non- candidates of a word set and entity-key matches are memoised,
+and the alignment of the last pair is reused by the next filter. Measured on L (2 cores): analyze 60 → 11 µs per triple from empty caches, 3 µs with
 warm ones (31 µs when no part was seen before); ``first_veto`` on the step's real candidate pairs
 11 → 5.5 µs.
 """
 
 from __future__ import annotations
 
+from factutil.filters.cache import NO_MEMO, FilterCache
 from factutil.filters.entities import GENERATIONAL, same_entity
-from factutil.filters.features import FactFeatures, _relation_part, _subject_part, analyze
+from factutil.filters.features import FactFeatures, analyze
 from factutil.filters.lexicon import (
     ENTITY_CUTOFF,
     RELATION_BY_ID,
@@ -173,14 +178,10 @@ from factutil.filters.lexicon import (
     RELATIONS,
     Relation,
 )
-from factutil.filters.quantities import _pint_unit, _scan
-from factutil.filters.relations import _lookup_fuzzy
-from factutil.filters.text import _words, fold
+from factutil.filters.text import fold
 from factutil.filters.vetoes import (
     DEFAULT_FILTERS,
     FILTERS,
-    _common_relation,
-    _flip_candidates,
     entity_veto,
     first_veto,
     negation_veto,
@@ -193,14 +194,15 @@ __all__ = [
     "ENTITY_CUTOFF",
     "FILTERS",
     "GENERATIONAL",
+    "NO_MEMO",
     "RELATIONS",
     "RELATION_BY_ID",
     "RELATION_LOOKUP_CUTOFF",
     "RELATION_TEXT_CUTOFF",
     "FactFeatures",
+    "FilterCache",
     "Relation",
     "analyze",
-    "clear_caches",
     "entity_veto",
     "first_veto",
     "fold",
@@ -209,13 +211,4 @@ __all__ = [
     "relation_veto",
     "same_entity",
 ]
-
-
-def clear_caches() -> None:
-    """Empty the memoised string helpers (folding, scanning, entity and relation parts), as in a
-    fresh process. The pint unit registry, built once like a model, stays loaded. For benchmarks
-    that time a cold step; results never depend on the caches."""
-    for helper in (fold, _words, _pint_unit, _scan, _lookup_fuzzy, _subject_part, _relation_part,
-                   same_entity, _common_relation, _flip_candidates):
-        helper.cache_clear()
 

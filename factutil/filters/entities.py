@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from typing import Any
 
 from rapidfuzz import fuzz
 
 from factutil.filters.lexicon import ENTITY_CUTOFF
-from factutil.filters.text import _ARTICLES, _words
+from factutil.filters.text import _ARTICLES
 
 
-@lru_cache(maxsize=65536)
-def same_entity(a: str, b: str) -> bool:
+def same_entity(a: str, b: str, cache: Any = None) -> bool:
     """Whether two folded entity keys name the same thing (symmetric).
+
+    ``cache``: a :class:`~factutil.filters.FilterCache` whose memo to use; None = none.
 
     Equal keys (commas aside), an empty key, token containment (a one-letter token matches any
     token with that initial), or rapidfuzz ``ratio`` / ``token_sort_ratio`` >=
@@ -37,7 +38,8 @@ def same_entity(a: str, b: str) -> bool:
             qualifier = [t for t in _content(key.split(", ", 1)[1]) if t not in GENERATIONAL]
             if not _contained(qualifier, other):
                 return False
-        return same_entity(a.split(", ", 1)[0], b.split(", ", 1)[0])
+        heads = (a.split(", ", 1)[0], b.split(", ", 1)[0])
+        return cache.same_entity(*heads) if cache is not None else same_entity(*heads)
     if _contained(ta, tb) or _contained(tb, ta):
         return True
     return max(fuzz.ratio(plain_a, plain_b), fuzz.token_sort_ratio(plain_a, plain_b)) >= ENTITY_CUTOFF
@@ -67,11 +69,11 @@ def _roman(number: int) -> str:
 GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr"} | {_roman(n) for n in range(2, 40)} - {"v", "x"})
 
 
-def _generational(text: str) -> tuple[str, ...]:
+def _generational(text: str, cache: Any) -> tuple[str, ...]:
     """The generational suffixes written after the first word of a part, in order."""
     if not text:
         return ()
-    found = [word for word, _ in _words(text)[1:] if word in GENERATIONAL]
+    found = [word for word, _ in cache.words(text)[1:] if word in GENERATIONAL]
     return tuple(dict.fromkeys(found))
 
 

@@ -8,7 +8,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from text_to_num import alpha2digit
@@ -136,7 +136,7 @@ def _unit_registry() -> Any:
     return pint.UnitRegistry()
 
 
-@lru_cache(maxsize=256)
+@cache  # keyed by the unit whitelist's expressions: a lazily built constant table
 def _pint_unit(expression: str) -> tuple[str, float]:
     """(dimension, factor to base units) of a pint unit expression."""
     base = _unit_registry().Quantity(1.0, expression).to_base_units()
@@ -376,11 +376,11 @@ def _scaled(match: re.Match[str]) -> str:
 _DIGIT = re.compile(r"\d")
 
 
-@lru_cache(maxsize=16384)
 def _scan(text: str) -> tuple[tuple[tuple, ...], str]:
     """Values found in ``text`` and the text with their spans blanked.
 
-    Cached per part text: the parts of a batch repeat far more than whole triples do. Every date,
+    Memoised per part text by :class:`~factutil.filters.FilterCache`: the parts of a batch repeat
+    far more than whole triples do. Every date,
     decade, era and number pattern needs a digit, and a regnal numeral needs I, V or X, so a text
     without them skips those passes (same result, most parts of real triples are names).
     """

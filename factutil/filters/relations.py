@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 
 from rapidfuzz import fuzz, process
 
@@ -62,7 +61,6 @@ def _lookup_exact(tokens: list[str]) -> tuple[tuple[str, bool], ...] | None:
     return None
 
 
-@lru_cache(maxsize=8192)
 def _lookup_fuzzy(text: str) -> tuple[tuple[str, bool], ...] | None:
     if len(text) < 5:
         return None

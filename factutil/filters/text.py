@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
+from typing import Any
 
 _NO_DECOMPOSITION = str.maketrans({
     "ł": "l", "Ł": "L", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D", "æ": "ae", "Æ": "AE",
@@ -14,7 +14,6 @@ _APOSTROPHES = re.compile(r"['’ʼ‘`´]")
 _NON_WORD = re.compile(r"[\W_]+")
 
 
-@lru_cache(maxsize=65536)
 def fold(text: str) -> str:
     """Fold text for comparison: accents off, apostrophes out, punctuation to spaces, case-folded.
 
@@ -87,9 +86,9 @@ _WHOLE_OBJECT_NEGATIONS = {"no": "yes", "false": "true", "none": "", "never": ""
 _DYNAMIC_PREFIXES = ("non", "un")
 
 
-@lru_cache(maxsize=16384)
-def _words(text: str) -> tuple[tuple[str, bool], ...]:
-    """(folded word, written in lower case) for every word; folding may split a word."""
+def _words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
+    """(folded word, written in lower case) for every word; folding may split a word.
+    ``cache`` is a :class:`~factutil.filters.FilterCache` (its ``fold`` is used)."""
     out = []
     for raw in _WORD.findall(text):
         if raw.isascii() and raw.isalnum():  # fold() would only lower it; upper case is A-Z
@@ -98,6 +97,19 @@ def _words(text: str) -> tuple[tuple[str, bool], ...]:
             continue
         # str.islower() is False as soon as one character is upper case, so a True skips the scan
         lower = raw.islower() or not any(c.isupper() for c in raw)
-        for piece in fold(raw).split():
+        for piece in cache.fold(raw).split():
             out.append((piece, lower))
+    return tuple(out)
+
+
+def _flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """(word, stem) of the un-/non- words outside the lexicon with a stem of >= 4 letters, sorted
+    by word (a word starts with at most one of the prefixes)."""
+    out = []
+    for word in sorted(words):
+        for prefix in _DYNAMIC_PREFIXES:
+            stem = word[len(prefix):].lstrip()
+            if word.startswith(prefix) and len(stem) >= 4 and word not in _NEGATED_WORDS:
+                out.append((word, stem))
+                break
     return tuple(out)

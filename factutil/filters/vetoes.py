@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from functools import lru_cache
 from typing import NamedTuple
 
 from rapidfuzz import fuzz
 
-from factutil.filters.entities import same_entity
+from factutil.filters.cache import NO_MEMO, FilterCache
 from factutil.filters.features import FactFeatures
 from factutil.filters.lexicon import RELATION_BY_ID, RELATION_TEXT_CUTOFF
 from factutil.filters.quantities import _compatible_values, _show
 from factutil.filters.relations import _VERBALISATIONS
-from factutil.filters.text import _DYNAMIC_PREFIXES, _FUNCTION_WORDS, _NEGATED_WORDS
+from factutil.filters.text import _FUNCTION_WORDS
 
 
 def _lineage(rid: str) -> list[tuple[str, bool]]:
@@ -27,17 +26,20 @@ def _lineage(rid: str) -> list[tuple[str, bool]]:
     return chain
 
 
-@lru_cache(maxsize=32768)  # ids come from the lexicon: bounded
+# Each id's ancestors (itself first) with the inversion met on the way: built once from the lexicon.
+_ANCESTORS: dict[str, dict[str, bool]] = {rid: dict(_lineage(rid)) for rid in RELATION_BY_ID}
+
+
 def _common_relation(ra: str, rb: str) -> tuple[str, bool, bool] | None:
     """(common id, flip a, flip b) when one id is the other or an ancestor of it."""
     if ra == rb:
         return ra, False, False
-    for ancestor, flip in _lineage(ra):
-        if ancestor == rb:
-            return rb, flip, False
-    for ancestor, flip in _lineage(rb):
-        if ancestor == ra:
-            return ra, False, flip
+    flip = _ANCESTORS[ra].get(rb)
+    if flip is not None:
+        return rb, flip, False
+    flip = _ANCESTORS[rb].get(ra)
+    if flip is not None:
+        return ra, False, flip
     return None
 
 
@@ -59,23 +61,24 @@ def _view(f: FactFeatures, flip: bool) -> _View:
     return _View(f.subject_key, f.object_key, s_values, o_values)
 
 
-# The numeric, relation and entity filters of one pair run one after another and each aligns the
-# pair: the last alignment is kept, matched by identity (the entry holds both features, so their
-# ids cannot be reused, and features are frozen).
-_LAST_ALIGN: list[tuple] = [()]
+def _align(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> tuple[_View, _View, bool, str | None]:
+    """Both facts in one direction: (view a, view b, symmetric relation, common relation id).
 
-
-def _align(a: FactFeatures, b: FactFeatures) -> tuple[_View, _View, bool, str | None]:
-    """Both facts in one direction: (view a, view b, symmetric relation, common relation id)."""
-    last = _LAST_ALIGN[0]
+    The numeric, relation and entity filters of one pair run one after another and each aligns
+    the pair: the cache keeps the last alignment, matched by identity (the entry holds both
+    features, so their ids cannot be reused, and features are frozen)."""
+    last = cache.last_align
     if last and last[0] is a and last[1] is b:
         return last[2]
-    aligned = _align_pair(a, b)
-    _LAST_ALIGN[0] = (a, b, aligned)
+    aligned = _align_pair(a, b, cache)
+    if cache.memo:
+        cache.last_align = (a, b, aligned)
     return aligned
 
 
-def _align_pair(a: FactFeatures, b: FactFeatures) -> tuple[_View, _View, bool, str | None]:
+def _align_pair(
+    a: FactFeatures, b: FactFeatures, cache: FilterCache
+) -> tuple[_View, _View, bool, str | None]:
     common = None
     flip_a = flip_b = False
     if a.relation_id is not None and b.relation_id is not None:
@@ -88,25 +91,30 @@ def _align_pair(a: FactFeatures, b: FactFeatures) -> tuple[_View, _View, bool, s
     else:
         symmetric = a.symmetric and b.symmetric
     if symmetric:
-        direct = _part_match(va.s, va.s_values, vb.s, vb.s_values, strict=True) + _part_match(
-            va.o, va.o_values, vb.o, vb.o_values, strict=True)
-        crossed = _part_match(va.s, va.s_values, vb.o, vb.o_values, strict=True) + _part_match(
-            va.o, va.o_values, vb.s, vb.s_values, strict=True)
+        same = cache.same_entity
+        direct = _part_match(va.s, va.s_values, vb.s, vb.s_values, True, same) + _part_match(
+            va.o, va.o_values, vb.o, vb.o_values, True, same)
+        crossed = _part_match(va.s, va.s_values, vb.o, vb.o_values, True, same) + _part_match(
+            va.o, va.o_values, vb.s, vb.s_values, True, same)
         if crossed > direct:
             vb = _View(vb.o, vb.s, vb.o_values, vb.s_values)
     return va, vb, symmetric, common
 
 
-def _part_match(key_a: str, values_a: tuple, key_b: str, values_b: tuple, strict: bool) -> bool:
+def _part_match(
+    key_a: str, values_a: tuple, key_b: str, values_b: tuple, strict: bool,
+    same: Callable[[str, str], bool],
+) -> bool:
     """Whether two parts (entity key and values) name the same thing.
 
-    ``strict`` (used to choose a pairing): an empty key matches only an empty key.
+    ``strict`` (used to choose a pairing): an empty key matches only an empty key. ``same`` is
+    the cache's :func:`same_entity`.
     """
     if strict and (not key_a or not key_b) and key_a != key_b:
         return False
     if _kind_clash(key_a, values_a, key_b, values_b):
         return False
-    return same_entity(key_a, key_b) and not _lone_values(values_a, values_b)
+    return same(key_a, key_b) and not _lone_values(values_a, values_b)
 
 
 def _kind_clash(key_a: str, values_a: tuple, key_b: str, values_b: tuple) -> bool:
@@ -140,39 +148,29 @@ def _pair(x: str, y: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=16384)
-def _flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """(word, stem) of the un-/non- words outside the lexicon with a stem of >= 4 letters, sorted
-    by word (a word starts with at most one of the prefixes)."""
-    out = []
-    for word in sorted(words):
-        for prefix in _DYNAMIC_PREFIXES:
-            stem = word[len(prefix):].lstrip()
-            if word.startswith(prefix) and len(stem) >= 4 and word not in _NEGATED_WORDS:
-                out.append((word, stem))
-                break
-    return tuple(out)
-
-
-def _dynamic_flips(a: FactFeatures, b: FactFeatures) -> list[str]:
-    candidates = _flip_candidates(a.words)
+def _dynamic_flips(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> list[str]:
+    candidates = cache.flip_candidates(a.words)
     if not candidates:
         return []
     return [word for word, stem in candidates if stem in b.words and word not in b.words]
 
 
-def negation_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+def negation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
     """Veto when the two facts have opposite polarity (docs/method.md §2.4, negation).
 
     Args:
         a, b: features from :func:`analyze`.
+        cache: the :class:`~factutil.filters.FilterCache` whose memo to use (the clusterer
+            passes its own); None = no memo. The result is the same either way.
 
     Returns:
         None when both are affirmative or both negated (a double negation counts as
         affirmative); otherwise a reason naming the cues of the negated side, the same text
         whichever argument comes first. Never raises.
     """
-    flips_a, flips_b = _dynamic_flips(a, b), _dynamic_flips(b, a)
+    if cache is None:
+        cache = NO_MEMO
+    flips_a, flips_b = _dynamic_flips(a, b, cache), _dynamic_flips(b, a, cache)
     polarity_a = a.negated ^ (len(flips_a) % 2 == 1)
     polarity_b = b.negated ^ (len(flips_b) % 2 == 1)
     if polarity_a == polarity_b:
@@ -190,11 +188,12 @@ def _triple(f: FactFeatures) -> str:
     return f"'{f.subject} | {f.relation} | {f.object}'"
 
 
-def numeric_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
     """Veto when numbers, dates or quantities disagree (docs/method.md §2.4, numeric).
 
     Args:
         a, b: features from :func:`analyze`.
+        cache: as for :func:`negation_veto`.
 
     Returns:
         None when, for the subject and for the object (relation values count with the object),
@@ -203,7 +202,7 @@ def numeric_veto(a: FactFeatures, b: FactFeatures) -> str | None:
     """
     if not a.quantities or not b.quantities:
         return None  # one side has no values at all, in any alignment
-    va, vb, symmetric, _ = _align(a, b)
+    va, vb, symmetric, _ = _align(a, b, cache if cache is not None else NO_MEMO)
     reasons = []
     for part, xs, ys in (("subject", va.s_values, vb.s_values),
                          ("object", va.o_values, vb.o_values)):
@@ -216,11 +215,12 @@ def numeric_veto(a: FactFeatures, b: FactFeatures) -> str | None:
     return min(reasons) if symmetric and reasons else (reasons[0] if reasons else None)
 
 
-def relation_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
     """Veto when the relations are not equivalent (docs/method.md §2.4, relation).
 
     Args:
         a, b: features from :func:`analyze`.
+        cache: as for :func:`negation_veto`.
 
     Returns:
         None when the relation ids are equal or one generalises the other and, for a
@@ -232,13 +232,16 @@ def relation_veto(a: FactFeatures, b: FactFeatures) -> str | None:
     if ra is not None and rb is not None:
         if _common_relation(ra, rb) is None:
             return f"different relations {_pair(ra, rb)}"
-        va, vb, symmetric, common = _align(a, b)
+        if cache is None:
+            cache = NO_MEMO
+        va, vb, symmetric, common = _align(a, b, cache)
         if symmetric:
             return None
-        direct = (_part_match(va.s, va.s_values, vb.s, vb.s_values, strict=False)
-                  and _part_match(va.o, va.o_values, vb.o, vb.o_values, strict=False))
-        crossed = (_part_match(va.s, va.s_values, vb.o, vb.o_values, strict=False)
-                   and _part_match(va.o, va.o_values, vb.s, vb.s_values, strict=False))
+        same = cache.same_entity
+        direct = (_part_match(va.s, va.s_values, vb.s, vb.s_values, False, same)
+                  and _part_match(va.o, va.o_values, vb.o, vb.o_values, False, same))
+        crossed = (_part_match(va.s, va.s_values, vb.o, vb.o_values, False, same)
+                   and _part_match(va.o, va.o_values, vb.s, vb.s_values, False, same))
         if crossed and not direct:
             return f"subject and object swapped under non-symmetric {common!r}"
         return None
@@ -262,11 +265,12 @@ def _similar_text(a: str, b: str) -> bool:
     return bool(ta and tb) and (ta <= tb or tb <= ta)
 
 
-def entity_veto(a: FactFeatures, b: FactFeatures) -> str | None:
+def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
     """Veto when the subjects or the objects name different entities (docs/method.md §2.4, entity).
 
     Args:
         a, b: features from :func:`analyze`.
+        cache: as for :func:`negation_veto`.
 
     Returns:
         None when, in the aligned direction (either pairing for a symmetric relation), the
@@ -276,17 +280,20 @@ def entity_veto(a: FactFeatures, b: FactFeatures) -> str | None:
         the first part that differs ("argument" under a symmetric relation, where subject and
         object have no roles). Never raises.
     """
-    va, vb, symmetric, _ = _align(a, b)
+    if cache is None:
+        cache = NO_MEMO
+    va, vb, symmetric, _ = _align(a, b, cache)
+    same = cache.same_entity
     reasons = [
         f"{'argument' if symmetric else part} {_pair(_shown(x, xv), _shown(y, yv))}"
         for part, x, xv, y, yv in (("subject", va.s, va.s_values, vb.s, vb.s_values),
                                    ("object", va.o, va.o_values, vb.o, vb.o_values))
-        if not same_entity(x, y) or _kind_clash(x, xv, y, yv)
+        if not same(x, y) or _kind_clash(x, xv, y, yv)
     ]
     return min(reasons) if symmetric and reasons else (reasons[0] if reasons else None)
 
 
-FILTERS: dict[str, Callable[[FactFeatures, FactFeatures], str | None]] = {
+FILTERS: dict[str, Callable[..., str | None]] = {  # (a, b, cache=None) -> reason or None
     "negation": negation_veto,
     "numeric": numeric_veto,
     "relation": relation_veto,
@@ -297,13 +304,15 @@ _DEFAULT_SET = (DEFAULT_FILTERS, frozenset(DEFAULT_FILTERS))  # the tuple is imm
 
 
 def first_veto(
-    a: FactFeatures, b: FactFeatures, enabled: Iterable[str] = DEFAULT_FILTERS
+    a: FactFeatures, b: FactFeatures, enabled: Iterable[str] = DEFAULT_FILTERS,
+    cache: FilterCache | None = None,
 ) -> str | None:
     """The first veto among the enabled filters, in the fixed order of :data:`FILTERS`.
 
     Args:
         a, b: features from :func:`analyze`.
         enabled: names from :data:`FILTERS`; order given here does not matter.
+        cache: as for :func:`negation_veto`.
 
     Returns:
         ``"name: reason"`` for the first filter (negation, numeric, relation, entity) that
@@ -318,7 +327,7 @@ def first_veto(
         raise ValueError(f"enabled: unknown filter(s) {sorted(unknown)}; known: {list(FILTERS)}")
     for name, check in FILTERS.items():
         if name in wanted:
-            reason = check(a, b)
+            reason = check(a, b, cache)
             if reason is not None:
                 return f"{name}: {reason}"
     return None

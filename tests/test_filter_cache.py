@@ -1,0 +1,162 @@
+"""The filters' memo is an object its owner holds (FilterCache): same answers with and without it,
+nothing kept at module level, one per clusterer."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+from itertools import product
+
+import pytest
+
+from factutil import FactUtilConfig, prepare_facts
+from factutil import filters as filters_package
+from factutil.cluster import Fact, SemanticClusterer
+from factutil.filters import (
+    FILTERS,
+    NO_MEMO,
+    RELATION_BY_ID,
+    FilterCache,
+    analyze,
+    entities,
+    features,
+    first_veto,
+    lexicon,
+    parts,
+    quantities,
+    relations,
+    same_entity,
+    text,
+    vetoes,
+)
+from factutil.filters import cache as cache_module
+from tests.conftest import CharGramEmbedder
+
+TRIPLES = [
+    ("Marie Curie", "was born in", "Warsaw, 7 November 1867"),
+    ("Marie Curie", "born", "1867-11-07"),
+    ("Ken Burns", "was not born in", "Brooklyn"),
+    ("Ken Burns", "was born in", "Brooklyn"),
+    ("John V", "father of", "John VI"),
+    ("John VI", "father", "John V"),
+    ("Armando Bó Jr.", "directed", "by Armando Bó"),
+    ("Paris, Texas", "population", "about 25,000 people"),
+    ("Paris", "area", "105 km²"),
+    ("Route 66", "length", "2,448 miles"),
+    ("Route 66", "length", "3940 km"),
+    ("the episode", "is", "unaired"),
+    ("the episode", "is", "aired"),
+    ("Xi'an", "twinned administrative body", "Edinburgh"),
+    ("Edinburgh", "twinned with", "Xi’an"),
+    ("Łódź", "located in", "Poland"),
+]
+
+
+def test_analyze_is_the_same_with_a_cache_without_one_and_from_a_cleared_one():
+    cache = FilterCache()
+    plain = [analyze(*t) for t in TRIPLES]
+    assert [analyze(*t, cache=cache) for t in TRIPLES] == plain
+    assert [analyze(*t, cache=cache) for t in TRIPLES] == plain  # now from the memo
+    sizes = cache.sizes()
+    # 16 triples: 12 distinct subjects, 16 distinct (relation, object) pairs, each read once.
+    assert sizes["subject_part"] == len({t[0] for t in TRIPLES}) == 12
+    assert sizes["relation_part"] == len({t[1:] for t in TRIPLES}) == 16
+    cache.clear()
+    assert set(cache.sizes().values()) == {0} and cache.last_align == ()
+    assert [analyze(*t, cache=cache) for t in TRIPLES] == plain
+
+
+def test_every_veto_is_the_same_with_a_cache_in_either_order():
+    cache = FilterCache()
+    analysed = [analyze(*t) for t in TRIPLES]
+    for a, b in product(analysed, repeat=2):
+        for check in FILTERS.values():
+            assert check(a, b, cache) == check(a, b), (a.subject, b.subject)
+        assert first_veto(a, b, cache=cache) == first_veto(a, b) == first_veto(a, b, cache=NO_MEMO)
+    assert cache.sizes()["same_entity"] > 0
+
+
+def test_the_last_alignment_is_kept_by_identity_in_the_cache_only():
+    cache = FilterCache()
+    a, b = analyze("Route 66", "length", "2,448 miles"), analyze("Route 66", "length", "3940 km")
+    reason = first_veto(a, b, cache=cache)
+    assert reason is not None and reason.startswith("numeric:")
+    assert cache.last_align[0] is a and cache.last_align[1] is b
+    first_veto(a, b)
+    assert NO_MEMO.last_align == () and set(NO_MEMO.sizes().values()) == {0}
+
+
+def test_same_entity_through_a_cache_recurses_through_it():
+    cache = FilterCache()
+    # A qualifier the other side holds: the heads are compared by a nested call ("paris" vs
+    # "paris city texas", containment).
+    assert same_entity("paris, texas", "paris city texas", cache) is True
+    assert cache.sizes()["same_entity"] == 1  # only the nested call went through the memo
+    assert cache.same_entity("paris, texas", "paris city texas") is True
+    assert cache.sizes()["same_entity"] == 2
+    assert same_entity("paris, france", "paris, texas") is False
+
+
+def test_no_module_level_memo_on_data():
+    """Only constant tables may be memoised at module level: pint's registry and the whitelisted
+    units' factors."""
+    allowed = {(quantities, "_unit_registry"), (quantities, "_pint_unit")}
+    found = set()
+    for module in (cache_module, entities, features, lexicon, parts, quantities, relations, text,
+                   vetoes, filters_package):
+        for name, value in vars(module).items():
+            if callable(value) and hasattr(value, "cache_info") and \
+                    inspect.getmodule(value) is module:
+                found.add((module, name))
+    assert found == allowed
+    assert not hasattr(vetoes, "_LAST_ALIGN")
+    assert not hasattr(filters_package, "clear_caches")
+
+
+def test_common_relation_table_equals_the_walk_up_the_lineage():
+    def reference(ra: str, rb: str):
+        if ra == rb:
+            return ra, False, False
+        for ancestor, flip in vetoes._lineage(ra):
+            if ancestor == rb:
+                return rb, flip, False
+        for ancestor, flip in vetoes._lineage(rb):
+            if ancestor == ra:
+                return ra, False, flip
+        return None
+
+    ids = sorted(RELATION_BY_ID)
+    assert len(ids) > 100
+    for ra, rb in product(ids, repeat=2):
+        assert vetoes._common_relation(ra, rb) == reference(ra, rb)
+
+
+def test_each_clusterer_owns_its_filter_cache():
+    config = FactUtilConfig()
+    facts = [[Fact(*t) for t in sorted(TRIPLES)]]
+    first = SemanticClusterer(config, embedder=CharGramEmbedder())
+    labels = first.cluster_batch(facts)[0].tolist()
+    assert sum(first.filter_cache.sizes().values()) > 0
+    second = SemanticClusterer(config, embedder=CharGramEmbedder())
+    assert set(second.filter_cache.sizes().values()) == {0}
+    assert second.filter_cache is not first.filter_cache
+    assert second.cluster_batch(facts)[0].tolist() == labels
+    first.filter_cache.clear()
+    assert first.cluster_batch(facts)[0].tolist() == labels
+
+
+def test_prepared_facts_carry_plain_values_only():
+    clusterer = SemanticClusterer(FactUtilConfig(), embedder=CharGramEmbedder())
+    item = prepare_facts(TRIPLES, clusterer=clusterer)
+    data = item.to_bytes()
+    for name in (b"FilterCache", b"functools", b"lru_cache", b"factutil.filters"):
+        assert name not in data
+    assert pickle.loads(pickle.dumps(item)).analyses == tuple(analyze(*t) for t in sorted(TRIPLES))
+
+
+@pytest.mark.parametrize("memo", [True, False])
+def test_filter_cache_repr_and_sizes(memo):
+    cache = FilterCache(memo=memo)
+    analyze("Ada", "born in", "London", cache=cache)
+    assert (sum(cache.sizes().values()) > 0) is memo
+    assert repr(cache).startswith(f"FilterCache(memo={memo}, entries=")
