@@ -160,3 +160,18 @@ def test_filter_cache_repr_and_sizes(memo):
     analyze("Ada", "born in", "London", cache=cache)
     assert (sum(cache.sizes().values()) > 0) is memo
     assert repr(cache).startswith(f"FilterCache(memo={memo}, entries=")
+
+
+def test_a_dropped_cache_is_freed_without_the_cycle_collector():
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        cache = FilterCache()
+        analyze("Ada", "born in", "London", cache=cache)
+        ref = weakref.ref(cache)
+        del cache
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -15,6 +15,7 @@ ancestors of each relation id, pint's unit registry and the factors of the white
 
 from __future__ import annotations
 
+import weakref
 from functools import lru_cache, partial
 from typing import Any
 
@@ -43,7 +44,7 @@ class FilterCache:
     helper's entries stay consistent; the last-pair alignment is a single attribute).
     """
 
-    __slots__ = ("memo", "last_align", *_SIZES)
+    __slots__ = ("__weakref__", "memo", "last_align", *_SIZES)
 
     def __init__(self, memo: bool = True) -> None:
         self.memo = memo
@@ -52,14 +53,16 @@ class FilterCache:
         def wrap(name: str, function: Any) -> Any:
             return lru_cache(maxsize=_SIZES[name])(function) if memo else function
 
-        # Helpers that read other helpers get this cache, so every level is memoised here.
+        # Helpers that read other helpers get this cache, so every level is memoised here; by a
+        # weak reference, so a dropped cache is freed at once rather than by the cycle collector.
+        me = weakref.proxy(self)
         self.fold = wrap("fold", text.fold)
-        self.words = wrap("words", partial(text._words, cache=self))
+        self.words = wrap("words", partial(text._words, cache=me))
         self.scan = wrap("scan", quantities._scan)
         self.lookup_fuzzy = wrap("lookup_fuzzy", relations._lookup_fuzzy)
-        self.subject_part = wrap("subject_part", partial(parts._subject_part, cache=self))
-        self.relation_part = wrap("relation_part", partial(parts._relation_part, cache=self))
-        self.same_entity = wrap("same_entity", partial(entities.same_entity, cache=self))
+        self.subject_part = wrap("subject_part", partial(parts._subject_part, cache=me))
+        self.relation_part = wrap("relation_part", partial(parts._relation_part, cache=me))
+        self.same_entity = wrap("same_entity", partial(entities.same_entity, cache=me))
         self.flip_candidates = wrap("flip_candidates", text._flip_candidates)
 
     def clear(self) -> None:
