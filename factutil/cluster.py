@@ -33,6 +33,7 @@ from factutil.linkage import (  # noqa: F401  (_exact_similarity: re-exported fo
     _exact_similarity,
     _linkage,
     candidate_pairs,
+    canonical_labels,
     constrained_linkage,
 )
 from factutil.schema import Triple
@@ -77,23 +78,6 @@ def triple_text(triple: Triple | Fact, template: str = DEFAULT_TEMPLATE) -> str:
     return fact_text(triple.subject, triple.relation, triple.object, template)
 
 
-def canonical_labels(labels: np.ndarray) -> np.ndarray:
-    """Renumber cluster labels by first appearance.
-
-    Args:
-        labels: int array (n,), any cluster labels of texts given in sorted order.
-
-    Returns:
-        int64 array (n,): cluster ``k`` is the k-th cluster met scanning the sorted texts, i.e.
-        clusters are ordered by their smallest member text.
-    """
-    labels = np.asarray(labels)
-    _, first_index, inverse = np.unique(labels, return_index=True, return_inverse=True)
-    rank = np.empty(len(first_index), dtype=np.int64)
-    rank[np.argsort(first_index, kind="stable")] = np.arange(len(first_index), dtype=np.int64)
-    return rank[inverse.reshape(-1)]
-
-
 @runtime_checkable
 class Clusterer(Protocol):
     """Assigns the distinct facts of each group to clusters (docs/method.md §2.2–§2.5).
@@ -112,29 +96,54 @@ class Clusterer(Protocol):
         ...
 
 
+def distinct_facts(
+    parts: Sequence[tuple[str, str, str]], template: str = DEFAULT_TEMPLATE
+) -> tuple[list[str], list[int], list[int]]:
+    """The distinct normalised texts of some triples, sorted, each with one representative
+    (docs/method.md §2.1): the one rule behind :func:`representatives` and the batch's columns.
+
+    The representative of a text is the smallest ``(subject, relation, object)`` among the
+    triples that share it (the first of equals), so the choice does not depend on input order.
+
+    Args:
+        parts: ``(subject, relation, object)`` of each triple, duplicates allowed.
+        template: the triple text template.
+
+    Returns:
+        ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
+        in ``parts`` of its representative; for each of ``parts``, the position of its text.
+    """
+    local: dict[str, int] = {}
+    best: list[int] = []
+    found: list[int] = []
+    for i, triple in enumerate(parts):
+        text = fact_text(*triple, template)
+        k = local.get(text)
+        if k is None:
+            k = local[text] = len(best)
+            best.append(i)
+        elif triple < parts[best[k]]:
+            best[k] = i
+        found.append(k)
+    texts = list(local)
+    order = sorted(range(len(texts)), key=texts.__getitem__)
+    rank = [0] * len(texts)
+    for position, k in enumerate(order):
+        rank[k] = position
+    return [texts[k] for k in order], [best[k] for k in order], [rank[k] for k in found]
+
+
 def representatives(
     triples: Sequence[Triple], template: str = DEFAULT_TEMPLATE
 ) -> tuple[list[str], list[Triple]]:
-    """Distinct normalised texts of ``triples`` in sorted order, each with one representative.
-
-    The representative of a text is the smallest ``(subject, relation, object)`` among the triples
-    that share it, so the choice does not depend on input order.
+    """Distinct normalised texts of ``triples`` in sorted order, each with one representative
+    (:func:`distinct_facts`).
 
     Returns:
         (texts, triples), both of length k = number of distinct texts.
     """
-    best: dict[str, Triple] = {}
-    for triple in triples:
-        text = triple_text(triple, template)
-        current = best.get(text)
-        if current is None or _parts(triple) < _parts(current):
-            best[text] = triple
-    texts = sorted(best)
-    return texts, [best[text] for text in texts]
-
-
-def _parts(triple: Triple) -> tuple[str, str, str]:
-    return (triple.subject, triple.relation, triple.object)
+    texts, chosen, _ = distinct_facts([_PARTS(triple) for triple in triples], template)
+    return texts, [triples[i] for i in chosen]
 
 
 def cluster_triples(

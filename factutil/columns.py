@@ -13,11 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from factutil.cluster import (
-    Fact,
-    fact_text,
-    normalize_fact_text,
-)
+from factutil.cluster import Fact, distinct_facts, normalize_fact_text
 from factutil.config import FactUtilConfig
 from factutil.load import GroupRows
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
@@ -59,9 +55,9 @@ class Prepared:
 def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
     """One pass over every action: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
 
-    Texts are memoised (:func:`~factutil.cluster.fact_text`); each group's distinct texts get one
-    representative triple, the smallest ``(subject, relation, object)`` sharing the text, so no
-    choice depends on input order. What the per-item records need beyond the numbers (each
+    Each group's distinct texts get one representative triple, the smallest ``(subject, relation,
+    object)`` sharing the text (:func:`~factutil.cluster.distinct_facts`), so no choice depends
+    on input order. What the per-item records need beyond the numbers (each
     occurrence's triple as written, the kinds of ignored actions, invalid actions' reasons) is
     kept too, so the records are built from these columns, never by walking the input again.
     """
@@ -71,7 +67,6 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     occurrence_row: list[int] = []
     occurrence_step: list[int] = []
     occurrence_fact: list[int] = []
-    remap: list[int] = []
     repeated_row: list[int] = []
     repeated_step: list[int] = []
     lengths: list[int] = []
@@ -92,10 +87,10 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     reasons: dict[int, str] = {}
     golds_empty = 0
     first_action = 0  # input index of the rollout's first action
-    add_kind, add_row, add_step, add_fact, add_triple = (
-        kinds.append, occurrence_row.append, occurrence_step.append, occurrence_fact.append,
-        occurrence_triples.append,
+    add_kind, add_row, add_step, add_triple = (
+        kinds.append, occurrence_row.append, occurrence_step.append, occurrence_triples.append
     )
+    fact_count = 0
     row = 0
     for group in batch:
         rollouts = group.rollouts
@@ -119,9 +114,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                 "answer"
             )
         scores: dict[str, tuple[float, float]] = {}
-        local: dict[str, int] = {}
-        best: list[tuple[str, str, str]] = []
-        base = len(remap)
+        first_occurrence = len(occurrence_triples)
         for rollout in rollouts:
             actions = rollout["actions"]
             seen: set[str] = set()
@@ -135,16 +128,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                 if kind == "assert":
                     store_empty = False
                     for subject, relation, obj in action["triples"]:
-                        text = fact_text(subject, relation, obj, template)
-                        index = local.get(text)
-                        if index is None:
-                            index = local[text] = len(best)
-                            best.append((subject, relation, obj))
-                        elif (subject, relation, obj) < best[index]:
-                            best[index] = (subject, relation, obj)
                         add_row(row)
                         add_step(t)
-                        add_fact(base + index)
                         add_triple((subject, relation, obj))
                 elif kind == "search":
                     query = action["query"]
@@ -195,15 +180,12 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             totals.append(len(actions))
             first_action += len(actions)
             row += 1
-        texts = list(local)
-        order = sorted(range(len(texts)), key=texts.__getitem__)
-        where = [0] * len(texts)
-        for position, index in enumerate(order):
-            where[index] = base + position
-        remap.extend(where)
-        texts_per_group.append([texts[index] for index in order])
-        facts_per_group.append([Fact._make(best[index]) for index in order])
-    occurrence_fact_array = np.asarray(remap, dtype=np.int64)[np.asarray(occurrence_fact, dtype=np.int64)]
+        parts = occurrence_triples[first_occurrence:]
+        texts, chosen, where = distinct_facts(parts, template)
+        occurrence_fact.extend([fact_count + k for k in where])
+        fact_count += len(texts)
+        texts_per_group.append(texts)
+        facts_per_group.append([Fact._make(parts[i]) for i in chosen])
     return Prepared(
         rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
         lengths=np.asarray(lengths, dtype=np.int64),
@@ -211,7 +193,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         kinds=np.asarray(kinds, dtype=np.int8),
         occurrence_row=np.asarray(occurrence_row, dtype=np.int64),
         occurrence_step=np.asarray(occurrence_step, dtype=np.int64),
-        occurrence_fact=occurrence_fact_array,
+        occurrence_fact=np.asarray(occurrence_fact, dtype=np.int64),
         facts=facts_per_group,
         texts=texts_per_group,
         repeated_row=repeated_row,

@@ -87,14 +87,41 @@ def _linkage(
     root = np.arange(n, dtype=np.int64)
     for set_root, set_members in members.items():
         root[set_members] = set_root
-    # Canonical labels within each group: a cluster is numbered by how many clusters of its group
-    # have a smaller smallest member (facts are in sorted text order, see factutil.cluster.canonical_labels).
-    smallest = np.full(n, n, dtype=np.int64)
-    np.minimum.at(smallest, root, np.arange(n, dtype=np.int64))
-    smallest = smallest[root]
-    opened = np.cumsum(smallest == np.arange(n)) - 1
-    labels = (opened[smallest] - opened[starts[group_of]]).astype(np.int64) if n else root
+    labels = canonical_labels(root, starts)
     return labels, {"merges": merges, "refused": refused, "veto_checks": checks}
+
+
+def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+    """Renumber cluster labels within each group by first appearance (docs/method.md §2).
+
+    Args:
+        labels: int array (n,), any cluster labels of facts given in sorted text order, the
+            groups contiguous (equal labels in two groups are two clusters).
+        starts: int64 (G,), each group's first fact, increasing from 0; None = one group.
+
+    Returns:
+        int64 array (n,): within its group, cluster ``k`` is the k-th cluster met scanning the
+        sorted texts, i.e. clusters are ordered by their smallest member text. The one rule of
+        every clusterer.
+    """
+    labels = np.asarray(labels).reshape(-1)
+    n = len(labels)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    if starts is None or not len(starts):
+        starts = np.zeros(1, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    index = np.arange(n, dtype=np.int64)
+    group_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
+    # Sort by (group, label, position): the first of each run is its cluster's smallest member.
+    order = np.lexsort((index, labels, group_of))
+    opens = np.ones(n, dtype=bool)
+    sorted_group, sorted_label = group_of[order], labels[order]
+    opens[1:] = (sorted_group[1:] != sorted_group[:-1]) | (sorted_label[1:] != sorted_label[:-1])
+    smallest = np.empty(n, dtype=np.int64)
+    smallest[order] = order[opens][np.cumsum(opens) - 1]
+    opened = np.cumsum(smallest == index) - 1
+    return (opened[smallest] - opened[starts[group_of]]).astype(np.int64)
 
 
 def constrained_linkage(

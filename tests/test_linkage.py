@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factutil.cluster import candidate_pairs, constrained_linkage
+from factutil.linkage import canonical_labels
 from factutil.embed import l2_normalize
 
 
@@ -20,6 +21,19 @@ def test_chain_does_not_leak_through_a_vetoed_pair():
     # Plain connected components would give one cluster:
     labels, _ = constrained_linkage(3, edges, sims, lambda i, j: None)
     assert labels.tolist() == [0, 0, 0]
+
+
+def test_canonical_labels_number_each_groups_clusters_by_their_smallest_member():
+    # Group 0 = facts 0-2 with labels (5, 5, 2): clusters {0, 1}, {2} -> 0, 0, 1. Group 1 = facts
+    # 3-5 with (9, 2, 1): three clusters in order -> 0, 1, 2. Label 2 in both groups is two
+    # clusters; an empty group in the middle changes nothing.
+    labels = np.array([5, 5, 2, 9, 2, 1])
+    assert canonical_labels(labels, np.array([0, 3])).tolist() == [0, 0, 1, 0, 1, 2]
+    assert canonical_labels(labels, np.array([0, 3, 3])).tolist() == [0, 0, 1, 0, 1, 2]
+    # One group: 5 first, then 2, 9, 1 -> 0 0 1 2 1 3.
+    assert canonical_labels(labels).tolist() == [0, 0, 1, 2, 1, 3]
+    assert canonical_labels(np.array([1, 1]), np.array([0, 1])).tolist() == [0, 0]
+    assert canonical_labels(np.zeros(0, dtype=np.int64)).tolist() == []
 
 
 def test_most_similar_edge_wins_and_labels_are_canonical():
