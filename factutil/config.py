@@ -155,6 +155,12 @@ class FactUtilConfig(BaseModel):
         description="Trainers: write the HTML credit report of every N-th step's batch into the "
         "run's output folder (factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
     )
+    prepare_in_workers: bool | None = Field(
+        None,
+        description="Trainers: do the per-fact work (texts, embeddings, filter analyses) in the "
+        "rollout workers and ship it with each rollout, so the trainer's step only links and "
+        "scores; None: on in semantic mode, off in exact mode (nothing to ship).",
+    )
     # QA metrics
     fold_unicode: bool = Field(
         False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."

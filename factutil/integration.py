@@ -16,7 +16,13 @@ Everything else is here, once, with no trainer import:
 - token spans: :func:`checked_spans` (``[start, end)`` pairs a rollout recorded) and the scatter
   functions of :mod:`factutil.advantages`, re-exported;
 - :func:`batch_metrics` and :func:`warn_fallback`: the ``factutil/*`` metrics of a step and the
-  one warning that names the groups which kept the trainer's advantages.
+  one warning that names the groups which kept the trainer's advantages;
+- per-fact work shipped from the rollout workers (docs/decisions.md, ``prepare_in_workers``):
+  :class:`FactPreparer` does it in a worker (:func:`factutil.prepare.prepare_facts`, pickled),
+  a rollout carries it under :data:`SHIPPED_KEY` (:func:`trainer_rollout`'s ``prepared``), and
+  :func:`score_batch` reads it back and hands it to the core; a rollout whose work is missing,
+  unreadable or made for another embedder is computed by the trainer's step itself, with the
+  same values bit for bit.
 
 A group that cannot be scored is never a crash and never a NaN: it keeps the trainer's outcome-only
 advantage, is counted in ``factutil/groups_fallback`` and named in one warning per step.
@@ -24,8 +30,10 @@ advantage, is counted in ``factutil/groups_fallback`` and named in one warning p
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
+import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -40,14 +48,16 @@ from factutil.advantages import (
     scatter_to_turns,
     turns_problem,
 )
-from factutil.metrics import golden_answers_from
 from factutil.config import FactUtilConfig
 from factutil.load import action_row
+from factutil.metrics import golden_answers_from
 from factutil.result import ProcessAdvantages
 
 __all__ = [
     "FIXED_ACTION_KEYS",
+    "SHIPPED_KEY",
     "BatchScore",
+    "FactPreparer",
     "Unscorable",
     "action_row",
     "batch_metrics",
@@ -56,6 +66,8 @@ __all__ = [
     "golden_answers_from",
     "left_pad",
     "mask_spans",
+    "prepares_in_workers",
+    "read_shipped",
     "row_of_fixed_keys",
     "scatter_rows_to_turns",
     "scatter_to_spans",
@@ -88,6 +100,11 @@ class BatchScore(Generic[K]):
             groups whose values they cannot place.
         groups: how many groups the batch has.
         error: the exception of the core call, None when it did not raise.
+        shipped: rollouts scored whose per-fact work came with them (readable; the core may
+            still ignore an item made for another embedder: its ``cluster_prepared_ignored``).
+        unshipped: rollouts scored that were to bring their per-fact work and did not (missing
+            or unreadable): the step computed it.
+        None when no rollout was to bring any.
     """
 
     result: ProcessAdvantages | None
@@ -95,6 +112,8 @@ class BatchScore(Generic[K]):
     fallback: dict[K, str] = field(default_factory=dict)
     groups: int = 0
     error: Exception | None = None
+    shipped: int | None = None
+    unshipped: int | None = None
 
 
 def score_batch(
@@ -122,6 +141,11 @@ def score_batch(
             ``"process_advantage"`` (A_proc, for one that adds omega * A_proc to its own).
         scorer: the core call, ``compute_process_advantages`` when None (looked up at call time).
 
+    A rollout dict may hold :data:`SHIPPED_KEY`: its per-fact work from the rollout worker
+    (:class:`FactPreparer`'s bytes, a :class:`~factutil.prepare.PreparedFacts`, or None when the
+    worker sent none). The key is taken out before the core sees the rollout; what it holds goes
+    to the core as ``prepared``, which takes what fits and computes the rest.
+
     Returns:
         :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
         fails its validation is in ``fallback`` with the core's reason. When the core call raises,
@@ -130,6 +154,7 @@ def score_batch(
     """
     fallback: dict[K, str] = {}
     rollouts: list[Mapping[str, Any]] = []
+    shipped: list[Any] = []
     keys: dict[str, K] = {}
     count = 0
     for key in groups:
@@ -139,14 +164,24 @@ def score_batch(
         except Unscorable as reason:
             fallback[key] = str(reason)
             continue
-        rollouts.extend(members)
+        for rollout in members:
+            if SHIPPED_KEY in rollout:
+                rollout = dict(rollout)
+                shipped.append(rollout.pop(SHIPPED_KEY))
+            rollouts.append(rollout)
         keys[str(key)] = key
     score: BatchScore[K] = BatchScore(None, {}, fallback, count)
     if not rollouts:
         return score
+    extra: dict[str, Any] = {}
+    if shipped:
+        prepared, unreadable = read_shipped(shipped)
+        score.shipped, score.unshipped = len(prepared), unreadable
+        if prepared:
+            extra["prepared"] = prepared
     call = scorer if scorer is not None else api.compute_process_advantages
     try:
-        result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip")
+        result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)
     except Exception as error:  # noqa: BLE001 - a bad batch never stops training
         score.error = error
         for key in keys.values():
@@ -168,6 +203,8 @@ def trainer_rollout(
     golden_answers: Any,
     actions: list[Any],
     reward: float | None,
+    prepared: Any = None,
+    shipping: bool = False,
 ) -> dict[str, Any]:
     """One rollout dict (docs/method.md §8) from a trainer's values.
 
@@ -179,9 +216,13 @@ def trainer_rollout(
             (:func:`factutil.metrics.golden_answers_from`).
         actions: the rollout's action dicts, in order.
         reward: the outcome reward R; None leaves it to the core (F1 of the answer).
+        prepared: the per-fact work the rollout worker shipped (bytes, a PreparedFacts or None).
+        shipping: the workers were to ship it (``prepares_in_workers``): the rollout then holds
+            :data:`SHIPPED_KEY` (``prepared``, None counted as missing by :func:`score_batch`).
 
     Returns:
-        ``{"uid", "question", "golden_answers", "rollout_id", "actions"[, "reward"]}``.
+        ``{"uid", "question", "golden_answers", "rollout_id", "actions"[, "reward"]
+        [, SHIPPED_KEY]}``.
 
     Raises:
         Unscorable: no gold answer in ``golden_answers``, or a reward that is not finite.
@@ -201,6 +242,8 @@ def trainer_rollout(
         if not math.isfinite(reward):
             raise Unscorable(f"{name} has a non-finite reward {reward}")
         rollout["reward"] = reward
+    if shipping:
+        rollout[SHIPPED_KEY] = prepared
     return rollout
 
 
@@ -319,22 +362,23 @@ def left_pad(contexts: Sequence[Sequence[int]], pad: int) -> tuple[Any, Any]:
     return input_ids, attention
 
 
-def batch_metrics(
-    result: ProcessAdvantages | None, groups: int, fallback: Mapping[Any, str]
-) -> dict[str, float]:
+def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
     """The ``factutil/*`` metrics of one trainer step, every value a finite float.
 
     Args:
-        result: the core's result of the step (None when nothing was scored).
-        groups: the batch's group count.
-        fallback: group -> reason, every group that kept the trainer's advantages.
+        score: the step's :class:`BatchScore`, its ``fallback`` completed by the adapter (the
+            groups whose values it could not place).
 
     Returns:
         ``factutil/groups``, ``groups_scored``, ``groups_fallback`` (the trainer's groups); with
         a result, each of its other numeric ``metrics`` as ``factutil/<name>`` (stage times ``time_<stage>_s`` as
         ``factutil/time_<stage>_ms``, in milliseconds) and ``factutil/utility_spread`` (max -
-        min utility).
+        min utility); when the workers were to ship their per-fact work,
+        ``factutil/prepared_shipped`` and ``factutil/prepared_unshipped`` (rollouts; the step did
+        the work of the unshipped ones) next to the core's ``factutil/cluster_prepared_facts``
+        and ``cluster_prepared_ignored``.
     """
+    result, groups, fallback = score.result, score.groups, score.fallback
     metrics: dict[str, float] = {}
     if result is not None:
         found = result.metrics
@@ -348,6 +392,9 @@ def batch_metrics(
         metrics["factutil/utility_spread"] = float(
             found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
         )
+    if score.shipped is not None:
+        metrics["factutil/prepared_shipped"] = float(score.shipped)
+        metrics["factutil/prepared_unshipped"] = float(score.unshipped or 0)
     # the trainer's groups, not only those that reached the core (its own "groups" metric)
     metrics["factutil/groups"] = float(groups)
     metrics["factutil/groups_scored"] = float(groups - len(fallback))
@@ -386,3 +433,97 @@ def warn_fallback(
         " ..." if every is None and len(reasons) > 3 else "",
         exc_info=error,
     )
+
+
+SHIPPED_KEY = "prepared"
+"""The key of a rollout dict (and of an adapter's per-row fields) holding its shipped per-fact work."""
+
+
+def prepares_in_workers(config: FactUtilConfig) -> bool:
+    """Whether the rollout workers do the per-fact work (``config.prepare_in_workers``; None: in
+    semantic mode only, exact mode having no embedding or analysis to ship)."""
+    if config.prepare_in_workers is not None:
+        return bool(config.prepare_in_workers)
+    return config.mode == "semantic"
+
+
+class FactPreparer:
+    """The per-fact work of rollouts, done where they are generated (a rollout worker).
+
+    One per worker process and config: it owns the clusterer whose embedder (loaded on first use,
+    on ``config.embedding_device``: CUDA when the worker has a GPU) and caches every call reuses.
+    Calls may come from several threads; they run one at a time.
+
+    Args:
+        config: the run's :class:`FactUtilConfig` (the trainer's: the work must be made for its
+            template, embedder, filters and key edges, or the trainer ignores it).
+        log: where a failure is reported (once).
+    """
+
+    def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None):
+        self.config = config
+        self.log = log or logging.getLogger("factutil")
+        self.failures = 0
+        self._clusterer: Any = None
+        self._lock = threading.Lock()
+
+    def text(self, facts: Any) -> str | None:
+        """:meth:`__call__`'s bytes as base64 text, for fields that must stay JSON (OpenRLHF's
+        payload is logged as JSON). :func:`read_shipped` reads both forms."""
+        data = self(facts)
+        return None if data is None else base64.b64encode(data).decode("ascii")
+
+    def __call__(self, facts: Any) -> bytes | None:
+        """The per-fact work of one rollout or trajectory (:func:`factutil.prepare.prepare_facts`:
+        a rollout dict, or a sequence of action dicts or models) as compact bytes
+        (:meth:`~factutil.prepare.PreparedFacts.to_bytes`), to ship in the rollout's fields.
+
+        Returns:
+            the bytes; None when the work failed (counted in ``failures``, logged once): the
+            trainer's step then does it. Never raises.
+        """
+        from factutil.cluster import make_clusterer
+        from factutil.prepare import prepare_facts
+
+        try:
+            with self._lock:
+                if self._clusterer is None:
+                    self._clusterer = make_clusterer(self.config)
+                prepared = prepare_facts(facts, self.config, clusterer=self._clusterer)
+            return prepared.to_bytes()
+        except Exception:  # a rollout never fails for work the trainer can redo
+            self.failures += 1
+            if self.failures == 1:
+                self.log.warning("factutil: per-fact work failed in the rollout worker; the "
+                                 "trainer's step does it instead", exc_info=True)
+            return None
+
+
+def read_shipped(items: Iterable[Any]) -> tuple[list[Any], int]:
+    """The shipped per-fact work of some rollouts, read back.
+
+    Args:
+        items: per rollout, :class:`FactPreparer`'s bytes (or their base64 text), a
+            :class:`~factutil.prepare.PreparedFacts`, or None (nothing shipped).
+
+    Returns:
+        ``(PreparedFacts list, how many items were None or unreadable)``.
+    """
+    from factutil.prepare import PreparedFacts
+
+    found: list[Any] = []
+    missing = 0
+    for item in items:
+        if isinstance(item, PreparedFacts):
+            found.append(item)
+            continue
+        try:
+            if isinstance(item, str):
+                item = base64.b64decode(item.encode("ascii"), validate=True)
+            if isinstance(item, (bytes, bytearray, memoryview)):
+                found.append(PreparedFacts.from_bytes(bytes(item)))
+                continue
+        except (ValueError, UnicodeEncodeError):  # binascii.Error is a ValueError
+            pass
+        missing += 1
+    return found, missing

@@ -3,6 +3,7 @@ fallback, rollouts from trainer values, action rows, spans, metrics, the one war
 
 from __future__ import annotations
 
+import base64
 import logging
 
 import numpy as np
@@ -10,18 +11,23 @@ import pytest
 
 from factutil import compute_process_advantages
 from factutil.integration import (
+    BatchScore,
+    FactPreparer,
     Unscorable,
     action_row,
     batch_metrics,
     checked_spans,
     fixed_key_row,
     left_pad,
+    prepares_in_workers,
+    read_shipped,
     row_of_fixed_keys,
     score_batch,
     trainer_rollout,
     warn_fallback,
 )
 from factutil.parse import parse_action
+from factutil.prepare import PreparedFacts
 from factutil.schema import FactUtilConfig
 
 EXACT = FactUtilConfig(mode="exact")
@@ -155,7 +161,7 @@ def test_checked_spans_and_left_pad_by_hand():
 
 def test_batch_metrics_and_the_one_warning(caplog):
     result = compute_process_advantages(_group("0", (1.0, 0.0)), EXACT)
-    metrics = batch_metrics(result, 3, {1: "a", 2: "b"})
+    metrics = batch_metrics(BatchScore(result, {}, {1: "a", 2: "b"}, groups=3))
     assert metrics["factutil/groups"] == 3.0 and metrics["factutil/groups_fallback"] == 2.0
     assert metrics["factutil/groups_scored"] == 1.0
     assert metrics["factutil/time_cluster_ms"] == 1000.0 * result.metrics["time_cluster_s"]
@@ -164,7 +170,7 @@ def test_batch_metrics_and_the_one_warning(caplog):
         result.metrics["utility_max"] - result.metrics["utility_min"]
     )
     assert all(np.isfinite(value) for value in metrics.values())
-    assert batch_metrics(None, 2, {}) == {
+    assert batch_metrics(BatchScore(None, {}, {}, groups=2)) == {
         "factutil/groups": 2.0, "factutil/groups_scored": 2.0, "factutil/groups_fallback": 0.0
     }
     log = logging.getLogger("factutil.test_integration")
@@ -180,3 +186,41 @@ def test_batch_metrics_and_the_one_warning(caplog):
         "group 1: a; group 2: b; group 3: c ..."
     )
     assert second == "factutil: every group kept the trainer's advantages (factutil/skipped): boom"
+
+
+def test_prepares_in_workers_follows_the_mode_unless_the_config_says():
+    assert prepares_in_workers(FactUtilConfig()) is True  # semantic by default
+    assert prepares_in_workers(EXACT) is False  # nothing to embed or analyse
+    assert prepares_in_workers(EXACT.model_copy(update={"prepare_in_workers": True})) is True
+    assert prepares_in_workers(FactUtilConfig(prepare_in_workers=False)) is False
+
+
+def test_shipped_work_is_read_back_and_counted_and_never_fails_the_worker(caplog):
+    preparer = FactPreparer(EXACT)
+    actions = _group("0", (1.0, 0.0))[0]["actions"]
+    data = preparer(actions)
+    text = preparer.text(actions)
+    assert base64.b64decode(text) == data
+    items = [data, text, None, b"junk", "not base64!", PreparedFacts.from_bytes(data)]
+    found, missing = read_shipped(items)
+    assert missing == 3 and len(found) == 3
+    assert all(item.parts == (tuple(FACT),) for item in found)
+
+    log = logging.getLogger("factutil.test_integration")
+    failing = FactPreparer(EXACT, log)
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        assert failing("not a rollout") is None and failing(42) is None
+    assert failing.failures == 2 and len(caplog.records) == 1  # one warning, then counted
+
+    def with_work(key: str) -> list[dict]:
+        rollouts = _group(key, (1.0, 0.0))
+        rollouts[0]["prepared"] = data  # what trainer_rollout(prepared=..., shipping=True) writes
+        rollouts[1]["prepared"] = None  # this worker sent none
+        return rollouts
+
+    batch = score_batch(["0"], with_work, EXACT)
+    assert (batch.shipped, batch.unshipped) == (1, 1)
+    assert batch.result.metrics["cluster_prepared_facts"] == 1.0
+    assert batch_metrics(batch)["factutil/prepared_unshipped"] == 1.0
+    plain = compute_process_advantages(_group("0", (1.0, 0.0)), EXACT)
+    assert batch.result.advantages.tobytes() == plain.advantages.tobytes()

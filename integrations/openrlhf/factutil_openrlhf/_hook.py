@@ -79,6 +79,12 @@ def _apply(fullname: str, module: Any) -> None:
         getattr(patch, TARGETS[fullname])(module)
 
 
+def requested_config() -> Any:
+    """What :func:`install` was last given: a config, a mapping of its fields, or None (the
+    ``FACTUTIL_*`` environment)."""
+    return _requested["config"]
+
+
 def install(config: Any = None) -> None:
     """Patch OpenRLHF's experience code for factutil process advantages (docs/method.md §5), now or on import.
 

@@ -13,14 +13,25 @@ response under ``"factutil"`` (see :data:`factutil_openrlhf.settings.PAYLOAD_KEY
 
 or ``{"version": 1, "error": "..."}`` when the recorded spans disagree with ``action_ranges``
 (that sample's group then keeps OpenRLHF's advantages).
+
+With ``prepare_in_workers`` (default: on in semantic mode) the executor also does the episode's
+per-fact work here, inside the vLLM engine actor, once the episode ends (fact texts, embeddings
+on the engine's GPU when it has one, filter analyses: :class:`factutil.integration.FactPreparer`)
+and adds it to the payload as ``"prepared"`` (base64 text, so the payload stays JSON). It rides
+with the sample to ``compute_advantages_and_returns``, whose step then only links and scores.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import logging
 from typing import Any
 
-from factutil_openrlhf.settings import PAYLOAD_KEY
+from factutil_openrlhf._hook import requested_config
+from factutil_openrlhf.settings import PAYLOAD_KEY, as_config
+
+logger = logging.getLogger("factutil.openrlhf")
 
 PAYLOAD_VERSION = 1
 REWARD_MODES = ("final", "sum")
@@ -96,7 +107,9 @@ class _SpanRecordingEngine:
         return getattr(self._engine, name)
 
 
-def make_executor(agent_instance_cls: type, *, reward: str = "final") -> type:
+def make_executor(
+    agent_instance_cls: type, *, reward: str = "final", prepare: bool | None = None
+) -> type:
     """An OpenRLHF ``AgentExecutor`` class for ``agent_instance_cls`` that records factutil's payload.
 
     Use it as the agent file's ``AgentExecutor`` (``--train.agent_func_path``)::
@@ -116,6 +129,10 @@ def make_executor(agent_instance_cls: type, *, reward: str = "final") -> type:
             (the outcome reward, docs/method.md §1) reaches OpenRLHF's ``rewards``; earlier step rewards
             are zeroed (they are kept in the payload's ``step_rewards``) and an episode that never
             reaches ``done`` scores 0. ``"sum"``: OpenRLHF's own sum of step rewards.
+        prepare: do each episode's per-fact work in the engine and ship it in the payload; None
+            (default): as the run's config says (``prepare_in_workers``; the config
+            :func:`factutil_openrlhf.install` was given, else the ``FACTUTIL_*`` environment),
+            read on the first episode.
 
     Returns:
         The executor class.
@@ -156,6 +173,27 @@ def make_executor(agent_instance_cls: type, *, reward: str = "final") -> type:
 
         def __init__(self):
             super().__init__(recording)
+            self._factutil_preparer: Any = None
+            self._factutil_prepare = prepare
+
+        def factutil_preparer(self) -> Any:
+            """The engine's :class:`factutil.integration.FactPreparer`; None when it ships none
+            (or the run's config cannot be read here: the trainer's step then does the work)."""
+            if self._factutil_preparer is None and self._factutil_prepare is not False:
+                from factutil.integration import FactPreparer, prepares_in_workers
+
+                try:
+                    config = as_config(requested_config())
+                except ValueError:  # SettingsError, pydantic's ValidationError
+                    logger.warning("factutil: no config in the engine; per-fact work is left "
+                                   "to the trainer", exc_info=True)
+                    self._factutil_prepare = False
+                    return None
+                if self._factutil_prepare is None:
+                    self._factutil_prepare = prepares_in_workers(config)
+                if self._factutil_prepare:
+                    self._factutil_preparer = FactPreparer(config, logger)
+            return self._factutil_preparer
 
         async def execute(
             self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
@@ -174,7 +212,14 @@ def make_executor(agent_instance_cls: type, *, reward: str = "final") -> type:
                 )
             finally:
                 _episode.reset(token)
-            response[PAYLOAD_KEY] = episode.payload(response.get("action_ranges"))
+            payload = episode.payload(response.get("action_ranges"))
+            preparer = self.factutil_preparer()
+            if preparer is not None and "actions" in payload:
+                from factutil.integration import SHIPPED_KEY
+
+                # off the event loop: the engine's other episodes keep generating meanwhile
+                payload[SHIPPED_KEY] = await asyncio.to_thread(preparer.text, payload["actions"])
+            response[PAYLOAD_KEY] = payload
             return response
 
     AgentExecutor.__module__ = agent_instance_cls.__module__

@@ -32,13 +32,15 @@ import numpy as np
 import torch
 
 from factutil.integration import (
+    SHIPPED_KEY,
     Unscorable,
+    prepares_in_workers,
     scatter_to_spans,
     score_batch,
     trainer_rollout,
     warn_fallback,
 )
-from factutil_openrlhf.settings import PAYLOAD_KEY, config_from_env
+from factutil_openrlhf.settings import PAYLOAD_KEY, as_config
 
 logger = logging.getLogger("factutil.openrlhf")
 
@@ -54,11 +56,15 @@ METRIC_KEYS = (
     "factutil/process_adv_abs",
     "factutil/clusters_per_group",
     "factutil/shaping_nonzero_share",
+    "factutil/prepared_unshipped",
+    "factutil/prepared_ignored",
     "factutil/time_s",
 )
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
 over samples). ``factutil/skipped`` is the warning metric: 1 on rows whose group kept OpenRLHF's
-advantages unchanged."""
+advantages unchanged. With ``prepare_in_workers``, ``factutil/prepared_unshipped`` counts the
+batch's samples whose per-fact work did not come from the engine (the step did it) and
+``factutil/prepared_ignored`` the work made for another embedder or config (the step redid it)."""
 
 
 class ProcessAdvantagePatch:
@@ -77,13 +83,7 @@ class ProcessAdvantagePatch:
     """
 
     def __init__(self, config: Any = None):
-        from factutil.schema import FactUtilConfig
-
-        if config is None:
-            config = config_from_env()
-        elif not isinstance(config, FactUtilConfig):
-            config = FactUtilConfig.model_validate(dict(config))
-        self.config = config
+        self.config = as_config(config)
         self._clusterer = None
         self._warned: set[str] = set()
         self.steps = 0
@@ -123,7 +123,11 @@ class ProcessAdvantagePatch:
         self.steps += 1
         config = self.config
         stats = {key: [np.zeros(len(e.advantages)) for e in experiences] for key in METRIC_KEYS}
-        batch_stats = {"factutil/clusters_per_group": 0.0, "factutil/shaping_nonzero_share": 0.0}
+        batch_stats = dict.fromkeys(
+            ("factutil/clusters_per_group", "factutil/shaping_nonzero_share",
+             "factutil/prepared_unshipped", "factutil/prepared_ignored"),
+            0.0,
+        )
         skipped: dict[int, str] = {}
         deltas: dict[tuple[int, int], np.ndarray] = {}
         # Never crash training for the process term: any failure keeps OpenRLHF's advantages.
@@ -210,18 +214,23 @@ class ProcessAdvantagePatch:
                 "to unit-variance advantages (group_norm, rloo or dr_grpo keep GRPO's scale)",
             )
         rows, groups = _collect_rows(experiences, payloads, n)
+        shipping = prepares_in_workers(self.config)
         batch = score_batch(
             sorted(groups),
-            lambda group: _group_rollouts(group, groups[group], rows),
+            lambda group: _group_rollouts(group, groups[group], rows, shipping),
             self.config,
             clusterer=self.clusterer(),
             column="process_advantage",
         )
         skipped.update(batch.fallback)
+        batch_stats["factutil/prepared_unshipped"] = float(batch.unshipped or 0)
         if batch.result is None:
             return rows, groups, None
         for key in ("clusters_per_group", "shaping_nonzero_share"):
             batch_stats[f"factutil/{key}"] = float(batch.result.metrics.get(key, 0.0))
+        batch_stats["factutil/prepared_ignored"] = float(
+            batch.result.metrics.get("cluster_prepared_ignored", 0.0)
+        )
         deltas.update(
             _group_deltas(batch.values, rows, groups, skipped, experiences, self.config.omega)
         )
@@ -263,10 +272,14 @@ def _collect_rows(
 
 
 def _group_rollouts(
-    group: int, keys: list[tuple[int, int]], rows: dict[tuple[int, int], dict[str, Any]]
+    group: int,
+    keys: list[tuple[int, int]],
+    rows: dict[tuple[int, int], dict[str, Any]],
+    shipping: bool = False,
 ) -> list[dict[str, Any]]:
     """The group's samples as factutil rollouts (uid = the GRPO group, rollout_id = the sample
-    index); raises Unscorable for a sample whose payload is missing or malformed."""
+    index), each with the per-fact work its engine shipped when ``shipping``; raises Unscorable
+    for a sample whose payload is missing or malformed."""
     rollouts = []
     for key in keys:
         row = rows[key]
@@ -283,6 +296,8 @@ def _group_rollouts(
                 golden_answers=row["label"],
                 actions=row["payload"]["actions"],
                 reward=reward if reward is not None and math.isfinite(reward) else None,
+                prepared=row["payload"].get(SHIPPED_KEY),
+                shipping=shipping,
             )
         )
     return rollouts

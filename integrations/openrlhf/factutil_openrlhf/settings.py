@@ -98,6 +98,23 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
     return config_from_values(values, where, SettingsError)
 
 
+def as_config(config: Any = None):
+    """A :class:`factutil.FactUtilConfig` from what a caller gave: the config itself, a mapping of
+    its fields, or None for the ``FACTUTIL_*`` environment (:func:`config_from_env`).
+
+    Raises:
+        SettingsError: bad ``FACTUTIL_*`` variables (None config).
+        pydantic.ValidationError: a bad mapping.
+    """
+    from factutil.config import FactUtilConfig
+
+    if config is None:
+        return config_from_env()
+    if isinstance(config, FactUtilConfig):
+        return config
+    return FactUtilConfig.model_validate(dict(config))
+
+
 def golden_answers_from_label(label: Any) -> list[str]:
     """The gold answers an OpenRLHF prompt's ``label`` holds (``--data.label_key``): the core's
     :func:`factutil.agent.golden_answers_from` (a list of answers, a string holding a JSON list,

@@ -33,6 +33,7 @@ import torch
 from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
 from factutil.cluster import Clusterer, make_clusterer
 from factutil.integration import (
+    BatchScore,
     Unscorable,
     batch_metrics,
     checked_spans,
@@ -117,9 +118,8 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         metrics: dict[str, float] = {"factutil/batch_fallback": 0.0}
         try:
             with gc_paused(self.factutil_config.pause_gc):
-                advantages, result, groups, fallback = self._factutil_advantages(
-                    inputs, output, mode
-                )
+                advantages, batch = self._factutil_advantages(inputs, output, mode)
+                result, fallback = batch.result, batch.fallback
         except Exception:
             logger.exception(
                 "factutil: process advantages failed; the batch keeps TRL's advantages"
@@ -129,7 +129,7 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         else:
             output["advantages"] = advantages
             self.factutil_result = result
-            metrics.update(batch_metrics(result, groups, fallback))
+            metrics.update(batch_metrics(batch))
             warn_fallback(logger, fallback, "TRL's advantages", "factutil/groups_fallback")
             if mode == "train" and result is not None and self.accelerator.is_main_process:
                 self.factutil_reports.submit(result, self.state.global_step + 1)
@@ -140,8 +140,9 @@ class FactUtilGRPOTrainer(GRPOTrainer):
 
     def _factutil_advantages(
         self, inputs: list[dict[str, Any]], output: dict[str, Any], mode: str
-    ) -> tuple[torch.Tensor, ProcessAdvantages | None, int, dict[int, str]]:
-        """(float (B, T) advantages, the core's result, groups, group -> fallback reason)."""
+    ) -> tuple[torch.Tensor, BatchScore[int]]:
+        """(float (B, T) advantages, the batch's score: the core's result, group -> fallback
+        reason)."""
         from accelerate.utils import gather_object
 
         config = self.factutil_config
@@ -182,11 +183,11 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         )
         if batch.error is not None:
             raise batch.error
-        result, values, fallback = batch.result, batch.values, batch.fallback
+        values, fallback = batch.values, batch.fallback
 
         advantages = trl_advantages.detach().unsqueeze(1).expand(local, width).clone()
         if config.omega == 0.0:
-            return advantages, result, groups, fallback
+            return advantages, batch
         offset = self.accelerator.process_index * local
         token_mask = mask.detach().cpu().numpy()
         for i in range(local):
@@ -206,7 +207,7 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         for i in range(local):
             if (offset + i) // size in fallback:
                 advantages[i] = trl_advantages[i]
-        return advantages, result, groups, fallback
+        return advantages, batch
 
 
 def _rollout(row: int, group: int, payload: Any, golds: Any, reward: float) -> dict[str, Any]:

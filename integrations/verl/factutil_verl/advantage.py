@@ -16,6 +16,12 @@ verl hands the trainer one row per *sample*. Two layouts are read:
   explicit spans that run past the row or leave model tokens outside them cannot be placed
   unambiguously, so the group falls back (counted in ``factutil/groups_fallback_turns`` too).
 
+With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) a rollout's rows
+may also hold ``prepared``: the per-fact work its worker did (the ``factagent`` loop puts it on the
+last row; :class:`factutil.integration.FactPreparer`). The step hands it to the core, which does
+the work of any rollout that brought none (``factutil/prepared_unshipped``) or brought work made
+for another embedder (``factutil/cluster_prepared_ignored``): the advantages are the same either way.
+
 Rows are grouped by verl's ``uid`` (one question), rollouts by trajectory (the ``{uid}_{session}``
 part of verl's V1 row key ``{uid}_{session}_{index}``, else ``trajectory_id``). The outcome reward
 R of a rollout is the token sum of its *last* row's rewards, exactly what verl's GRPO reads. Then
@@ -41,10 +47,12 @@ from factutil.api import ProcessAdvantages, gc_paused
 from factutil.cluster import Clusterer
 from factutil.integration import (
     FIXED_ACTION_KEYS,
+    SHIPPED_KEY,
     Unscorable,
     batch_metrics,
     checked_spans,
     fixed_key_row,
+    prepares_in_workers,
     row_of_fixed_keys,
     scatter_rows_to_turns,
     scatter_to_spans,
@@ -116,8 +124,10 @@ def _group_rollouts(
     keys: Sequence[str],
     infos: Sequence[Mapping[str, Any] | None],
     rewards: np.ndarray,
+    shipping: bool = False,
 ) -> tuple[list[dict[str, Any]], list[_Plan]]:
-    """The docs/method.md §8 rollouts of one group and where their values go; raises Unscorable."""
+    """The docs/method.md §8 rollouts of one group and where their values go; raises Unscorable.
+    With ``shipping`` each rollout carries the per-fact work one of its rows brought (or None)."""
     by_trajectory: dict[str, list[int]] = {}
     for row in rows:
         info = infos[row]
@@ -160,6 +170,11 @@ def _group_rollouts(
                 golden_answers=first.get("golden_answers"),
                 actions=actions,
                 reward=float(rewards[ordered[-1]]),
+                prepared=next(
+                    (infos[row][SHIPPED_KEY] for row in ordered if infos[row].get(SHIPPED_KEY) is not None),
+                    None,
+                ),
+                shipping=shipping,
             )
         )
         plans.append(_Plan(uid, trajectory, ordered, span=all(spans), spans=explicit))
@@ -232,11 +247,12 @@ def compute_factagent_advantages(
 
         unplaced: set[str] = set()  # groups whose span-layout action tokens cannot be told apart
         plans: list[_Plan] = []
+        shipping = prepares_in_workers(config)
 
         def build(uid: str) -> list[dict[str, Any]]:
             try:
                 group_rollouts, group_plans = _group_rollouts(
-                    uid, groups[uid], keys, infos, rewards
+                    uid, groups[uid], keys, infos, rewards, shipping
                 )
             except _Unplaceable:
                 unplaced.add(uid)
@@ -284,7 +300,7 @@ def compute_factagent_advantages(
             error=batch.error,
         )
         out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
-        metrics = batch_metrics(result, len(groups), fallback)
+        metrics = batch_metrics(batch)
         metrics["factutil/groups_fallback_turns"] = float(len(unplaced & fallback.keys()))
         metrics["factutil/time_adapter_ms"] = 1000.0 * (time.perf_counter() - started)
         return FactAgentAdvantages(out, metrics, fallback, result)

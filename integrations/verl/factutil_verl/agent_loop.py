@@ -2,8 +2,8 @@
 
 For one question the loop takes up to ``max_turns`` actions. Each turn's prompt is the chat
 template over the question, the fact store and the latest search result (never the history:
-:mod:`factutil_verl.prompt`). The response is parsed with :func:`factutil.parse.parse_action`:
-``search`` calls a Search-R1 ``/retrieve`` service (:class:`factutil.retrieval.RetrievalClient`;
+:mod:`factutil.tools.agent`). The response is parsed with :func:`factutil.parse.parse_action`:
+``search`` calls a Search-R1 ``/retrieve`` service (:class:`factutil.tools.retrieval.RetrievalClient`;
 a timeout or HTTP error becomes an observation saying so), ``assert`` adds its triples to the
 store, ``answer`` ends the rollout, an invalid action changes nothing.
 
@@ -14,6 +14,18 @@ action's tokens, and ``extra_fields["factutil"]`` carries ``trajectory_id``, ``s
 ``store_size`` (before the action) and ``retrieval_error``. Register name: ``factagent``; options
 come from the agent-loop YAML (:class:`factutil_verl.config.FactAgentLoopConfig`).
 
+With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also does
+the rollout's per-fact work in this worker once the rollout ends (fact texts, embeddings on the
+worker's GPU when it has one, filter analyses: :class:`factutil.integration.FactPreparer`) and
+ships it as bytes in the last row's ``extra_fields["factutil"]["prepared"]``; the trainer's step
+then only links and scores (:mod:`factutil_verl.advantage`).
+
+With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also does
+the rollout's per-fact work in this worker once the rollout ends (fact texts, embeddings on the
+worker's GPU when it has one, filter analyses: :class:`factutil.integration.FactPreparer`) and
+ships it as bytes in the last row's ``extra_fields["factutil"]["prepared"]``; the trainer's step
+then only links and scores (:mod:`factutil_verl.advantage`).
+
 verl's legacy (non-V1) agent-loop worker takes one output per sample: use ``trainer.use_v1=True``.
 """
 
@@ -23,12 +35,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 from uuid import uuid4
 
+from factutil.integration import SHIPPED_KEY, FactPreparer, prepares_in_workers
 from factutil.parse import parse_action
-from factutil.retrieval import RetrievalClient
 from factutil.schema import AnswerAction, AssertAction, SearchAction, Triple
+from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages
+from factutil.tools.retrieval import RetrievalClient
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
     AgentLoopMetrics,
@@ -38,7 +52,6 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from factutil_verl.advantage import EXTRA_KEY, action_fields
 from factutil_verl.config import agent_loop_config, factutil_config_from_verl, to_plain
-from factutil_verl.prompt import INSTRUCTIONS, add_to_store, build_messages
 from factutil_verl.reward import golden_answers_of
 
 logger = logging.getLogger("factutil_verl")
@@ -78,6 +91,9 @@ class FactAgentLoop(AgentLoopBase):
         FactUtilConfigError: a bad option or ``algorithm.factutil`` key (named in the message).
     """
 
+    _preparers: ClassVar[dict[Any, FactPreparer]] = {}
+    """One per worker process and config (verl makes a loop per sample): the embedder loads once."""
+
     def __init__(
         self,
         trainer_config: Any,
@@ -106,6 +122,11 @@ class FactAgentLoop(AgentLoopBase):
         self.instructions = self.options.instructions or INSTRUCTIONS
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
+        self.preparer: FactPreparer | None = None
+        if prepares_in_workers(self.factutil_config):
+            self.preparer = self._preparers.setdefault(
+                self.factutil_config, FactPreparer(self.factutil_config, logger)
+            )
         self.retriever = RetrievalClient(
             self.options.retriever_url,
             topk=self.options.topk,
@@ -159,6 +180,7 @@ class FactAgentLoop(AgentLoopBase):
         store: list[Triple] = []
         observation = ""
         outputs: list[AgentLoopOutput] = []
+        actions: list[Any] = []
         for step in range(self.max_turns):
             prompt_ids = await self._prompt_ids(question, store, observation)
             params = dict(sampling_params)
@@ -193,6 +215,7 @@ class FactAgentLoop(AgentLoopBase):
                 logprobs = [0.0] if want_logprobs else None
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
             action = parse_action(text)
+            actions.append(action)
             store_size = len(store)
             retrieval_error: str | None = None
             tool_seconds = 0.0
@@ -238,4 +261,8 @@ class FactAgentLoop(AgentLoopBase):
             )
             if isinstance(action, AnswerAction):
                 break
+        if self.preparer is not None and outputs:
+            # off the event loop: the other rollouts of this worker keep generating meanwhile
+            shipped = await asyncio.to_thread(self.preparer, actions)
+            outputs[-1].extra_fields[EXTRA_KEY][SHIPPED_KEY] = shipped
         return outputs
