@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from factutil.cluster import Fact, distinct_facts, normalize_fact_text
 from factutil.config import FactUtilConfig
+from factutil.facts import Fact, distinct_facts, normalize_fact_text
 from factutil.load import GroupRows
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
 from factutil.shaping import KIND_CODES
@@ -56,7 +56,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     """One pass over every action: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
 
     Each group's distinct texts get one representative triple, the smallest ``(subject, relation,
-    object)`` sharing the text (:func:`~factutil.cluster.distinct_facts`), so no choice depends
+    object)`` sharing the text (:func:`~factutil.facts.distinct_facts`), so no choice depends
     on input order. What the per-item records need beyond the numbers (each
     occurrence's triple as written, the kinds of ignored actions, invalid actions' reasons) is
     kept too, so the records are built from these columns, never by walking the input again.

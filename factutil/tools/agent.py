@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from factutil.actions import Triple
-from factutil.cluster import triple_text
+from factutil.facts import triple_text
 
 __all__ = ["EMPTY_STORE", "INSTRUCTIONS", "NO_OBSERVATION", "add_to_store", "build_messages", "render_store"]
 

@@ -1,0 +1,104 @@
+"""A triple as a fact of the method (docs/method.md §2.1): its normalised text, and each
+group's distinct facts with one representative each.
+
+A triple becomes text through the configured template and is normalised (NFKC, case-folded,
+whitespace collapsed, stripped); identical normalised texts are one fact before any clustering.
+Inside the method steps a triple is a :class:`Fact`, a plain named tuple.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from functools import lru_cache
+from operator import attrgetter
+from typing import NamedTuple
+
+from factutil.actions import Triple
+
+DEFAULT_TEMPLATE = "{subject} | {relation} | {object}"
+_PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact
+
+
+def normalize_fact_text(text: str) -> str:
+    """Normalise text as docs/method.md §2.1 says: Unicode NFKC, case-fold, collapse whitespace, strip.
+
+    Also used for search queries when detecting a repeated search (docs/method.md §5).
+    """
+    # str.split() splits on exactly the characters re's \s matches (str.isspace), and is faster.
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+class Fact(NamedTuple):
+    """A triple's three parts as a plain tuple: what the pipeline passes to a :class:`Clusterer`.
+
+    Has the same ``subject`` / ``relation`` / ``object`` attributes as :class:`Triple` (whose
+    validation it has already passed) at a fraction of the cost, and compares as a tuple.
+    """
+
+    subject: str
+    relation: str
+    object: str
+
+
+@lru_cache(maxsize=1 << 16)
+def fact_text(subject: str, relation: str, object: str, template: str = DEFAULT_TEMPLATE) -> str:
+    """The normalised text of the triple ``(subject, relation, object)`` under ``template``
+    (docs/method.md §2.1). Memoised (65,536 most recent triples): rollouts repeat facts, and a training run
+    meets the same facts step after step."""
+    return normalize_fact_text(template.format(subject=subject, relation=relation, object=object))
+
+
+def triple_text(triple: Triple | Fact, template: str = DEFAULT_TEMPLATE) -> str:
+    """The normalised text of a triple under ``template`` (docs/method.md §2.1)."""
+    return fact_text(triple.subject, triple.relation, triple.object, template)
+
+
+def distinct_facts(
+    parts: Sequence[tuple[str, str, str]], template: str = DEFAULT_TEMPLATE
+) -> tuple[list[str], list[int], list[int]]:
+    """The distinct normalised texts of some triples, sorted, each with one representative
+    (docs/method.md §2.1): the one rule behind :func:`representatives` and the batch's columns.
+
+    The representative of a text is the smallest ``(subject, relation, object)`` among the
+    triples that share it (the first of equals), so the choice does not depend on input order.
+
+    Args:
+        parts: ``(subject, relation, object)`` of each triple, duplicates allowed.
+        template: the triple text template.
+
+    Returns:
+        ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
+        in ``parts`` of its representative; for each of ``parts``, the position of its text.
+    """
+    local: dict[str, int] = {}
+    best: list[int] = []
+    found: list[int] = []
+    for i, triple in enumerate(parts):
+        text = fact_text(*triple, template)
+        k = local.get(text)
+        if k is None:
+            k = local[text] = len(best)
+            best.append(i)
+        elif triple < parts[best[k]]:
+            best[k] = i
+        found.append(k)
+    texts = list(local)
+    order = sorted(range(len(texts)), key=texts.__getitem__)
+    rank = [0] * len(texts)
+    for position, k in enumerate(order):
+        rank[k] = position
+    return [texts[k] for k in order], [best[k] for k in order], [rank[k] for k in found]
+
+
+def representatives(
+    triples: Sequence[Triple], template: str = DEFAULT_TEMPLATE
+) -> tuple[list[str], list[Triple]]:
+    """Distinct normalised texts of ``triples`` in sorted order, each with one representative
+    (:func:`distinct_facts`).
+
+    Returns:
+        (texts, triples), both of length k = number of distinct texts.
+    """
+    texts, chosen, _ = distinct_facts([_PARTS(triple) for triple in triples], template)
+    return texts, [triples[i] for i in chosen]
