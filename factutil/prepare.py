@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from factutil.actions import Action, AssertAction, Triple
-from factutil.cluster import Fact, fact_text
+from factutil.cluster import ExactClusterer, Fact, fact_text
 from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, embed_unique, make_embedder
 from factutil.errors import error_messages, short
@@ -297,7 +297,8 @@ def prepare_facts(
             pass one embedder or clusterer to every call (a new static embedder loads its table).
         clusterer: a :class:`~factutil.cluster.SemanticClusterer` whose embedder, embedding cache
             and filter cache to use (its config must agree with ``config`` on the fields the work
-            depends on).
+            depends on); an :class:`~factutil.cluster.ExactClusterer` only means ``mode="exact"``
+            when ``config`` is None.
 
     Returns:
         :class:`PreparedFacts` of n distinct triples; float32 (n, d) vectors in semantic mode.
@@ -317,7 +318,7 @@ def prepare_facts(
         return PreparedFacts(None, template, tuple(config.filters), config.key_edges,
                              tuple(parts), texts, None, None)
     cache = filter_cache = None
-    if clusterer is not None:
+    if clusterer is not None and hasattr(clusterer, "embedder"):
         if embedder is not None and embedder is not clusterer.embedder:
             raise ValueError("prepare_facts: embedder and clusterer given, and the clusterer "
                              "has another embedder; pass one of them")
@@ -344,6 +345,8 @@ _CLUSTERER_FIELDS = ("mode", "triple_template", "filters", "key_edges", "embeddi
 
 def _config(config: Any, clusterer: Any) -> FactUtilConfig:
     own = getattr(clusterer, "config", None)
+    if isinstance(clusterer, ExactClusterer):
+        own = FactUtilConfig(mode="exact") if config is None else None
     if config is None:
         return own if own is not None else FactUtilConfig()
     if not isinstance(config, FactUtilConfig):

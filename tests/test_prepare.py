@@ -20,7 +20,14 @@ from factutil import (
     compute_process_advantages,
     prepare_facts,
 )
-from factutil.cluster import Fact, SemanticClusterer, fact_text, make_clusterer, representatives
+from factutil.cluster import (
+    ExactClusterer,
+    Fact,
+    SemanticClusterer,
+    fact_text,
+    make_clusterer,
+    representatives,
+)
 from factutil.filters import analyze
 from factutil.prepare import merge_prepared
 from factutil.schema import Triple
@@ -213,11 +220,18 @@ def test_a_clusterer_lends_its_embedder_and_cache():
     prepare_facts([("Ada", "born in", "London")], config, clusterer=clusterer)
     prepare_facts([("Ada", "born in", "London")], clusterer=clusterer)
     assert clusterer.embedder.calls == [["ada | born in | london"]]
+    assert clusterer.filter_cache.sizes()["subject_part"] == 1  # its filter memo was read too
     with pytest.raises(ValueError, match="sim_threshold|filters: clusterer"):
         prepare_facts([("a", "b", "c")], config.model_copy(update={"filters": []}),
                       clusterer=clusterer)
     with pytest.raises(ValueError, match="another embedder"):
         prepare_facts([("a", "b", "c")], config, clusterer=clusterer, embedder=CharGramEmbedder())
+
+
+def test_an_exact_clusterer_means_exact_mode():
+    item = prepare_facts([("Ada", "born in", "London")], clusterer=ExactClusterer())
+    assert item.vectors is None and item.analyses is None and item.embedder is None
+    assert item.texts == ("ada | born in | london",)
 
 
 def test_pickle_and_bytes_round_trip():
