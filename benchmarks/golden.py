@@ -15,7 +15,8 @@ priors, each case with a fresh clusterer. For each case it writes the sha256 of:
 - ``cluster_stats``: n, s, mean, utility of every cluster (float64 bytes);
 - ``new_clusters``: the cluster ids each action brought into the store;
 - ``rollouts``: every field of every rollout record (JSON, floats written exactly);
-- ``metrics``: the step's metrics, timings left out.
+- ``metric:NAME``: each of the step's metrics, timings left out (a metric only one side has is
+  listed as added, not as a difference).
 
 ``--compare`` prints one row per case: identical, or the digests that differ or are missing.
 The factutil imported is the one on ``sys.path`` (set ``PYTHONPATH`` to a checkout of another
@@ -83,9 +84,9 @@ def digests(result) -> dict[str, str]:
     out["rollouts"] = json_digest([
         {k: getattr(r, k) for k in sorted(r.__dataclass_fields__)} for r in result.rollouts
     ])
-    out["metrics"] = json_digest({
-        k: float(v) for k, v in result.metrics.items() if not k.startswith(("time_", "cluster_time_"))
-    })
+    for name, value in sorted(result.metrics.items()):
+        if not name.startswith(("time_", "cluster_time_")):
+            out[f"metric:{name}"] = json_digest(float(value))
     return out
 
 
@@ -151,13 +152,17 @@ def compare(a_path: Path, b_path: Path) -> int:
         da = a["cases"].get(case, {}).get("digests", {})
         db = b["cases"].get(case, {}).get("digests", {})
         items = sorted(set(da) | set(db))
-        missing = [i for i in items if i not in da or i not in db]
+        added = [i for i in items if i not in da and i.startswith("metric:")]
+        missing = [i for i in items if (i not in da or i not in db) and i not in added]
         different = [i for i in items if i in da and i in db and da[i] != db[i]]
-        total += len(items)
-        same += len(items) - len(missing) - len(different)
+        compared = len(items) - len(added)
+        total += compared
+        same += compared - len(missing) - len(different)
         verdict = "identical" if not missing and not different else "DIFFERENT"
         detail = ", ".join(different + [f"{i} (missing)" for i in missing])
-        rows.append((case, f"{len(items) - len(missing) - len(different)}/{len(items)}", verdict, detail))
+        if added:
+            detail = "; ".join(filter(None, [detail, "B adds " + ", ".join(added)]))
+        rows.append((case, f"{compared - len(missing) - len(different)}/{compared}", verdict, detail))
     print(f"A = {a_path} ({a['factutil']})\nB = {b_path} ({b['factutil']})\n")
     width = max((len(r[0]) for r in rows), default=4)
     print(f"| {'case':<{width}} | digests equal | A vs B | differing digests |")
