@@ -28,10 +28,11 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from factutil.actions import Action, AssertAction, Triple
-from factutil.cluster import ExactClusterer, Fact, fact_text
+from factutil.cluster import ExactClusterer
 from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, embed_unique, make_embedder
 from factutil.errors import error_messages, short
+from factutil.facts import Fact, fact_text
 from factutil.filters import FactFeatures, FilterCache, analyze
 from factutil.load import _fast_row, rollout_row
 from factutil.schema import Rollout, coerce_action
@@ -56,7 +57,7 @@ class PreparedFacts:
         filters: ``config.filters`` of the config it was made for (tuple of names).
         key_edges: ``config.key_edges`` of that config.
         parts: n ``(subject, relation, object)`` tuples of str.
-        texts: n normalised texts (:func:`~factutil.cluster.fact_text`).
+        texts: n normalised texts (:func:`~factutil.facts.fact_text`).
         vectors: float32 (n, d), read-only, L2-normalised, row i for ``texts[i]``; None in exact
             mode.
         analyses: n :class:`~factutil.filters.FactFeatures` (plain values, no cache); None when
@@ -292,7 +293,7 @@ def prepare_facts(
             dict, ``actions`` required) or a trajectory: an iterable whose items are action dicts
             or models (structured or ``{"raw": ...}``, parsed as the loader parses them; the
             triples of ``assert`` actions are taken) or triples (:class:`~factutil.schema.Triple`,
-            :class:`~factutil.cluster.Fact`, ``[s, r, o]`` lists, tuples).
+            :class:`~factutil.facts.Fact`, ``[s, r, o]`` lists, tuples).
         config: a :class:`FactUtilConfig`, a mapping of its fields, or None: the clusterer's
             config when one is given, else the defaults.
         embedder: the embedder to use; None = the clusterer's, else the one the config names
