@@ -127,7 +127,8 @@ class ExactClusterer:
         self.metrics = {
             "facts": float(sum(len(facts) for facts in facts_per_group)),
             "prepared_facts": float(sum(_PARTS(fact) in prepared
-                                        for facts in facts_per_group for fact in facts)),
+                                        for facts in facts_per_group for fact in facts))
+            if prepared else 0.0,  # no per-fact look-up in a step that was given nothing
             "prepared_ignored": 0.0,
         }
         return [np.arange(len(facts), dtype=np.int64) for facts in facts_per_group]

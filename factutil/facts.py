@@ -71,24 +71,24 @@ def distinct_facts(
         ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
         in ``parts`` of its representative; for each of ``parts``, the position of its text.
     """
+    texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
     local: dict[str, int] = {}
     best: list[int] = []
     found: list[int] = []
-    for i, triple in enumerate(parts):
-        text = fact_text(*triple, template)
+    for i, text in enumerate(texts):
         k = local.get(text)
         if k is None:
             k = local[text] = len(best)
             best.append(i)
-        elif triple < parts[best[k]]:
+        elif parts[i] < parts[best[k]]:
             best[k] = i
         found.append(k)
-    texts = list(local)
-    order = sorted(range(len(texts)), key=texts.__getitem__)
-    rank = [0] * len(texts)
+    distinct = list(local)
+    order = sorted(range(len(distinct)), key=distinct.__getitem__)
+    rank = [0] * len(distinct)
     for position, k in enumerate(order):
         rank[k] = position
-    return [texts[k] for k in order], [best[k] for k in order], [rank[k] for k in found]
+    return [distinct[k] for k in order], [best[k] for k in order], [rank[k] for k in found]
 
 
 def representatives(
