@@ -47,7 +47,7 @@ class Prepared:
     reward: list[float]
     success: list[float]
     golds_normalized_empty: int  # gold answers (per group) that normalise to no token
-    occurrence_triples: list[tuple[str, str, str]]  # (occurrences,): each as written
+    occurrence_triples: list[list[str]]  # (occurrences,): each as written (the rows' own lists)
     ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
     reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
 
@@ -82,13 +82,13 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
     queries: dict[str, str] = {}
-    occurrence_triples: list[tuple[str, str, str]] = []
+    occurrence_triples: list[list[str]] = []
     ignored_kinds: list[int] = []
     reasons: dict[int, str] = {}
     golds_empty = 0
     first_action = 0  # input index of the rollout's first action
-    add_kind, add_row, add_step, add_triple = (
-        kinds.append, occurrence_row.append, occurrence_step.append, occurrence_triples.append
+    add_kind, add_rows, add_steps, add_triples = (
+        kinds.append, occurrence_row.extend, occurrence_step.extend, occurrence_triples.extend
     )
     fact_count = 0
     row = 0
@@ -127,10 +127,10 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                 add_kind(KIND_CODES[kind])
                 if kind == "assert":
                     store_empty = False
-                    for subject, relation, obj in action["triples"]:
-                        add_row(row)
-                        add_step(t)
-                        add_triple((subject, relation, obj))
+                    triples = action["triples"]
+                    add_rows([row] * len(triples))
+                    add_steps([t] * len(triples))
+                    add_triples(triples)
                 elif kind == "search":
                     query = action["query"]
                     normalized = queries.get(query)
@@ -181,8 +181,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             first_action += len(actions)
             row += 1
         parts = occurrence_triples[first_occurrence:]
-        texts, chosen, where = distinct_facts(parts, template)
-        occurrence_fact.extend([fact_count + k for k in where])
+        texts, chosen, where = distinct_facts(parts, template, fact_count)
+        occurrence_fact.extend(where)
         fact_count += len(texts)
         texts_per_group.append(texts)
         facts_per_group.append([Fact._make(parts[i]) for i in chosen])

@@ -55,7 +55,7 @@ def triple_text(triple: Triple | Fact, template: str = DEFAULT_TEMPLATE) -> str:
 
 
 def distinct_facts(
-    parts: Sequence[tuple[str, str, str]], template: str = DEFAULT_TEMPLATE
+    parts: Sequence[Sequence[str]], template: str = DEFAULT_TEMPLATE, first: int = 0
 ) -> tuple[list[str], list[int], list[int]]:
     """The distinct normalised texts of some triples, sorted, each with one representative
     (docs/method.md §2.1): the one rule behind :func:`representatives` and the batch's columns.
@@ -64,12 +64,15 @@ def distinct_facts(
     triples that share it (the first of equals), so the choice does not depend on input order.
 
     Args:
-        parts: ``(subject, relation, object)`` of each triple, duplicates allowed.
+        parts: ``(subject, relation, object)`` of each triple (tuples, or lists: all of one
+            kind, as they are compared), duplicates allowed.
         template: the triple text template.
+        first: the number of the first distinct text (a batch numbers its groups' facts on).
 
     Returns:
         ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
-        in ``parts`` of its representative; for each of ``parts``, the position of its text.
+        in ``parts`` of its representative; for each of ``parts``, ``first`` + the position of
+        its text.
     """
     texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
     local: dict[str, int] = {}
@@ -86,7 +89,7 @@ def distinct_facts(
     distinct = list(local)
     order = sorted(range(len(distinct)), key=distinct.__getitem__)
     rank = [0] * len(distinct)
-    for position, k in enumerate(order):
+    for position, k in enumerate(order, first):
         rank[k] = position
     return [distinct[k] for k in order], [best[k] for k in order], [rank[k] for k in found]
 

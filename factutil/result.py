@@ -305,7 +305,7 @@ class Records:
         fact_cluster, occurrence_fact = util.fact_cluster.tolist(), prep.occurrence_fact.tolist()
         members: list[set[tuple[str, str, str]]] = [set() for _ in n]
         for fact, triple in zip(occurrence_fact, prep.occurrence_triples):
-            members[fact_cluster[fact]].add(triple)
+            members[fact_cluster[fact]].add(tuple(triple))
         starts, groups = util.cluster_starts.tolist(), util.cluster_group.tolist()
         return [
             ClusterRecord(

@@ -1,0 +1,148 @@
+"""The same training step timed on two checkouts of factutil, alternating, in one run.
+
+    python benchmarks/step_before_after.py --before DIR [--after DIR] [--size L]
+                                           [--modes exact,static] [--rounds 7] [--json FILE]
+
+Starts one worker process per checkout (``PYTHONPATH=DIR``; ``--after`` defaults to this
+repository), each holding the workload of ``benchmarks/workloads.py`` in memory. Then, for each
+mode, it runs the step ``compute_process_advantages(rows, config)`` ``--rounds`` times in each
+worker, alternating before/after (ABBA order, so a drift in the machine's load falls on both
+alike), after one untimed warm-up step each. Modes: ``exact``; ``static`` (semantic with the
+static embedding backend, a fresh clusterer each step, so embeddings, filters and linkage are all
+paid every time); ``minilm`` (the same with MiniLM: minutes per step on a CPU).
+
+Prints, per mode, the median step time of each checkout (wall clock, and the CPU time of the
+worker, which a busy machine disturbs less) and the ratios after / before (below 1: the after
+checkout is faster), the median of each stage's own ``time_*_s`` metric, and checks the two give
+the same advantages (sha256 of the float32 bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WORKER = r"""
+import hashlib, importlib.util, json, os, sys, time
+spec = importlib.util.spec_from_file_location("workloads", sys.argv[1])
+workloads = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(workloads)
+import factutil
+from factutil import FactUtilConfig, compute_process_advantages
+rows = workloads.build_workload(sys.argv[2])
+configs = {
+    "exact": FactUtilConfig(mode="exact"),
+    "static": FactUtilConfig(mode="semantic", embedding_backend="static"),
+    "minilm": FactUtilConfig(mode="semantic", embedding_backend="minilm"),
+}
+print(json.dumps({"ready": os.path.dirname(factutil.__file__)}), flush=True)
+result = None
+for line in sys.stdin:
+    mode = line.strip()
+    result = None  # the previous step's result is freed before the clock starts
+    start, cpu = time.perf_counter(), time.process_time()
+    result = compute_process_advantages(rows, configs[mode])
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    digest = hashlib.sha256(result.advantages.tobytes()).hexdigest()
+    stages = {k: v for k, v in result.metrics.items() if k.startswith("time_")}
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "digest": digest, "stages": stages}), flush=True)
+"""
+
+
+class Worker:
+    """A process that runs the step on one checkout when asked."""
+
+    def __init__(self, checkout: Path, size: str):
+        env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1",
+               "TRANSFORMERS_OFFLINE": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(ROOT / "benchmarks/workloads.py"), size],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd="/",
+        )
+        self.package = json.loads(self.process.stdout.readline())["ready"]
+
+    def step(self, mode: str) -> dict:
+        """One step in ``mode``: ``{"seconds": float, "digest": str}``."""
+        self.process.stdin.write(mode + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the worker of {self.package} died (exit {self.process.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=Path, required=True, help="checkout of the older factutil")
+    parser.add_argument("--after", type=Path, default=ROOT, help="checkout of the newer (default: here)")
+    parser.add_argument("--size", default="L", choices=["S", "M", "L"])
+    parser.add_argument("--modes", default="exact,static", help="comma list of exact, static, minilm")
+    parser.add_argument("--rounds", type=int, default=7, help="timed steps per checkout and mode")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    workers = {"before": Worker(args.before.resolve(), args.size),
+               "after": Worker(args.after.resolve(), args.size)}
+    figures: dict = {"size": args.size, "rounds": args.rounds, "modes": {}}
+    try:
+        for mode in args.modes.split(","):
+            digests = {name: worker.step(mode)["digest"] for name, worker in workers.items()}
+            times: dict[str, list[float]] = {"before": [], "after": []}
+            cpu: dict[str, list[float]] = {"before": [], "after": []}
+            stages: dict[str, list[dict]] = {"before": [], "after": []}
+            for r in range(args.rounds):
+                order = ("before", "after") if r % 2 == 0 else ("after", "before")
+                for name in order:
+                    step = workers[name].step(mode)
+                    times[name].append(step["seconds"])
+                    cpu[name].append(step["cpu"])
+                    stages[name].append(step["stages"])
+            before, after = statistics.median(times["before"]), statistics.median(times["after"])
+            cpu_before, cpu_after = statistics.median(cpu["before"]), statistics.median(cpu["after"])
+            figures["modes"][mode] = {
+                "before_s": before, "after_s": after, "ratio": after / before,
+                "cpu_before_s": cpu_before, "cpu_after_s": cpu_after, "cpu_ratio": cpu_after / cpu_before,
+                "same_advantages": digests["before"] == digests["after"],
+                "times": times,
+                "stage_medians_s": {
+                    name: {key: statistics.median(s[key] for s in runs) for key in runs[0]}
+                    for name, runs in stages.items()
+                },
+            }
+    finally:
+        for worker in workers.values():
+            worker.close()
+    print(f"{args.size} step, median of {args.rounds} alternating runs per checkout")
+    print(f"before: {workers['before'].package}\nafter:  {workers['after'].package}\n")
+    print("| mode | before s | after s | after / before | CPU before s | CPU after s | "
+          "CPU after / before | same advantages |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for mode, row in figures["modes"].items():
+        print(f"| {mode} | {row['before_s']:.3f} | {row['after_s']:.3f} | {row['ratio']:.3f} | "
+              f"{row['cpu_before_s']:.3f} | {row['cpu_after_s']:.3f} | {row['cpu_ratio']:.3f} | "
+              f"{'yes' if row['same_advantages'] else 'NO'} |")
+    print("\nmedian seconds per stage (the step's own time_*_s metrics)")
+    for mode, row in figures["modes"].items():
+        medians = row["stage_medians_s"]
+        keys = [k for k in medians["after"] if k in medians["before"]]
+        print(f"{mode}: " + ", ".join(
+            f"{k.removeprefix('time_').removesuffix('_s')} {medians['before'][k]:.4f}->{medians['after'][k]:.4f}"
+            for k in keys
+        ))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
