@@ -80,7 +80,10 @@ def compute_process_advantages(
             results are the same bit for bit. Work made for another embedder, template, filters
             or key edges is ignored with one warning. ``metrics["cluster_prepared_facts"]``
             counts the facts found, ``cluster_prepared_ignored`` the items ignored and
-            ``cluster_cache_misses`` the texts the model still embedded.
+            ``cluster_cache_misses`` the texts the model still embedded; vectors made on another
+            kind of device (config ``prepared_device``) are used with one warning and counted in
+            ``cluster_prepared_other_device`` (facts), or with ``"same"`` ignored. Many items
+            (one per rollout): read them with :func:`factutil.prepare.load_prepared`.
 
     Returns:
         :class:`ProcessAdvantages`; ``advantages`` is float32 (N,) over all N input actions in

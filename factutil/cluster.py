@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from factutil.config import FactUtilConfig
-from factutil.embed import Embedder, EmbeddingCache, embed_unique, make_embedder
+from factutil.embed import Embedder, EmbeddingCache, device_type, embed_unique, make_embedder
 from factutil.facts import (  # noqa: F401  (the fact forms, re-exported where they were)
     _PARTS,
     DEFAULT_TEMPLATE,
@@ -130,6 +130,7 @@ class ExactClusterer:
                                         for facts in facts_per_group for fact in facts))
             if prepared else 0.0,  # no per-fact look-up in a step that was given nothing
             "prepared_ignored": 0.0,
+            "prepared_other_device": 0.0,  # no vectors
         }
         return [np.arange(len(facts), dtype=np.int64) for facts in facts_per_group]
 
@@ -212,9 +213,11 @@ class SemanticClusterer:
         self._memo_for: tuple[str, tuple[str, ...]] | None = None
         self._serials = count()
         self._filter_cache: Any = None
-        # What add_prepared gave for the next call: the facts' parts, and the items ignored.
+        # What add_prepared gave for the next call: the facts' parts, the items ignored, and the
+        # parts whose vectors came from another kind of device (prepared_device="any").
         self._prepared: set[tuple[str, str, str]] = set()
         self._prepared_ignored = 0
+        self._prepared_other: set[tuple[str, str, str]] = set()
         self.metrics: dict[str, float] = {}
 
     @property
@@ -253,32 +256,54 @@ class SemanticClusterer:
         Each fact's text and analysis enter the fact memo and its vector the embedding cache
         (under the embedder's name); the next call then computes only what is missing, with the
         same result bit for bit. Its ``metrics`` count ``prepared_facts`` (facts of the call
-        found in the work given) and ``prepared_ignored`` (items made for another embedder,
-        template, filters or key edges: see :meth:`~factutil.prepare.PreparedFacts.mismatch`);
-        ``cache_misses`` counts the texts the model still embedded. Vectors beyond the cache's
-        bounds are dropped (and embedded again) as any other entry would be.
+        found in the work given), ``prepared_ignored`` (items made for another embedder,
+        template, filters or key edges, or, with ``config.prepared_device="same"``, on another
+        kind of device than this clusterer's embedder: see
+        :meth:`~factutil.prepare.PreparedFacts.mismatch`; a merged item counts its ``sources``)
+        and ``prepared_other_device`` (facts of the call whose vector was taken from work made
+        on another kind of device, ``prepared_device="any"``: equal to this device's up to float
+        rounding, so not bit for bit); ``cache_misses`` counts the texts the model still
+        embedded. Vectors beyond the cache's bounds are dropped (and embedded again) as any
+        other entry would be.
 
         Args:
             prepared: a :class:`~factutil.prepare.PreparedFacts` or a sequence of them.
-            warn: called once with a message when some item is ignored; None = the
-                ``factutil`` logger's warning.
+            warn: called once with a message when some item is ignored, and once when some
+                item's vectors come from another kind of device; None = the ``factutil``
+                logger's warning.
 
         Raises:
             TypeError: an item is not a PreparedFacts.
         """
         items, ignored = [], Counter()
-        for item in _prepared_list(prepared):
-            reason = item.mismatch(self.config, self.embedder.name)
+        given = _prepared_list(prepared)
+        device = device_type(self.embedder) if given else "cpu"
+        for item in given:
+            reason = item.mismatch(self.config, self.embedder.name, device)
             if reason is None:
                 items.append(item)
             else:
-                ignored[reason] += 1
+                ignored[reason] += getattr(item, "sources", 1)
         self._prepared_ignored += ignored.total()
         if ignored:
             (warn or _logger.warning)(
-                f"{ignored.total()} prepared fact set(s) ignored, made for another config or "
-                f"embedder (their facts are computed here): "
+                f"{ignored.total()} prepared fact set(s) ignored, made for another config, "
+                f"embedder or device (their facts are computed here): "
                 + "; ".join(f"{count} with {reason}" for reason, count in sorted(ignored.items()))
+            )
+        other = Counter()
+        for item in items:
+            made_on = getattr(item, "device", "cpu")
+            if made_on != device and item.vectors is not None:
+                other[made_on] += getattr(item, "sources", 1)
+                self._prepared_other.update(item.parts)
+        if other:
+            (warn or _logger.warning)(
+                f"{other.total()} prepared fact set(s) embedded on another kind of device than "
+                f"this step's embedder ({device}): "
+                + "; ".join(f"{count} on {kind}" for kind, count in sorted(other.items()))
+                + "; their vectors are used and differ from this device's by float rounding "
+                "(config prepared_device='same' ignores them)"
             )
         if not items:
             return
@@ -410,10 +435,12 @@ class SemanticClusterer:
         timings["linkage"] = time.perf_counter() - clock
         prepared, self._prepared = self._prepared, set()
         ignored, self._prepared_ignored = self._prepared_ignored, 0
+        other, self._prepared_other = self._prepared_other, set()
         self.metrics = {
             "facts": float(n),
             "prepared_facts": float(sum(key in prepared for key in parts)) if prepared else 0.0,
             "prepared_ignored": float(ignored),
+            "prepared_other_device": float(sum(key in other for key in parts)) if other else 0.0,
             "texts_embedded": float(len(row_of)),
             "cache_hits": float(self.cache.hits - hits),
             "cache_misses": float(self.cache.misses - misses),

@@ -161,6 +161,14 @@ class FactUtilConfig(BaseModel):
         "rollout workers and ship it with each rollout, so the trainer's step only links and "
         "scores; None: on in semantic mode, off in exact mode (nothing to ship).",
     )
+    prepared_device: Literal["any", "same"] = Field(
+        "any",
+        description="semantic mode: per-fact work made on another kind of device than the step's "
+        "embedder (a worker's GPU, the driver's CPU; their vectors differ by float rounding, "
+        "~1e-7). 'any': its vectors are used (the point of a worker's GPU), with one warning and "
+        "the metric prepared_other_device (facts); 'same': it is ignored like work for another "
+        "embedder (prepared_ignored), so the result is bit-identical to the step doing it all.",
+    )
     # QA metrics
     fold_unicode: bool = Field(
         False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."

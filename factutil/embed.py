@@ -59,6 +59,17 @@ def auto_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def device_type(embedder: Any) -> str:
+    """The kind of device ``embedder`` computes on: ``"cpu"``, ``"cuda"``, ``"mps"`` … (its
+    ``device`` attribute without the index, ``"cuda:1"`` -> ``"cuda"``; None = :func:`auto_device`),
+    ``"cpu"`` for an embedder without one (the static and ONNX backends run on the CPU). Vectors of
+    one model made on two kinds differ by float rounding (~1e-7)."""
+    if not hasattr(embedder, "device"):
+        return "cpu"
+    device = embedder.device if embedder.device is not None else auto_device()
+    return str(device).split(":", 1)[0]
+
+
 @contextlib.contextmanager
 def _offline() -> Iterator[None]:
     """``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1 (unless the caller set them) for the

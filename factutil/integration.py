@@ -143,8 +143,9 @@ def score_batch(
 
     A rollout dict may hold :data:`SHIPPED_KEY`: its per-fact work from the rollout worker
     (:class:`FactPreparer`'s bytes, a :class:`~factutil.prepare.PreparedFacts`, or None when the
-    worker sent none). The key is taken out before the core sees the rollout; what it holds goes
-    to the core as ``prepared``, which takes what fits and computes the rest.
+    worker sent none). The key is taken out before the core sees the rollout; what it holds is
+    read and merged by :func:`factutil.prepare.load_prepared` (collector paused, one item per kind
+    of work) and goes to the core as ``prepared``, which takes what fits and computes the rest.
 
     Returns:
         :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
@@ -175,8 +176,13 @@ def score_batch(
         return score
     extra: dict[str, Any] = {}
     if shipped:
-        prepared, unreadable = read_shipped(shipped)
-        score.shipped, score.unshipped = len(prepared), unreadable
+        from factutil.prepare import load_prepared
+
+        unreadable: list[int] = []
+        prepared = load_prepared(map(_shipped_form, shipped), unreadable=unreadable,
+                                 pause_gc=config.pause_gc)
+        score.unshipped = sum(item is None for item in shipped) + len(unreadable)
+        score.shipped = len(shipped) - score.unshipped
         if prepared:
             extra["prepared"] = prepared
     call = scorer if scorer is not None else api.compute_process_advantages
@@ -499,6 +505,22 @@ class FactPreparer:
             return None
 
 
+def _shipped_form(item: Any) -> Any:
+    """A shipped item as :func:`factutil.prepare.load_prepared` reads it: base64 text as its
+    bytes; None, bytes and PreparedFacts as they are; anything else (text that is not base64
+    included) as ``b""``, which is unreadable."""
+    from factutil.prepare import PreparedFacts
+
+    if item is None or isinstance(item, (bytes, bytearray, memoryview, PreparedFacts)):
+        return item
+    if isinstance(item, str):
+        try:
+            return base64.b64decode(item.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):  # binascii.Error is a ValueError
+            pass
+    return b""
+
+
 def read_shipped(items: Iterable[Any]) -> tuple[list[Any], int]:
     """The shipped per-fact work of some rollouts, read back.
 
@@ -513,17 +535,15 @@ def read_shipped(items: Iterable[Any]) -> tuple[list[Any], int]:
 
     found: list[Any] = []
     missing = 0
-    for item in items:
+    for item in map(_shipped_form, items):
         if isinstance(item, PreparedFacts):
             found.append(item)
             continue
         try:
-            if isinstance(item, str):
-                item = base64.b64decode(item.encode("ascii"), validate=True)
             if isinstance(item, (bytes, bytearray, memoryview)):
                 found.append(PreparedFacts.from_bytes(bytes(item)))
                 continue
-        except (ValueError, UnicodeEncodeError):  # binascii.Error is a ValueError
+        except ValueError:
             pass
         missing += 1
     return found, missing

@@ -12,8 +12,10 @@ from the same embedder through the same :func:`~factutil.embed.embed_unique` pat
 from the same :func:`~factutil.filters.analyze`).
 
 A :class:`PreparedFacts` is valid for the configs with its ``template`` and, for semantic
-clustering, its ``embedder`` name, ``filters`` and ``key_edges``
-(:meth:`PreparedFacts.mismatch`); the clusterer ignores any other, counts it and warns once.
+clustering, its ``embedder`` name, ``filters`` and ``key_edges`` (and, with
+``prepared_device="same"``, its ``device``: :meth:`PreparedFacts.mismatch`); the clusterer
+ignores any other, counts it and warns once. A step that receives many items (one per rollout)
+reads them with :func:`load_prepared`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import io
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -30,17 +32,19 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from factutil.actions import Action, AssertAction, Triple
 from factutil.cluster import ExactClusterer
 from factutil.config import FactUtilConfig
-from factutil.embed import Embedder, embed_unique, make_embedder
+from factutil.embed import Embedder, device_type, embed_unique, make_embedder
 from factutil.errors import error_messages, short
 from factutil.facts import Fact, fact_text
 from factutil.filters import FactFeatures, FilterCache, analyze
 from factutil.load import _fast_row, rollout_row
+from factutil.result import gc_paused
 from factutil.schema import Rollout, coerce_action
 
-__all__ = ["PreparedFacts", "merge_prepared", "prepare_facts"]
+__all__ = ["PreparedFacts", "load_prepared", "merge_prepared", "prepare_facts"]
 
 _FEATURE_FIELDS = tuple(f.name for f in fields(FactFeatures))
 _ANALYSIS_FIELDS = _FEATURE_FIELDS[3:]  # the parts (subject, relation, object) are kept once
+_ANALYSIS_WIDTH = len(_ANALYSIS_FIELDS)
 _VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
 
 
@@ -63,6 +67,12 @@ class PreparedFacts:
         analyses: n :class:`~factutil.filters.FactFeatures` (plain values, no cache); None when
             neither a filter nor key edges need them (exact mode, ``filters=[]`` without
             ``key_edges``).
+        device: the kind of device the vectors were made on (:func:`~factutil.embed.device_type`:
+            ``"cpu"``, ``"cuda"``, ``"mps"`` …); ``"cpu"`` without vectors. One model's vectors
+            from two kinds differ by float rounding (config ``prepared_device``).
+        sources: how many items this one merges (:func:`merge_prepared`; 1 for
+            :func:`prepare_facts`' output); a clusterer that ignores it counts this many. Not
+            part of equality.
 
     Size: pickled (:meth:`to_bytes` is the same form), a fact costs its vector (4·d bytes: 1,536
     for MiniLM's 384 dimensions) plus its parts, text and analysis: 1,770 bytes per fact in all,
@@ -72,8 +82,8 @@ class PreparedFacts:
     Loading many items is mostly the cyclic garbage collector's time and the items' own: on the
     L workload's 3,072 per-rollout items (12,150 facts, 2-core machine under load) unpickling took
     0.21 s, 0.09 s with the collector paused (:func:`factutil.api.gc_paused`), and the same facts
-    merged into one item (4,547 distinct) 0.02 s; so load under ``gc_paused()`` and merge items
-    (:func:`merge_prepared`) where they meet before the step.
+    merged into one item (4,547 distinct) 0.02 s; so read many items with :func:`load_prepared`
+    (collector paused, items merged) where they meet before the step.
 
     Raises:
         ValueError: inconsistent fields (lengths, dtype, shape), naming the field and the value.
@@ -87,9 +97,17 @@ class PreparedFacts:
     texts: tuple[str, ...]
     vectors: np.ndarray | None
     analyses: tuple[FactFeatures, ...] | None
+    device: str = "cpu"
+    sources: int = 1
 
     def __post_init__(self) -> None:
         n = len(self.parts)
+        if not isinstance(self.device, str) or not self.device or ":" in self.device:
+            raise ValueError(f"PreparedFacts: device must be a device kind such as 'cpu' or "
+                             f"'cuda' (no index), got {short(self.device)}")
+        if type(self.sources) is not int or self.sources < 1:
+            raise ValueError(f"PreparedFacts: sources must be an int >= 1, got "
+                             f"{short(self.sources)}")
         if len(self.texts) != n:
             raise ValueError(f"PreparedFacts: texts has {len(self.texts)} entries, expected {n} "
                              f"(one per fact)")
@@ -116,6 +134,7 @@ class PreparedFacts:
     def __repr__(self) -> str:
         width = None if self.vectors is None else self.vectors.shape[1]
         return (f"PreparedFacts(facts={len(self)}, embedder={self.embedder!r}, dims={width}, "
+                f"device={self.device!r}, "
                 f"analyses={self.analyses is not None}, template={self.template!r}, "
                 f"filters={self.filters!r}, key_edges={self.key_edges!r})")
 
@@ -132,17 +151,21 @@ class PreparedFacts:
     __hash__ = None  # type: ignore[assignment]  # holds an array
 
     def _head(self) -> tuple[Any, ...]:
-        return (self.embedder, self.template, self.filters, self.key_edges)
+        return (self.embedder, self.template, self.filters, self.key_edges, self.device)
 
-    def mismatch(self, config: FactUtilConfig, embedder_name: str | None) -> str | None:
-        """Why this work does not fit a clusterer with ``config`` and embedder ``embedder_name``,
-        or None when it fits: the template must be equal and, in semantic mode, the embedder
-        name, the filters and ``key_edges`` too."""
+    def mismatch(self, config: FactUtilConfig, embedder_name: str | None,
+                 device: str | None = None) -> str | None:
+        """Why this work does not fit a clusterer with ``config`` and embedder ``embedder_name``
+        on device kind ``device``, or None when it fits: the template must be equal and, in
+        semantic mode, the embedder name, the filters and ``key_edges`` too, and the device kind
+        when ``config.prepared_device`` is ``"same"`` (and ``device`` is given)."""
         wanted = [("template", self.template, config.triple_template)]
         if config.mode == "semantic":
             wanted += [("embedder", self.embedder, embedder_name),
                        ("filters", self.filters, tuple(config.filters)),
                        ("key_edges", self.key_edges, config.key_edges)]
+            if config.prepared_device == "same" and device is not None:
+                wanted.append(("device", self.device, device))
         for name, mine, theirs in wanted:
             if mine != theirs:
                 return f"{name} {short(mine)}, the clusterer's is {short(theirs)}"
@@ -158,7 +181,8 @@ class PreparedFacts:
         if self.analyses is not None:
             analyses = tuple(tuple(getattr(f, name) for name in _ANALYSIS_FIELDS)
                              for f in self.analyses)
-        return _restore, (1, self._head(), self.parts, self.texts, vectors, analyses)
+        return _restore, (2, self._head(), self.parts, self.texts, vectors, analyses,
+                          self.sources)
 
     def to_bytes(self) -> bytes:
         """The compact pickled form (pickle protocol 5); :meth:`from_bytes` reads it back."""
@@ -173,13 +197,10 @@ class PreparedFacts:
             ValueError: not the bytes of a PreparedFacts (the message says what was found).
         """
         try:
-            value = _RestrictedUnpickler(io.BytesIO(data)).load()
-        except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as error:
-            raise ValueError(f"PreparedFacts.from_bytes: not a PreparedFacts ({error})") from None
-        if not isinstance(value, PreparedFacts):
-            raise ValueError(f"PreparedFacts.from_bytes: got {type(value).__name__}, "  # noqa: TRY004
-                             f"expected PreparedFacts")  # the bytes are the bad value
-        return value
+            work = _load_work(data)
+        except ValueError as error:
+            raise ValueError(f"PreparedFacts.from_bytes: {error}") from None
+        return _merged([work], merge=False)[0]
 
     @classmethod
     def merge(cls, items: Iterable[PreparedFacts]) -> PreparedFacts:
@@ -187,43 +208,137 @@ class PreparedFacts:
         return merge_prepared(items)
 
 
-def _restore(version: int, head: tuple[Any, ...], parts: Any, texts: Any, vectors: Any,
-             analyses: Any) -> PreparedFacts:
-    if version != 1:
-        raise ValueError(f"PreparedFacts: unknown format version {version!r}")
-    embedder, template, filters, key_edges = head
-    parts = tuple(tuple(p) for p in parts)
+class _Work(NamedTuple):
+    """One item's fields as the merge reads them, from a :class:`PreparedFacts` or straight from
+    its bytes (then ``analyses`` holds plain tuples of the fields after the parts, and a
+    FactFeatures is built only for the facts the merge keeps)."""
+
+    head: tuple[Any, ...]  # embedder, template, filters, key_edges, device
+    parts: tuple[tuple[str, str, str], ...]
+    texts: tuple[str, ...]
+    vectors: np.ndarray | None
+    analyses: Sequence[Any] | None
+    built: bool  # analyses are FactFeatures
+    sources: int
+
+
+class _Args(tuple):
+    """The arguments a pickled PreparedFacts gives :func:`_restore`, as loading reads them."""
+
+    def __new__(cls, *args: Any) -> _Args:  # noqa: PYI034 - called as pickle calls _restore
+        return super().__new__(cls, args)
+
+
+def _work_of(item: PreparedFacts) -> _Work:
+    return _Work(item._head(), item.parts, item.texts, item.vectors, item.analyses, True,
+                 item.sources)
+
+
+def _read_work(version: Any, head: Any, parts: Any, texts: Any, vectors: Any, analyses: Any,
+               sources: Any = 1) -> _Work:
+    """A pickled PreparedFacts' arguments, checked, as a :class:`_Work` (no FactFeatures built).
+
+    Raises:
+        ValueError: an unknown version or inconsistent fields.
+    """
+    # version 1 (before the device was recorded) reads as made on the CPU
+    if version not in (1, 2) or not isinstance(head, tuple) or len(head) != version + 3:
+        raise ValueError(f"PreparedFacts: unknown format version {short(version)} with a head "
+                         f"of {short(head)}")
+    embedder, template, filters, key_edges, device = (*head, "cpu") if version == 1 else head
+    if type(parts) is not tuple or not all(type(p) is tuple and len(p) == 3 for p in parts):
+        parts = tuple(tuple(p) for p in parts)
+        if any(len(p) != 3 for p in parts):
+            raise ValueError("PreparedFacts: parts must be (subject, relation, object) tuples")
+    n = len(parts)
+    if len(texts) != n:
+        raise ValueError(f"PreparedFacts: texts has {len(texts)} entries, expected {n} "
+                         f"(one per fact)")
     array = None
     if vectors is not None:
         dims, raw = vectors
-        array = np.frombuffer(raw, dtype=np.float32).reshape(len(parts), dims)
-    features = None
-    if analyses is not None:
-        if len(analyses) != len(parts):
-            raise ValueError(f"PreparedFacts: analyses has {len(analyses)} entries, expected "
-                             f"{len(parts)} (one per fact)")
-        features = tuple(FactFeatures(*p, *a) for p, a in zip(parts, analyses))
-    return PreparedFacts(embedder, template, tuple(filters), bool(key_edges), parts,
-                         tuple(texts), array, features)
+        array = np.frombuffer(raw, dtype=np.float32).reshape(n, dims)
+    if analyses is not None and (len(analyses) != n or not all(
+            len(a) == _ANALYSIS_WIDTH for a in analyses)):
+        raise ValueError(f"PreparedFacts: analyses must be {n} tuples of "
+                         f"{_ANALYSIS_WIDTH} fields (one per fact)")
+    head = (embedder, template, tuple(filters), bool(key_edges), device)
+    return _Work(head, parts, tuple(texts), array, analyses, False, sources)
+
+
+def _restore(*args: Any) -> PreparedFacts:
+    return _merged([_read_work(*args)], merge=False)[0]
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
+    """No callable runs: this module's restore function is read as its arguments (:class:`_Args`)."""
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == (__name__, "_restore"):
-            return _restore
+            return _Args
         raise pickle.UnpicklingError(f"refused global {module}.{name}")
 
 
-def merge_prepared(items: Iterable[PreparedFacts]) -> PreparedFacts:
-    """The union of several :class:`PreparedFacts` made for one config and embedder.
-
-    Facts present in several items are kept once (their work is equal: it depends on the fact
-    alone); the result is sorted by parts, so it does not depend on the order of ``items``.
+def _load_work(data: bytes) -> _Work:
+    """:meth:`PreparedFacts.from_bytes` without building the item (see :func:`load_prepared`).
 
     Raises:
-        ValueError: no item, or items made for different embedders, templates, filters or
-            ``key_edges``, or with and without analyses (the message names the field and both
-            values).
+        ValueError: not the bytes of a PreparedFacts (the message says what was found).
+    """
+    try:
+        args = _RestrictedUnpickler(io.BytesIO(data)).load()
+        if not isinstance(args, _Args):
+            raise ValueError(f"got {type(args).__name__}, expected PreparedFacts")  # noqa: TRY004
+        return _read_work(*args)
+    except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as error:
+        raise ValueError(f"not a PreparedFacts ({error})") from None
+
+
+def _merged(works: Sequence[_Work], merge: bool = True) -> list[PreparedFacts]:
+    """One PreparedFacts from works of one kind (equal heads, analyses on all or none): the
+    sorted union of their facts, each fact's work from the first item that has it; with
+    ``merge=False`` the one work as it is."""
+    first = works[0]
+    picks: list[tuple[int, int]] = [(0, row) for row in range(len(first.parts))]
+    parts, texts, vectors = first.parts, first.texts, first.vectors
+    if merge:
+        where: dict[tuple[str, str, str], tuple[int, int]] = {}
+        for index, work in enumerate(works):
+            for row, key in enumerate(work.parts):
+                where.setdefault(key, (index, row))
+        parts = tuple(sorted(where))
+        picks = [where[key] for key in parts]
+        texts = tuple(works[index].texts[row] for index, row in picks)
+        if first.vectors is not None:
+            dims = {work.vectors.shape[1] for work in works if work.parts}
+            if len(dims) > 1:
+                raise ValueError(f"merge_prepared: vectors of different widths {sorted(dims)}")
+            width = dims.pop() if dims else first.vectors.shape[1]
+            vectors = np.empty((len(picks), width), dtype=np.float32)
+            for position, (index, row) in enumerate(picks):  # only the rows kept are copied
+                vectors[position] = works[index].vectors[row]
+    analyses = None
+    if first.analyses is not None:
+        analyses = tuple(
+            works[index].analyses[row] if works[index].built
+            else FactFeatures(*parts[position], *works[index].analyses[row])
+            for position, (index, row) in enumerate(picks))
+    embedder, template, filters, key_edges, device = first.head
+    return [PreparedFacts(embedder, template, filters, key_edges, parts, texts, vectors,
+                          analyses, device, sum(work.sources for work in works))]
+
+
+def merge_prepared(items: Iterable[PreparedFacts]) -> PreparedFacts:
+    """The union of several :class:`PreparedFacts` made for one config, embedder and device kind.
+
+    Facts present in several items are kept once (their work is equal: it depends on the fact
+    alone; each from the first item that has it); the result is sorted by parts, so it does not
+    depend on the order of ``items``; its ``sources`` is the sum of theirs.
+
+    Raises:
+        ValueError: no item, or items made for different embedders, templates, filters,
+            ``key_edges`` or device kinds, or with and without analyses (the message names the
+            field and both values).
         TypeError: an item is not a PreparedFacts.
     """
     items = list(items)
@@ -235,7 +350,7 @@ def merge_prepared(items: Iterable[PreparedFacts]) -> PreparedFacts:
                             f"expected PreparedFacts")
     first = items[0]
     for index, item in enumerate(items[1:], 1):
-        for name, mine, theirs in zip(("embedder", "template", "filters", "key_edges"),
+        for name, mine, theirs in zip(("embedder", "template", "filters", "key_edges", "device"),
                                       first._head(), item._head()):
             if mine != theirs:
                 raise ValueError(f"merge_prepared: items[{index}].{name} is {short(theirs)}, "
@@ -244,28 +359,64 @@ def merge_prepared(items: Iterable[PreparedFacts]) -> PreparedFacts:
             raise ValueError(f"merge_prepared: items[{index}] has "
                              f"{'no ' if item.analyses is None else ''}analyses, items[0] "
                              f"{'has none' if first.analyses is None else 'has'}")
-    where: dict[tuple[str, str, str], tuple[int, int]] = {}
-    for index, item in enumerate(items):
-        for row, key in enumerate(item.parts):
-            where.setdefault(key, (index, row))
-    order = sorted(where)
-    picks = [where[key] for key in order]
-    vectors = None
-    if first.vectors is not None:
-        dims = {item.vectors.shape[1] for item in items if len(item)}
-        if len(dims) > 1:
-            raise ValueError(f"merge_prepared: vectors of different widths {sorted(dims)}")
-        width = dims.pop() if dims else first.vectors.shape[1]
-        vectors = np.empty((len(order), width), dtype=np.float32)
-        for position, (index, row) in enumerate(picks):
-            vectors[position] = items[index].vectors[row]
-    analyses = None
-    if first.analyses is not None:
-        analyses = tuple(items[index].analyses[row] for index, row in picks)
-    return PreparedFacts(
-        first.embedder, first.template, first.filters, first.key_edges, tuple(order),
-        tuple(items[index].texts[row] for index, row in picks), vectors, analyses,
-    )
+    return _merged([_work_of(item) for item in items])[0]
+
+
+def load_prepared(
+    items: Iterable[PreparedFacts | bytes | None],
+    *,
+    unreadable: list[int] | None = None,
+    pause_gc: bool = True,
+) -> list[PreparedFacts]:
+    """Many shipped items (one per rollout, say) as the few the step needs: one per kind of work.
+
+    Method: each item's bytes are read (:meth:`PreparedFacts.from_bytes`) with Python's cyclic
+    garbage collector paused (:func:`~factutil.result.gc_paused`: reading allocates many small
+    objects and frees none, so collections in the middle of it find nothing to free); None items
+    are skipped; the items are grouped by what they were made for (embedder, template, filters,
+    ``key_edges``, device kind, with or without analyses, vector width) and each group is merged
+    (:func:`merge_prepared`), groups in the order their first item came. A fact's work depends on
+    the fact alone, so the step given the result computes what it computes given the items, bit
+    for bit, and visits each distinct fact once. A result's ``sources`` counts the items it
+    merges (what a clusterer that ignores it counts).
+
+    Args:
+        items: :meth:`PreparedFacts.to_bytes` output (bytes, bytearray, memoryview), PreparedFacts
+            or None (nothing shipped), in any mix.
+        unreadable: None = an unreadable item raises; a list = the index of each unreadable item
+            is appended to it and the item skipped (a trainer's step then does that work itself).
+        pause_gc: pause the collector while reading (``FactUtilConfig.pause_gc``).
+
+    Returns:
+        list of PreparedFacts, one per kind of work found (usually one; empty when no item).
+
+    Raises:
+        ValueError: ``items[i]`` is not a PreparedFacts' bytes (with ``unreadable=None``); the
+            message names i and what was found.
+        TypeError: ``items[i]`` is neither bytes, a PreparedFacts nor None.
+    """
+    works: list[_Work] = []
+    with gc_paused(pause_gc):
+        for index, item in enumerate(items):
+            if item is None:
+                continue
+            if isinstance(item, PreparedFacts):
+                works.append(_work_of(item))
+            elif isinstance(item, (bytes, bytearray, memoryview)):
+                try:
+                    works.append(_load_work(bytes(item)))
+                except ValueError as error:
+                    if unreadable is None:
+                        raise ValueError(f"load_prepared: items[{index}]: {error}") from None
+                    unreadable.append(index)
+            else:
+                raise TypeError(f"load_prepared: items[{index}] is {type(item).__name__}, "
+                                f"expected bytes, PreparedFacts or None")
+        groups: dict[tuple[Any, ...], list[_Work]] = {}
+        for work in works:
+            width = work.vectors.shape[1] if work.vectors is not None and work.parts else None
+            groups.setdefault((work.head, work.analyses is None, width), []).append(work)
+        return [item for group in groups.values() for item in _merged(group)]
 
 
 FactsInput = Rollout | Mapping[str, Any] | Iterable[Any]
@@ -340,7 +491,7 @@ def prepare_facts(
         filter_cache = filter_cache if filter_cache is not None else FilterCache()
         analyses = tuple(analyze(*key, cache=filter_cache) for key in parts)
     return PreparedFacts(embedder.name, template, tuple(config.filters), config.key_edges,
-                         tuple(parts), texts, vectors, analyses)
+                         tuple(parts), texts, vectors, analyses, device_type(embedder))
 
 
 _CLUSTERER_FIELDS = ("mode", "triple_template", "filters", "key_edges", "embedding_backend",
