@@ -28,6 +28,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,14 +55,20 @@ def clean_env(plugins: str) -> dict[str, str]:
 def time_process(code: str, plugins: str, *flags: str) -> tuple[float, float, int, str]:
     """Run ``python [flags] -c code`` once; (wall s, CPU s of the child, the modules it had
     imported at the end, its stderr)."""
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, *flags, "-c", code], env=clean_env(plugins),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    stdout, stderr = process.communicate()
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryFile(mode="w+") as errors:  # -X importtime writes ~200 kB there
+        start = time.perf_counter()
+        process = subprocess.Popen(
+            [sys.executable, *flags, "-c", code], env=clean_env(plugins),
+            stdout=subprocess.PIPE, stderr=errors, text=True,
+        )
+        stdout = process.stdout.read()
+        # os.wait4 reaps the child and returns its own resource usage (CPU seconds)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        process.stdout.close()
+        errors.seek(0)
+        stderr = errors.read()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"`python -c {code!r}` (plugins={plugins}) failed: {stderr[-2000:]}")
     return wall, usage.ru_utime + usage.ru_stime, int(stdout.split()[-1]), stderr

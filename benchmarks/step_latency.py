@@ -2,7 +2,8 @@
 
     python benchmarks/step_latency.py [--size S|M|L|XL] [--backends minilm,minilm-int8,static|none]
                                       [--driver-threads N] [--growth S,M,L,XL] [--growth-backend static]
-                                      [--critical-path] [--workers K] [--quick] [--json FILE] [--no-naive]
+                                      [--critical-path] [--workers K] [--prepare-chunk N]
+                                      [--embedding-batch-size ROWS] [--quick] [--json FILE] [--no-naive]
 
 One training step = ``compute_process_advantages`` on a whole batch of groups (the reference
 workloads of ``benchmarks/workloads.py``: S/M/L = 64/256/512 groups × 6 rollouts × ≤ 8 actions,
@@ -31,8 +32,9 @@ process's peak RSS (``ru_maxrss``: interpreter, model, workload and both steps).
 
 ``--critical-path``: the L step (``--size``) as a trainer with per-fact work in its rollout
 workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each holding
-the ``minilm`` embedder, prepare the facts of a share of the rollouts, one rollout at a time (as
-an agent-loop worker would), and return :class:`~factutil.prepare.PreparedFacts`; the driver
+the ``minilm`` embedder (``--critical-backend``), prepare the facts of a share of the rollouts,
+one rollout at a time (as an agent-loop worker would as each finishes; ``--prepare-chunk N``: N
+rollouts a call, 0 the whole share at once), and return :class:`~factutil.prepare.PreparedFacts`; the driver
 then runs the step with them on a cold clusterer. Reports ``driver_s`` (that step), the workers'
 CPU seconds (``time.process_time`` inside each task, summed), the wall seconds of the workers'
 phase (what it would add to a step if nothing else ran beside it), the pickled size shipped, and
@@ -218,20 +220,25 @@ def growth_point(size: str, backend: str) -> dict:
     embedder = make_embedder(backend)
     embedder.encode(["warm up the model"])
     clusterer = cold_clusterer(config, embedder)
+    cpu = time.process_time()
     with PeakRSS() as rss:
         cold = compute_process_advantages(rows, config, clusterer=clusterer)
+    cold_cpu_s = time.process_time() - cpu
     del clusterer
     prepared = [prepare_facts(row, config, embedder=embedder) for row in rows]
     driver = cold_clusterer(config, embedder)
+    cpu = time.process_time()
     with PeakRSS() as driver_rss:
         with_prepared = compute_process_advantages(rows, config, clusterer=driver, prepared=prepared)
+    driver_cpu_s = time.process_time() - cpu
     return {
         "size": size, "groups": len({row["uid"] for row in rows}), "rollouts": len(rows),
         "actions": sum(len(row["actions"]) for row in rows), "triples": len(occurrences),
         "unique_texts": len({normalize_fact_text(" | ".join(t)) for t in occurrences}),
         "backend": backend, "cold_s": cold.metrics["time_total_s"],
         "embed_s": cold.metrics.get("cluster_time_embed_s", 0.0),
-        "driver_s": with_prepared.metrics["time_total_s"],
+        "driver_s": with_prepared.metrics["time_total_s"], "cold_cpu_s": cold_cpu_s,
+        "driver_cpu_s": driver_cpu_s,
         "stages_driver": stage_seconds(with_prepared.metrics),
         "identical": with_prepared.advantages.tobytes() == cold.advantages.tobytes(),
         "step_extra_rss_mb": rss.extra_mb, "driver_extra_rss_mb": driver_rss.extra_mb,
@@ -261,14 +268,14 @@ def growth_table(points: list[dict], threads: int | None) -> Table:
     table = Table(title=f"growth, backend {points[0]['backend']}, driver threads "
                         f"{threads or 'all'} (seconds, MiB)", header_style="bold")
     for column in ("size", "groups × rollouts", "triples", "distinct texts", "cold s", "embed s",
-                   "driver s (prepared)", "driver µs / triple", "identical", "step extra MiB",
+                   "driver s (prepared)", "its CPU s", "driver µs / triple", "identical", "step extra MiB",
                    "peak RSS MiB"):
         table.add_column(column, justify="left" if column == "size" else "right")
     for point in points:
         table.add_row(
             point["size"], f"{point['groups']:,} × {point['rollouts'] // point['groups']}",
             f"{point['triples']:,}", f"{point['unique_texts']:,}", f"{point['cold_s']:.3f}",
-            f"{point['embed_s']:.3f}", f"{point['driver_s']:.3f}",
+            f"{point['embed_s']:.3f}", f"{point['driver_s']:.3f}", f"{point['driver_cpu_s']:.3f}",
             f"{point['driver_s'] / point['triples'] * 1e6:.1f}", "yes" if point["identical"] else "NO",
             f"{point['step_extra_rss_mb']:.0f}", f"{point['peak_rss_mb']:.0f}",
         )
@@ -279,26 +286,41 @@ class PrepareWorker:
     """A rollout worker's share of the per-fact work: holds one embedder (loaded once, as an
     agent-loop worker holds its model) and prepares rollouts one at a time."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, rows: int):
         from factutil.prepare import prepare_facts
 
-        self.config = FactUtilConfig(embedding_backend=backend)
-        self.embedder = make_embedder(backend)
+        self.config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=rows)
+        self.embedder = make_embedder(backend, batch_size=rows)
         self.embedder.encode(["warm up the model"])
         # the filters' tables load once per process, like the model
         prepare_facts([["Warsaw", "is the capital of", "Poland"]], self.config, embedder=self.embedder)
         self.prepare_facts = prepare_facts
 
-    def prepare(self, rollouts: list[dict]) -> tuple[list, float, float]:
-        """(one PreparedFacts per rollout, CPU seconds, wall seconds) of this share."""
+    def prepare(self, rollouts: list[dict], chunk: int) -> tuple[list, float, float]:
+        """(the PreparedFacts, CPU seconds, wall seconds) of this share: one ``prepare_facts`` call
+        per ``chunk`` rollouts (1: each rollout alone, as it finishes; 0: the whole share)."""
         cpu, wall = time.process_time(), time.perf_counter()
-        prepared = [self.prepare_facts(row, self.config, embedder=self.embedder) for row in rollouts]
+        size = chunk or len(rollouts)
+        prepared = [
+            self.prepare_facts(rollouts[start] if size == 1 else triples_of(rollouts[start : start + size]),
+                               self.config, embedder=self.embedder)
+            for start in range(0, len(rollouts), size)
+        ]
         return prepared, time.process_time() - cpu, time.perf_counter() - wall
 
 
-def critical_path(rows: list[dict], workers: int, backend: str, reference, repeat: int = 3) -> dict:
+def triples_of(rollouts: list[dict]) -> list[list[str]]:
+    """The asserted triples of several rollouts, as one trajectory for ``prepare_facts`` (the
+    workload's answers come last and within ``max_turns``, so every assert counts). Defined here,
+    not imported from ``benchmarks``: Ray workers need not have the repository on their path."""
+    return [t for row in rollouts for a in row["actions"] if a["action"] == "assert" for t in a["triples"]]
+
+
+def critical_path(rows: list[dict], workers: int, backend: str, reference, reference_cpu_s: float,
+                  chunk: int = 1, batch_rows: int = 32, repeat: int = 3) -> dict:
     """The driver's step when K Ray workers did the per-fact work (see the module docstring).
-    ``reference``: the cold step of the driver doing everything (its advantages are compared).
+    ``reference``: the cold step of the driver doing everything (its advantages are compared),
+    ``reference_cpu_s`` its CPU seconds.
     The driver's step runs ``repeat`` times, each on a new cold clusterer; ``driver_s`` is the
     median (a shared machine's noise is larger than this step)."""
     import pickle
@@ -311,34 +333,38 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, repea
     try:
         start = time.perf_counter()
         actor = ray.remote(num_cpus=1)(PrepareWorker)
-        pool = [actor.remote(backend) for _ in range(workers)]
+        pool = [actor.remote(backend, batch_rows) for _ in range(workers)]
         shares = [[rows[int(i)] for i in share] for share in np.array_split(np.arange(len(rows)), workers)]
         shares_refs = [ray.put(share) for share in shares]
         ray.get([worker.__ray_ready__.remote() for worker in pool])
         startup_s = time.perf_counter() - start
         phase = time.perf_counter()
-        results = ray.get([worker.prepare.remote(ref) for worker, ref in zip(pool, shares_refs)])
+        results = ray.get([worker.prepare.remote(ref, chunk) for worker, ref in zip(pool, shares_refs)])
         worker_wall_s = time.perf_counter() - phase
     finally:
         ray.shutdown()
     prepared = [item for share, _, _ in results for item in share]
-    config = FactUtilConfig(embedding_backend=backend)
-    embedder = make_embedder(backend)
+    config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=batch_rows)
+    embedder = make_embedder(backend, batch_size=batch_rows)
     embedder.encode(["warm up the model"])
-    runs = []
+    runs, cpu_runs = [], []
     for _ in range(repeat):
         driver = cold_clusterer(config, embedder)
+        cpu = time.process_time()
         with PeakRSS() as rss:
             result = compute_process_advantages(rows, config, clusterer=driver, prepared=prepared)
+        cpu_runs.append(time.process_time() - cpu)
         runs.append(result.metrics["time_total_s"])
         if result.advantages.tobytes() != reference.advantages.tobytes():
             break
     return {
         "driver_s": statistics.median(runs), "driver_runs_s": runs,
+        "driver_cpu_s": statistics.median(cpu_runs), "driver_cpu_runs_s": cpu_runs,
         "worker_cpu_s": sum(cpu for _, cpu, _ in results),
         "worker_wall_s": worker_wall_s,
         "worker_task_wall_s": [wall for _, _, wall in results],
         "workers": workers, "backend": backend, "rollouts": len(rows),
+        "prepare_chunk": chunk, "embedding_batch_size": batch_rows,
         "shipped_mb": sum(len(pickle.dumps(item)) for item in prepared) / 2**20,
         "ray_start_s": startup_s,
         "embedded_by_driver": int(result.metrics.get("cluster_cache_misses", 0)),
@@ -346,17 +372,21 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, repea
         "driver_extra_rss_mb": rss.extra_mb,
         "identical": result.advantages.tobytes() == reference.advantages.tobytes(),
         "reference_cold_s": reference.metrics["time_total_s"],
+        "reference_cold_cpu_s": reference_cpu_s,
     }
 
 
 def critical_table(entry: dict, threads: int | None) -> Table:
+    chunk = {0: "its whole share", 1: "each rollout"}.get(entry["prepare_chunk"], f"{entry['prepare_chunk']} rollouts")
     table = Table(title=f"critical path, size {entry['size']}, backend {entry['backend']}, driver "
-                        f"threads {threads or 'all'}, {entry['workers']} Ray workers (seconds)",
+                        f"threads {threads or 'all'}, {entry['workers']} Ray workers, one prepare_facts call "
+                        f"per {chunk}, {entry['embedding_batch_size']}-row passes (seconds)",
                   header_style="bold")
-    for column in ("driver does everything (cold) s", "driver_s (facts prepared)", "worker CPU s",
-                   "workers' wall s", "shipped MB", "texts the driver embedded", "identical"):
+    for column in ("driver does everything (cold) s", "its CPU s", "driver_s (facts prepared)", "its CPU s",
+                   "worker CPU s", "workers' wall s", "shipped MB", "texts the driver embedded", "identical"):
         table.add_column(column, justify="right")
-    table.add_row(f"{entry['reference_cold_s']:.3f}", f"{entry['driver_s']:.3f}",
+    table.add_row(f"{entry['reference_cold_s']:.3f}", f"{entry['reference_cold_cpu_s']:.3f}",
+                  f"{entry['driver_s']:.3f}", f"{entry['driver_cpu_s']:.3f}",
                   f"{entry['worker_cpu_s']:.2f}", f"{entry['worker_wall_s']:.2f}",
                   f"{entry['shipped_mb']:.1f}", str(entry["embedded_by_driver"]),
                   "yes" if entry["identical"] else "no")
@@ -378,12 +408,20 @@ def main() -> None:
                         help="the step with the per-fact work done by --workers Ray workers")
     parser.add_argument("--workers", type=int, default=2, metavar="K")
     parser.add_argument("--critical-backend", default="minilm")
+    parser.add_argument("--prepare-chunk", type=int, default=1, metavar="N",
+                        help="rollouts per prepare_facts call in a worker (1: each rollout alone; 0: its whole share)")
+    parser.add_argument("--embedding-batch-size", type=int, metavar="ROWS",
+                        help="the config's embedding_batch_size (rows per fixed-shape pass) for every backend run")
     parser.add_argument("--quick", action="store_true", help="size S, no naive baseline, no quality run")
     parser.add_argument("--no-naive", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.driver_threads is not None and args.driver_threads < 1:
         parser.error(f"--driver-threads must be >= 1 (got {args.driver_threads})")
+    if args.prepare_chunk < 0:
+        parser.error(f"--prepare-chunk must be >= 0 (got {args.prepare_chunk})")
+    if args.embedding_batch_size is not None and args.embedding_batch_size < 1:
+        parser.error(f"--embedding-batch-size must be >= 1 (got {args.embedding_batch_size})")
     if args.workers < 1:
         parser.error(f"--workers must be >= 1 (got {args.workers})")
     growth = [] if not args.growth else [size.strip() for size in args.growth.split(",")]
@@ -395,6 +433,7 @@ def main() -> None:
         print(json.dumps(growth_point(args.growth_child, args.growth_backend)))
         return
     size = "S" if args.quick else args.size
+    rows_per_pass = args.embedding_batch_size or FactUtilConfig().embedding_batch_size
     rows = build_workload(size)
     occurrences = triple_occurrences(rows)
     unique = sorted({normalize_fact_text(" | ".join(t)) for t in occurrences})
@@ -406,14 +445,15 @@ def main() -> None:
     report: dict = {"size": size, "triples": len(occurrences), "unique_texts": len(unique),
                     "naive_s": None, "peak_extra_rss_mb": 0.0, "backends": {},
                     "driver_threads": args.driver_threads, "torch_threads": torch_threads(),
+                    "embedding_batch_size": rows_per_pass,
                     "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
                     "load_average_1min": {"start": os.getloadavg()[0]}}
     naive_embedder = None
     cold_results = {}
     backends = [] if args.backends == "none" else args.backends.split(",")
     for backend in backends:
-        config = FactUtilConfig(embedding_backend=backend)
-        embedder = make_embedder(backend)
+        config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=rows_per_pass)
+        embedder = make_embedder(backend, batch_size=rows_per_pass)
         # The model loads once per process, and a GPU's kernels start on the first real batch:
         # neither belongs to a step, so both happen before any timing.
         embedder.encode(unique[:256])
@@ -425,9 +465,13 @@ def main() -> None:
         # process (``warmup``); the memoised texts and filter helpers start empty, as in a new run.
         clusterer.warmup()
         clear_module_memos()
+        cpu = time.process_time()
         with PeakRSS() as rss:
             cold = compute_process_advantages(rows, config, clusterer=clusterer)
+        cold_cpu_s = time.process_time() - cpu
+        cpu = time.process_time()
         warm = compute_process_advantages(rows, config, clusterer=clusterer)
+        warm_cpu_s = time.process_time() - cpu
         # Only the embeddings known: a new clusterer sharing the cache, its fact and pair memos
         # empty (facts seen before, met in new combinations).
         clear_module_memos()
@@ -435,8 +479,9 @@ def main() -> None:
         embeddings_only = compute_process_advantages(rows, config, clusterer=fresh)
         assert embeddings_only.advantages.tobytes() == cold.advantages.tobytes(), "memo changed a result"
         assert warm.advantages.tobytes() == cold.advantages.tobytes(), "warm and cold steps differ"
-        cold_results[backend] = cold
+        cold_results[backend] = (cold, cold_cpu_s)
         entry = {"cold_s": cold.metrics["time_total_s"], "warm_s": warm.metrics["time_total_s"],
+                 "cold_cpu_s": cold_cpu_s, "warm_cpu_s": warm_cpu_s,
                  "floor_s": floor_s, "peak_extra_rss_mb": rss.extra_mb,
                  "warm_embeddings_only_s": embeddings_only.metrics["time_total_s"],
                  "stages_cold": stage_seconds(cold.metrics), "stages_warm": stage_seconds(warm.metrics),
@@ -472,6 +517,9 @@ def main() -> None:
             )
     if backends:
         console.print(table)
+        for backend, entry in report["backends"].items():
+            console.print(f"{backend}: CPU seconds of the step (time.process_time, this process's threads): "
+                          f"cold {entry['cold_cpu_s']:.3f}, warm {entry['warm_cpu_s']:.3f}")
     if naive_s is not None:
         console.print(f"naive (MiniLM; per group: embed its occurrences, {len(occurrences)} in all, + sklearn "
                       f"average linkage): {naive_s:.2f} s; 'naive ÷' = naive / that row's factutil step")
@@ -482,13 +530,17 @@ def main() -> None:
                           f"{entry['bcubed_f1']:.3f} (loss vs minilm {reference - entry['bcubed_f1']:+.3f})")
     if args.critical_path:
         backend = args.critical_backend
-        reference = cold_results.get(backend)
+        reference, reference_cpu_s = cold_results.get(backend, (None, None))
         if reference is None:  # the driver doing everything, cold, as in the table above
-            embedder = make_embedder(backend)
+            embedder = make_embedder(backend, batch_size=rows_per_pass)
             embedder.encode(unique[:256])
-            config = FactUtilConfig(embedding_backend=backend)
-            reference = compute_process_advantages(rows, config, clusterer=cold_clusterer(config, embedder))
-        report["critical_path"] = {"size": size, **critical_path(rows, args.workers, backend, reference)}
+            config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=rows_per_pass)
+            clusterer = cold_clusterer(config, embedder)
+            cpu = time.process_time()
+            reference = compute_process_advantages(rows, config, clusterer=clusterer)
+            reference_cpu_s = time.process_time() - cpu
+        report["critical_path"] = {"size": size, **critical_path(
+            rows, args.workers, backend, reference, reference_cpu_s, args.prepare_chunk, rows_per_pass)}
         console.print(critical_table(report["critical_path"], args.driver_threads))
         console.print(f"identical: {'yes' if report['critical_path']['identical'] else 'no'} "
                       "(advantages with the workers' prepared facts vs the driver doing everything)")

@@ -96,6 +96,8 @@ def test_bad_benchmark_arguments_are_named(tmp_path):
         (["--driver-threads", "0"], "--driver-threads must be >= 1 (got 0)"),
         (["--workers", "0"], "--workers must be >= 1 (got 0)"),
         (["--growth", "S,XXL"], "--growth: unknown size 'XXL'"),
+        (["--prepare-chunk", "-1"], "--prepare-chunk must be >= 0 (got -1)"),
+        (["--embedding-batch-size", "0"], "--embedding-batch-size must be >= 1 (got 0)"),
     ):
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks/step_latency.py"), *args],
                               capture_output=True, text=True, check=False, cwd=tmp_path)
@@ -108,6 +110,7 @@ def test_critical_path_with_two_ray_workers(tmp_path):
                                   "--critical-path", "--critical-backend", "static", "--workers", "2")
     entry = report["critical_path"]
     assert (entry["workers"], entry["backend"], entry["size"]) == (2, "static", "S")
+    assert entry["prepare_chunk"] == 1  # by rollout, as an agent-loop worker as each one finishes
     assert entry["rollouts"] == len(build_workload("S"))
     assert entry["identical"] is True and "identical: yes" in done.stdout
     assert entry["embedded_by_driver"] == 0  # every vector came from the workers

@@ -1,0 +1,102 @@
+"""Rows per fixed-shape embedding pass: the batch step's cost against a rollout worker's.
+
+    python benchmarks/embed_rows.py [--rows 32,8,4] [--every 50] [--json FILE]
+
+MiniLM embeds texts of one token length together, ``embedding_batch_size`` rows a pass, a short
+pass filled with copies (``factutil.embed.fixed_shape_batches``), so a text's vector never depends
+on the texts embedded beside it. The fill is nearly free when a whole batch's texts are embedded
+at once, and most of the work when a rollout worker embeds one rollout's few texts as it finishes
+(one or two texts of each length). For each row count, on one thread (OpenMP, BLAS and torch):
+
+- **batch**: CPU seconds to embed workload L's 4,206 distinct fact texts in one call, as the
+  driver's cold step does;
+- **per rollout**: CPU milliseconds per text when every ``--every``-th rollout of L is prepared
+  alone (:func:`factutil.prepare.prepare_facts`, one call per rollout);
+- **bits**: whether the vectors equal, bit for bit, those of the first row count.
+
+CPU seconds (``time.process_time``), not wall time: the figures are meant to compare row counts
+on a machine that other work shares.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_name] = "1"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.workloads import build_workload, triple_occurrences
+from factutil import FactUtilConfig
+from factutil.cluster import fact_text
+from factutil.embed import SentenceTransformerEmbedder
+from factutil.prepare import prepare_facts
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Measure each row count, print the table, write ``--json``; returns the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="32,8,4", help="comma list of rows per pass (>= 1)")
+    parser.add_argument("--every", type=int, default=50, help="prepare every N-th rollout of L alone")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    counts = [int(value) for value in args.rows.split(",")]
+    if any(count < 1 for count in counts) or args.every < 1:
+        parser.error(f"--rows and --every must be >= 1 (got {args.rows!r}, {args.every})")
+    torch.set_num_threads(1)
+    rows = build_workload("L")
+    texts = sorted({fact_text(*t) for t in triple_occurrences(rows)})
+    sample = rows[:: args.every]
+    report: dict = {"texts": len(texts), "rollouts": len(sample), "load_average_1min": [os.getloadavg()[0]],
+                    "rows": {}}
+    first = None
+    for count in counts:
+        embedder = SentenceTransformerEmbedder(batch_size=count)
+        embedder.encode(["warm up the model"])
+        start = time.process_time()
+        vectors = embedder.encode(texts)
+        batch_s = time.process_time() - start
+        config = FactUtilConfig(embedding_batch_size=count)
+        start = time.process_time()
+        prepared = [prepare_facts(row, config, embedder=embedder) for row in sample]
+        per_rollout_s = time.process_time() - start
+        embedded = sum(len(item) for item in prepared)
+        if first is None:
+            first = vectors
+        report["rows"][count] = {
+            "batch_cpu_s": batch_s, "per_rollout_cpu_ms_per_text": per_rollout_s / embedded * 1e3,
+            "per_rollout_texts": embedded, "bits_equal_to_first": bool(np.array_equal(vectors, first)),
+        }
+    report["load_average_1min"].append(os.getloadavg()[0])
+    table = Table(title=f"MiniLM, one thread: rows per pass (L: {len(texts):,} texts; "
+                        f"{len(sample)} rollouts prepared alone)", header_style="bold")
+    for column in ("rows", "batch CPU s", "per rollout CPU ms / text", f"bits = {counts[0]} rows"):
+        table.add_column(column, justify="right")
+    for count, entry in report["rows"].items():
+        table.add_row(str(count), f"{entry['batch_cpu_s']:.1f}", f"{entry['per_rollout_cpu_ms_per_text']:.1f}",
+                      "yes" if entry["bits_equal_to_first"] else "no")
+    console = Console(width=max(Console().width, 100))
+    console.print(table)
+    console.print("1-min load average {:.1f} at the start, {:.1f} at the end".format(*report["load_average_1min"]))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+        console.print(f"wrote {args.json}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
