@@ -79,11 +79,12 @@ class PreparedFacts:
     234 without the vector, measured over the 1,536 rollouts of benchmark workload M, one
     PreparedFacts per rollout (6,054 facts; a plain pickle of the same fields takes 1,786). The
     analyses travel as plain tuples of their fields and loading rebuilds each ``FactFeatures``.
-    Loading many items is mostly the cyclic garbage collector's time and the items' own: on the
-    L workload's 3,072 per-rollout items (12,150 facts, 2-core machine under load) unpickling took
-    0.21 s, 0.09 s with the collector paused (:func:`factutil.api.gc_paused`), and the same facts
-    merged into one item (4,547 distinct) 0.02 s; so read many items with :func:`load_prepared`
-    (collector paused, items merged) where they meet before the step.
+    Loading many items is mostly the cyclic garbage collector's time and the items' own; read
+    them with :func:`load_prepared`, which pauses the collector, builds no per-item object and
+    merges them into one item per kind of work (``python benchmarks/load_prepared.py``: workload
+    L's 3,072 per-rollout items, 12,150 facts, 4,547 distinct, into a fresh clusterer on a shared
+    2-core machine: 0.40 s one by one with the collector on, 0.28 s paused, 0.15 s with
+    :func:`load_prepared` inside a paused collector, median of 15).
 
     Raises:
         ValueError: inconsistent fields (lengths, dtype, shape), naming the field and the value.

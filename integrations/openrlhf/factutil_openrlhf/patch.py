@@ -58,13 +58,16 @@ METRIC_KEYS = (
     "factutil/shaping_nonzero_share",
     "factutil/prepared_unshipped",
     "factutil/prepared_ignored",
+    "factutil/prepared_other_device",
     "factutil/time_s",
 )
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
 over samples). ``factutil/skipped`` is the warning metric: 1 on rows whose group kept OpenRLHF's
 advantages unchanged. With ``prepare_in_workers``, ``factutil/prepared_unshipped`` counts the
 batch's samples whose per-fact work did not come from the engine (the step did it) and
-``factutil/prepared_ignored`` the work made for another embedder or config (the step redid it)."""
+``factutil/prepared_ignored`` the work made for another embedder or config (the step redid it),
+``factutil/prepared_other_device`` the batch's facts whose vectors came from an engine on another
+kind of device than the trainer's embedder (config ``prepared_device``)."""
 
 
 class ProcessAdvantagePatch:
@@ -125,7 +128,8 @@ class ProcessAdvantagePatch:
         stats = {key: [np.zeros(len(e.advantages)) for e in experiences] for key in METRIC_KEYS}
         batch_stats = dict.fromkeys(
             ("factutil/clusters_per_group", "factutil/shaping_nonzero_share",
-             "factutil/prepared_unshipped", "factutil/prepared_ignored"),
+             "factutil/prepared_unshipped", "factutil/prepared_ignored",
+             "factutil/prepared_other_device"),
             0.0,
         )
         skipped: dict[int, str] = {}
@@ -228,9 +232,10 @@ class ProcessAdvantagePatch:
             return rows, groups, None
         for key in ("clusters_per_group", "shaping_nonzero_share"):
             batch_stats[f"factutil/{key}"] = float(batch.result.metrics.get(key, 0.0))
-        batch_stats["factutil/prepared_ignored"] = float(
-            batch.result.metrics.get("cluster_prepared_ignored", 0.0)
-        )
+        for name in ("prepared_ignored", "prepared_other_device"):
+            batch_stats[f"factutil/{name}"] = float(
+                batch.result.metrics.get(f"cluster_{name}", 0.0)
+            )
         deltas.update(
             _group_deltas(batch.values, rows, groups, skipped, experiences, self.config.omega)
         )

@@ -79,6 +79,7 @@ def test_shipped_work_gives_the_same_advantages_bit_for_bit(openrlhf, shipped):
         assert torch.all(after.info["factutil/skipped"] == 0)
         assert torch.all(after.info["factutil/prepared_unshipped"] == 0)
         assert torch.all(after.info["factutil/prepared_ignored"] == 0)
+        assert torch.all(after.info["factutil/prepared_other_device"] == 0)  # all on the CPU
 
 
 def test_missing_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
