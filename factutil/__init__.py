@@ -14,7 +14,7 @@ from factutil.api import (
 from factutil.cluster import ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.io import InputError, read_groups, read_rollouts
 from factutil.metrics import exact_match, f1, normalize_answer
-from factutil.prepare import PreparedFacts, prepare_facts
+from factutil.prepare import PreparedFacts, load_prepared, prepare_facts
 from factutil.schema import (
     Action,
     AnswerAction,
@@ -54,6 +54,7 @@ __all__ = [
     "exact_match",
     "f1",
     "group_rollouts",
+    "load_prepared",
     "make_clusterer",
     "normalize_answer",
     "outcome_advantages",
