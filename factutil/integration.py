@@ -458,7 +458,12 @@ class FactPreparer:
 
     One per worker process and config: it owns the clusterer whose embedder (loaded on first use,
     on ``config.embedding_device``: CUDA when the worker has a GPU) and caches every call reuses.
-    Calls may come from several threads; they run one at a time.
+    Calls may come from several threads; they run one at a time, and the rollouts that arrive
+    while one runs are coalesced: the next call embeds and analyses the new facts of every
+    waiting rollout in one pass (each then finds its own in the caches). On a CPU this matters:
+    a fixed-shape pass holds ``embedding_batch_size`` rows of one token length, so a rollout's
+    few texts alone cost ~18× per text what they cost together (benchmarks/README.md). Each
+    rollout's bytes are the same either way (a text's vector never depends on its neighbours).
 
     Args:
         config: the run's :class:`FactUtilConfig` (the trainer's: the work must be made for its
@@ -472,6 +477,9 @@ class FactPreparer:
         self.failures = 0
         self._clusterer: Any = None
         self._lock = threading.Lock()
+        self._waiting: list[Any] = []  # rollouts whose call waits for the lock
+        self._waiting_lock = threading.Lock()
+        self.coalesced = 0  # rollouts whose facts were embedded in another rollout's call
 
     def text(self, facts: Any) -> str | None:
         """:meth:`__call__`'s bytes as base64 text, for fields that must stay JSON (OpenRLHF's
@@ -492,9 +500,15 @@ class FactPreparer:
         from factutil.prepare import prepare_facts
 
         try:
+            with self._waiting_lock:
+                self._waiting.append(facts)
             with self._lock:
                 if self._clusterer is None:
                     self._clusterer = make_clusterer(self.config)
+                with self._waiting_lock:
+                    waiting, self._waiting = self._waiting, []
+                if len(waiting) > 1:
+                    self._warm(waiting)
                 prepared = prepare_facts(facts, self.config, clusterer=self._clusterer)
             return prepared.to_bytes()
         except Exception:  # a rollout never fails for work the trainer can redo
@@ -503,6 +517,22 @@ class FactPreparer:
                 self.log.warning("factutil: per-fact work failed in the rollout worker; the "
                                  "trainer's step does it instead", exc_info=True)
             return None
+
+
+    def _warm(self, waiting: list[Any]) -> None:
+        """Embed and analyse the facts of every waiting rollout in one call, into the
+        clusterer's caches (a rollout that cannot be read is left to its own call)."""
+        from factutil.prepare import prepare_facts, triples_of
+
+        parts = []
+        for facts in waiting:
+            try:
+                parts += triples_of(facts, self.config.max_turns)
+            except (TypeError, ValueError):
+                continue
+        if parts:
+            prepare_facts(parts, self.config, clusterer=self._clusterer)
+            self.coalesced += len(waiting) - 1
 
 
 def _shipped_form(item: Any) -> Any:

@@ -467,7 +467,7 @@ def prepare_facts(
         pydantic.ValidationError: a bad ``config`` (field and value named).
     """
     config = _config(config, clusterer)
-    parts = sorted(set(_triples(facts, config.max_turns)))
+    parts = sorted(set(triples_of(facts, config.max_turns)))
     template = config.triple_template
     texts = tuple(fact_text(*key, template) for key in parts)
     if config.mode == "exact":
@@ -517,8 +517,15 @@ def _config(config: Any, clusterer: Any) -> FactUtilConfig:
     return config
 
 
-def _triples(facts: Any, max_turns: int) -> list[tuple[str, str, str]]:
-    """The exact parts of every triple ``facts`` holds (see :func:`prepare_facts`)."""
+def triples_of(facts: Any, max_turns: int) -> list[tuple[str, str, str]]:
+    """The exact ``(subject, relation, object)`` parts of every triple ``facts`` holds, in order
+    (``facts`` as :func:`prepare_facts` takes it; an assert's triples only before the answer and
+    within ``max_turns`` actions).
+
+    Raises:
+        ValueError, TypeError: ``facts`` is no rollout, trajectory or list of triples (the
+            message names the field and value).
+    """
     if isinstance(facts, Rollout):
         return _assert_parts(rollout_row(facts)["actions"], max_turns)
     if isinstance(facts, Mapping):

@@ -224,3 +224,61 @@ def test_shipped_work_is_read_back_and_counted_and_never_fails_the_worker(caplog
     assert batch_metrics(batch)["factutil/prepared_unshipped"] == 1.0
     plain = compute_process_advantages(_group("0", (1.0, 0.0)), EXACT)
     assert batch.result.advantages.tobytes() == plain.advantages.tobytes()
+
+
+def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams):
+    """Four rollouts reach one worker's preparer at once: the first call embeds its own 2 facts;
+    while it runs the other three wait, and the next call embeds their 6 facts in one go. Each
+    rollout's bytes equal what a preparer of its own makes."""
+    import threading
+
+    from factutil.cluster import SemanticClusterer
+
+    config = FactUtilConfig(mode="semantic")
+    rollouts = [
+        [{"action": "search", "query": f"q{i}"},
+         {"action": "assert", "triples": [[f"Entity {i}", "born in", f"City {i}"],
+                                          [f"Entity {i}", "died in", f"Town {i}"]]},
+         {"action": "answer", "answer": f"City {i}"}]
+        for i in range(4)
+    ]
+
+    def preparer_with(embedder) -> FactPreparer:
+        preparer = FactPreparer(config)
+        preparer._clusterer = SemanticClusterer(config, embedder=embedder)
+        return preparer
+
+    alone = [preparer_with(char_grams)(rollout) for rollout in rollouts]
+    assert all(alone)
+
+    calls: list[int] = []
+    preparer = None
+    entered = threading.Event()
+
+    class FirstCallWaits:
+        name = char_grams.name
+
+        def encode(self, texts):
+            entered.set()
+            if not calls:  # hold the lock until the three others are waiting for it
+                for _ in range(1000):
+                    if len(preparer._waiting) == 3:
+                        break
+                    threading.Event().wait(0.01)
+            calls.append(len(texts))
+            return char_grams.encode(texts)
+
+    preparer = preparer_with(FirstCallWaits())
+    out: dict[int, bytes] = {}
+    first = threading.Thread(target=lambda: out.__setitem__(0, preparer(rollouts[0])))
+    first.start()
+    assert entered.wait(30)  # the first call is embedding (it has taken the waiting list)
+    others = [threading.Thread(target=lambda i=i: out.__setitem__(i, preparer(rollouts[i])))
+              for i in (1, 2, 3)]
+    for thread in others:
+        thread.start()
+    for thread in (first, *others):
+        thread.join(30)
+    assert calls == [2, 6]  # not [2, 2, 2, 2]
+    assert preparer.coalesced == 2  # three rollouts, embedded in one of their calls
+    assert [out[i] for i in range(4)] == alone
