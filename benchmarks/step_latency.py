@@ -33,11 +33,14 @@ process's peak RSS (``ru_maxrss``: interpreter, model, workload and both steps).
 ``--critical-path``: the L step (``--size``) as a trainer with per-fact work in its rollout
 workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each holding
 the ``minilm`` embedder (``--critical-backend``), prepare the facts of a share of the rollouts,
-one rollout at a time (as an agent-loop worker would as each finishes; ``--prepare-chunk N``: N
-rollouts a call, 0 the whole share at once), and return :class:`~factutil.prepare.PreparedFacts`; the driver
-then runs the step with them on a cold clusterer. Reports ``driver_s`` (that step), the workers'
+embedding one rollout at a time (as an agent-loop worker would as each finishes;
+``--prepare-chunk N``: N rollouts a call, 0 the whole share at once, as the adapters'
+``FactPreparer`` does for rollouts that wait for it), and return each rollout's work as its bytes
+(:meth:`~factutil.prepare.PreparedFacts.to_bytes`, as the adapters ship it); the driver then reads
+them (:func:`~factutil.prepare.load_prepared`, collector paused) and runs the step on a cold
+clusterer. Reports ``driver_s`` (reading and step, wall), the workers'
 CPU seconds (``time.process_time`` inside each task, summed), the wall seconds of the workers'
-phase (what it would add to a step if nothing else ran beside it), the pickled size shipped, and
+phase (what it would add to a step if nothing else ran beside it), the bytes shipped, and
 whether the advantages equal, bit for bit, those of the driver doing everything itself. JSON
 ``"critical_path": {"driver_s", "worker_cpu_s", "worker_wall_s", "workers", "backend", ...}``.
 """
@@ -297,16 +300,23 @@ class PrepareWorker:
         self.prepare_facts = prepare_facts
 
     def prepare(self, rollouts: list[dict], chunk: int) -> tuple[list, float, float]:
-        """(the PreparedFacts, CPU seconds, wall seconds) of this share: one ``prepare_facts`` call
-        per ``chunk`` rollouts (1: each rollout alone, as it finishes; 0: the whole share)."""
+        """(each rollout's shipped bytes, CPU seconds, wall seconds) of this share. The rollouts'
+        facts are embedded and analysed ``chunk`` rollouts per call (1: each rollout alone, as it
+        finishes; 0: the whole share in one call, as the adapters' ``FactPreparer`` does for the
+        rollouts that wait for it); then every rollout's own work is made from the caches and
+        shipped as its bytes, as the adapters ship it."""
+        from factutil.cluster import SemanticClusterer
+
         cpu, wall = time.process_time(), time.perf_counter()
+        clusterer = SemanticClusterer(self.config, embedder=self.embedder)
         size = chunk or len(rollouts)
-        prepared = [
-            self.prepare_facts(rollouts[start] if size == 1 else triples_of(rollouts[start : start + size]),
-                               self.config, embedder=self.embedder)
-            for start in range(0, len(rollouts), size)
-        ]
-        return prepared, time.process_time() - cpu, time.perf_counter() - wall
+        if size > 1:
+            for start in range(0, len(rollouts), size):
+                self.prepare_facts(triples_of(rollouts[start : start + size]), self.config,
+                                   clusterer=clusterer)
+        shipped = [self.prepare_facts(row, self.config, clusterer=clusterer).to_bytes()
+                   for row in rollouts]
+        return shipped, time.process_time() - cpu, time.perf_counter() - wall
 
 
 def triples_of(rollouts: list[dict]) -> list[list[str]]:
@@ -323,7 +333,6 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
     ``reference_cpu_s`` its CPU seconds.
     The driver's step runs ``repeat`` times, each on a new cold clusterer; ``driver_s`` is the
     median (a shared machine's noise is larger than this step)."""
-    import pickle
 
     import numpy as np
     import ray
@@ -347,14 +356,18 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
     config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=batch_rows)
     embedder = make_embedder(backend, batch_size=batch_rows)
     embedder.encode(["warm up the model"])
+    from factutil.prepare import load_prepared
+    from factutil.result import gc_paused
+
     runs, cpu_runs = [], []
     for _ in range(repeat):
         driver = cold_clusterer(config, embedder)
-        cpu = time.process_time()
-        with PeakRSS() as rss:
-            result = compute_process_advantages(rows, config, clusterer=driver, prepared=prepared)
+        cpu, wall = time.process_time(), time.perf_counter()
+        with PeakRSS() as rss, gc_paused():  # as the adapters' score_batch reads shipped work
+            result = compute_process_advantages(rows, config, clusterer=driver,
+                                                prepared=load_prepared(prepared))
         cpu_runs.append(time.process_time() - cpu)
-        runs.append(result.metrics["time_total_s"])
+        runs.append(time.perf_counter() - wall)  # reading the rollouts' bytes included
         if result.advantages.tobytes() != reference.advantages.tobytes():
             break
     return {
@@ -365,7 +378,8 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         "worker_task_wall_s": [wall for _, _, wall in results],
         "workers": workers, "backend": backend, "rollouts": len(rows),
         "prepare_chunk": chunk, "embedding_batch_size": batch_rows,
-        "shipped_mb": sum(len(pickle.dumps(item)) for item in prepared) / 2**20,
+        "shipped_mb": sum(len(item) for item in prepared) / 2**20,
+        "shipped_items": len(prepared),
         "ray_start_s": startup_s,
         "embedded_by_driver": int(result.metrics.get("cluster_cache_misses", 0)),
         "stages_driver": stage_seconds(result.metrics),
