@@ -311,19 +311,15 @@ class PrepareWorker:
         clusterer = SemanticClusterer(self.config, embedder=self.embedder)
         size = chunk or len(rollouts)
         if size > 1:
+            from factutil.prepare import triples_of
+
             for start in range(0, len(rollouts), size):
-                self.prepare_facts(triples_of(rollouts[start : start + size]), self.config,
-                                   clusterer=clusterer)
+                triples = [t for row in rollouts[start : start + size]
+                           for t in triples_of(row, self.config.max_turns)]
+                self.prepare_facts(triples, self.config, clusterer=clusterer)
         shipped = [self.prepare_facts(row, self.config, clusterer=clusterer).to_bytes()
                    for row in rollouts]
         return shipped, time.process_time() - cpu, time.perf_counter() - wall
-
-
-def triples_of(rollouts: list[dict]) -> list[list[str]]:
-    """The asserted triples of several rollouts, as one trajectory for ``prepare_facts`` (the
-    workload's answers come last and within ``max_turns``, so every assert counts). Defined here,
-    not imported from ``benchmarks``: Ray workers need not have the repository on their path."""
-    return [t for row in rollouts for a in row["actions"] if a["action"] == "assert" for t in a["triples"]]
 
 
 def critical_path(rows: list[dict], workers: int, backend: str, reference, reference_cpu_s: float,
