@@ -75,17 +75,18 @@ class PreparedFacts:
             :func:`prepare_facts`' output); a clusterer that ignores it counts this many. Not
             part of equality.
 
-    Size: pickled (:meth:`to_bytes` is the same form), a fact costs its vector (4·d bytes: 1,536
-    for MiniLM's 384 dimensions) plus its parts, text and analysis: 1,770 bytes per fact in all,
-    234 without the vector, measured over the 1,536 rollouts of benchmark workload M, one
-    PreparedFacts per rollout (6,054 facts; a plain pickle of the same fields takes 1,786). The
-    analyses travel as plain tuples of their fields and loading rebuilds each ``FactFeatures``.
-    Loading many items is mostly the cyclic garbage collector's time and the items' own; read
-    them with :func:`load_prepared`, which pauses the collector, builds no per-item object and
-    merges them into one item per kind of work (``python benchmarks/load_prepared.py``: workload
-    L's 3,072 per-rollout items, 12,150 facts, 4,547 distinct, into a fresh clusterer on a shared
-    2-core machine: 0.40 s one by one with the collector on, 0.28 s paused, 0.15 s with
-    :func:`load_prepared` inside a paused collector, median of 15).
+    Size: :meth:`to_bytes` writes the binary form of :mod:`factutil.prepared_bytes` (pickling
+    writes the same bytes): a fact costs its vector (4·d bytes: 1,536 for MiniLM's 384
+    dimensions) plus its parts, text and analysis (JSON): 1,882 bytes per fact in all, 346
+    without the vector, measured over the 1,536 rollouts of benchmark workload M, one
+    PreparedFacts per rollout (6,054 facts; the pickled form of earlier versions took 1,770).
+    Loading many items is mostly per-item and per-fact Python work; read them with
+    :func:`load_prepared`, which reads the items' strings, vectors and lengths together,
+    deduplicates the facts once and decodes and checks only the kept facts' analyses
+    (``python benchmarks/load_prepared.py``: workload L's 3,072 per-rollout items, 12,150 facts,
+    4,547 distinct, into a fresh clusterer on a shared 2-core machine under load: 0.42 s one by
+    one with the collector paused, 0.15 s with :func:`load_prepared` inside a paused collector,
+    median of 15).
 
     Raises:
         ValueError: inconsistent fields (lengths, dtype, shape), naming the field and the value.
@@ -389,12 +390,17 @@ def load_prepared(
 ) -> list[PreparedFacts]:
     """Many shipped items (one per rollout, say) as the few the step needs: one per kind of work.
 
-    Method: each item's bytes are read (:meth:`PreparedFacts.from_bytes`) with Python's cyclic
-    garbage collector paused (:func:`~factutil.result.gc_paused`: reading allocates many small
-    objects and frees none, so collections in the middle of it find nothing to free); None items
-    are skipped; the items are grouped by what they were made for (embedder, template, filters,
-    ``key_edges``, device kind, with or without analyses, vector width) and each group is merged
-    (:func:`merge_prepared`), groups in the order their first item came. A fact's work depends on
+    Method: with Python's cyclic garbage collector paused (:func:`~factutil.result.gc_paused`:
+    reading allocates many small objects and frees none, so collections in the middle of it find
+    nothing to free), each item's header is read and checked; None items are skipped; the items
+    are grouped by what they were made for (embedder, template, filters, ``key_edges``, device
+    kind, with or without analyses, vector width) and each group is merged as
+    :func:`merge_prepared` merges, groups in the order their first item came. The items of the
+    binary form are read together (:func:`factutil.prepared_bytes.read_many`: their strings and
+    vectors joined and cut at once, the facts deduplicated once, only the kept facts' vector rows
+    copied and analyses decoded and checked; a dropped duplicate's analysis is not read); when
+    that fails, the group's items are read one by one to name the bad ones. Items of the older
+    pickled form are read one by one (:meth:`PreparedFacts.from_bytes`). A fact's work depends on
     the fact alone, so the step given the result computes what it computes given the items, bit
     for bit, and visits each distinct fact once. A result's ``sources`` counts the items it
     merges (what a clusterer that ignores it counts).
@@ -414,28 +420,87 @@ def load_prepared(
             message names i and what was found.
         TypeError: ``items[i]`` is neither bytes, a PreparedFacts nor None.
     """
-    works: list[_Work] = []
+    groups: dict[tuple[Any, ...], list[tuple[int, Any]]] = {}  # kind -> (index, _Work or Item)
+    heads: dict[bytes, tuple[Any, ...]] = {}
+    errors: dict[int, str] = {}
     with gc_paused(pause_gc):
         for index, item in enumerate(items):
             if item is None:
                 continue
-            if isinstance(item, PreparedFacts):
-                works.append(_work_of(item))
-            elif isinstance(item, (bytes, bytearray, memoryview)):
+            try:
+                if isinstance(item, PreparedFacts):
+                    entry: Any = _work_of(item)
+                elif isinstance(item, (bytes, bytearray, memoryview)):
+                    entry = _read_entry(bytes(item), heads)
+                else:
+                    raise TypeError(f"load_prepared: items[{index}] is {type(item).__name__}, "
+                                    f"expected bytes, PreparedFacts or None")
+            except ValueError as error:
+                errors[index] = str(error)
+                continue
+            groups.setdefault(_kind(entry, heads), []).append((index, entry))
+        loaded = [item for kind, group in groups.items()
+                  for item in _merged_group(kind, group, errors)]
+    if errors and unreadable is None:
+        index = min(errors)
+        raise ValueError(f"load_prepared: items[{index}]: {errors[index]}")
+    if unreadable is not None:
+        unreadable.extend(sorted(errors))
+    return loaded
+
+
+def _read_entry(data: bytes, heads: dict[bytes, tuple[Any, ...]]) -> Any:
+    """An item's bytes as :func:`load_prepared` groups them: the shipped form's checked header
+    (its head read once per distinct head), or an older pickled item as a :class:`_Work`.
+
+    Raises:
+        ValueError: not a PreparedFacts (the message says what was found).
+    """
+    if not shipped.is_ours(data):
+        return _load_work(data)
+    try:
+        item = shipped.read_header(data)
+        if item.head not in heads:
+            heads[item.head] = shipped.read_head(item.head)
+    except ValueError as error:
+        raise ValueError(f"not a PreparedFacts ({error})") from None
+    return item
+
+
+def _kind(entry: Any, heads: dict[bytes, tuple[Any, ...]]) -> tuple[Any, ...]:
+    """What an item was made for: head, without analyses, vector width (None without facts)."""
+    if isinstance(entry, _Work):
+        width = entry.vectors.shape[1] if entry.vectors is not None and entry.parts else None
+        return (entry.head, entry.analyses is None, width)
+    return (heads[entry.head], not entry.analyses, entry.dims if entry.vectors and entry.n else None)
+
+
+def _merged_group(kind: tuple[Any, ...], group: list[tuple[int, Any]],
+                  errors: dict[int, str]) -> list[PreparedFacts]:
+    """One kind's items merged (:func:`merge_prepared`): the shipped form's items read together
+    (:func:`~factutil.prepared_bytes.read_many`); when that fails, each alone, to name the bad
+    ones (added to ``errors``) and merge the rest."""
+    head = kind[0]
+    fresh = [(index, entry) for index, entry in group if isinstance(entry, shipped.Item)]
+    works = [entry for _, entry in group if isinstance(entry, _Work)]
+    if fresh:
+        try:
+            decoded = shipped.read_many([entry for _, entry in fresh])
+            merged = PreparedFacts(*head[:4], decoded.parts, decoded.texts, decoded.vectors,
+                                   decoded.analyses, head[4], decoded.sources)
+        except ValueError:
+            alone = []
+            for index, entry in fresh:
                 try:
-                    works.append(_load_work(bytes(item)))
+                    alone.append(_work_of(_from_item(entry, head)))
                 except ValueError as error:
-                    if unreadable is None:
-                        raise ValueError(f"load_prepared: items[{index}]: {error}") from None
-                    unreadable.append(index)
-            else:
-                raise TypeError(f"load_prepared: items[{index}] is {type(item).__name__}, "
-                                f"expected bytes, PreparedFacts or None")
-        groups: dict[tuple[Any, ...], list[_Work]] = {}
-        for work in works:
-            width = work.vectors.shape[1] if work.vectors is not None and work.parts else None
-            groups.setdefault((work.head, work.analyses is None, width), []).append(work)
-        return [item for group in groups.values() for item in _merged(group)]
+                    errors[index] = f"not a PreparedFacts ({error})"
+            works = alone + works
+        else:
+            if not works:
+                return [merged]
+            works.insert(0, _work_of(merged))
+    return _merged(works) if works else []
 
 
 FactsInput = Rollout | Mapping[str, Any] | Iterable[Any]

@@ -218,13 +218,13 @@ def test_load_prepared_reports_or_raises_on_unreadable_items():
 
 def test_load_prepared_reads_with_the_collector_paused(monkeypatch):
     seen = []
-    read = prepare_module._load_work
+    read = prepare_module.shipped.read_header
 
     def spy(data):
         seen.append(gc.isenabled())
         return read(data)
 
-    monkeypatch.setattr(prepare_module, "_load_work", spy)
+    monkeypatch.setattr(prepare_module.shipped, "read_header", spy)
     good = prepare_facts([BORN], FactUtilConfig(), embedder=CharGramEmbedder()).to_bytes()
     assert gc.isenabled()
     load_prepared([good, good])

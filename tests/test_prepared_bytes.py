@@ -1,0 +1,236 @@
+"""The shipped form of PreparedFacts (factutil.prepared_bytes): its layout, round trips of awkward
+values, refusal of corrupted, truncated and foreign bytes (a ValueError, never another exception,
+never code run), the older pickled form still read, and load_prepared's bulk read equal to
+reading the items one by one and merging them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from factutil import FactUtilConfig, PreparedFacts, prepare_facts
+from factutil import prepare as prepare_module
+from factutil.filters import analyze
+from factutil.prepare import load_prepared, merge_prepared
+from tests.conftest import CharGramEmbedder
+
+TEMPLATE = "{subject} | {relation} | {object}"
+FILTERS = ("negation", "numeric", "relation", "entity")
+PARTS = [("Ada Lovelace", "born on", "10 December 1815"),
+         ("Ada\x00x", "is not", "married"),  # a NUL inside a part
+         ("Caf\u00e9 \ud800", "located in", "Paris \U0001F600")]  # a lone surrogate, an emoji
+
+
+def _item(parts=PARTS, dims=4, analyses=True, sources=1, seed=0) -> PreparedFacts:
+    """A PreparedFacts built by hand (no embedder): vectors of small width, a function of the
+    text and the seed alone, as a fact's work depends on the fact alone."""
+    parts = sorted(parts)
+    texts = tuple(" | ".join(key).casefold() for key in parts)
+    vectors = None
+    if dims is not None:
+        vectors = np.array([np.random.default_rng([seed, *text.encode("utf-8", "surrogatepass")])
+                            .standard_normal(dims) for text in texts], dtype=np.float32)
+        vectors = vectors.reshape(len(parts), dims)
+    features = tuple(analyze(*key) for key in parts) if analyses else None
+    return PreparedFacts("test:model" if dims is not None else None, TEMPLATE, FILTERS, True,
+                         tuple(parts), texts, vectors, features, "cpu", sources)
+
+
+def test_the_bytes_follow_the_documented_layout():
+    item = _item(dims=3)
+    data = item.to_bytes()
+    header = struct.Struct("<4sBBHIIIIII")
+    magic, version, flags, zero, n, dims, sources, head_len, strings_len, analyses_len = \
+        header.unpack_from(data)
+    assert (magic, version, flags, zero, n, dims, sources) == (b"FUPF", 3, 3, 0, 3, 3, 1)
+    at = header.size
+    lengths = np.frombuffer(data[at:at + 16 * n], dtype="<u4").reshape(n, 4)
+    expected = [[len(s) for s in (*key, text)] for key, text in zip(item.parts, item.texts)]
+    assert lengths.tolist() == expected
+    at += 16 * n
+    alens = np.frombuffer(data[at:at + 4 * n], dtype="<u4")
+    at += 4 * n
+    assert data[at:at + 4 * n * dims] == item.vectors.astype("<f4").tobytes()
+    at += 4 * n * dims
+    assert json.loads(data[at:at + head_len]) == ["test:model", TEMPLATE, list(FILTERS), True, "cpu"]
+    at += head_len
+    strings = data[at:at + strings_len].decode("utf-8", "surrogatepass")
+    assert strings == "".join(s + "\x00" for key, text in zip(item.parts, item.texts)
+                              for s in (*key, text))
+    at += strings_len
+    first = json.loads(data[at:at + int(alens[0])])
+    f = item.analyses[0]
+    assert first[:5] == [f.subject_key, f.object_key, f.relation_id, f.inverse, f.negated]
+    assert first[-1] == sorted(f.words)
+    assert at + analyses_len == len(data) and int(alens.sum()) == analyses_len
+
+
+@pytest.mark.parametrize("item", [
+    _item(), _item(dims=None), _item(analyses=False), _item(parts=[]), _item(sources=7),
+    _item(parts=[("a", "b", "c")], dims=None, analyses=False),
+], ids=["semantic", "no-vectors", "no-analyses", "no-facts", "merged", "exact"])
+def test_round_trip_keeps_every_field(item):
+    back = PreparedFacts.from_bytes(item.to_bytes())
+    assert back == item and back.sources == item.sources and back.device == item.device
+    if item.vectors is not None:
+        assert back.vectors.dtype == np.float32 and not back.vectors.flags.writeable
+        assert back.vectors.tobytes() == item.vectors.tobytes()
+    if item.analyses is not None:
+        for mine, theirs in zip(back.analyses, item.analyses):
+            assert mine == theirs and hash(mine.key) == hash(theirs.key)
+            assert type(mine.quantities) is tuple and type(mine.words) is frozenset
+    assert pickle.loads(pickle.dumps(item)) == item
+
+
+def test_work_made_by_prepare_facts_round_trips():
+    item = prepare_facts([("Ada", "born in", "12 June 1815"), ("Bob", "weighs", "80 kg"),
+                          ("Bob", "is not", "married")], FactUtilConfig(), embedder=CharGramEmbedder())
+    assert PreparedFacts.from_bytes(item.to_bytes()) == item
+    assert load_prepared([item.to_bytes()]) == [item]
+
+
+def test_every_truncation_is_a_value_error():
+    data = _item().to_bytes()
+    for size in range(len(data)):
+        with pytest.raises(ValueError, match="PreparedFacts.from_bytes: "):
+            PreparedFacts.from_bytes(data[:size])
+    with pytest.raises(ValueError, match="bytes, the header says"):
+        PreparedFacts.from_bytes(data + b"\x00")
+
+
+def test_every_flipped_byte_is_read_or_refused_with_a_value_error_alone_and_in_bulk():
+    good = _item(seed=1).to_bytes()
+    other = _item(parts=[("Bob", "is", "here")], seed=2)
+    data = _item().to_bytes()
+    refused = 0
+    for position in range(len(data)):
+        flipped = bytearray(data)
+        flipped[position] ^= 0xFF
+        flipped = bytes(flipped)
+        try:
+            alone = PreparedFacts.from_bytes(flipped)
+        except ValueError:
+            alone = None
+            refused += 1
+        unreadable: list[int] = []
+        loaded = load_prepared([other.to_bytes(), flipped, good], unreadable=unreadable)
+        if alone is None:
+            assert unreadable == [1]
+            assert loaded == load_prepared([other.to_bytes(), good])
+        else:  # a flip in a vector, a character or a number still makes an item
+            assert unreadable == []
+            readable = [PreparedFacts.from_bytes(d) for d in (other.to_bytes(), flipped, good)]
+            kinds = {item._head() for item in readable}
+            if len(kinds) == 1 and len({item.vectors.shape[1] for item in readable}) == 1:
+                assert loaded == [merge_prepared(readable)]
+    assert refused > len(data) // 2  # the header, lengths, separators, JSON: most flips
+
+
+def _with_analysis(item: PreparedFacts, **fields) -> bytes:
+    """The bytes of ``item`` with its first analysis' fields replaced (written as given)."""
+    bad = (replace(item.analyses[0], **fields), *item.analyses[1:])
+    return replace(item, analyses=bad).to_bytes()
+
+
+@pytest.mark.parametrize("fields", [
+    {"inverse": "yes"}, {"relation_id": 3}, {"quantities": (("s", "num", [1.0]),)},
+    {"quantities": ("num",)}, {"key": ("r", "s", "o", False)}, {"words": frozenset({1})},
+    {"negation_cues": ("not", None)}, {"subject_key": None},
+])
+def test_an_analysis_field_of_the_wrong_type_is_a_value_error(fields):
+    item = _item()
+    with pytest.raises(ValueError, match=r"the analysis of \('Ada\\x00x', 'is not', 'married'\) is not 11 fields"):
+        PreparedFacts.from_bytes(_with_analysis(item, **fields))
+    unreadable: list[int] = []
+    assert load_prepared([_with_analysis(item, **fields), item.to_bytes()],
+                         unreadable=unreadable) == [item]
+    assert unreadable == [0]
+
+
+def test_foreign_and_forged_bytes_are_value_errors():
+    data = _item().to_bytes()
+    header = struct.Struct("<4sBBHIIIIII")
+    fields = list(header.unpack_from(data))
+
+    def forged(**changes) -> bytes:
+        names = ["magic", "version", "flags", "zero", "n", "dims", "sources", "head_len",
+                 "strings_len", "analyses_len"]
+        values = [changes.get(name, value) for name, value in zip(names, fields)]
+        return header.pack(*values) + data[header.size:]
+
+    cases = {
+        "unknown format version 9": forged(version=9),
+        "unknown flags": forged(flags=7),
+        "sources 0": forged(sources=0),
+        "the header says": forged(n=fields[4] + 1),
+        "shorter than the 32-byte header": b"FUPF",
+        "not a pickle|not a PreparedFacts": b"\x80\x05junk",
+    }
+    for message, bad in cases.items():
+        with pytest.raises(ValueError, match=message):
+            PreparedFacts.from_bytes(bad)
+    # a head that is not [embedder, template, filters, key_edges, device]
+    head_at = header.size + 20 * fields[4] + 4 * fields[4] * fields[5]
+    head = data[head_at:head_at + fields[7]]
+    swapped = head.replace(b"true", b"1   ")
+    with pytest.raises(ValueError, match="head key_edges 1 is not a bool"):
+        PreparedFacts.from_bytes(data.replace(head, swapped))
+    with pytest.raises(ValueError, match="device must be a device kind"):
+        PreparedFacts.from_bytes(data.replace(b'"cpu"', b'"c:0"'))
+
+
+class _Runs:
+    def __reduce__(self):
+        return os.system, ("touch factutil-pwned",)
+
+
+def test_a_pickle_that_would_run_code_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="refused global"):
+        PreparedFacts.from_bytes(pickle.dumps(_Runs(), protocol=5))
+    assert load_prepared([pickle.dumps(_Runs())], unreadable=[]) == []
+    assert not (tmp_path / "factutil-pwned").exists()
+
+
+def _version_2(item: PreparedFacts) -> bytes:
+    """What ``to_bytes`` wrote before this form: a pickle of the restore function's arguments."""
+    analyses = tuple(tuple(getattr(f, name) for name in prepare_module._ANALYSIS_FIELDS)
+                     for f in item.analyses)
+
+    class Version2:
+        def __reduce__(self):
+            return prepare_module._restore, (
+                2, item._head(), item.parts, item.texts,
+                (item.vectors.shape[1], item.vectors.tobytes()), analyses, item.sources)
+
+    return pickle.dumps(Version2(), protocol=5)
+
+
+def test_the_older_pickled_form_is_still_read_and_merges_with_the_new_one():
+    items = [_item(seed=0), _item(parts=[("Bob", "is", "here"), PARTS[0]], seed=0),
+             _item(parts=[("Bob", "is", "here")], seed=0, sources=2)]
+    assert PreparedFacts.from_bytes(_version_2(items[0])) == items[0]
+    shipped = [_version_2(items[0]), items[1].to_bytes(), items[2]]
+    (loaded,) = load_prepared(shipped)
+    assert loaded == merge_prepared(items) and loaded.sources == 4
+    assert loaded.parts == tuple(sorted({*PARTS, ("Bob", "is", "here")}))
+
+
+def test_bulk_read_equals_reading_one_by_one_and_merging():
+    config = FactUtilConfig()
+    embedder = CharGramEmbedder()
+    facts = [("Ada", "born in", "London"), ("Ada", "born in", "london"), ("Bob", "weighs", "80 kg"),
+             ("Bob", "is not", "married"), ("Cy", "born on", "1 May 1900"), ("Ada", "is", "Ada")]
+    items = [prepare_facts(facts[i:i + 3], config, embedder=embedder) for i in range(4)]
+    data = [item.to_bytes() for item in items]
+    (bulk,) = load_prepared([data[2], None, data[0], data[3], data[1]])
+    one_by_one = merge_prepared([PreparedFacts.from_bytes(d) for d in data])
+    assert bulk == one_by_one == prepare_facts(facts, config, embedder=embedder)
+    assert bulk.sources == 4 and not bulk.vectors.flags.writeable
+    assert [hash(f.key) for f in bulk.analyses] == [hash(analyze(*key).key) for key in bulk.parts]
