@@ -168,6 +168,13 @@ class FactUtilConfig(BaseModel):
         "rollout workers and ship it with each rollout, so the trainer's step only links and "
         "scores; None: on in semantic mode, off in exact mode (nothing to ship).",
     )
+    score_early: bool = Field(
+        True,
+        description="Trainers (verl's factutil trainer mode): start scoring a batch in a "
+        "background thread once its rewards are known, while the trainer computes log-probs, and "
+        "use the result if its inputs are unchanged at the advantage step (the same numbers as "
+        "scoring then); never with KL in the reward (the rewards change after the log-probs).",
+    )
     prepared_device: Literal["any", "same"] = Field(
         "any",
         description="semantic mode: per-fact work made on another kind of device than the step's "

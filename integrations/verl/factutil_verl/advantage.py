@@ -204,7 +204,7 @@ def compute_factagent_advantages(
     extra_fields: Sequence[Any],
     response_mask: torch.Tensor,
     token_level_rewards: torch.Tensor,
-    grpo_advantages: torch.Tensor,
+    grpo_advantages: torch.Tensor | None,
     config: FactUtilConfig,
     clusterer: Clusterer | None = None,
     is_padding: Sequence[bool] | None = None,
@@ -218,7 +218,8 @@ def compute_factagent_advantages(
         response_mask: (B, T) int/bool, 1 on the model's tokens.
         token_level_rewards: (B, T) float; a rollout's R is the sum over its last row.
         grpo_advantages: (B, T) float, verl's GRPO advantages of the same batch: kept for padding
-            rows and for groups that cannot be scored.
+            rows and for groups that cannot be scored. None: those rows are left 0, to be filled
+            later by :func:`with_grpo_fallback` (a step scored before verl's GRPO ran).
         config: the method's parameters (``algorithm.factutil``).
         clusterer: reused across steps when given (e.g. to keep an embedding cache).
         is_padding: B flags; verl's synthetic padding rows are left as they are.
@@ -236,7 +237,7 @@ def compute_factagent_advantages(
             )
         mask = response_mask.detach().to("cpu").numpy().astype(bool)
         rewards = token_level_rewards.detach().to("cpu").sum(dim=-1).double().numpy()
-        out = grpo_advantages.detach().to("cpu", torch.float32).clone()
+        out = torch.zeros(mask.shape, dtype=torch.float32)
         padding = list(is_padding) if is_padding is not None else [False] * batch_size
         infos = [_factutil_info(extra) for extra in extra_fields]
 
@@ -299,11 +300,47 @@ def compute_factagent_advantages(
             logger, fallback, "verl's GRPO advantages", "factutil/groups_fallback",
             error=batch.error,
         )
-        out = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
         metrics = batch_metrics(batch)
         metrics["factutil/groups_fallback_turns"] = float(len(unplaced & fallback.keys()))
+        scored_batch = FactAgentAdvantages(out, metrics, fallback, result)
+        if grpo_advantages is not None:
+            scored_batch.advantages = with_grpo_fallback(scored_batch, grpo_advantages, uids,
+                                                         padding)
         metrics["factutil/time_adapter_ms"] = 1000.0 * (time.perf_counter() - started)
-        return FactAgentAdvantages(out, metrics, fallback, result)
+        return scored_batch
+
+
+def with_grpo_fallback(
+    scored: FactAgentAdvantages,
+    grpo_advantages: torch.Tensor,
+    uids: Sequence[str],
+    is_padding: Sequence[bool] | None = None,
+) -> torch.Tensor:
+    """The batch's advantages with verl's GRPO values on every row :func:`compute_factagent_advantages`
+    did not score: padding rows and the rows of every fallback group; non-finite values become 0.
+
+    Args:
+        scored: the result of :func:`compute_factagent_advantages` for the batch (with or without
+            its ``grpo_advantages``).
+        grpo_advantages: (B, T) float, verl's GRPO advantages of the same batch.
+        uids: the batch's B uids; is_padding: its B padding flags (None: none).
+
+    Returns:
+        float32 (B, T), finite.
+
+    Raises:
+        ValueError: the shapes of ``scored.advantages`` and ``grpo_advantages`` differ.
+    """
+    grpo = grpo_advantages.detach().to("cpu", torch.float32)
+    if tuple(grpo.shape) != tuple(scored.advantages.shape):
+        raise ValueError(f"grpo_advantages has shape {tuple(grpo.shape)}, the scored batch "
+                         f"{tuple(scored.advantages.shape)}")
+    padding = list(is_padding) if is_padding is not None else [False] * len(uids)
+    keep = torch.tensor([pad or str(uid) in scored.fallback for uid, pad in zip(uids, padding)],
+                        dtype=torch.bool)
+    out = scored.advantages.clone()
+    out[keep] = grpo[keep]
+    return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _turn_tokens(

@@ -6,6 +6,15 @@ verl computes its own GRPO advantages first (KL-in-reward and rollout correction
 the rows of each group are rebuilt into factutil rollouts, scored by
 :func:`factutil.compute_process_advantages` and written back as ``advantages`` and ``returns``.
 Groups that cannot be scored keep verl's GRPO values (see :mod:`factutil_verl.advantage`).
+
+Off the critical path: with ``algorithm.factutil.score_early`` (default on) and no KL in the
+reward, the batch is read from TransferQueue as soon as its rewards are known (before verl
+computes the old log-probs) and scored in a background thread while the driver waits on the
+actor workers; the advantage step then only checks that the batch's keys, uids, masks and
+rewards are those it scored (else it scores again) and puts verl's GRPO values on the fallback
+rows (:func:`factutil_verl.advantage.with_grpo_fallback`): the same numbers as scoring then.
+``factutil/score_early_used`` says which happened, ``factutil/time_wait_ms`` how long the
+advantage step still waited for the thread.
 With ``+algorithm.factutil.report_every=N`` the HTML credit report of every N-th step's batch is
 written to ``<trainer.default_local_dir>/factutil_reports/step_NNNNNN.html`` by
 :class:`factutil.report.ReportWriter` (a background thread; a failed report never fails a step).
@@ -15,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import transfer_queue as tq
@@ -27,7 +38,11 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
-from factutil_verl.advantage import compute_factagent_advantages
+from factutil_verl.advantage import (
+    FactAgentAdvantages,
+    compute_factagent_advantages,
+    with_grpo_fallback,
+)
 from factutil_verl.config import FactUtilConfigError, factutil_config_from_verl
 
 logger = logging.getLogger("factutil_verl")
@@ -40,6 +55,31 @@ def _as_list(value: Any) -> list[Any]:
     if hasattr(value, "tolist"):
         value = value.tolist()
     return list(value)
+
+
+@dataclass
+class _Inputs:
+    """What the scoring of one batch reads from TransferQueue (rows in the batch's key order)."""
+
+    keys: list[str]
+    uids: list[str]
+    extra_fields: list[Any]
+    response_mask: Any  # (B, T) padded tensor
+    rewards: Any  # (B, T) padded tensor
+    is_padding: list[bool]
+    nested_mask: Any  # TransferQueue's jagged response_mask, for writing back
+
+    def same_batch(self, other: _Inputs) -> bool:
+        """Whether ``other`` holds the same rows, masks and rewards (extra fields are the agent
+        loop's and do not change within a step)."""
+        import torch
+
+        return (self.keys == other.keys and self.uids == other.uids
+                and self.is_padding == other.is_padding
+                and self.response_mask.shape == other.response_mask.shape
+                and torch.equal(self.response_mask, other.response_mask)
+                and self.rewards.shape == other.rewards.shape
+                and torch.equal(self.rewards, other.rewards))
 
 
 @register_trainer(TRAINER_MODE)
@@ -65,6 +105,9 @@ class FactUtilTrainer(PPOTrainerSync):
                 f"(its fallback and outcome advantage), got {estimator!r}"
             )
         self.factutil_clusterer: Clusterer | None = None
+        # One thread scores a batch early (score_early); at most one batch is in flight.
+        self._factutil_pool: ThreadPoolExecutor | None = None
+        self._factutil_early: tuple[_Inputs, Future[FactAgentAdvantages]] | None = None
         self.factutil_reports = ReportWriter.for_run(
             str(config.trainer.get("default_local_dir", ".")), self.factutil_config.report_every
         )
@@ -81,47 +124,104 @@ class FactUtilTrainer(PPOTrainerSync):
     def trainer_mode(self, value: str) -> None:
         self.registered_mode = value
 
+    def _reward_field(self) -> str:
+        return "token_level_rewards" if self.config.algorithm.use_kl_in_reward else "rm_scores"
+
+    def _factutil_inputs(self, batch: KVBatchMeta, grpo: bool = False) -> tuple[_Inputs, Any]:
+        """The batch's scoring inputs from TransferQueue, and verl's GRPO advantages (padded)
+        when ``grpo``."""
+        reward_field = self._reward_field()
+        fields = ["uid", "response_mask", reward_field, "extra_fields"]
+        data = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=fields + (["advantages"] if grpo else []),
+        )
+        nested_mask = data["response_mask"]
+        uids = [str(uid) for uid in _as_list(data.pop("uid"))]
+        extra_fields = _as_list(data.pop("extra_fields"))
+        padded = data.to_padded_tensor()
+        tags = list(batch.tags) if batch.tags else [{}] * len(batch.keys)
+        inputs = _Inputs(
+            keys=list(batch.keys), uids=uids, extra_fields=extra_fields,
+            response_mask=padded["response_mask"], rewards=padded[reward_field],
+            is_padding=[bool(tag.get("is_padding", False)) for tag in tags],
+            nested_mask=nested_mask,
+        )
+        return inputs, (padded["advantages"] if grpo else None)
+
+    def _factutil_score(self, inputs: _Inputs, grpo_advantages: Any) -> FactAgentAdvantages:
+        if self.factutil_clusterer is None:
+            self.factutil_clusterer = make_clusterer(self.factutil_config)
+        return compute_factagent_advantages(
+            keys=inputs.keys,
+            uids=inputs.uids,
+            extra_fields=inputs.extra_fields,
+            response_mask=inputs.response_mask,
+            token_level_rewards=inputs.rewards,
+            grpo_advantages=grpo_advantages,
+            config=self.factutil_config,
+            clusterer=self.factutil_clusterer,
+            is_padding=inputs.is_padding,
+        )
+
+    def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """verl's old log-probs; with ``score_early`` (and no KL in the reward) the batch's
+        scoring starts first, in a background thread, so it runs while the driver waits on the
+        actor workers. A failure to start leaves the scoring to the advantage step."""
+        self._factutil_early = None
+        if self.factutil_config.score_early and not self.config.algorithm.use_kl_in_reward:
+            try:
+                inputs, _ = self._factutil_inputs(batch)
+                if self._factutil_pool is None:
+                    self._factutil_pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
+                self._factutil_early = (
+                    inputs, self._factutil_pool.submit(self._factutil_score, inputs, None))
+            except Exception:
+                logger.exception("factutil: could not start scoring early; the advantage step "
+                                 "scores the batch")
+        return super()._compute_old_log_prob(batch, metrics)
+
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """verl's GRPO advantages, then FactAgent's for every group that can be scored.
 
         Reads ``uid``, ``response_mask``, the reward (``rm_scores``, or ``token_level_rewards``
         with ``use_kl_in_reward``), ``extra_fields`` and verl's ``advantages`` from TransferQueue;
         writes ``advantages`` and ``returns`` (equal, as verl's GRPO does) and adds ``factutil/*``
-        metrics. Any failure keeps verl's values for the whole batch and sets
+        metrics. A batch scored early (``score_early``) is used when its inputs are unchanged.
+        Any failure keeps verl's values for the whole batch and sets
         ``factutil/batch_fallback`` to 1. Every ``report_every``-th step hands the scored batch
         to the report writer, which returns at once.
         """
         batch = super()._compute_advantage(batch, metrics)
         started = time.perf_counter()
+        early, self._factutil_early = self._factutil_early, None
         scored = None
         try:
-            reward_field = (
-                "token_level_rewards" if self.config.algorithm.use_kl_in_reward else "rm_scores"
-            )
-            data = tq.kv_batch_get(
-                keys=batch.keys,
-                partition_id=batch.partition_id,
-                select_fields=["uid", "response_mask", reward_field, "advantages", "extra_fields"],
-            )
-            response_mask = data["response_mask"]
-            uids = [str(uid) for uid in _as_list(data.pop("uid"))]
-            extra_fields = _as_list(data.pop("extra_fields"))
-            padded = data.to_padded_tensor()
-            if self.factutil_clusterer is None:
-                self.factutil_clusterer = make_clusterer(self.factutil_config)
-            tags = list(batch.tags) if batch.tags else [{}] * len(batch.keys)
-            result = compute_factagent_advantages(
-                keys=list(batch.keys),
-                uids=uids,
-                extra_fields=extra_fields,
-                response_mask=padded["response_mask"],
-                token_level_rewards=padded[reward_field],
-                grpo_advantages=padded["advantages"],
-                config=self.factutil_config,
-                clusterer=self.factutil_clusterer,
-                is_padding=[bool(tag.get("is_padding", False)) for tag in tags],
-            )
-            nested = response_to_nested(result.advantages, response_mask)
+            inputs, grpo = self._factutil_inputs(batch, grpo=True)
+            result = None
+            metrics["factutil/score_early_used"] = 0.0
+            if early is not None:
+                waited = time.perf_counter()
+                try:
+                    early_result = early[1].result()
+                except Exception:
+                    logger.exception("factutil: scoring early failed; scoring the batch again")
+                    early_result = None
+                metrics["factutil/time_wait_ms"] = 1000.0 * (time.perf_counter() - waited)
+                if early_result is None:
+                    pass
+                elif early[0].same_batch(inputs):
+                    result = early_result
+                    result.advantages = with_grpo_fallback(result, grpo, inputs.uids,
+                                                           inputs.is_padding)
+                    metrics["factutil/score_early_used"] = 1.0
+                else:
+                    logger.warning("factutil: the batch changed after it was scored early; "
+                                   "scoring it again")
+            if result is None:
+                result = self._factutil_score(inputs, grpo)
+            nested = response_to_nested(result.advantages, inputs.nested_mask)
             fields = TensorDict(
                 {"advantages": nested, "returns": nested.clone()}, batch_size=len(batch.keys)
             )

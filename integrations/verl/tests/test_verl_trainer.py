@@ -219,3 +219,104 @@ def test_the_report_is_written_off_the_step(
     release.set()
     assert trainer.factutil_reports.wait(120)
     assert (tmp_path / "factutil_reports" / "step_000001.html").exists()
+
+
+def _fake_old_log_prob(monkeypatch, seen: list):
+    """verl's old log-prob step without actor workers: it waits (up to 60 s) for the scoring
+    started before it, as the driver waits on the actors, and records whether that was running."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    def old_log_prob(self, batch, metrics=None):
+        early = self._factutil_early
+        seen.append(None if early is None else early[1].result(timeout=60) is not None)
+        return batch
+
+    monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", old_log_prob)
+
+
+def _advantages_of(trainer, rows, metrics, early: bool):
+    meta = put_rows(rows, "train")
+    if early:
+        meta = trainer._compute_old_log_prob(meta, metrics)
+    trainer._compute_advantage(meta, metrics)
+    return read_advantages(meta)
+
+
+def test_scoring_early_runs_during_the_old_log_probs_and_gives_the_same_advantages(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """score_early (default): the batch's scoring runs while verl computes the old log-probs (the
+    fake step sees its result), the advantage step uses it, and every row's advantages equal,
+    bit for bit, those of a trainer that scores at the advantage step, and the core's."""
+    seen: list = []
+    _fake_old_log_prob(monkeypatch, seen)
+    early, metrics = make_trainer(verl_config), {}
+    got = _advantages_of(early, sample_rows, metrics, early=True)
+    assert seen == [True]
+    assert metrics["factutil/score_early_used"] == 1.0 and metrics["factutil/batch_fallback"] == 0.0
+    late, late_metrics = make_trainer(verl_config, "+algorithm.factutil.score_early=false"), {}
+    want = _advantages_of(late, sample_rows, late_metrics, early=True)
+    assert seen == [True, None] and late_metrics["factutil/score_early_used"] == 0.0
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+    expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
+    for record in expected.actions:
+        row = sample_rows.row_of_action[(record.uid, record.rollout_id, record.step)]
+        np.testing.assert_allclose(got[row].numpy(), record.advantage, rtol=1e-6, atol=1e-6)
+
+
+def test_a_batch_whose_rewards_change_after_early_scoring_is_scored_again(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """The rewards rewritten between the early start and the advantage step (every reward
+    flipped) -> the early result is not used; the advantages are those of the new rewards."""
+    seen: list = []
+    _fake_old_log_prob(monkeypatch, seen)
+    flipped = Rows(**{**sample_rows.__dict__,
+                      "rm_scores": torch.where(sample_rows.rm_scores != 0,
+                                               1.0 - sample_rows.rm_scores,
+                                               sample_rows.rm_scores)})
+    assert not torch.equal(flipped.rm_scores, sample_rows.rm_scores)
+    trainer, metrics = make_trainer(verl_config), {}
+    meta = trainer._compute_old_log_prob(put_rows(sample_rows, "train"), metrics)
+    put_rows(flipped, "train")  # the same keys, new rewards
+    trainer._compute_advantage(meta, metrics)
+    assert metrics["factutil/score_early_used"] == 0.0
+    got = read_advantages(meta)
+    late, late_metrics = make_trainer(verl_config, "+algorithm.factutil.score_early=false"), {}
+    want = _advantages_of(late, flipped, late_metrics, early=False)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert not all(torch.equal(a, b) for a, b in zip(got, _advantages_of(
+        late, sample_rows, {}, early=False)))
+
+
+def test_a_failed_early_scoring_is_done_again_at_the_advantage_step(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    seen: list = []
+    _fake_old_log_prob(monkeypatch, seen)
+    trainer, metrics = make_trainer(verl_config), {}
+    real, calls = trainer._factutil_score, []
+
+    def failing_once(inputs, grpo):
+        calls.append(grpo is None)
+        if len(calls) == 1:
+            raise RuntimeError("scoring failed in the thread")
+        return real(inputs, grpo)
+
+    monkeypatch.setattr(trainer, "_factutil_score", failing_once)
+    meta = put_rows(sample_rows, "train")
+    with pytest.raises(RuntimeError, match="scoring failed in the thread"):
+        trainer._compute_old_log_prob(meta, metrics)  # the fake step re-raises the thread's error
+    trainer._compute_advantage(meta, metrics)
+    assert calls == [True, False]  # early (no GRPO yet), then again with verl's GRPO
+    assert metrics["factutil/score_early_used"] == 0.0 and metrics["factutil/batch_fallback"] == 0.0
+    expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
+    _assert_advantages_are_the_cores(meta, sample_rows, expected)
+
+
+def test_no_early_scoring_with_kl_in_the_reward(verl_config, monkeypatch):
+    seen: list = []
+    _fake_old_log_prob(monkeypatch, seen)
+    trainer = make_trainer(verl_config, "algorithm.use_kl_in_reward=true")
+    trainer._compute_old_log_prob(object(), {})
+    assert seen == [None]
