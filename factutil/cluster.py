@@ -19,7 +19,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from itertools import chain, count
+from itertools import chain, count, islice
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -309,22 +309,43 @@ class SemanticClusterer:
         limit = self.config.cache_max_entries
         for item in items:
             analyses = item.analyses if analyse else None
-            records = analyses is not None or not analyse  # without analyses: computed here
-            vectors = item.vectors
-            for row, key in enumerate(item.parts):
-                self._prepared.add(key)
-                if records:
-                    record = store.get(key)
-                    if record is None or (analyse and record.features is None):
-                        features = analyses[row] if analyse else None
-                        store[key] = _FactRecord(
-                            item.texts[row], features, hash(features.key) if analyse else 0,
-                            next(self._serials),
-                        )
-                        if len(store) > limit:
-                            store.popitem(last=False)
-                if vectors is not None:
-                    self.cache.put(name, item.texts[row], vectors[row])
+            parts, texts = item.parts, item.texts
+            self._prepared.update(parts)
+            if analyses is not None or not analyse:  # without analyses: computed here
+                if len(store) + len(parts) <= limit:
+                    self._add_records(parts, texts, analyses)
+                else:  # evictions interleave with the look-ups: one fact at a time
+                    for row, key in enumerate(parts):
+                        record = store.get(key)
+                        if record is None or (analyse and record.features is None):
+                            features = analyses[row] if analyse else None
+                            store[key] = _FactRecord(
+                                texts[row], features, hash(features.key) if analyse else 0,
+                                next(self._serials),
+                            )
+                            if len(store) > limit:
+                                store.popitem(last=False)
+            if item.vectors is not None:
+                self.cache.put_many(name, texts, item.vectors)
+
+    def _add_records(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
+                     analyses: Sequence[Any] | None) -> None:
+        """Records of the facts that have none (or none with an analysis, given analyses), in
+        order, each with the next serial: what one insert per fact gives when nothing is evicted."""
+        store = self._records
+        get = store.get
+        if analyses is None:
+            rows = [row for row, key in enumerate(parts) if key not in store]
+            features = [None] * len(rows)
+            hashes = [0] * len(rows)
+        else:
+            rows = [row for row, key in enumerate(parts)
+                    if (record := get(key)) is None or record.features is None]
+            features = [analyses[row] for row in rows]
+            hashes = [hash(f.key) for f in features]
+        store.update(zip([parts[row] for row in rows],
+                         map(_FactRecord, [texts[row] for row in rows], features, hashes,
+                             islice(self._serials, len(rows)))))
 
     def _fact_records(
         self, parts: Sequence[tuple[str, str, str]], analyse: bool

@@ -421,6 +421,35 @@ class EmbeddingCache:
                 _, evicted = self._store.popitem(last=False)
                 self.nbytes -= evicted.nbytes
 
+    def put_many(self, name: str, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """:meth:`put` of each text with its row of ``vectors`` (float32 (len(texts), d)), in
+        order, under one lock: the same entries, order and evictions as one call per text.
+
+        Raises:
+            ValueError: ``vectors`` has not one row per text.
+        """
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(texts):
+            raise ValueError(f"put_many: vectors {vectors.shape} for {len(texts)} texts "
+                             f"(one row per text)")
+        if self.max_entries == 0 or not len(texts) or vectors[0].nbytes > self.max_bytes:
+            return
+        rows = [row.copy() for row in vectors]
+        for row in rows:
+            row.setflags(write=False)
+        size = vectors[0].nbytes
+        with self._lock:
+            store = self._store
+            for text, row in zip(texts, rows):
+                old = store.pop((name, text), None)
+                if old is not None:
+                    self.nbytes -= old.nbytes
+                store[(name, text)] = row
+                self.nbytes += size
+                while len(store) > self.max_entries or self.nbytes > self.max_bytes:
+                    _, evicted = store.popitem(last=False)
+                    self.nbytes -= evicted.nbytes
+
     def clear(self) -> None:
         """Drop every entry and reset the counters."""
         with self._lock:
