@@ -92,7 +92,7 @@ UNICODE_FOLDS: dict[str, str] = {
 }
 _FOLD_TABLE = str.maketrans(UNICODE_FOLDS)
 
-_PUNCTUATION = frozenset(string.punctuation)
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)  # the same characters, in C
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 # HotpotQA: these answers are all-or-nothing; no partial F1 against a different answer.
 _YES_NO_NOANSWER = frozenset({"yes", "no", "noanswer"})
@@ -121,7 +121,7 @@ def normalize_answer(text: str, fold_unicode: bool = False) -> str:
         text = unicodedata.normalize("NFKC", text).translate(_FOLD_TABLE)
     # The reference order: white_space_fix(remove_articles(remove_punc(lower(s)))).
     text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = text.translate(_DROP_PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
