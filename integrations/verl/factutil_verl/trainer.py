@@ -70,8 +70,8 @@ class _Inputs:
     nested_mask: Any  # TransferQueue's jagged response_mask, for writing back
 
     def same_batch(self, other: _Inputs) -> bool:
-        """Whether ``other`` holds the same rows, masks and rewards (extra fields are the agent
-        loop's and do not change within a step)."""
+        """Whether ``other`` holds the same rows, masks and rewards (the extra fields, the agent
+        loop's actions and shipped work, are not compared: they do not change within a step)."""
         import torch
 
         return (self.keys == other.keys and self.uids == other.uids
@@ -127,11 +127,14 @@ class FactUtilTrainer(PPOTrainerSync):
     def _reward_field(self) -> str:
         return "token_level_rewards" if self.config.algorithm.use_kl_in_reward else "rm_scores"
 
-    def _factutil_inputs(self, batch: KVBatchMeta, grpo: bool = False) -> tuple[_Inputs, Any]:
+    def _factutil_inputs(
+        self, batch: KVBatchMeta, grpo: bool = False, extra: bool = True
+    ) -> tuple[_Inputs, Any]:
         """The batch's scoring inputs from TransferQueue, and verl's GRPO advantages (padded)
-        when ``grpo``."""
+        when ``grpo``; without ``extra`` the rows' extra fields (the actions and shipped work,
+        most of what is read) are left out (``extra_fields`` is then empty)."""
         reward_field = self._reward_field()
-        fields = ["uid", "response_mask", reward_field, "extra_fields"]
+        fields = ["uid", "response_mask", reward_field] + (["extra_fields"] if extra else [])
         data = tq.kv_batch_get(
             keys=batch.keys,
             partition_id=batch.partition_id,
@@ -139,7 +142,7 @@ class FactUtilTrainer(PPOTrainerSync):
         )
         nested_mask = data["response_mask"]
         uids = [str(uid) for uid in _as_list(data.pop("uid"))]
-        extra_fields = _as_list(data.pop("extra_fields"))
+        extra_fields = _as_list(data.pop("extra_fields")) if extra else []
         padded = data.to_padded_tensor()
         tags = list(batch.tags) if batch.tags else [{}] * len(batch.keys)
         inputs = _Inputs(
@@ -198,7 +201,8 @@ class FactUtilTrainer(PPOTrainerSync):
         early, self._factutil_early = self._factutil_early, None
         scored = None
         try:
-            inputs, grpo = self._factutil_inputs(batch, grpo=True)
+            # Scored early: only what could have changed since is read again (not the actions).
+            inputs, grpo = self._factutil_inputs(batch, grpo=True, extra=early is None)
             result = None
             metrics["factutil/score_early_used"] = 0.0
             if early is not None:
@@ -220,6 +224,8 @@ class FactUtilTrainer(PPOTrainerSync):
                     logger.warning("factutil: the batch changed after it was scored early; "
                                    "scoring it again")
             if result is None:
+                if early is not None:
+                    inputs, grpo = self._factutil_inputs(batch, grpo=True)
                 result = self._factutil_score(inputs, grpo)
             nested = response_to_nested(result.advantages, inputs.nested_mask)
             fields = TensorDict(
