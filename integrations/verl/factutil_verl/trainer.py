@@ -201,9 +201,7 @@ class FactUtilTrainer(PPOTrainerSync):
         early, self._factutil_early = self._factutil_early, None
         scored = None
         try:
-            # Scored early: only what could have changed since is read again (not the actions).
-            inputs, grpo = self._factutil_inputs(batch, grpo=True, extra=early is None)
-            result = None
+            result, early_result = None, None
             metrics["factutil/score_early_used"] = 0.0
             if early is not None:
                 waited = time.perf_counter()
@@ -211,21 +209,23 @@ class FactUtilTrainer(PPOTrainerSync):
                     early_result = early[1].result()
                 except Exception:
                     logger.exception("factutil: scoring early failed; scoring the batch again")
-                    early_result = None
                 metrics["factutil/time_wait_ms"] = 1000.0 * (time.perf_counter() - waited)
-                if early_result is None:
-                    pass
-                elif early[0].same_batch(inputs):
+            if early_result is not None:
+                # Only what could have changed since is read again (not the actions and shipped
+                # work), and verl's GRPO values only when a row keeps them.
+                keeps_grpo = bool(early_result.fallback) or any(early[0].is_padding)
+                inputs, grpo = self._factutil_inputs(batch, grpo=keeps_grpo, extra=False)
+                if early[0].same_batch(inputs):
                     result = early_result
-                    result.advantages = with_grpo_fallback(result, grpo, inputs.uids,
-                                                           inputs.is_padding)
+                    if grpo is not None:
+                        result.advantages = with_grpo_fallback(result, grpo, inputs.uids,
+                                                               inputs.is_padding)
                     metrics["factutil/score_early_used"] = 1.0
                 else:
                     logger.warning("factutil: the batch changed after it was scored early; "
                                    "scoring it again")
             if result is None:
-                if early is not None:
-                    inputs, grpo = self._factutil_inputs(batch, grpo=True)
+                inputs, grpo = self._factutil_inputs(batch, grpo=True)
                 result = self._factutil_score(inputs, grpo)
             nested = response_to_nested(result.advantages, inputs.nested_mask)
             fields = TensorDict(

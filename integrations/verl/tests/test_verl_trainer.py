@@ -111,10 +111,19 @@ def test_compute_advantage_through_transfer_queue_equals_the_core(
     assert metrics["factutil/time_trainer_ms"] > 0
 
 
-def test_a_batch_without_extra_fields_keeps_verls_grpo(transfer_queue, sample_rows, verl_config):
+@pytest.mark.parametrize("early", [False, True])
+def test_a_batch_without_extra_fields_keeps_verls_grpo(
+    transfer_queue, sample_rows, verl_config, monkeypatch, early
+):
+    """No row has factutil's fields -> every group keeps verl's GRPO advantages, scored at the
+    advantage step (rows without extra fields: the read fails, the whole batch keeps GRPO) or
+    early (rows whose extra fields hold no factutil key: every group falls back, and verl's GRPO
+    values are read for their rows)."""
     from verl.protocol import DataProto
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
+    seen: list = []
+    _fake_old_log_prob(monkeypatch, seen)
     trainer = make_trainer(verl_config)
     rows = Rows(
         keys=[f"x{key}" for key in sample_rows.keys],
@@ -125,9 +134,16 @@ def test_a_batch_without_extra_fields_keeps_verls_grpo(transfer_queue, sample_ro
         lines=[],
         row_of_action={},
     )
-    meta = put_rows(rows, "train", with_extra_fields=False)
+    if early:
+        rows.extra_fields = [{"other_loop": row} for row in range(len(rows.keys))]
+    meta = put_rows(rows, "train", with_extra_fields=early)
     metrics: dict[str, float] = {}
+    if early:
+        meta = trainer._compute_old_log_prob(meta, metrics)
     trainer._compute_advantage(meta, metrics)
+    if early:
+        assert seen == [True] and metrics["factutil/score_early_used"] == 1.0
+        assert metrics["factutil/groups_fallback"] == 30.0
 
     grpo = compute_advantage_for_multi_trajectories(
         DataProto.from_dict(
@@ -141,7 +157,7 @@ def test_a_batch_without_extra_fields_keeps_verls_grpo(transfer_queue, sample_ro
     for row, tokens in enumerate(read_advantages(meta)):
         assert torch.isfinite(tokens).all()
         torch.testing.assert_close(tokens, grpo[row, : tokens.shape[0]].float())
-    assert metrics["factutil/batch_fallback"] == 1.0
+    assert metrics["factutil/batch_fallback"] == float(not early)
 
 
 def _assert_advantages_are_the_cores(meta, sample_rows, expected) -> None:
