@@ -374,6 +374,7 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         "worker_task_wall_s": [wall for _, _, wall in results],
         "workers": workers, "backend": backend, "rollouts": len(rows),
         "prepare_chunk": chunk, "embedding_batch_size": batch_rows,
+        "embedding_pass_tokens": config.embedding_pass_tokens,
         "shipped_mb": sum(len(item) for item in prepared) / 2**20,
         "shipped_items": len(prepared),
         "ray_start_s": startup_s,
@@ -390,7 +391,8 @@ def critical_table(entry: dict, threads: int | None) -> Table:
     chunk = {0: "its whole share", 1: "each rollout"}.get(entry["prepare_chunk"], f"{entry['prepare_chunk']} rollouts")
     table = Table(title=f"critical path, size {entry['size']}, backend {entry['backend']}, driver "
                         f"threads {threads or 'all'}, {entry['workers']} Ray workers, one prepare_facts call "
-                        f"per {chunk}, {entry['embedding_batch_size']}-row passes (seconds)",
+                        f"per {chunk}, passes of {entry['embedding_batch_size']} texts x "
+                        f"{entry.get('embedding_pass_tokens', 0) or 'unpacked'} tokens (seconds)",
                   header_style="bold")
     for column in ("driver does everything (cold) s", "its CPU s", "driver_s (facts prepared)", "its CPU s",
                    "worker CPU s", "workers' wall s", "shipped MB", "texts the driver embedded", "identical"):
