@@ -170,10 +170,10 @@ class FactUtilConfig(BaseModel):
     )
     score_early: bool = Field(
         True,
-        description="Trainers (verl's factutil trainer mode): start scoring a batch in a "
-        "background thread once its rewards are known, while the trainer computes log-probs, and "
+        description="Trainers (verl's factutil trainer mode, OpenRLHF): start scoring a batch in "
+        "a background thread once its rewards are known, while the trainer computes log-probs, and "
         "use the result if its inputs are unchanged at the advantage step (the same numbers as "
-        "scoring then); never with KL in the reward (the rewards change after the log-probs).",
+        "scoring then); verl: never with KL in the reward (the rewards change after the log-probs).",
     )
     prepared_device: Literal["any", "same"] = Field(
         "any",

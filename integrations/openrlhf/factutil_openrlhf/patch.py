@@ -26,6 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,7 @@ METRIC_KEYS = (
     "factutil/prepared_unshipped",
     "factutil/prepared_ignored",
     "factutil/prepared_other_device",
+    "factutil/score_early_used",
     "factutil/time_s",
 )
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
@@ -67,7 +69,9 @@ advantages unchanged. With ``prepare_in_workers``, ``factutil/prepared_unshipped
 batch's samples whose per-fact work did not come from the engine (the step did it) and
 ``factutil/prepared_ignored`` the work made for another embedder or config (the step redid it),
 ``factutil/prepared_other_device`` the batch's facts whose vectors came from an engine on another
-kind of device than the trainer's embedder (config ``prepared_device``)."""
+kind of device than the trainer's embedder (config ``prepared_device``).
+``factutil/score_early_used`` is 1 when the batch was scored while OpenRLHF computed the
+log-probs (config ``score_early``) and that result was used."""
 
 
 class ProcessAdvantagePatch:
@@ -91,6 +95,9 @@ class ProcessAdvantagePatch:
         self._warned: set[str] = set()
         self.steps = 0
         self.reports = None
+        # score_early: one thread; the rows it scores and the future of their scoring.
+        self._pool: ThreadPoolExecutor | None = None
+        self._early: tuple[dict[tuple[int, int], dict[str, Any]], Future] | None = None
 
     def clusterer(self):
         """One clusterer for the whole run, so its state (an embedding cache) is reused."""
@@ -104,6 +111,62 @@ class ProcessAdvantagePatch:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message)
+
+    def start_early(self, maker: Any, experiences: Sequence[Any]) -> None:
+        """Start scoring ``experiences`` in a background thread (config ``score_early``), before
+        OpenRLHF computes their log-probs; :meth:`add_process_advantages` uses the result when
+        the rows it is given are the same (sample indices, rewards, prompts, labels, the very
+        payloads), else scores again. Nothing starts when no sample carries a payload or a
+        reward is not known yet (a reward model scores during the log-probs). Never raises."""
+        self._early = None
+        if not self.config.score_early:
+            return
+        try:
+            payloads = [experience.info.get(PAYLOAD_KEY) for experience in experiences]
+            if all(payload is None for payload in payloads):
+                return
+            n = int(maker.strategy.args.rollout.n_samples_per_prompt)
+            rows, groups = _collect_rows(experiences, payloads, n)
+            if any(row["reward"] is None for row in rows.values()):
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
+            self._early = (rows, self._pool.submit(self._score_groups, rows, groups))
+        except Exception:
+            logger.exception("factutil: could not start scoring early; the advantage step will")
+
+    def _score_groups(self, rows: dict[tuple[int, int], dict[str, Any]],
+                      groups: dict[int, list[tuple[int, int]]]) -> Any:
+        """The core's scoring of the rows' groups (:func:`factutil.integration.score_batch`)."""
+        shipping = prepares_in_workers(self.config)
+        return score_batch(
+            sorted(groups),
+            lambda group: _group_rollouts(group, groups[group], rows, shipping),
+            self.config,
+            clusterer=self.clusterer(),
+            column="process_advantage",
+        )
+
+    def _early_batch(self, rows: dict[tuple[int, int], dict[str, Any]]) -> Any:
+        """The batch scored early, when it scored exactly these rows; else None."""
+        early, self._early = self._early, None
+        if early is None:
+            return None
+        try:
+            batch = early[1].result()
+        except Exception:
+            logger.exception("factutil: scoring early failed; scoring the batch again")
+            return None
+        fields = ("index", "reward", "prompt", "label")
+        same = early[0].keys() == rows.keys() and all(
+            all(early[0][key][name] == rows[key][name] for name in fields)
+            and early[0][key]["payload"] is rows[key]["payload"]
+            for key in rows
+        )
+        if not same:
+            logger.warning("factutil: the batch changed after it was scored early; scoring it again")
+            return None
+        return batch
 
     def add_process_advantages(self, maker: Any, experiences: Sequence[Any], payloads: list[Any]) -> None:
         """Add omega * A_proc on each action's tokens of ``experiences`` (in place). Never raises.
@@ -129,7 +192,7 @@ class ProcessAdvantagePatch:
         batch_stats = dict.fromkeys(
             ("factutil/clusters_per_group", "factutil/shaping_nonzero_share",
              "factutil/prepared_unshipped", "factutil/prepared_ignored",
-             "factutil/prepared_other_device"),
+             "factutil/prepared_other_device", "factutil/score_early_used"),
             0.0,
         )
         skipped: dict[int, str] = {}
@@ -218,14 +281,10 @@ class ProcessAdvantagePatch:
                 "to unit-variance advantages (group_norm, rloo or dr_grpo keep GRPO's scale)",
             )
         rows, groups = _collect_rows(experiences, payloads, n)
-        shipping = prepares_in_workers(self.config)
-        batch = score_batch(
-            sorted(groups),
-            lambda group: _group_rollouts(group, groups[group], rows, shipping),
-            self.config,
-            clusterer=self.clusterer(),
-            column="process_advantage",
-        )
+        batch = self._early_batch(rows)
+        batch_stats["factutil/score_early_used"] = float(batch is not None)
+        if batch is None:
+            batch = self._score_groups(rows, groups)
         skipped.update(batch.fallback)
         batch_stats["factutil/prepared_unshipped"] = float(batch.unshipped or 0)
         if batch.result is None:
@@ -250,7 +309,8 @@ def _collect_rows(
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     groups: dict[int, list[tuple[int, int]]] = {}
     for i, experience in enumerate(experiences):
-        batch = len(experience.advantages)
+        # before OpenRLHF's advantages exist (scoring early), the rows are the sample indices
+        batch = len(experience.advantages if experience.advantages is not None else experience.index)
         index = experience.index
         if index is None or len(index) != batch:
             raise ValueError(f"experience {i} has index {index!r} for {batch} rows")
@@ -427,10 +487,12 @@ def patch_experience_maker(module: Any) -> None:
     OpenRLHF's own method runs unchanged, then
     :meth:`ProcessAdvantagePatch.add_process_advantages` adds omega * A_proc. When no sample
     carries the ``factutil`` key (the samples generator is not patched) nothing else happens.
+    ``make_experience`` is wrapped too, to start the scoring early (config ``score_early``).
 
     Raises:
         RuntimeError: the method is missing (see :func:`patch_samples_generator`).
     """
+    _wrap_make_experience(module)
     cls, original = _method_to_wrap(module, "RemoteExperienceMaker", "compute_advantages_and_returns")
     if original is None:
         return
@@ -457,3 +519,20 @@ def patch_experience_maker(module: Any) -> None:
 
     setattr(compute_advantages_and_returns, PATCHED, original)
     cls.compute_advantages_and_returns = compute_advantages_and_returns
+
+
+def _wrap_make_experience(module: Any) -> None:
+    """Wrap ``RemoteExperienceMaker.make_experience``: the batch's scoring starts first, in a
+    background thread (:meth:`ProcessAdvantagePatch.start_early`), so it runs while OpenRLHF
+    waits on the actors' log-probs."""
+    cls, original_make = _method_to_wrap(module, "RemoteExperienceMaker", "make_experience")
+    if original_make is None:
+        return
+
+    @functools.wraps(original_make)
+    def make_experience(self, samples_list):
+        active().start_early(self, samples_list)  # scores while the actors compute log-probs
+        return original_make(self, samples_list)
+
+    setattr(make_experience, PATCHED, original_make)
+    cls.make_experience = make_experience

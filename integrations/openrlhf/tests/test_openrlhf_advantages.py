@@ -313,3 +313,77 @@ def test_a_failing_report_changes_no_advantage(openrlhf, episodes, tmp_path):
     for a, b in zip(failed, plain):
         assert torch.equal(a.advantages, b.advantages)
         assert torch.equal(a.info["factutil/skipped"], b.info["factutil/skipped"])
+
+
+@pytest.mark.parametrize("mode", ["exact", "semantic"])
+def test_scoring_early_gives_the_same_advantages_and_is_used(openrlhf, episodes, mode):
+    """score_early (default): the batch scored in the background before the log-probs (as the
+    wrapped make_experience starts it) -> the advantage step uses that result and every
+    advantage equals, bit for bit, the advantages of scoring at the advantage step."""
+    from factutil_openrlhf import patch
+
+    config = FactUtilConfig(omega=0.5, mode=mode)
+    _, late = run_both(openrlhf, episodes, config)
+    patch.configure(config)
+    maker = make_maker(openrlhf, episodes)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    patch.active().start_early(maker, batches)
+    assert patch.active()._early is not None
+    early = maker.compute_advantages_and_returns(batches)
+    for a, b in zip(early, late):
+        assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)
+        assert bool((a.info["factutil/score_early_used"] == 1).all())
+        assert bool((b.info["factutil/score_early_used"] == 0).all())
+
+
+def test_a_batch_changed_after_early_scoring_is_scored_again(openrlhf, episodes, caplog):
+    """The rows changed between the early start and the advantage step (here the first micro-
+    batch's prompts, as another question would be) -> the early result is not used (one
+    warning, score_early_used 0); the advantages are those of scoring the changed batch."""
+    from factutil_openrlhf import patch
+
+    config = FactUtilConfig(omega=0.5, **EXACT)
+    patch.configure(config)
+    maker = make_maker(openrlhf, episodes)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    changed = copy.deepcopy(batches)
+    changed[0].prompts = [f"another question {r}" for r in range(len(changed[0].prompts))]
+    reference = maker.compute_advantages_and_returns(copy.deepcopy(changed))
+    patch.active().start_early(maker, batches)
+    batches[0].prompts = list(changed[0].prompts)
+    with caplog.at_level("WARNING", logger="factutil.openrlhf"):
+        again = maker.compute_advantages_and_returns(batches)
+    assert "changed after it was scored early" in caplog.text
+    for a, b in zip(again, reference):
+        assert torch.equal(a.advantages, b.advantages)
+        assert bool((a.info["factutil/score_early_used"] == 0).all())
+
+
+def test_no_early_scoring_when_off_or_without_payloads(openrlhf, episodes):
+    from factutil_openrlhf import patch
+
+    maker = make_maker(openrlhf, episodes)
+    patch.configure(FactUtilConfig(omega=0.5, score_early=False, **EXACT))
+    patch.active().start_early(maker, build_experiences(openrlhf, episodes, maker.args, maker))
+    assert patch.active()._early is None
+    patch.configure(FactUtilConfig(omega=0.5, **EXACT))
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    for batch in batches:
+        batch.info.pop("factutil")
+    patch.active().start_early(maker, batches)
+    assert patch.active()._early is None
+
+
+def test_make_experience_starts_the_scoring(openrlhf, episodes, monkeypatch):
+    """The wrapped make_experience hands its samples to start_early before OpenRLHF's own."""
+    from factutil_openrlhf import patch
+
+    patch.configure(FactUtilConfig(omega=0.5, **EXACT))
+    maker = make_maker(openrlhf, episodes)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    calls = []
+    monkeypatch.setattr(patch.active(), "start_early", lambda m, s: calls.append((m, s)))
+    assert getattr(openrlhf.experience_maker.RemoteExperienceMaker.make_experience, patch.PATCHED)
+    with pytest.raises(Exception):  # noqa: B017 - OpenRLHF's own part has no actors here
+        maker.make_experience(batches)
+    assert calls == [(maker, batches)]
