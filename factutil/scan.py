@@ -28,6 +28,7 @@ _LITERAL_EVAL_LIMIT = 200_000
 _TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
 _STRUCTURAL = re.compile(r"""[{}\[\]"']""")
+_BRACES = re.compile(r"\{+")
 _NESTING = re.compile(r"""[{}\[\]()"']""")
 _TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
 _OPENERS = "{[("
@@ -87,8 +88,10 @@ def json_items(text: str) -> list[Item]:
         start = text.find("{", pos)
         if start < 0 or start > last_key:
             break
-        if start in covered:
+        if start in covered:  # inside an object already scanned: skip the covered run at once
             pos = start + 1
+            while pos in covered:
+                pos += 1
             continue
         end = _scan_object(text, start, keys, closed, truncated, covered, budget)
         # A closed object is read whole; after an unclosed one, braces it saw inside strings may
@@ -142,9 +145,16 @@ def _scan_object(
             pos = after
             continue
         pos = at + 1
-        if char in "{[":
-            if char == "{":
-                covered.add(at)
+        if char == "{":
+            # A run of opening braces is pushed at once (a megabyte of "{" stays linear and fast):
+            # as many as the budget allows, each one step, as one at a time would.
+            run = min(_BRACES.match(text, at).end() - at - 1, budget[0])
+            budget[0] -= run
+            depth = len(stack)
+            stack.extend(["{", at + k, depth + k + 1, False] for k in range(run + 1))
+            covered.update(range(at, at + run + 1))
+            pos = at + run + 1
+        elif char == "[":
             stack.append([char, at, len(stack) + 1, False])
         elif char == "]":
             if stack and stack[-1][0] == "[":
