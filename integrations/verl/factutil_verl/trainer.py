@@ -8,8 +8,8 @@ the rows of each group are rebuilt into factutil rollouts, scored by
 Groups that cannot be scored keep verl's GRPO values (see :mod:`factutil_verl.advantage`).
 
 Off the critical path: with ``algorithm.factutil.score_early`` (default on) and no KL in the
-reward, the batch is read from TransferQueue as soon as its rewards are known (before verl
-computes the old log-probs) and scored in a background thread while the driver waits on the
+reward, the batch is read from TransferQueue and scored in a background thread, started as soon
+as its rewards are known (before verl computes the old log-probs), while the driver waits on the
 actor workers; the advantage step then only checks that the batch's keys, uids, masks and
 rewards are those it scored (else it scores again) and puts verl's GRPO values on the fallback
 rows (:func:`factutil_verl.advantage.with_grpo_fallback`): the same numbers as scoring then.
@@ -107,7 +107,7 @@ class FactUtilTrainer(PPOTrainerSync):
         self.factutil_clusterer: Clusterer | None = None
         # One thread scores a batch early (score_early); at most one batch is in flight.
         self._factutil_pool: ThreadPoolExecutor | None = None
-        self._factutil_early: tuple[_Inputs, Future[FactAgentAdvantages]] | None = None
+        self._factutil_early: Future[tuple[_Inputs, FactAgentAdvantages]] | None = None
         self.factutil_reports = ReportWriter.for_run(
             str(config.trainer.get("default_local_dir", ".")), self.factutil_config.report_every
         )
@@ -168,18 +168,23 @@ class FactUtilTrainer(PPOTrainerSync):
             is_padding=inputs.is_padding,
         )
 
+    def _factutil_read_and_score(self, batch: KVBatchMeta) -> tuple[_Inputs, FactAgentAdvantages]:
+        """The early work, all in the background thread: read the batch (TransferQueue's client
+        is thread-safe) and score it without verl's GRPO values."""
+        inputs, _ = self._factutil_inputs(batch)
+        return inputs, self._factutil_score(inputs, None)
+
     def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """verl's old log-probs; with ``score_early`` (and no KL in the reward) the batch's
-        scoring starts first, in a background thread, so it runs while the driver waits on the
-        actor workers. A failure to start leaves the scoring to the advantage step."""
+        reading and scoring start first, in a background thread, so they run while the driver
+        waits on the actor workers. A failure leaves the scoring to the advantage step."""
         self._factutil_early = None
         if self.factutil_config.score_early and not self.config.algorithm.use_kl_in_reward:
             try:
-                inputs, _ = self._factutil_inputs(batch)
                 if self._factutil_pool is None:
                     self._factutil_pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
-                self._factutil_early = (
-                    inputs, self._factutil_pool.submit(self._factutil_score, inputs, None))
+                self._factutil_early = self._factutil_pool.submit(
+                    self._factutil_read_and_score, batch)
             except Exception:
                 logger.exception("factutil: could not start scoring early; the advantage step "
                                  "scores the batch")
@@ -201,21 +206,21 @@ class FactUtilTrainer(PPOTrainerSync):
         early, self._factutil_early = self._factutil_early, None
         scored = None
         try:
-            result, early_result = None, None
+            result, early_inputs, early_result = None, None, None
             metrics["factutil/score_early_used"] = 0.0
             if early is not None:
                 waited = time.perf_counter()
                 try:
-                    early_result = early[1].result()
+                    early_inputs, early_result = early.result()
                 except Exception:
                     logger.exception("factutil: scoring early failed; scoring the batch again")
                 metrics["factutil/time_wait_ms"] = 1000.0 * (time.perf_counter() - waited)
             if early_result is not None:
                 # Only what could have changed since is read again (not the actions and shipped
                 # work), and verl's GRPO values only when a row keeps them.
-                keeps_grpo = bool(early_result.fallback) or any(early[0].is_padding)
+                keeps_grpo = bool(early_result.fallback) or any(early_inputs.is_padding)
                 inputs, grpo = self._factutil_inputs(batch, grpo=keeps_grpo, extra=False)
-                if early[0].same_batch(inputs):
+                if early_inputs.same_batch(inputs):
                     result = early_result
                     if grpo is not None:
                         result.advantages = with_grpo_fallback(result, grpo, inputs.uids,

@@ -244,7 +244,7 @@ def _fake_old_log_prob(monkeypatch, seen: list):
 
     def old_log_prob(self, batch, metrics=None):
         early = self._factutil_early
-        seen.append(None if early is None else early[1].result(timeout=60) is not None)
+        seen.append(None if early is None else early.result(timeout=60) is not None)
         return batch
 
     monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", old_log_prob)
