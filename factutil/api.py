@@ -40,7 +40,9 @@ from factutil.shaping import INVALID, PAD, action_gains, process_rewards
 from factutil.utility import batch_utilities
 
 if TYPE_CHECKING:
+    from factutil.load import GroupRows
     from factutil.prepare import PreparedFacts
+    from factutil.rollout_work import RolloutWork
 
 __all__ = [
     "CLUSTERING_FIELDS", "ActionRecord", "ClusterRecord", "ProcessAdvantages", "RolloutRecord",
@@ -173,26 +175,33 @@ def _compute(
     if on_invalid_group not in ("raise", "skip"):
         raise ValueError(f"on_invalid_group must be 'raise' or 'skip', got {on_invalid_group!r}")
     batch, skipped = load_groups(groups, skip_invalid=on_invalid_group == "skip")
+    batch, work = _shipped_rows(batch, config, skipped, on_invalid_group == "skip")
     for uid, reason in skipped.items():
         warn(f"group {uid!r} skipped: {reason}")
     timings["load"] = time.perf_counter() - clock
 
     # 1. Outcomes and the fact texts of every rollout (docs/method.md §1, §2.1).
     clock = time.perf_counter()
-    prep = prepare(batch, config, warn)
+    prep = prepare(batch, config, warn, work.columns if work is not None else None)
     timings["prepare"] = time.perf_counter() - clock
 
     # 2. Clusters (docs/method.md §2).
     clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    if prepared is not None:
+    if work is not None and work.facts:
+        prepared = [*work.facts, *_prepared_list(prepared)]
+    given = _given_work(clusterer, prep, prepared)
+    if prepared is not None and given is None:
         add_prepared = getattr(clusterer, "add_prepared", None)
         if add_prepared is not None:
             add_prepared(prepared, warn=warn)
         else:
             warn(f"prepared facts ignored: {type(clusterer).__name__} takes none "
                  f"(no add_prepared method)")
-    labels = clusterer.cluster_batch(prep.facts)
+    if given is not None:
+        labels = clusterer.cluster_given(prep.facts, *given)
+    else:
+        labels = clusterer.cluster_batch(prep.facts)
     timings["cluster"] = time.perf_counter() - clock
 
     # 3. Utilities of every cluster (docs/method.md §3).
@@ -321,6 +330,87 @@ def _compute(
     return ProcessAdvantages(
         advantages, columns, keys, offsets, metrics, warnings, skipped, records
     )
+
+
+def _shipped_rows(
+    batch: list[GroupRows], config: FactUtilConfig, skipped: dict[str, str], skip: bool
+) -> tuple[list[GroupRows], RolloutWork | None]:
+    """The shipped rows' work (:func:`factutil.rollout_work.read_rollout_work`), numbered by
+    batch row; a group with a row whose work cannot be used is left out (``skip``: its reason
+    added to ``skipped``) or raises.
+
+    Raises:
+        ValueError: with ``skip`` False, the first such row (group, rollout and reason named).
+    """
+    shipped: dict[int, bytes] = {}
+    keys: dict[int, tuple[str, str]] = {}
+    row = 0
+    for group in batch:
+        for rollout in group.rollouts:
+            data = rollout.get("shipped")
+            if data is not None:
+                shipped[row] = data
+                keys[row] = (group.uid, rollout["rollout_id"])
+            row += 1
+    if not shipped:
+        return batch, None
+    from factutil.rollout_work import read_rollout_work
+
+    work = read_rollout_work(shipped, keys, config)
+    if not work.unreadable:
+        return batch, work
+    bad: dict[str, str] = {}  # uid -> the reason of its first such row
+    for row, reason in sorted(work.unreadable.items()):
+        bad.setdefault(keys[row][0], f"rollout {keys[row][1]!r}: {reason}")
+    if not skip:
+        uid, reason = next(iter(bad.items()))
+        raise ValueError(f"group {uid!r} {reason}")
+    kept: list[GroupRows] = []
+    renumbered: dict[int, Any] = {}
+    row = new = 0
+    for group in batch:
+        size = len(group.rollouts)
+        if group.uid in bad:
+            skipped[group.uid] = bad[group.uid]
+        else:
+            kept.append(group)
+            for offset in range(size):
+                if row + offset in work.columns:
+                    renumbered[new + offset] = work.columns[row + offset]
+            new += size
+        row += size
+    return kept, work._replace(columns=renumbered)
+
+
+def _given_work(
+    clusterer: Clusterer, prep: Any, prepared: Any
+) -> tuple[PreparedFacts, np.ndarray] | None:
+    """The one item of ``prepared`` that holds the work of every fact of the step, with each
+    fact's row in it, when the clusterer can cluster from it alone
+    (:meth:`~factutil.cluster.SemanticClusterer.cluster_given`: the item :meth:`fits` it);
+    else None (the clusterer then takes the items through ``add_prepared`` and computes what is
+    missing). The shipped rows' facts come first, their rows known (``prep.fact_work``)."""
+    if getattr(clusterer, "cluster_given", None) is None:
+        return None
+    items = _prepared_list(prepared)
+    if not items or not clusterer.fits(items[0]):
+        return None
+    rows = prep.fact_work
+    if not len(rows) or int(rows.min()) < 0:
+        position = {parts: index for index, parts in enumerate(items[0].parts)}
+        found = [position.get(fact) for facts in prep.facts for fact in facts]
+        if None in found:
+            return None
+        rows = np.array(found, dtype=np.int64)
+    return items[0], rows
+
+
+def _prepared_list(prepared: Any) -> list[Any]:
+    from factutil.prepare import PreparedFacts
+
+    if prepared is None:
+        return []
+    return [prepared] if isinstance(prepared, PreparedFacts) else list(prepared)
 
 
 def _mean(values: list[float]) -> float:

@@ -400,8 +400,6 @@ class SemanticClusterer:
         clock = time.perf_counter()
         parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
         n = len(parts)
-        sizes = np.array([len(facts) for facts in facts_per_group], dtype=np.int64)
-        starts = np.cumsum(sizes) - sizes
         analyse = bool(config.filters) or config.key_edges
         records = self._fact_records(parts, analyse)
         texts, features, key_hashes, serials = zip(*records) if n else ((), (), (), ())
@@ -416,6 +414,97 @@ class SemanticClusterer:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         timings["embed"] = time.perf_counter() - clock
 
+        per_group, counts = self._link(facts_per_group, vectors, rows, features, key_hashes,
+                                       serials, timings)
+        prepared, self._prepared = self._prepared, set()
+        ignored, self._prepared_ignored = self._prepared_ignored, 0
+        other, self._prepared_other = self._prepared_other, set()
+        self.metrics = {
+            "facts": float(n),
+            "prepared_facts": float(sum(key in prepared for key in parts)) if prepared else 0.0,
+            "prepared_ignored": float(ignored),
+            "prepared_other_device": float(sum(key in other for key in parts)) if other else 0.0,
+            "texts_embedded": float(len(row_of)),
+            "cache_hits": float(self.cache.hits - hits),
+            "cache_misses": float(self.cache.misses - misses),
+            "cache_entries": float(len(self.cache)),
+            **counts,
+        }
+        return per_group
+
+    def fits(self, prepared: Any) -> bool:
+        """Whether :meth:`cluster_given` can take ``prepared`` (a
+        :class:`~factutil.prepare.PreparedFacts`): made for this clusterer's config and embedder
+        (:meth:`~factutil.prepare.PreparedFacts.mismatch`) on its kind of device, with vectors
+        and, when the filters or key edges need them, analyses. (Work from another kind of
+        device goes through :meth:`add_prepared`, which counts and reports it.)"""
+        config = self.config
+        device = device_type(self.embedder)
+        return (prepared.vectors is not None and prepared.device == device
+                and (prepared.analyses is not None or not (config.filters or config.key_edges))
+                and prepared.mismatch(config, self.embedder.name, device) is None)
+
+    def cluster_given(
+        self, facts_per_group: Sequence[Sequence[Triple]], prepared: Any, rows: np.ndarray
+    ) -> list[np.ndarray]:
+        """:meth:`cluster_batch` with every fact's work given: fact i (numbered across the
+        groups) is row ``rows[i]`` of ``prepared`` (a :class:`~factutil.prepare.PreparedFacts`
+        that :meth:`fits`, e.g. the shipped rows' work, :mod:`factutil.rollout_work`), its vector
+        and analysis read from there. The labels are :meth:`cluster_batch`'s, bit for bit (a
+        fact's work depends on the fact alone); nothing enters the caches, and pairs are not
+        looked up in or added to the memo of checked pairs (the step's facts are new).
+
+        Args:
+            facts_per_group: as :meth:`cluster_batch` takes them.
+            prepared: the facts' work.
+            rows: int64 (n,), each fact's row in ``prepared``.
+
+        Returns:
+            per group, int64 (n_g,) canonical labels (views of one array).
+
+        Raises:
+            ValueError: ``prepared`` does not fit, or ``rows`` is not one row per fact.
+        """
+        n = sum(map(len, facts_per_group))
+        rows = np.asarray(rows, dtype=np.int64)
+        if not self.fits(prepared):
+            raise ValueError(f"cluster_given: {prepared!r} does not fit this clusterer "
+                             f"({self.embedder.name!r}, its config)")
+        if rows.shape != (n,) or (n and not 0 <= int(rows.min()) <= int(rows.max()) < len(prepared)):
+            raise ValueError(f"cluster_given: rows must be {n} rows of the prepared facts, got "
+                             f"shape {rows.shape}")
+        config = self.config
+        timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
+        clock = time.perf_counter()
+        analyses = prepared.analyses
+        if config.filters or config.key_edges:
+            features = [analyses[row] for row in rows.tolist()]
+            key_hashes = [hash(feature.key) for feature in features]
+        else:
+            features = key_hashes = [None] * n
+        timings["filters"] = time.perf_counter() - clock
+        per_group, counts = self._link(facts_per_group, prepared.vectors, rows, features,
+                                       key_hashes, None, timings)
+        self.metrics = {
+            "facts": float(n), "prepared_facts": float(n), "prepared_ignored": 0.0,
+            "prepared_other_device": 0.0,
+            "texts_embedded": 0.0, "cache_hits": 0.0, "cache_misses": 0.0,
+            "cache_entries": float(len(self.cache)), **counts,
+        }
+        return per_group
+
+    def _link(
+        self, facts_per_group: Sequence[Sequence[Any]], vectors: np.ndarray, rows: np.ndarray,
+        features: Sequence[Any], key_hashes: Sequence[Any], serials: Sequence[int] | None,
+        timings: dict[str, float],
+    ) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Candidate edges, vetoes and linkage of every group (docs/method.md §2.3–§2.5) from each
+        fact's vector (row ``rows[i]`` of ``vectors``), analysis and key hash; per group its
+        labels, and the counts and stage seconds for ``metrics``."""
+        config = self.config
+        n = len(rows)
+        sizes = np.array([len(facts) for facts in facts_per_group], dtype=np.int64)
+        starts = np.cumsum(sizes) - sizes
         # 3. Candidate edges (docs/method.md §2.3), in fact numbers.
         clock = time.perf_counter()
         dense = sizes <= config.knn_min_size
@@ -449,33 +538,22 @@ class SemanticClusterer:
         ends = (starts + sizes).tolist()
         per_group = [labels[start:end] for start, end in zip(starts.tolist(), ends)]
         timings["linkage"] = time.perf_counter() - clock
-        prepared, self._prepared = self._prepared, set()
-        ignored, self._prepared_ignored = self._prepared_ignored, 0
-        other, self._prepared_other = self._prepared_other, set()
-        self.metrics = {
-            "facts": float(n),
-            "prepared_facts": float(sum(key in prepared for key in parts)) if prepared else 0.0,
-            "prepared_ignored": float(ignored),
-            "prepared_other_device": float(sum(key in other for key in parts)) if other else 0.0,
-            "texts_embedded": float(len(row_of)),
-            "cache_hits": float(self.cache.hits - hits),
-            "cache_misses": float(self.cache.misses - misses),
-            "cache_entries": float(len(self.cache)),
+        return per_group, {
             "edges": float(len(edges)),
             "key_edges": float(added),
             **{name: float(value) for name, value in linkage.items()},
             **{f"vetoes_{name}": float(value) for name, value in vetoes.items()},
             **{f"time_{name}_s": value for name, value in timings.items()},
         }
-        return per_group
 
     def _veto(
-        self, features: Sequence[Any], serials: Sequence[int]
+        self, features: Sequence[Any], serials: Sequence[int] | None
     ) -> tuple[Callable[[int, int], str | None], dict[str, int]]:
         """The veto of one call (docs/method.md §2.4) and its per-filter counts.
 
         ``veto(i, j)`` (i < j, fact numbers) runs the filters of ``config.filters`` in order and
-        returns the name of the first that separates facts i and j, or None. Within the call each
+        returns the name of the first that separates facts i and j, or None. ``serials`` None:
+        no memo across calls. Within the call each
         pair is evaluated once and, when vetoed, counted once under that filter; across calls the
         outcome (the name only, so a long fact's reason text is not kept) stays in the pair memo.
         """
@@ -494,17 +572,18 @@ class SemanticClusterer:
         def veto(i: int, j: int) -> str | None:
             if (i, j) in memo:
                 return memo[(i, j)]
-            key = (serials[i] << 40) | serials[j]
-            outcome = known(key)  # a filter's name, "" when none vetoes, None when not known
-            if outcome is None:
+            key = (serials[i] << 40) | serials[j] if serials is not None else None
+            outcome = known(key) if key is not None else None  # a filter's name, "" when none
+            if outcome is None:                                 # vetoes, None when not known
                 outcome = ""
                 for name, check in enabled:
                     if check(features[i], features[j], filter_cache) is not None:
                         outcome = name
                         break
-                pairs[key] = outcome
-                if len(pairs) > limit:
-                    pairs.popitem(last=False)
+                if key is not None:
+                    pairs[key] = outcome
+                    if len(pairs) > limit:
+                        pairs.popitem(last=False)
             else:
                 touch(key)
             if outcome:

@@ -9,12 +9,13 @@ each. Every later step of :func:`factutil.api.compute_process_advantages` works 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from factutil.config import FactUtilConfig
-from factutil.facts import Fact, distinct_facts, normalize_fact_text
+from factutil.facts import Fact, distinct_facts, fact_text, normalize_fact_text
 from factutil.load import GroupRows
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
 from factutil.shaping import KIND_CODES
@@ -50,11 +51,94 @@ class Prepared:
     occurrence_triples: list[list[str]]  # (occurrences,): each as written (the rows' own lists)
     ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
     reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
+    fact_work: np.ndarray  # int64 (facts,): each fact's row in the shipped facts' table, -1 none
 
 
-def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
-    """One pass over every action: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
+class RolloutColumns(NamedTuple):
+    """One rollout's share of :class:`Prepared` (docs/method.md §1, §2.1, §5): what its actions
+    say before its group is known. :func:`rollout_columns` reads it from the actions; a rollout
+    worker may ship it instead (:mod:`factutil.rollout_work`), with each occurrence's fact text and
+    its row in the shipped facts' table, so the step never walks that rollout's actions."""
 
+    kinds: list[int]  # the kind code of each effective action
+    total: int  # all actions, ignored ones included
+    occurrence_step: list[int]  # per asserted triple occurrence, its action's step
+    occurrence_triples: list[Any]  # per occurrence, the triple as written ([s, r, o])
+    repeated_steps: list[int]  # the steps of searches whose query an earlier search had
+    answer: str | None
+    empty_store_answer: bool  # the answer came while the store was empty
+    ignored_kinds: list[int]  # the kind code of each ignored action
+    reasons: dict[int, str]  # action index in the rollout -> an invalid action's reason
+    occurrence_texts: list[str] | None = None  # shipped: each occurrence's fact text
+    occurrence_work: list[int] | None = None  # shipped: each occurrence's row in the facts' table
+
+
+def rollout_columns(
+    actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str] | None = None
+) -> RolloutColumns:
+    """One rollout's columns from its validated actions (docs/method.md §1, §5; the one rule, in the
+    trainer's step and in a rollout worker).
+
+    The effective actions are those before and including the answer, within ``max_turns``; the
+    rest are ignored. A search is repeated when the normalised text of its query
+    (:func:`~factutil.facts.normalize_fact_text`) is that of an earlier search of the rollout.
+
+    Args:
+        actions: the rollout's action rows (:attr:`factutil.load.GroupRows.rollouts`).
+        max_turns: ``FactUtilConfig.max_turns``.
+        queries: a memo of normalised queries to share between calls (None: this call's own).
+    """
+    queries = {} if queries is None else queries
+    kinds: list[int] = []
+    steps: list[int] = []
+    triples_written: list[Any] = []
+    repeated: list[int] = []
+    reasons: dict[int, str] = {}
+    seen: set[str] = set()
+    store_empty = True
+    answer = None
+    empty_store_answer = False
+    t = 0
+    for action in actions[:max_turns]:
+        kind = action["action"]
+        kinds.append(KIND_CODES[kind])
+        if kind == "assert":
+            store_empty = False
+            triples = action["triples"]
+            steps.extend([t] * len(triples))
+            triples_written.extend(triples)
+        elif kind == "search":
+            query = action["query"]
+            normalized = queries.get(query)
+            if normalized is None:
+                normalized = queries[query] = normalize_fact_text(query)
+            if normalized in seen:
+                repeated.append(t)
+            else:
+                seen.add(normalized)
+        elif kind == "answer":
+            answer = action["answer"]
+            empty_store_answer = store_empty
+            t += 1
+            break
+        else:
+            reasons[t] = action["reason"]
+        t += 1
+    ignored_kinds: list[int] = []
+    for u in range(t, len(actions)):
+        ignored_kinds.append(KIND_CODES[actions[u]["action"]])
+        if actions[u]["action"] == "invalid":
+            reasons[u] = actions[u]["reason"]
+    return RolloutColumns(kinds, len(actions), steps, triples_written, repeated, answer,
+                          empty_store_answer, ignored_kinds, reasons)
+
+
+def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
+            shipped: Mapping[int, RolloutColumns] | None = None) -> Prepared:
+    """One pass over every rollout: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
+
+    Each rollout's columns come from :func:`rollout_columns`, or from ``shipped`` (batch row ->
+    the columns its worker shipped, read by :func:`factutil.rollout_work.read_rollout_work`).
     Each group's distinct texts get one representative triple, the smallest ``(subject, relation,
     object)`` sharing the text (:func:`~factutil.facts.distinct_facts`), so no choice depends
     on input order. What the per-item records need beyond the numbers (each
@@ -63,6 +147,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     """
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     success_rule = config.success
+    shipped = shipped or {}
     kinds: list[int] = []
     occurrence_row: list[int] = []
     occurrence_step: list[int] = []
@@ -81,15 +166,13 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     successes: list[float] = []
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
+    fact_work: list[int] = []
     queries: dict[str, str] = {}
     occurrence_triples: list[list[str]] = []
     ignored_kinds: list[int] = []
     reasons: dict[int, str] = {}
     golds_empty = 0
     first_action = 0  # input index of the rollout's first action
-    add_kind, add_rows, add_steps, add_triples = (
-        kinds.append, occurrence_row.extend, occurrence_step.extend, occurrence_triples.extend
-    )
     fact_count = 0
     row = 0
     for group in batch:
@@ -115,50 +198,42 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             )
         scores: dict[str, tuple[float, float]] = {}
         first_occurrence = len(occurrence_triples)
+        group_texts: list[str] | None = None
+        group_work: list[int] | None = None
         for rollout in rollouts:
-            actions = rollout["actions"]
-            seen: set[str] = set()
-            store_empty = True
-            answer = None
-            empty_store_answer = False
-            t = 0
-            for action in actions[:max_turns]:
-                kind = action["action"]
-                add_kind(KIND_CODES[kind])
-                if kind == "assert":
-                    store_empty = False
-                    triples = action["triples"]
-                    add_rows([row] * len(triples))
-                    add_steps([t] * len(triples))
-                    add_triples(triples)
-                elif kind == "search":
-                    query = action["query"]
-                    normalized = queries.get(query)
-                    if normalized is None:
-                        normalized = queries[query] = normalize_fact_text(query)
-                    if normalized in seen:
-                        repeated_row.append(row)
-                        repeated_step.append(t)
-                    else:
-                        seen.add(normalized)
-                elif kind == "answer":
-                    answer = action["answer"]
-                    empty_store_answer = store_empty
-                    t += 1
-                    break
+            columns = shipped.get(row)
+            if columns is None:
+                columns = rollout_columns(rollout["actions"], max_turns, queries)
+            t = len(columns.kinds)
+            kinds.extend(columns.kinds)
+            count = len(columns.occurrence_step)
+            occurrence_row.extend([row] * count)
+            occurrence_step.extend(columns.occurrence_step)
+            if columns.occurrence_texts is not None or group_texts is not None:
+                if group_texts is None:  # the group's earlier rollouts were not shipped
+                    earlier = occurrence_triples[first_occurrence:]
+                    group_texts = [fact_text(*parts, template) for parts in earlier]
+                    group_work = [-1] * len(earlier)
+                if columns.occurrence_texts is not None:
+                    group_texts.extend(columns.occurrence_texts)
+                    group_work.extend(columns.occurrence_work)
                 else:
-                    reasons[first_action + t] = action["reason"]
-                t += 1
-            ignored = len(actions) - t
-            if ignored:
-                for u in range(t, len(actions)):
-                    ignored_kinds.append(KIND_CODES[actions[u]["action"]])
-                    if actions[u]["action"] == "invalid":
-                        reasons[first_action + u] = actions[u]["reason"]
+                    group_texts.extend(fact_text(*parts, template)
+                                       for parts in columns.occurrence_triples)
+                    group_work.extend([-1] * count)
+            occurrence_triples.extend(columns.occurrence_triples)
+            repeated_row.extend([row] * len(columns.repeated_steps))
+            repeated_step.extend(columns.repeated_steps)
+            for index, reason in columns.reasons.items():
+                reasons[first_action + index] = reason
+            ignored_kinds.extend(columns.ignored_kinds)
+            if columns.ignored_kinds:
                 warn(
-                    f"group {group.uid!r} rollout {rollout['rollout_id']!r}: {ignored} action(s) "
-                    f"after the answer or beyond max_turns={max_turns} ignored"
+                    f"group {group.uid!r} rollout {rollout['rollout_id']!r}: "
+                    f"{len(columns.ignored_kinds)} action(s) after the answer or beyond "
+                    f"max_turns={max_turns} ignored"
                 )
+            answer = columns.answer
             if answer is None:
                 em = f1 = 0.0
             else:
@@ -167,25 +242,27 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                     found = scores[answer] = qa_scores(answer, golds, fold_unicode=fold)
                 em, f1 = found
             reward, success = outcome(
-                em, f1, answered=answer is not None, empty_store=empty_store_answer,
+                em, f1, answered=answer is not None, empty_store=columns.empty_store_answer,
                 given=rollout.get("reward"), success=success_rule,
             )
             answers.append(answer)
-            empty_store.append(empty_store_answer)
+            empty_store.append(columns.empty_store_answer)
             em_list.append(em)
             f1_list.append(f1)
             rewards.append(reward)
             successes.append(success)
             lengths.append(t)
-            totals.append(len(actions))
-            first_action += len(actions)
+            totals.append(columns.total)
+            first_action += columns.total
             row += 1
         parts = occurrence_triples[first_occurrence:]
-        texts, chosen, where = distinct_facts(parts, template, fact_count)
+        texts, chosen, where = distinct_facts(parts, template, fact_count, group_texts)
         occurrence_fact.extend(where)
         fact_count += len(texts)
         texts_per_group.append(texts)
         facts_per_group.append([Fact._make(parts[i]) for i in chosen])
+        fact_work.extend([group_work[i] for i in chosen] if group_work is not None
+                         else [-1] * len(chosen))
     return Prepared(
         rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
         lengths=np.asarray(lengths, dtype=np.int64),
@@ -209,5 +286,5 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         occurrence_triples=occurrence_triples,
         ignored_kinds=ignored_kinds,
         reasons=reasons,
+        fact_work=np.asarray(fact_work, dtype=np.int64),
     )
-

@@ -64,7 +64,8 @@ class PreparedFacts:
         parts: n ``(subject, relation, object)`` tuples of str.
         texts: n normalised texts (:func:`~factutil.facts.fact_text`).
         vectors: float32 (n, d), read-only, L2-normalised, row i for ``texts[i]``; None in exact
-            mode.
+            mode. Reading the shipped form refuses a row that is not a finite unit vector
+            (within 1e-3): a changed byte must not reach the similarities.
         analyses: n :class:`~factutil.filters.FactFeatures` (plain values, no cache); None when
             neither a filter nor key edges need them (exact mode, ``filters=[]`` without
             ``key_edges``).

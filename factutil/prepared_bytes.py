@@ -108,16 +108,19 @@ def is_ours(data: bytes) -> bool:
     return data[:4] == MAGIC
 
 
-def read_header(data: bytes) -> Item:
-    """One item's header, every size checked against ``len(data)``.
+def read_header(data: bytes, start: int = 0) -> Item:
+    """The header of the item that fills ``data`` from ``start`` on (another form may hold one
+    inside its own bytes), every size checked against ``len(data)``; the item's offsets count
+    from the start of ``data``.
 
     Raises:
         ValueError: not this form, an unknown version or flags, or sizes that do not add up.
     """
-    if len(data) < _HEADER.size:
-        raise ValueError(f"{len(data)} bytes, shorter than the {_HEADER.size}-byte header")
+    if len(data) - start < _HEADER.size:
+        raise ValueError(f"{len(data) - start} bytes, shorter than the {_HEADER.size}-byte "
+                         f"header")
     magic, version, flags, zero, n, dims, sources, head_len, strings_len, analyses_len = \
-        _HEADER.unpack_from(data)
+        _HEADER.unpack_from(data, start)
     if magic != MAGIC:
         raise ValueError(f"starts with {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION:
@@ -129,7 +132,7 @@ def read_header(data: bytes) -> Item:
     if sources < 1:
         raise ValueError(f"sources {sources}, expected >= 1")
     has_analyses = bool(flags & _ANALYSES)
-    lengths = _HEADER.size
+    lengths = start + _HEADER.size
     alens = lengths + 16 * n
     vector_start = alens + (4 * n if has_analyses else 0)
     head = vector_start + 4 * n * dims
@@ -137,7 +140,8 @@ def read_header(data: bytes) -> Item:
     analyses_start = strings + strings_len
     end = analyses_start + analyses_len
     if end != len(data) or (not has_analyses and analyses_len):
-        raise ValueError(f"{len(data)} bytes, the header says {end} (n={n}, dims={dims})")
+        raise ValueError(f"{len(data) - start} bytes, the header says {end - start} (n={n}, "
+                         f"dims={dims})")
     return Item(data, n, dims, bool(flags & _VECTORS), has_analyses, sources,
                 data[head:strings], lengths, alens, vector_start, head, strings, analyses_start,
                 end)
@@ -178,6 +182,7 @@ class Decoded(NamedTuple):
     vectors: np.ndarray | None  # read-only float32 (n, dims)
     analyses: tuple[FactFeatures, ...] | None
     sources: int
+    rows: list[int] | None = None  # with dedup: each fact of the items, in order, its row here
 
 
 def read_many(items: Sequence[Item], dedup: bool = True) -> Decoded:
@@ -223,8 +228,9 @@ def read_many(items: Sequence[Item], dedup: bool = True) -> Decoded:
         where.update(zip(reversed(parts), range(total - 1, -1, -1)))  # the first one wins
         kept = sorted(where)
         picks = [where[key] for key in kept]
+        rows = list(map(dict(zip(kept, range(len(kept)))).__getitem__, parts))
     else:
-        kept, picks = parts, list(range(total))
+        kept, picks, rows = parts, list(range(total)), None
     vectors = None
     if first.vectors:
         vectors = _vectors(items, counts, picks, first.dims)
@@ -232,7 +238,7 @@ def read_many(items: Sequence[Item], dedup: bool = True) -> Decoded:
     if first.analyses:
         analyses = _analyses(items, counts, kept, picks)
     return Decoded(tuple(kept), tuple([texts[i] for i in picks]), vectors, analyses,
-                   sum(item.sources for item in items))
+                   sum(item.sources for item in items), rows)
 
 
 def _read_one(item: Item) -> Decoded:
@@ -259,6 +265,7 @@ def _read_one(item: Item) -> Decoded:
     if item.vectors:
         vectors = np.frombuffer(data, dtype="<f4", count=n * item.dims, offset=item.vector_start)
         vectors = vectors.astype(np.float32, copy=False).reshape(n, item.dims)
+        check_unit(vectors)
     analyses = None
     if item.analyses:
         sizes = struct.unpack_from(f"<{n}I", data, item.alens)
@@ -300,8 +307,23 @@ def _vectors(items: Sequence[Item], counts: np.ndarray, picks: list[int], dims: 
     raw = b"".join([data[start:start + width] for data, start in zip(datas, offsets)])
     vectors = np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
     vectors = vectors.reshape(len(picks), dims)
+    check_unit(vectors)
     vectors.setflags(write=False)
     return vectors
+
+
+def check_unit(vectors: np.ndarray) -> None:
+    """Refuse vectors that are not finite unit vectors (every embedder's are L2-normalised):
+    a changed byte must not reach the similarities as an overflow or a NaN.
+
+    Raises:
+        ValueError: naming the first such row.
+    """
+    with np.errstate(all="ignore"):
+        norms = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
+    bad = ~(np.abs(norms - 1.0) <= 1e-3)
+    if bad.any():
+        raise ValueError(f"vector {int(np.flatnonzero(bad)[0])} is not a finite unit vector")
 
 
 def _analyses(items: Sequence[Item], counts: np.ndarray, kept: Sequence[tuple[str, str, str]],

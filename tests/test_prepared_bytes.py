@@ -37,6 +37,7 @@ def _item(parts=PARTS, dims=4, analyses=True, sources=1, seed=0) -> PreparedFact
         vectors = np.array([np.random.default_rng([seed, *text.encode("utf-8", "surrogatepass")])
                             .standard_normal(dims) for text in texts], dtype=np.float32)
         vectors = vectors.reshape(len(parts), dims)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)  # unit rows, as an embedder's
     features = tuple(analyze(*key) for key in parts) if analyses else None
     return PreparedFacts("test:model" if dims is not None else None, TEMPLATE, FILTERS, True,
                          tuple(parts), texts, vectors, features, "cpu", sources)

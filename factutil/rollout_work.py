@@ -1,0 +1,419 @@
+"""A rollout's whole per-rollout work, shipped from where it was generated (docs/method.md §1, §2.1–§2.4).
+
+:func:`prepare_facts` ships the work of a rollout's facts; :func:`prepare_rollout` ships the rest
+of what the step does per rollout too: its columns (:func:`factutil.columns.rollout_columns`: the
+kinds of its effective actions, each asserted triple's step and fact, repeated searches, its
+answer, the empty-store flag, ignored actions and invalid reasons). A trainer's step then receives
+the rollout as a *shipped row* -- ``uid``, ``question``, ``golden_answers``, ``rollout_id``,
+``reward`` and ``shipped`` (these bytes), no ``actions`` -- and never validates or walks that
+rollout's actions: :func:`read_rollout_work` reads every shipped row of a batch at once, and the
+step computes what it computes from the actions, bit for bit.
+
+The columns depend on ``config.max_turns`` only; the facts' work on what
+:meth:`~factutil.prepare.PreparedFacts.mismatch` names. Work made for another ``max_turns``, for
+another rollout (its uid or rollout_id differ from the row's), or that cannot be read makes its
+group unscorable (the step skips it with that reason); facts' work made for another embedder,
+template, filters or key edges is recomputed by the step, as for :func:`prepare_facts`' items.
+
+Layout of one item (integers little-endian)::
+
+    header   48 bytes: b"FURW", format version (u8, 1), flags (u8: 1 answered, 2 empty-store
+             answer), 2 zero bytes, then u32 max_turns, total (all actions), kinds (effective
+             actions), occurrences, repeated, ignored, strings_len, reasons_len, facts_len
+    kinds    u8 (kinds,): kind code of each effective action (factutil.shaping.KIND_CODES)
+    ignored  u8 (ignored,): kind code of each ignored action
+    steps    u32 (occurrences,): the step of each asserted triple occurrence
+    facts    u32 (occurrences,): its row in the facts item below (its sorted distinct parts)
+    repeated u32 (repeated,): the steps of repeated searches
+    strings  strings_len bytes: UTF-8 (lone surrogates kept) uid, rollout_id, answer, each
+             followed by a NUL (the answer empty when none)
+    reasons  reasons_len bytes: JSON object, action index (a string) -> invalid reason
+    facts    facts_len bytes: the facts' work, :meth:`PreparedFacts.to_bytes`
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from factutil import prepared_bytes
+from factutil.columns import RolloutColumns, rollout_columns
+from factutil.config import FactUtilConfig
+from factutil.errors import short
+from factutil.facts import fact_text
+from factutil.prepare import PreparedFacts, prepare_facts
+from factutil.shaping import KIND_CODES
+
+__all__ = ["SHIPPED_ROW_KEY", "RolloutWork", "prepare_rollout", "read_rollout_work"]
+
+SHIPPED_ROW_KEY = "shipped"
+"""The key of a shipped row (a rollout dict without ``actions``) that holds its work's bytes."""
+
+MAGIC = b"FURW"
+VERSION = 1
+_HEADER = struct.Struct("<4sBBHIIIIIIIII")
+_ANSWERED, _EMPTY_STORE = 1, 2
+_KIND_CODES = frozenset(KIND_CODES.values())
+_SEP = "\x00"
+
+
+def prepare_rollout(
+    rollout: Mapping[str, Any],
+    config: FactUtilConfig | Mapping[str, Any] | None = None,
+    *,
+    clusterer: Any = None,
+    embedder: Any = None,
+) -> bytes:
+    """One rollout's work as the bytes a shipped row carries (see the module docstring).
+
+    Args:
+        rollout: a rollout dict (docs/method.md §8, ``actions`` required) or
+            :class:`~factutil.schema.Rollout`; validated as the step validates it.
+        config, clusterer, embedder: as :func:`~factutil.prepare.prepare_facts` takes them.
+
+    Returns:
+        bytes; :func:`read_rollout_work` reads them.
+
+    Raises:
+        ValueError, TypeError: a rollout that fails validation (the field and value named).
+        pydantic.ValidationError: a bad ``config``.
+    """
+    from factutil.load import load_groups
+
+    (group,), _ = load_groups([rollout])
+    row = group.rollouts[0]
+    facts = prepare_facts(row, config, clusterer=clusterer, embedder=embedder)
+    config = _config_of(config, clusterer)
+    columns = rollout_columns(row["actions"], config.max_turns)
+    local = {parts: index for index, parts in enumerate(facts.parts)}
+    occurrence_facts = [local[tuple(triple)] for triple in columns.occurrence_triples]
+    strings = _SEP.join([row["uid"], row["rollout_id"], columns.answer or ""]) + _SEP
+    strings_bytes = strings.encode("utf-8", "surrogatepass")
+    reasons = json.dumps({str(k): v for k, v in columns.reasons.items()}).encode() \
+        if columns.reasons else b""
+    facts_bytes = facts.to_bytes()
+    flags = (_ANSWERED if columns.answer is not None else 0) | (
+        _EMPTY_STORE if columns.empty_store_answer else 0)
+    header = _HEADER.pack(MAGIC, VERSION, flags, 0, config.max_turns, columns.total,
+                          len(columns.kinds), len(occurrence_facts), len(columns.repeated_steps),
+                          len(columns.ignored_kinds), len(strings_bytes), len(reasons),
+                          len(facts_bytes))
+    return b"".join((
+        header, bytes(columns.kinds), bytes(columns.ignored_kinds),
+        np.asarray(columns.occurrence_step, dtype="<u4").tobytes(),
+        np.asarray(occurrence_facts, dtype="<u4").tobytes(),
+        np.asarray(columns.repeated_steps, dtype="<u4").tobytes(),
+        strings_bytes, reasons, facts_bytes,
+    ))
+
+
+def _config_of(config: Any, clusterer: Any) -> FactUtilConfig:
+    if isinstance(config, FactUtilConfig):
+        return config
+    if config is None:
+        own = getattr(clusterer, "config", None)
+        return own if own is not None else FactUtilConfig()
+    return FactUtilConfig.model_validate(dict(config))
+
+
+class RolloutWork(NamedTuple):
+    """The shipped rows of a batch, read (:func:`read_rollout_work`)."""
+
+    columns: dict[int, RolloutColumns]  # batch row -> its columns (texts and fact rows set)
+    facts: list[PreparedFacts]  # the facts' work: the first one is what ``occurrence_work`` indexes
+    unreadable: dict[int, str]  # batch row -> why its work cannot be used
+
+
+class _Header(NamedTuple):
+    data: bytes
+    flags: int
+    max_turns: int
+    total: int
+    kinds: int
+    occurrences: int
+    repeated: int
+    ignored: int
+    strings: int
+    reasons: int
+    facts: int
+
+
+def _read_header(data: Any) -> _Header:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"is {type(data).__name__}, expected bytes")
+    data = bytes(data)
+    if len(data) < _HEADER.size:
+        raise ValueError(f"{len(data)} bytes, shorter than the {_HEADER.size}-byte header")
+    (magic, version, flags, zero, max_turns, total, kinds, occurrences, repeated, ignored,
+     strings, reasons, facts) = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError(f"starts with {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != VERSION or flags & ~(_ANSWERED | _EMPTY_STORE) or zero:
+        raise ValueError(f"unknown format version {version} or flags {flags:#x}/{zero:#x}")
+    size = (_HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + strings + reasons
+            + facts)
+    if size != len(data) or kinds + ignored != total:
+        raise ValueError(f"{len(data)} bytes, the header says {size} (total {total}, kinds "
+                         f"{kinds}, ignored {ignored})")
+    return _Header(data, flags, max_turns, total, kinds, occurrences, repeated, ignored, strings,
+                   reasons, facts)
+
+
+def read_rollout_work(
+    shipped: Mapping[int, Any], keys: Mapping[int, tuple[str, str]], config: FactUtilConfig
+) -> RolloutWork:
+    """Every shipped row of a batch, read at once.
+
+    Args:
+        shipped: batch row -> the row's ``shipped`` bytes (:func:`prepare_rollout`).
+        keys: batch row -> its ``(uid, rollout_id)``, which the work must name.
+        config: the step's config (its ``max_turns`` must be the work's).
+
+    Returns:
+        :class:`RolloutWork`: each readable row's columns, with ``occurrence_texts`` and
+        ``occurrence_work`` (the row of each occurrence's fact in ``facts[0]``, -1 when its fact's
+        work is in another item of ``facts``); the facts' work merged per kind
+        (:func:`~factutil.prepare.load_prepared`); each other row's reason. Never raises for a
+        bad item.
+    """
+    from factutil.prepare import load_prepared
+
+    unreadable: dict[int, str] = {}
+    headers: dict[int, _Header] = {}
+    for row, data in shipped.items():
+        try:
+            header = _read_header(data)
+        except ValueError as error:
+            unreadable[row] = f"its shipped work cannot be read ({error})"
+            continue
+        if header.max_turns != config.max_turns:
+            unreadable[row] = (f"its shipped work was made for max_turns={header.max_turns}, "
+                               f"the step's is {config.max_turns}")
+            continue
+        headers[row] = header
+    columns: dict[int, RolloutColumns] = {}
+    fact_items: dict[int, tuple[bytes, int]] = {}
+    try:
+        found = _columns_together(list(headers.values()), [keys[row] for row in headers])
+    except ValueError:  # each alone, to name the bad ones
+        for row, header in headers.items():
+            try:
+                columns[row], fact_items[row] = _columns(header, keys[row])
+            except ValueError as error:
+                unreadable[row] = f"its shipped work cannot be read ({error})"
+    else:
+        for row, (column, facts_bytes) in zip(headers, found):
+            columns[row], fact_items[row] = column, facts_bytes
+    facts = _read_facts(columns, fact_items, unreadable, config)
+    return RolloutWork(columns, facts, unreadable)
+
+
+def _columns_together(
+    headers: Sequence[_Header], keys: Sequence[tuple[str, str]]
+) -> list[tuple[RolloutColumns, tuple[bytes, int]]]:
+    """:func:`_columns` of many items, each section of all items joined and checked at once.
+
+    Raises:
+        ValueError: some item is not what :func:`_columns` accepts (the caller reads them one
+            by one to name it).
+    """
+    if not headers:
+        return []
+    fields = np.array([header[1:] for header in headers], dtype=np.int64)
+    (_, _, _, kinds, occurrences, repeated, ignored, strings, reasons, _) = fields.T
+    datas = [header.data for header in headers]
+    at = np.full(len(headers), _HEADER.size, dtype=np.int64)
+
+    def section(width: np.ndarray) -> bytes:
+        nonlocal at
+        starts, at = at.tolist(), at + width
+        return b"".join([data[a:b] for data, a, b in zip(datas, starts, at.tolist())])
+
+    kind_codes = np.frombuffer(section(kinds), dtype=np.uint8)
+    ignored_codes = np.frombuffer(section(ignored), dtype=np.uint8)
+    steps = np.frombuffer(section(4 * occurrences), dtype="<u4")
+    local = np.frombuffer(section(4 * occurrences), dtype="<u4")
+    repeated_steps = np.frombuffer(section(4 * repeated), dtype="<u4")
+    if not (_KIND_CODES.issuperset(np.unique(kind_codes).tolist())
+            and _KIND_CODES.issuperset(np.unique(ignored_codes).tolist())
+            and np.all(steps < np.repeat(kinds, occurrences))
+            and np.all(repeated_steps < np.repeat(kinds, repeated))):
+        raise ValueError("a kind code or step out of range")
+    try:
+        text = section(strings).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        raise ValueError("strings are not UTF-8") from None
+    names = text.split(_SEP)
+    if len(names) != 3 * len(headers) + 1 or names.pop():
+        raise ValueError("the strings are not three NUL-ended strings per item")
+    if names[0::3] != [uid for uid, _ in keys] or names[1::3] != [rid for _, rid in keys]:
+        raise ValueError("an item of another rollout")
+    if reasons.any() or any(bool(header.flags & _ANSWERED) != bool(answer) and answer
+                            for header, answer in zip(headers, names[2::3])):
+        raise ValueError("reasons or answer flags to check one by one")
+    facts_at = at.tolist()
+    bounds = [np.concatenate(([0], np.cumsum(width))).tolist()
+              for width in (kinds, ignored, occurrences, repeated)]
+    kind_codes, ignored_codes = kind_codes.tolist(), ignored_codes.tolist()
+    steps, local, repeated_steps = steps.tolist(), local.tolist(), repeated_steps.tolist()
+    out = []
+    for i, (header, answer) in enumerate(zip(headers, names[2::3])):
+        k0, k1 = bounds[0][i], bounds[0][i + 1]
+        g0, g1 = bounds[1][i], bounds[1][i + 1]
+        o0, o1 = bounds[2][i], bounds[2][i + 1]
+        r0, r1 = bounds[3][i], bounds[3][i + 1]
+        flags = header.flags
+        out.append((RolloutColumns(
+            kind_codes[k0:k1], header.total, steps[o0:o1], [], repeated_steps[r0:r1],
+            answer if flags & _ANSWERED else None, bool(flags & _EMPTY_STORE),
+            ignored_codes[g0:g1], {}, None, local[o0:o1],
+        ), (header.data, facts_at[i])))
+    return out
+
+
+def _columns(header: _Header, key: tuple[str, str]) -> tuple[RolloutColumns, tuple[bytes, int]]:
+    """One item's columns (occurrences' local fact rows in ``occurrence_work``, texts unset) and
+    where its facts item starts in its bytes."""
+    data = header.data
+    at = _HEADER.size
+    kinds = list(data[at:at + header.kinds])
+    at += header.kinds
+    ignored = list(data[at:at + header.ignored])
+    at += header.ignored
+    if not _KIND_CODES.issuperset(kinds) or not _KIND_CODES.issuperset(ignored):
+        raise ValueError("a kind code that is no action's")
+    n = header.occurrences
+    steps = np.frombuffer(data, dtype="<u4", count=n, offset=at).tolist()
+    at += 4 * n
+    local = np.frombuffer(data, dtype="<u4", count=n, offset=at).tolist()
+    at += 4 * n
+    repeated = np.frombuffer(data, dtype="<u4", count=header.repeated, offset=at).tolist()
+    at += 4 * header.repeated
+    if steps and max(steps) >= header.kinds or repeated and max(repeated) >= header.kinds:
+        raise ValueError("a step beyond the rollout's effective actions")
+    try:
+        strings = data[at:at + header.strings].decode("utf-8", "surrogatepass").split(_SEP)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"strings are not UTF-8 ({error})") from None
+    at += header.strings
+    if len(strings) != 4 or strings[3]:
+        raise ValueError("its uid, rollout_id and answer are not three NUL-ended strings")
+    uid, rollout_id, answer = strings[:3]
+    if (uid, rollout_id) != key:
+        raise ValueError(f"it is the work of uid {short(uid)} rollout_id {short(rollout_id)}")
+    reasons: dict[int, str] = {}
+    if header.reasons:
+        try:
+            found = json.loads(data[at:at + header.reasons])
+            reasons = {int(k): v for k, v in found.items()}
+        except (ValueError, AttributeError):
+            raise ValueError("its invalid reasons are not a JSON object of action indices") \
+                from None
+        if not all(type(v) is str and 0 <= k < header.total for k, v in reasons.items()):
+            raise ValueError("its invalid reasons are not a JSON object of action indices")
+    at += header.reasons
+    answered = bool(header.flags & _ANSWERED)
+    if not answered and answer:
+        raise ValueError("an answer in a rollout flagged unanswered")
+    return RolloutColumns(
+        kinds, header.total, steps, [], repeated, answer if answered else None,
+        bool(header.flags & _EMPTY_STORE), ignored, reasons, None, local,
+    ), (data, at)
+
+
+def _read_facts(columns: dict[int, RolloutColumns], fact_items: Mapping[int, tuple[bytes, int]],
+                unreadable: dict[int, str], config: FactUtilConfig) -> list[PreparedFacts]:
+    """The facts' work of every readable row, read together, and each occurrence's triple, text
+    and row in the first result (set in ``columns``; a row whose facts' work cannot be read is
+    moved to ``unreadable``).
+
+    The items of the first row's kind of work (:func:`factutil.prepare.load_prepared` groups by
+    it; all of them, in a run) are read at once (:func:`~factutil.prepared_bytes.read_many`);
+    items of another kind, one by one, their occurrences' rows -1. An occurrence's text is the
+    shipped one when the work was made for the step's template, else made here.
+    """
+    from factutil.prepare import _from_item, _kind
+    from factutil.result import gc_paused
+
+    heads: dict[bytes, tuple[Any, ...]] = {}
+    items: dict[int, prepared_bytes.Item] = {}
+    for row, (data, start) in fact_items.items():
+        try:
+            item = prepared_bytes.read_header(data, start)
+            if item.head not in heads:
+                heads[item.head] = prepared_bytes.read_head(item.head)
+        except ValueError as error:
+            unreadable[row] = f"its shipped facts' work cannot be read ({error})"
+            columns.pop(row)
+            continue
+        items[row] = item
+    if not items:
+        return []
+    with gc_paused(config.pause_gc):
+        kinds = {row: _kind(item, heads) for row, item in items.items()}
+        main_kind = next(iter(kinds.values()))
+        main_rows = [row for row, kind in kinds.items() if kind == main_kind]
+        while True:
+            try:
+                decoded = prepared_bytes.read_many([items[row] for row in main_rows])
+                break
+            except ValueError:
+                for row in main_rows:  # find the bad ones, read the rest together
+                    try:
+                        _from_item(items[row], heads[items[row].head])
+                    except ValueError as error:
+                        unreadable[row] = f"its shipped facts' work cannot be read ({error})"
+                        columns.pop(row)
+                main_rows = [row for row in main_rows if row in columns]
+                if not main_rows:
+                    decoded = None
+                    break
+        facts: list[PreparedFacts] = []
+        if decoded is not None:
+            head = main_kind[0]
+            main = PreparedFacts(*head[:4], decoded.parts, decoded.texts, decoded.vectors,
+                                 decoded.analyses, head[4], decoded.sources)
+            facts.append(main)
+            at = 0
+            for row in main_rows:
+                n = items[row].n
+                _link(columns, row, decoded.rows[at:at + n], main, unreadable, config)
+                at += n
+        for row, kind in kinds.items():
+            if kind == main_kind or row not in columns:
+                continue
+            try:
+                item = _from_item(items[row], heads[items[row].head])
+            except ValueError as error:
+                unreadable[row] = f"its shipped facts' work cannot be read ({error})"
+                columns.pop(row)
+                continue
+            facts.append(item)
+            _link(columns, row, None, item, unreadable, config)
+    return facts
+
+
+def _link(columns: dict[int, RolloutColumns], row: int, rows: list[int] | None,
+          facts: PreparedFacts, unreadable: dict[int, str], config: FactUtilConfig) -> None:
+    """One row's occurrences: their triples and texts from ``facts`` (``rows``: each of the
+    row's local facts' row there; None: the item is ``facts`` itself, its rows -1)."""
+    column = columns[row]
+    local = column.occurrence_work
+    count = len(facts) if rows is None else len(rows)
+    if local and max(local) >= count:
+        unreadable[row] = "its shipped work names a fact its facts' work does not hold"
+        columns.pop(row)
+        return
+    found = local if rows is None else [rows[i] for i in local]
+    parts, texts = facts.parts, facts.texts
+    template = config.triple_template
+    columns[row] = column._replace(
+        occurrence_triples=[list(parts[i]) for i in found],
+        occurrence_texts=[texts[i] for i in found] if facts.template == template
+        else [fact_text(*parts[i], template) for i in found],
+        occurrence_work=found if rows is not None else [-1] * len(found),
+    )
