@@ -10,7 +10,7 @@ rollout's actions: :func:`read_rollout_work` reads every shipped row of a batch 
 step computes what it computes from the actions, bit for bit.
 
 The columns depend on ``config.max_turns`` only; the facts' work on what
-:meth:`~factutil.prepare.PreparedFacts.mismatch` names. Work made for another ``max_turns``, for
+:meth:`~factutil.prepare.PreparedFacts.mismatch` names. Work made for another ``max_turns``, naming
 another rollout (its uid or rollout_id differ from the row's), or that cannot be read makes its
 group unscorable (the step skips it with that reason); facts' work made for another embedder,
 template, filters or key edges is recomputed by the step, as for :func:`prepare_facts`' items.
@@ -18,7 +18,7 @@ template, filters or key edges is recomputed by the step, as for :func:`prepare_
 Layout of one item (integers little-endian)::
 
     header   48 bytes: b"FURW", format version (u8, 1), flags (u8: 1 answered, 2 empty-store
-             answer), 2 zero bytes, then u32 max_turns, total (all actions), kinds (effective
+             answer, 4 named: uid and rollout_id given), 2 zero bytes, then u32 max_turns, total (all actions), kinds (effective
              actions), occurrences, repeated, ignored, strings_len, reasons_len, facts_len
     kinds    u8 (kinds,): kind code of each effective action (factutil.shaping.KIND_CODES)
     ignored  u8 (ignored,): kind code of each ignored action
@@ -26,7 +26,7 @@ Layout of one item (integers little-endian)::
     facts    u32 (occurrences,): its row in the facts item below (its sorted distinct parts)
     repeated u32 (repeated,): the steps of repeated searches
     strings  strings_len bytes: UTF-8 (lone surrogates kept) uid, rollout_id, answer, each
-             followed by a NUL (the answer empty when none)
+             followed by a NUL (empty when not named / no answer)
     reasons  reasons_len bytes: JSON object, action index (a string) -> invalid reason
     facts    facts_len bytes: the facts' work, :meth:`PreparedFacts.to_bytes`
 """
@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from pydantic import BaseModel
 
 from factutil import prepared_bytes
 from factutil.columns import RolloutColumns, rollout_columns
@@ -56,13 +57,13 @@ SHIPPED_ROW_KEY = "shipped"
 MAGIC = b"FURW"
 VERSION = 1
 _HEADER = struct.Struct("<4sBBHIIIIIIIII")
-_ANSWERED, _EMPTY_STORE = 1, 2
+_ANSWERED, _EMPTY_STORE, _NAMED = 1, 2, 4
 _KIND_CODES = frozenset(KIND_CODES.values())
 _SEP = "\x00"
 
 
 def prepare_rollout(
-    rollout: Mapping[str, Any],
+    rollout: Mapping[str, Any] | Sequence[Any],
     config: FactUtilConfig | Mapping[str, Any] | None = None,
     *,
     clusterer: Any = None,
@@ -72,7 +73,11 @@ def prepare_rollout(
 
     Args:
         rollout: a rollout dict (docs/method.md §8, ``actions`` required) or
-            :class:`~factutil.schema.Rollout`; validated as the step validates it.
+            :class:`~factutil.schema.Rollout`: the work names its uid and rollout_id, and the
+            step uses it only for the row with those; or the rollout's actions alone (a list of
+            action dicts or models, as a rollout holds them), where the worker does not know
+            the trainer's uid and rollout_id: the work names none, and the row that carries it
+            owns it. Validated as the step validates a rollout.
         config, clusterer, embedder: as :func:`~factutil.prepare.prepare_facts` takes them.
 
     Returns:
@@ -84,6 +89,13 @@ def prepare_rollout(
     """
     from factutil.load import load_groups
 
+    named = isinstance(rollout, (Mapping, BaseModel))
+    if not named:
+        if isinstance(rollout, (str, bytes)) or not isinstance(rollout, Sequence):
+            raise TypeError(f"prepare_rollout: rollout must be a rollout or a list of actions, "
+                            f"got {short(rollout)}")
+        rollout = {"uid": "-", "question": "", "golden_answers": ["-"], "rollout_id": "-",
+                   "actions": list(rollout)}
     (group,), _ = load_groups([rollout])
     row = group.rollouts[0]
     facts = prepare_facts(row, config, clusterer=clusterer, embedder=embedder)
@@ -91,13 +103,14 @@ def prepare_rollout(
     columns = rollout_columns(row["actions"], config.max_turns)
     local = {parts: index for index, parts in enumerate(facts.parts)}
     occurrence_facts = [local[tuple(triple)] for triple in columns.occurrence_triples]
-    strings = _SEP.join([row["uid"], row["rollout_id"], columns.answer or ""]) + _SEP
+    uid, rollout_id = (row["uid"], row["rollout_id"]) if named else ("", "")
+    strings = _SEP.join([uid, rollout_id, columns.answer or ""]) + _SEP
     strings_bytes = strings.encode("utf-8", "surrogatepass")
     reasons = json.dumps({str(k): v for k, v in columns.reasons.items()}).encode() \
         if columns.reasons else b""
     facts_bytes = facts.to_bytes()
     flags = (_ANSWERED if columns.answer is not None else 0) | (
-        _EMPTY_STORE if columns.empty_store_answer else 0)
+        _EMPTY_STORE if columns.empty_store_answer else 0) | (_NAMED if named else 0)
     header = _HEADER.pack(MAGIC, VERSION, flags, 0, config.max_turns, columns.total,
                           len(columns.kinds), len(occurrence_facts), len(columns.repeated_steps),
                           len(columns.ignored_kinds), len(strings_bytes), len(reasons),
@@ -152,7 +165,7 @@ def _read_header(data: Any) -> _Header:
      strings, reasons, facts) = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ValueError(f"starts with {bytes(magic)!r}, expected {MAGIC!r}")
-    if version != VERSION or flags & ~(_ANSWERED | _EMPTY_STORE) or zero:
+    if version != VERSION or flags & ~(_ANSWERED | _EMPTY_STORE | _NAMED) or zero:
         raise ValueError(f"unknown format version {version} or flags {flags:#x}/{zero:#x}")
     size = (_HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + strings + reasons
             + facts)
@@ -250,7 +263,8 @@ def _columns_together(
     names = text.split(_SEP)
     if len(names) != 3 * len(headers) + 1 or names.pop():
         raise ValueError("the strings are not three NUL-ended strings per item")
-    if names[0::3] != [uid for uid, _ in keys] or names[1::3] != [rid for _, rid in keys]:
+    if any(header.flags & _NAMED and (uid, rollout_id) != key for header, uid, rollout_id, key
+           in zip(headers, names[0::3], names[1::3], keys)):
         raise ValueError("an item of another rollout")
     if reasons.any() or any(bool(header.flags & _ANSWERED) != bool(answer) and answer
                             for header, answer in zip(headers, names[2::3])):
@@ -303,7 +317,7 @@ def _columns(header: _Header, key: tuple[str, str]) -> tuple[RolloutColumns, tup
     if len(strings) != 4 or strings[3]:
         raise ValueError("its uid, rollout_id and answer are not three NUL-ended strings")
     uid, rollout_id, answer = strings[:3]
-    if (uid, rollout_id) != key:
+    if header.flags & _NAMED and (uid, rollout_id) != key:
         raise ValueError(f"it is the work of uid {short(uid)} rollout_id {short(rollout_id)}")
     reasons: dict[int, str] = {}
     if header.reasons:

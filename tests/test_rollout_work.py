@@ -145,6 +145,21 @@ def test_mixed_and_reordered_batches_are_the_same(rows, mode):
         assert values.tobytes() == by_key[key].tobytes()
 
 
+@pytest.mark.parametrize("mode", ["exact", "semantic"])
+def test_work_made_from_the_actions_alone_names_no_rollout_and_is_the_same(rows, mode):
+    """A rollout worker that does not know the trainer's uid and rollout_id ships the work of
+    the actions: the row carrying it owns it."""
+    config = _config(mode)
+    worker = _clusterer(config)
+    shipped = [_shipped(row, prepare_rollout(row["actions"], config, clusterer=worker))
+               for row in rows]
+    _assert_same(_step(rows, config), _step(shipped, config))
+    named = prepare_rollout(rows[0], config, clusterer=worker)
+    assert named != shipped[0][SHIPPED_ROW_KEY]
+    with pytest.raises(TypeError, match="list of actions"):
+        prepare_rollout("search: x", config)
+
+
 def test_shipped_rows_with_prepared_facts_of_other_rollouts(rows):
     config = _config("semantic")
     worker = _clusterer(config)
