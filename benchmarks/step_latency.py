@@ -27,22 +27,26 @@ Prints a table with factutil / floor and naive / factutil, and the peak extra RS
 ``--growth S,M,L,XL``: each size in a fresh process (same thread limit), with ``--growth-backend``
 (default ``static``: MiniLM would spend minutes embedding XL's ~37k texts): the cold step's
 seconds, the driver's seconds when every rollout's per-fact work was prepared beforehand
-(:func:`factutil.prepare.prepare_facts`, not timed), the step's extra RSS (sampled) and the
+(:func:`factutil.prepare.prepare_facts`, not timed) and when every rollout came as a shipped row
+(:func:`factutil.rollout_work.prepare_rollout`, not timed; reading the bytes timed), the step's extra RSS (sampled) and the
 process's peak RSS (``ru_maxrss``: interpreter, model, workload and both steps). JSON ``"growth"``.
 
-``--critical-path``: the L step (``--size``) as a trainer with per-fact work in its rollout
-workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each holding
-the ``minilm`` embedder (``--critical-backend``), prepare the facts of a share of the rollouts,
+``--critical-path``: the L step (``--size``) as a trainer with the per-rollout work in its
+rollout workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each
+holding the ``minilm`` embedder (``--critical-backend``), prepare a share of the rollouts,
 embedding one rollout at a time (as an agent-loop worker would as each finishes;
 ``--prepare-chunk N``: N rollouts a call, 0 the whole share at once, as the adapters'
-``FactPreparer`` does for rollouts that wait for it), and return each rollout's work as its bytes
-(:meth:`~factutil.prepare.PreparedFacts.to_bytes`, as the adapters ship it); the driver then reads
-them (:func:`~factutil.prepare.load_prepared`, collector paused) and runs the step on a cold
-clusterer. Reports ``driver_s`` (reading and step, wall), the workers'
-CPU seconds (``time.process_time`` inside each task, summed), the wall seconds of the workers'
-phase (what it would add to a step if nothing else ran beside it), the bytes shipped, and
-whether the advantages equal, bit for bit, those of the driver doing everything itself. JSON
-``"critical_path": {"driver_s", "worker_cpu_s", "worker_wall_s", "workers", "backend", ...}``.
+``FactPreparer`` does for rollouts that wait for it), and return each rollout's work as bytes in
+two forms: its whole per-rollout work (:func:`factutil.rollout_work.prepare_rollout`: the driver
+gets *shipped rows*, no actions) and its facts' work alone
+(:meth:`~factutil.prepare.PreparedFacts.to_bytes`: the driver reads the actions and
+:func:`~factutil.prepare.load_prepared` the facts). The driver runs the step on a cold clusterer
+for each form, alternating. Reports ``driver_s`` (shipped rows: reading and step, wall) and
+``driver_facts_s`` (facts' work shipped), the workers' CPU seconds (``time.process_time`` inside
+each task, summed), the wall seconds of the workers' phase (what it would add to a step if nothing
+else ran beside it), the bytes shipped, and whether the advantages equal, bit for bit, those of
+the driver doing everything itself. JSON ``"critical_path": {"driver_s", "driver_facts_s",
+"worker_cpu_s", "worker_wall_s", "workers", "backend", ...}``.
 """
 
 from __future__ import annotations
@@ -234,6 +238,15 @@ def growth_point(size: str, backend: str) -> dict:
     with PeakRSS() as driver_rss:
         with_prepared = compute_process_advantages(rows, config, clusterer=driver, prepared=prepared)
     driver_cpu_s = time.process_time() - cpu
+    from factutil.rollout_work import prepare_rollout
+
+    worker = cold_clusterer(config, embedder)
+    thin = shipped_rows(rows, [prepare_rollout(row["actions"], config, clusterer=worker)
+                               for row in rows])
+    del worker
+    driver = cold_clusterer(config, embedder)
+    with PeakRSS() as rows_rss:
+        with_rows = compute_process_advantages(thin, config, clusterer=driver)
     return {
         "size": size, "groups": len({row["uid"] for row in rows}), "rollouts": len(rows),
         "actions": sum(len(row["actions"]) for row in rows), "triples": len(occurrences),
@@ -244,6 +257,10 @@ def growth_point(size: str, backend: str) -> dict:
         "driver_cpu_s": driver_cpu_s,
         "stages_driver": stage_seconds(with_prepared.metrics),
         "identical": with_prepared.advantages.tobytes() == cold.advantages.tobytes(),
+        "driver_rows_s": with_rows.metrics["time_total_s"],
+        "stages_driver_rows": stage_seconds(with_rows.metrics),
+        "identical_rows": with_rows.advantages.tobytes() == cold.advantages.tobytes(),
+        "driver_rows_extra_rss_mb": rows_rss.extra_mb,
         "step_extra_rss_mb": rss.extra_mb, "driver_extra_rss_mb": driver_rss.extra_mb,
         # ru_maxrss is KiB on Linux: the process's peak, model and workload included
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -271,22 +288,23 @@ def growth_table(points: list[dict], threads: int | None) -> Table:
     table = Table(title=f"growth, backend {points[0]['backend']}, driver threads "
                         f"{threads or 'all'} (seconds, MiB)", header_style="bold")
     for column in ("size", "groups × rollouts", "triples", "distinct texts", "cold s", "embed s",
-                   "driver s (prepared)", "its CPU s", "driver µs / triple", "identical", "step extra MiB",
-                   "peak RSS MiB"):
+                   "driver s (prepared)", "its CPU s", "driver µs / triple", "driver s (rows shipped)",
+                   "identical", "step extra MiB", "peak RSS MiB"):
         table.add_column(column, justify="left" if column == "size" else "right")
     for point in points:
         table.add_row(
             point["size"], f"{point['groups']:,} × {point['rollouts'] // point['groups']}",
             f"{point['triples']:,}", f"{point['unique_texts']:,}", f"{point['cold_s']:.3f}",
             f"{point['embed_s']:.3f}", f"{point['driver_s']:.3f}", f"{point['driver_cpu_s']:.3f}",
-            f"{point['driver_s'] / point['triples'] * 1e6:.1f}", "yes" if point["identical"] else "NO",
+            f"{point['driver_s'] / point['triples'] * 1e6:.1f}", f"{point['driver_rows_s']:.3f}",
+            "yes" if point["identical"] and point["identical_rows"] else "NO",
             f"{point['step_extra_rss_mb']:.0f}", f"{point['peak_rss_mb']:.0f}",
         )
     return table
 
 
 class PrepareWorker:
-    """A rollout worker's share of the per-fact work: holds one embedder (loaded once, as an
+    """A rollout worker's share of the per-rollout work: holds one embedder (loaded once, as an
     agent-loop worker holds its model) and prepares rollouts one at a time."""
 
     def __init__(self, backend: str, rows: int):
@@ -299,13 +317,16 @@ class PrepareWorker:
         prepare_facts([["Warsaw", "is the capital of", "Poland"]], self.config, embedder=self.embedder)
         self.prepare_facts = prepare_facts
 
-    def prepare(self, rollouts: list[dict], chunk: int) -> tuple[list, float, float]:
-        """(each rollout's shipped bytes, CPU seconds, wall seconds) of this share. The rollouts'
-        facts are embedded and analysed ``chunk`` rollouts per call (1: each rollout alone, as it
-        finishes; 0: the whole share in one call, as the adapters' ``FactPreparer`` does for the
-        rollouts that wait for it); then every rollout's own work is made from the caches and
-        shipped as its bytes, as the adapters ship it."""
+    def prepare(self, rollouts: list[dict], chunk: int) -> tuple[list, list, float, float]:
+        """(each rollout's shipped row bytes, each rollout's shipped facts bytes, CPU seconds,
+        wall seconds) of this share. The rollouts' facts are embedded and analysed ``chunk``
+        rollouts per call (1: each rollout alone, as it finishes; 0: the whole share in one call,
+        as the adapters' ``FactPreparer`` does for the rollouts that wait for it); then every
+        rollout's own work is made from the caches and shipped as its bytes, as the adapters ship
+        it: the whole per-rollout work (:func:`factutil.rollout_work.prepare_rollout` of its
+        actions) and, for the driver that still reads the actions, the facts' work alone."""
         from factutil.cluster import SemanticClusterer
+        from factutil.rollout_work import prepare_rollout
 
         cpu, wall = time.process_time(), time.perf_counter()
         clusterer = SemanticClusterer(self.config, embedder=self.embedder)
@@ -317,18 +338,31 @@ class PrepareWorker:
                 triples = [t for row in rollouts[start : start + size]
                            for t in triples_of(row, self.config.max_turns)]
                 self.prepare_facts(triples, self.config, clusterer=clusterer)
-        shipped = [self.prepare_facts(row, self.config, clusterer=clusterer).to_bytes()
-                   for row in rollouts]
-        return shipped, time.process_time() - cpu, time.perf_counter() - wall
+        shipped_rows = [prepare_rollout(row["actions"], self.config, clusterer=clusterer)
+                        for row in rollouts]
+        shipped_facts = [self.prepare_facts(row, self.config, clusterer=clusterer).to_bytes()
+                         for row in rollouts]
+        return shipped_rows, shipped_facts, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def shipped_rows(rows: list[dict], shipped: list[bytes]) -> list[dict]:
+    """The rows as a trainer's driver gives them when every rollout brought its work: uid,
+    question, gold answers, rollout_id and reward from the trainer, ``shipped`` from the worker,
+    no actions (:mod:`factutil.rollout_work`)."""
+    keep = ("uid", "question", "golden_answers", "rollout_id", "reward")
+    return [{**{key: row[key] for key in keep if key in row}, "shipped": data}
+            for row, data in zip(rows, shipped)]
 
 
 def critical_path(rows: list[dict], workers: int, backend: str, reference, reference_cpu_s: float,
                   chunk: int = 1, batch_rows: int = 32, repeat: int = 3) -> dict:
-    """The driver's step when K Ray workers did the per-fact work (see the module docstring).
+    """The driver's step when K Ray workers did the per-rollout work (see the module docstring).
     ``reference``: the cold step of the driver doing everything (its advantages are compared),
     ``reference_cpu_s`` its CPU seconds.
-    The driver's step runs ``repeat`` times, each on a new cold clusterer; ``driver_s`` is the
-    median (a shared machine's noise is larger than this step)."""
+    The driver's step runs ``repeat`` times for each shipped form, the two alternating, each on
+    a new cold clusterer; ``driver_s`` is the median with shipped rows, ``driver_facts_s`` with
+    the facts' work alone shipped (the driver reads the actions). A shared machine's noise is
+    larger than this step."""
 
     import numpy as np
     import ray
@@ -348,40 +382,57 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         worker_wall_s = time.perf_counter() - phase
     finally:
         ray.shutdown()
-    prepared = [item for share, _, _ in results for item in share]
+    rows_bytes = [item for share, _, _, _ in results for item in share]
+    facts_bytes = [item for _, share, _, _ in results for item in share]
     config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=batch_rows)
     embedder = make_embedder(backend, batch_size=batch_rows)
     embedder.encode(["warm up the model"])
     from factutil.prepare import load_prepared
     from factutil.result import gc_paused
 
-    runs, cpu_runs = [], []
+    thin = shipped_rows(rows, rows_bytes)
+    runs: dict[str, list[float]] = {"rows": [], "facts": []}
+    cpu_runs: dict[str, list[float]] = {"rows": [], "facts": []}
+    results_of: dict[str, object] = {}
+    extra_rss: dict[str, float] = {}
     for _ in range(repeat):
-        driver = cold_clusterer(config, embedder)
-        cpu, wall = time.process_time(), time.perf_counter()
-        with PeakRSS() as rss, gc_paused():  # as the adapters' score_batch reads shipped work
-            result = compute_process_advantages(rows, config, clusterer=driver,
-                                                prepared=load_prepared(prepared))
-        cpu_runs.append(time.process_time() - cpu)
-        runs.append(time.perf_counter() - wall)  # reading the rollouts' bytes included
-        if result.advantages.tobytes() != reference.advantages.tobytes():
-            break
+        for form in ("rows", "facts"):
+            driver = cold_clusterer(config, embedder)
+            cpu, wall = time.process_time(), time.perf_counter()
+            with PeakRSS() as rss, gc_paused():  # as the adapters' score_batch reads shipped work
+                if form == "rows":
+                    result = compute_process_advantages(thin, config, clusterer=driver)
+                else:
+                    result = compute_process_advantages(rows, config, clusterer=driver,
+                                                        prepared=load_prepared(facts_bytes))
+            cpu_runs[form].append(time.process_time() - cpu)
+            runs[form].append(time.perf_counter() - wall)  # reading the shipped bytes included
+            results_of[form] = result
+            extra_rss[form] = max(extra_rss.get(form, 0.0), rss.extra_mb)
+    result = results_of["rows"]
+    identical = {form: r.advantages.tobytes() == reference.advantages.tobytes()
+                 for form, r in results_of.items()}
     return {
-        "driver_s": statistics.median(runs), "driver_runs_s": runs,
-        "driver_cpu_s": statistics.median(cpu_runs), "driver_cpu_runs_s": cpu_runs,
-        "worker_cpu_s": sum(cpu for _, cpu, _ in results),
+        "driver_s": statistics.median(runs["rows"]), "driver_runs_s": runs["rows"],
+        "driver_cpu_s": statistics.median(cpu_runs["rows"]), "driver_cpu_runs_s": cpu_runs["rows"],
+        "driver_facts_s": statistics.median(runs["facts"]), "driver_facts_runs_s": runs["facts"],
+        "driver_facts_cpu_s": statistics.median(cpu_runs["facts"]),
+        "worker_cpu_s": sum(cpu for _, _, cpu, _ in results),
         "worker_wall_s": worker_wall_s,
-        "worker_task_wall_s": [wall for _, _, wall in results],
+        "worker_task_wall_s": [wall for _, _, _, wall in results],
         "workers": workers, "backend": backend, "rollouts": len(rows),
         "prepare_chunk": chunk, "embedding_batch_size": batch_rows,
         "embedding_pass_tokens": config.embedding_pass_tokens,
-        "shipped_mb": sum(len(item) for item in prepared) / 2**20,
-        "shipped_items": len(prepared),
+        "shipped_mb": sum(len(item) for item in rows_bytes) / 2**20,
+        "shipped_facts_mb": sum(len(item) for item in facts_bytes) / 2**20,
+        "shipped_items": len(rows_bytes),
         "ray_start_s": startup_s,
         "embedded_by_driver": int(result.metrics.get("cluster_cache_misses", 0)),
         "stages_driver": stage_seconds(result.metrics),
-        "driver_extra_rss_mb": rss.extra_mb,
-        "identical": result.advantages.tobytes() == reference.advantages.tobytes(),
+        "stages_driver_facts": stage_seconds(results_of["facts"].metrics),
+        "driver_extra_rss_mb": extra_rss["rows"],
+        "identical": identical["rows"],
+        "identical_facts": identical["facts"],
         "reference_cold_s": reference.metrics["time_total_s"],
         "reference_cold_cpu_s": reference_cpu_s,
     }
@@ -394,14 +445,17 @@ def critical_table(entry: dict, threads: int | None) -> Table:
                         f"per {chunk}, passes of {entry['embedding_batch_size']} texts x "
                         f"{entry.get('embedding_pass_tokens', 0) or 'unpacked'} tokens (seconds)",
                   header_style="bold")
-    for column in ("driver does everything (cold) s", "its CPU s", "driver_s (facts prepared)", "its CPU s",
-                   "worker CPU s", "workers' wall s", "shipped MB", "texts the driver embedded", "identical"):
+    for column in ("driver does everything (cold) s", "its CPU s", "driver_s (rows shipped)", "its CPU s",
+                   "facts' work shipped s", "its CPU s", "worker CPU s", "workers' wall s",
+                   "shipped MB (rows / facts)", "texts the driver embedded", "identical"):
         table.add_column(column, justify="right")
     table.add_row(f"{entry['reference_cold_s']:.3f}", f"{entry['reference_cold_cpu_s']:.3f}",
                   f"{entry['driver_s']:.3f}", f"{entry['driver_cpu_s']:.3f}",
+                  f"{entry['driver_facts_s']:.3f}", f"{entry['driver_facts_cpu_s']:.3f}",
                   f"{entry['worker_cpu_s']:.2f}", f"{entry['worker_wall_s']:.2f}",
-                  f"{entry['shipped_mb']:.1f}", str(entry["embedded_by_driver"]),
-                  "yes" if entry["identical"] else "no")
+                  f"{entry['shipped_mb']:.1f} / {entry['shipped_facts_mb']:.1f}",
+                  str(entry["embedded_by_driver"]),
+                  "yes" if entry["identical"] and entry["identical_facts"] else "no")
     return table
 
 
@@ -554,8 +608,12 @@ def main() -> None:
         report["critical_path"] = {"size": size, **critical_path(
             rows, args.workers, backend, reference, reference_cpu_s, args.prepare_chunk, rows_per_pass)}
         console.print(critical_table(report["critical_path"], args.driver_threads))
-        console.print(f"identical: {'yes' if report['critical_path']['identical'] else 'no'} "
-                      "(advantages with the workers' prepared facts vs the driver doing everything)")
+        entry = report["critical_path"]
+        console.print(f"identical: shipped rows {'yes' if entry['identical'] else 'no'}, shipped "
+                      f"facts' work {'yes' if entry['identical_facts'] else 'no'} (advantages vs "
+                      "the driver doing everything)")
+        console.print("driver stages, rows shipped: " + ", ".join(
+            f"{name} {seconds:.3f}" for name, seconds in entry["stages_driver"].items()))
     if growth:
         report["growth"] = run_growth(growth, args.growth_backend, args.driver_threads)
         console.print(growth_table(report["growth"], args.driver_threads))

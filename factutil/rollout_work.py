@@ -1,34 +1,39 @@
 """A rollout's whole per-rollout work, shipped from where it was generated (docs/method.md §1, §2.1–§2.4).
 
-:func:`prepare_facts` ships the work of a rollout's facts; :func:`prepare_rollout` ships the rest
-of what the step does per rollout too: its columns (:func:`factutil.columns.rollout_columns`: the
-kinds of its effective actions, each asserted triple's step and fact, repeated searches, its
-answer, the empty-store flag, ignored actions and invalid reasons). A trainer's step then receives
-the rollout as a *shipped row* -- ``uid``, ``question``, ``golden_answers``, ``rollout_id``,
-``reward`` and ``shipped`` (these bytes), no ``actions`` -- and never validates or walks that
-rollout's actions: :func:`read_rollout_work` reads every shipped row of a batch at once, and the
-step computes what it computes from the actions, bit for bit.
+:func:`~factutil.prepare.prepare_facts` ships the work of a rollout's facts; :func:`prepare_rollout`
+ships the rest of what the step does per rollout too: its columns
+(:func:`factutil.columns.rollout_columns`: the kinds of its effective actions, each asserted
+triple's step and fact, repeated searches, its answer, the empty-store flag, ignored actions and
+invalid reasons). A trainer's step then receives the rollout as a *shipped row* -- ``uid``,
+``question``, ``golden_answers``, ``rollout_id``, ``reward`` and ``shipped`` (these bytes), no
+``actions`` -- and never validates or walks that rollout's actions: :func:`read_rollout_work`
+reads every shipped row of a batch at once, and the step computes what it computes from the
+actions, bit for bit.
 
 The columns depend on ``config.max_turns`` only; the facts' work on what
 :meth:`~factutil.prepare.PreparedFacts.mismatch` names. Work made for another ``max_turns``, naming
 another rollout (its uid or rollout_id differ from the row's), or that cannot be read makes its
 group unscorable (the step skips it with that reason); facts' work made for another embedder,
-template, filters or key edges is recomputed by the step, as for :func:`prepare_facts`' items.
+template, filters or key edges is recomputed by the step, as for ``prepare_facts``' items.
 
 Layout of one item (integers little-endian)::
 
-    header   48 bytes: b"FURW", format version (u8, 1), flags (u8: 1 answered, 2 empty-store
-             answer, 4 named: uid and rollout_id given), 2 zero bytes, then u32 max_turns, total (all actions), kinds (effective
-             actions), occurrences, repeated, ignored, strings_len, reasons_len, facts_len
+    header   40 bytes: b"FURW", format version (u8, 1), flags (u8: 1 the answer came while the
+             store was empty), 2 zero bytes, then u32 max_turns, total (all actions), kinds
+             (effective actions), occurrences, repeated, ignored, meta_len, facts_len
     kinds    u8 (kinds,): kind code of each effective action (factutil.shaping.KIND_CODES)
     ignored  u8 (ignored,): kind code of each ignored action
     steps    u32 (occurrences,): the step of each asserted triple occurrence
     facts    u32 (occurrences,): its row in the facts item below (its sorted distinct parts)
     repeated u32 (repeated,): the steps of repeated searches
-    strings  strings_len bytes: UTF-8 (lone surrogates kept) uid, rollout_id, answer, each
-             followed by a NUL (empty when not named / no answer)
-    reasons  reasons_len bytes: JSON object, action index (a string) -> invalid reason
+    meta     meta_len bytes: ASCII JSON [uid, rollout_id, answer, {action index: invalid
+             reason}]: uid and rollout_id null when the work names no rollout, answer null
+             when none
     facts    facts_len bytes: the facts' work, :meth:`PreparedFacts.to_bytes`
+
+Nothing runs when an item is read and every field is checked; the items of a batch are read
+together (each section of every item joined and checked at once), and, when that fails, one by
+one to name the bad ones.
 """
 
 from __future__ import annotations
@@ -56,10 +61,9 @@ SHIPPED_ROW_KEY = "shipped"
 
 MAGIC = b"FURW"
 VERSION = 1
-_HEADER = struct.Struct("<4sBBHIIIIIIIII")
-_ANSWERED, _EMPTY_STORE, _NAMED = 1, 2, 4
+_HEADER = struct.Struct("<4sBBHIIIIIIII")
+_EMPTY_STORE = 1
 _KIND_CODES = frozenset(KIND_CODES.values())
-_SEP = "\x00"
 
 
 def prepare_rollout(
@@ -103,24 +107,20 @@ def prepare_rollout(
     columns = rollout_columns(row["actions"], config.max_turns)
     local = {parts: index for index, parts in enumerate(facts.parts)}
     occurrence_facts = [local[tuple(triple)] for triple in columns.occurrence_triples]
-    uid, rollout_id = (row["uid"], row["rollout_id"]) if named else ("", "")
-    strings = _SEP.join([uid, rollout_id, columns.answer or ""]) + _SEP
-    strings_bytes = strings.encode("utf-8", "surrogatepass")
-    reasons = json.dumps({str(k): v for k, v in columns.reasons.items()}).encode() \
-        if columns.reasons else b""
+    meta = json.dumps([row["uid"] if named else None, row["rollout_id"] if named else None,
+                       columns.answer, {str(k): v for k, v in columns.reasons.items()}],
+                      separators=(",", ":")).encode("ascii")
     facts_bytes = facts.to_bytes()
-    flags = (_ANSWERED if columns.answer is not None else 0) | (
-        _EMPTY_STORE if columns.empty_store_answer else 0) | (_NAMED if named else 0)
-    header = _HEADER.pack(MAGIC, VERSION, flags, 0, config.max_turns, columns.total,
-                          len(columns.kinds), len(occurrence_facts), len(columns.repeated_steps),
-                          len(columns.ignored_kinds), len(strings_bytes), len(reasons),
-                          len(facts_bytes))
+    header = _HEADER.pack(MAGIC, VERSION, _EMPTY_STORE if columns.empty_store_answer else 0, 0,
+                          config.max_turns, columns.total, len(columns.kinds),
+                          len(occurrence_facts), len(columns.repeated_steps),
+                          len(columns.ignored_kinds), len(meta), len(facts_bytes))
     return b"".join((
         header, bytes(columns.kinds), bytes(columns.ignored_kinds),
         np.asarray(columns.occurrence_step, dtype="<u4").tobytes(),
         np.asarray(occurrence_facts, dtype="<u4").tobytes(),
         np.asarray(columns.repeated_steps, dtype="<u4").tobytes(),
-        strings_bytes, reasons, facts_bytes,
+        meta, facts_bytes,
     ))
 
 
@@ -150,30 +150,33 @@ class _Header(NamedTuple):
     occurrences: int
     repeated: int
     ignored: int
-    strings: int
-    reasons: int
+    meta: int
     facts: int
 
 
 def _read_header(data: Any) -> _Header:
+    """One item's header, its sizes checked against its length.
+
+    Raises:
+        ValueError: not this form, an unknown version or flags, or sizes that do not add up.
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"is {type(data).__name__}, expected bytes")
     data = bytes(data)
     if len(data) < _HEADER.size:
         raise ValueError(f"{len(data)} bytes, shorter than the {_HEADER.size}-byte header")
-    (magic, version, flags, zero, max_turns, total, kinds, occurrences, repeated, ignored,
-     strings, reasons, facts) = _HEADER.unpack_from(data)
+    (magic, version, flags, zero, max_turns, total, kinds, occurrences, repeated, ignored, meta,
+     facts) = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ValueError(f"starts with {bytes(magic)!r}, expected {MAGIC!r}")
-    if version != VERSION or flags & ~(_ANSWERED | _EMPTY_STORE | _NAMED) or zero:
+    if version != VERSION or flags & ~_EMPTY_STORE or zero:
         raise ValueError(f"unknown format version {version} or flags {flags:#x}/{zero:#x}")
-    size = (_HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + strings + reasons
-            + facts)
+    size = _HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + meta + facts
     if size != len(data) or kinds + ignored != total:
         raise ValueError(f"{len(data)} bytes, the header says {size} (total {total}, kinds "
                          f"{kinds}, ignored {ignored})")
-    return _Header(data, flags, max_turns, total, kinds, occurrences, repeated, ignored, strings,
-                   reasons, facts)
+    return _Header(data, flags, max_turns, total, kinds, occurrences, repeated, ignored, meta,
+                   facts)
 
 
 def read_rollout_work(
@@ -183,18 +186,16 @@ def read_rollout_work(
 
     Args:
         shipped: batch row -> the row's ``shipped`` bytes (:func:`prepare_rollout`).
-        keys: batch row -> its ``(uid, rollout_id)``, which the work must name.
+        keys: batch row -> its ``(uid, rollout_id)``, which work that names a rollout must name.
         config: the step's config (its ``max_turns`` must be the work's).
 
     Returns:
         :class:`RolloutWork`: each readable row's columns, with ``occurrence_texts`` and
         ``occurrence_work`` (the row of each occurrence's fact in ``facts[0]``, -1 when its fact's
-        work is in another item of ``facts``); the facts' work merged per kind
-        (:func:`~factutil.prepare.load_prepared`); each other row's reason. Never raises for a
-        bad item.
+        work is in another item of ``facts``); the facts' work, one item per kind
+        (:func:`~factutil.prepare.load_prepared`'s kinds); each other row's reason. Never raises
+        for a bad item.
     """
-    from factutil.prepare import load_prepared
-
     unreadable: dict[int, str] = {}
     headers: dict[int, _Header] = {}
     for row, data in shipped.items():
@@ -211,132 +212,110 @@ def read_rollout_work(
     columns: dict[int, RolloutColumns] = {}
     fact_items: dict[int, tuple[bytes, int]] = {}
     try:
-        found = _columns_together(list(headers.values()), [keys[row] for row in headers])
+        found = _read_columns(list(headers.values()), [keys[row] for row in headers])
     except ValueError:  # each alone, to name the bad ones
-        for row, header in headers.items():
+        found = []
+        for row, header in list(headers.items()):
             try:
-                columns[row], fact_items[row] = _columns(header, keys[row])
+                found += _read_columns([header], [keys[row]])
             except ValueError as error:
                 unreadable[row] = f"its shipped work cannot be read ({error})"
-    else:
-        for row, (column, facts_bytes) in zip(headers, found):
-            columns[row], fact_items[row] = column, facts_bytes
+                del headers[row]
+    for row, (column, facts_at) in zip(headers, found):
+        columns[row], fact_items[row] = column, facts_at
     facts = _read_facts(columns, fact_items, unreadable, config)
     return RolloutWork(columns, facts, unreadable)
 
 
-def _columns_together(
+def _read_columns(
     headers: Sequence[_Header], keys: Sequence[tuple[str, str]]
 ) -> list[tuple[RolloutColumns, tuple[bytes, int]]]:
-    """:func:`_columns` of many items, each section of all items joined and checked at once.
+    """The columns of some items (occurrences' local fact rows in ``occurrence_work``, texts
+    unset) and where each one's facts item starts in its bytes: each section of every item
+    joined and checked at once.
 
     Raises:
-        ValueError: some item is not what :func:`_columns` accepts (the caller reads them one
-            by one to name it).
+        ValueError: some item is not what the layout says (the caller reads them one by one to
+            name it).
     """
     if not headers:
         return []
     fields = np.array([header[1:] for header in headers], dtype=np.int64)
-    (_, _, _, kinds, occurrences, repeated, ignored, strings, reasons, _) = fields.T
+    _, _, _, kinds, occurrences, repeated, ignored, meta, _ = fields.T
     datas = [header.data for header in headers]
     at = np.full(len(headers), _HEADER.size, dtype=np.int64)
 
-    def section(width: np.ndarray) -> bytes:
+    def section(width: np.ndarray) -> list[bytes]:
         nonlocal at
         starts, at = at.tolist(), at + width
-        return b"".join([data[a:b] for data, a, b in zip(datas, starts, at.tolist())])
+        return [data[a:b] for data, a, b in zip(datas, starts, at.tolist())]
 
-    kind_codes = np.frombuffer(section(kinds), dtype=np.uint8)
-    ignored_codes = np.frombuffer(section(ignored), dtype=np.uint8)
-    steps = np.frombuffer(section(4 * occurrences), dtype="<u4")
-    local = np.frombuffer(section(4 * occurrences), dtype="<u4")
-    repeated_steps = np.frombuffer(section(4 * repeated), dtype="<u4")
+    kind_codes = np.frombuffer(b"".join(section(kinds)), dtype=np.uint8)
+    ignored_codes = np.frombuffer(b"".join(section(ignored)), dtype=np.uint8)
+    steps = np.frombuffer(b"".join(section(4 * occurrences)), dtype="<u4")
+    local = np.frombuffer(b"".join(section(4 * occurrences)), dtype="<u4")
+    repeated_steps = np.frombuffer(b"".join(section(4 * repeated)), dtype="<u4")
     if not (_KIND_CODES.issuperset(np.unique(kind_codes).tolist())
-            and _KIND_CODES.issuperset(np.unique(ignored_codes).tolist())
-            and np.all(steps < np.repeat(kinds, occurrences))
+            and _KIND_CODES.issuperset(np.unique(ignored_codes).tolist())):
+        raise ValueError("a kind code that is no action's")
+    if not (np.all(steps < np.repeat(kinds, occurrences))
             and np.all(repeated_steps < np.repeat(kinds, repeated))):
-        raise ValueError("a kind code or step out of range")
+        raise ValueError("a step beyond the rollout's effective actions")
     try:
-        text = section(strings).decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        raise ValueError("strings are not UTF-8") from None
-    names = text.split(_SEP)
-    if len(names) != 3 * len(headers) + 1 or names.pop():
-        raise ValueError("the strings are not three NUL-ended strings per item")
-    if any(header.flags & _NAMED and (uid, rollout_id) != key for header, uid, rollout_id, key
-           in zip(headers, names[0::3], names[1::3], keys)):
-        raise ValueError("an item of another rollout")
-    if reasons.any() or any(bool(header.flags & _ANSWERED) != bool(answer) and answer
-                            for header, answer in zip(headers, names[2::3])):
-        raise ValueError("reasons or answer flags to check one by one")
+        metas = json.loads(b"[" + b",".join(section(meta)) + b"]")
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("its meta is not JSON") from None
+    answers = [_meta(found, header, key) for found, header, key in zip(metas, headers, keys)]
     facts_at = at.tolist()
     bounds = [np.concatenate(([0], np.cumsum(width))).tolist()
               for width in (kinds, ignored, occurrences, repeated)]
     kind_codes, ignored_codes = kind_codes.tolist(), ignored_codes.tolist()
     steps, local, repeated_steps = steps.tolist(), local.tolist(), repeated_steps.tolist()
     out = []
-    for i, (header, answer) in enumerate(zip(headers, names[2::3])):
+    for i, (header, (answer, reasons)) in enumerate(zip(headers, answers)):
         k0, k1 = bounds[0][i], bounds[0][i + 1]
         g0, g1 = bounds[1][i], bounds[1][i + 1]
         o0, o1 = bounds[2][i], bounds[2][i + 1]
         r0, r1 = bounds[3][i], bounds[3][i + 1]
-        flags = header.flags
         out.append((RolloutColumns(
-            kind_codes[k0:k1], header.total, steps[o0:o1], [], repeated_steps[r0:r1],
-            answer if flags & _ANSWERED else None, bool(flags & _EMPTY_STORE),
-            ignored_codes[g0:g1], {}, None, local[o0:o1],
+            kind_codes[k0:k1], header.total, steps[o0:o1], [], repeated_steps[r0:r1], answer,
+            bool(header.flags & _EMPTY_STORE), ignored_codes[g0:g1], reasons, None,
+            local[o0:o1],
         ), (header.data, facts_at[i])))
     return out
 
 
-def _columns(header: _Header, key: tuple[str, str]) -> tuple[RolloutColumns, tuple[bytes, int]]:
-    """One item's columns (occurrences' local fact rows in ``occurrence_work``, texts unset) and
-    where its facts item starts in its bytes."""
-    data = header.data
-    at = _HEADER.size
-    kinds = list(data[at:at + header.kinds])
-    at += header.kinds
-    ignored = list(data[at:at + header.ignored])
-    at += header.ignored
-    if not _KIND_CODES.issuperset(kinds) or not _KIND_CODES.issuperset(ignored):
-        raise ValueError("a kind code that is no action's")
-    n = header.occurrences
-    steps = np.frombuffer(data, dtype="<u4", count=n, offset=at).tolist()
-    at += 4 * n
-    local = np.frombuffer(data, dtype="<u4", count=n, offset=at).tolist()
-    at += 4 * n
-    repeated = np.frombuffer(data, dtype="<u4", count=header.repeated, offset=at).tolist()
-    at += 4 * header.repeated
-    if steps and max(steps) >= header.kinds or repeated and max(repeated) >= header.kinds:
-        raise ValueError("a step beyond the rollout's effective actions")
-    try:
-        strings = data[at:at + header.strings].decode("utf-8", "surrogatepass").split(_SEP)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"strings are not UTF-8 ({error})") from None
-    at += header.strings
-    if len(strings) != 4 or strings[3]:
-        raise ValueError("its uid, rollout_id and answer are not three NUL-ended strings")
-    uid, rollout_id, answer = strings[:3]
-    if header.flags & _NAMED and (uid, rollout_id) != key:
+def _meta(meta: Any, header: _Header, key: tuple[str, str]) -> tuple[str | None, dict[int, str]]:
+    """An item's answer and invalid reasons from its meta, checked (and its named rollout
+    against ``key``).
+
+    Raises:
+        ValueError: a meta that is not ``[uid, rollout_id, answer, {index: reason}]`` of its
+            types, or that names another rollout.
+    """
+    if type(meta) is not list or len(meta) != 4:
+        raise ValueError(f"its meta {short(meta)} is not [uid, rollout_id, answer, reasons]")
+    uid, rollout_id, answer, reasons = meta
+    if not (uid is None and rollout_id is None or type(uid) is str and type(rollout_id) is str):
+        raise ValueError(f"its uid {short(uid)} and rollout_id {short(rollout_id)} are not "
+                         f"two strings or two nulls")
+    if uid is not None and (uid, rollout_id) != key:
         raise ValueError(f"it is the work of uid {short(uid)} rollout_id {short(rollout_id)}")
-    reasons: dict[int, str] = {}
-    if header.reasons:
-        try:
-            found = json.loads(data[at:at + header.reasons])
-            reasons = {int(k): v for k, v in found.items()}
-        except (ValueError, AttributeError):
-            raise ValueError("its invalid reasons are not a JSON object of action indices") \
-                from None
-        if not all(type(v) is str and 0 <= k < header.total for k, v in reasons.items()):
-            raise ValueError("its invalid reasons are not a JSON object of action indices")
-    at += header.reasons
-    answered = bool(header.flags & _ANSWERED)
-    if not answered and answer:
-        raise ValueError("an answer in a rollout flagged unanswered")
-    return RolloutColumns(
-        kinds, header.total, steps, [], repeated, answer if answered else None,
-        bool(header.flags & _EMPTY_STORE), ignored, reasons, None, local,
-    ), (data, at)
+    if answer is not None and type(answer) is not str:
+        raise ValueError(f"its answer {short(answer)} is not a string or null")
+    if type(reasons) is not dict:
+        raise ValueError(f"its invalid reasons {short(reasons)} are not a JSON object")
+    if not reasons:
+        return answer, {}
+    try:
+        found = {int(index): reason for index, reason in reasons.items()}
+    except ValueError:
+        found = {}
+    if len(found) != len(reasons) or not all(
+            type(reason) is str and 0 <= index < header.total for index, reason in found.items()):
+        raise ValueError(f"its invalid reasons {short(reasons)} are not action indices and "
+                         f"strings")
+    return answer, found
 
 
 def _read_facts(columns: dict[int, RolloutColumns], fact_items: Mapping[int, tuple[bytes, int]],

@@ -24,7 +24,7 @@ HEAD = ("uid", "question", "golden_answers", "rollout_id")
 def _edge_group() -> list[dict]:
     """One group that meets every per-rollout rule: a repeated search, case variants of one
     fact, an action after the answer, an invalid action, an answer from an empty store, no
-    answer, a given reward, actions beyond max_turns."""
+    answer, a given reward, actions beyond max_turns, strings with a NUL."""
     head = {"uid": "edge", "question": "Where was Ada born?", "golden_answers": ["London"]}
     ada = ["Ada Lovelace", "born in", "London"]
     return [
@@ -44,6 +44,9 @@ def _edge_group() -> list[dict]:
             {"action": "assert", "triples": [ada]},
             {"action": "invalid", "raw": "?", "reason": "beyond"},
             {"action": "answer", "answer": "London"}]},
+        {**head, "rollout_id": "e\x00", "actions": [  # NULs and non-ASCII text
+            {"action": "assert", "triples": [["Ada\x00", "born in", "Lön\u2028don"]]},
+            {"action": "answer", "answer": "Lon\x00don é"}]},
     ]
 
 
@@ -238,7 +241,7 @@ def test_unusable_work_names_the_group_rollout_and_reason(change, reason):
     result = _step(shipped, config, on_invalid_group="skip")
     assert list(result.skipped) == ["edge"] and reason in result.skipped["edge"]
     assert "rollout 'b'" in result.skipped["edge"]
-    _assert_same(_step(other[4:], config), result, warnings=False)  # the other group alone
+    _assert_same(_step(other[len(group):], config), result, warnings=False)  # the other group
     assert result.warnings[0].startswith("group 'edge' skipped: rollout 'b'")
     with pytest.raises(ValueError, match=f"group 'edge' rollout 'b'.*{reason}"):
         _step(shipped, config)

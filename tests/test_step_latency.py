@@ -87,6 +87,7 @@ def test_driver_threads_and_the_growth_section(tmp_path):
     assert point["triples"] == len(triple_occurrences(small))
     assert point["torch_threads"] == 1  # the child process got the same limit
     assert point["identical"] is True and point["backend"] == "static"
+    assert point["identical_rows"] is True and point["driver_rows_s"] > 0
     assert 0 < point["driver_s"] and 0 < point["cold_s"] and point["peak_rss_mb"] > 50
     assert "growth, backend static, driver threads 1" in done.stdout
 
@@ -112,11 +113,13 @@ def test_critical_path_with_two_ray_workers(tmp_path):
     assert (entry["workers"], entry["backend"], entry["size"]) == (2, "static", "S")
     assert entry["prepare_chunk"] == 1  # by rollout, as an agent-loop worker as each one finishes
     assert entry["rollouts"] == len(build_workload("S"))
-    assert entry["identical"] is True and "identical: yes" in done.stdout
+    assert entry["identical"] is True and entry["identical_facts"] is True
+    assert "identical: shipped rows yes, shipped facts' work yes" in done.stdout
     assert entry["embedded_by_driver"] == 0  # every vector came from the workers
+    assert entry["shipped_mb"] > entry["shipped_facts_mb"] > 0  # rows add the actions' columns
     assert len(entry["worker_task_wall_s"]) == 2 and entry["worker_cpu_s"] > 0
     assert entry["worker_wall_s"] >= max(entry["worker_task_wall_s"])
-    assert {"driver_s", "worker_cpu_s", "workers", "backend"} <= set(entry)
+    assert {"driver_s", "driver_facts_s", "worker_cpu_s", "workers", "backend"} <= set(entry)
 
 
 @pytest.mark.slow
