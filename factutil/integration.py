@@ -17,12 +17,15 @@ Everything else is here, once, with no trainer import:
   functions of :mod:`factutil.advantages`, re-exported;
 - :func:`batch_metrics` and :func:`warn_fallback`: the ``factutil/*`` metrics of a step and the
   one warning that names the groups which kept the trainer's advantages;
-- per-fact work shipped from the rollout workers (docs/decisions.md, ``prepare_in_workers``):
-  :class:`FactPreparer` does it in a worker (:func:`factutil.prepare.prepare_facts`, pickled),
-  a rollout carries it under :data:`SHIPPED_KEY` (:func:`trainer_rollout`'s ``prepared``), and
-  :func:`score_batch` reads it back and hands it to the core; a rollout whose work is missing,
-  unreadable or made for another embedder is computed by the trainer's step itself, with the
-  same values bit for bit.
+- a rollout's work shipped from the rollout workers (docs/decisions.md, ``prepare_in_workers``):
+  :class:`FactPreparer` does it in a worker (:func:`factutil.rollout_work.prepare_rollout`: the
+  rollout's action columns and its facts' texts, vectors and analyses, as bytes), a rollout
+  carries it under :data:`SHIPPED_KEY` (:func:`trainer_rollout`'s ``prepared``), and
+  :func:`score_batch` hands the rollout to the core as a *shipped row* (its work, not its
+  actions), with the same values bit for bit. A rollout whose worker sent nothing is computed by
+  the trainer's step itself; one whose work cannot be read keeps its group on the trainer's
+  advantages (with the reason). An older worker's facts' work alone
+  (:func:`factutil.prepare.prepare_facts`' bytes) is still taken: the step uses what fits.
 
 A group that cannot be scored is never a crash and never a NaN: it keeps the trainer's outcome-only
 advantage, is counted in ``factutil/groups_fallback`` and named in one warning per step.
@@ -100,10 +103,13 @@ class BatchScore(Generic[K]):
             groups whose values they cannot place.
         groups: how many groups the batch has.
         error: the exception of the core call, None when it did not raise.
-        shipped: rollouts scored whose per-fact work came with them (readable; the core may
-            still ignore an item made for another embedder: its ``cluster_prepared_ignored``).
-        unshipped: rollouts scored that were to bring their per-fact work and did not (missing
-            or unreadable): the step computed it.
+        shipped: rollouts whose work came with them and was used (a rollout's work, or an
+            older worker's facts' work that could be read; the core may still ignore facts'
+            work made for another embedder: its ``cluster_prepared_ignored``).
+        unshipped: rollouts that were to bring their work and did not: none came or an older
+            worker's facts' work could not be read (the step computed it), or a rollout's work
+            could not be used (unreadable, made for another ``max_turns``, or holding another
+            number of actions than the trainer's rollout: its group is in ``fallback``).
         None when no rollout was to bring any.
     """
 
@@ -141,11 +147,19 @@ def score_batch(
             ``"process_advantage"`` (A_proc, for one that adds omega * A_proc to its own).
         scorer: the core call, ``compute_process_advantages`` when None (looked up at call time).
 
-    A rollout dict may hold :data:`SHIPPED_KEY`: its per-fact work from the rollout worker
-    (:class:`FactPreparer`'s bytes, a :class:`~factutil.prepare.PreparedFacts`, or None when the
-    worker sent none). The key is taken out before the core sees the rollout; what it holds is
-    read and merged by :func:`factutil.prepare.load_prepared` (collector paused, one item per kind
-    of work) and goes to the core as ``prepared``, which takes what fits and computes the rest.
+    A rollout dict may hold :data:`SHIPPED_KEY`: the work its rollout worker shipped (bytes or
+    their base64 text; None when the worker sent none). The key is taken out before the core
+    sees the rollout. A rollout's work (:class:`FactPreparer`'s bytes,
+    :func:`factutil.rollout_work.prepare_rollout`) makes the rollout a shipped row: it goes to
+    the core without ``actions`` and with that work under
+    :data:`factutil.rollout_work.SHIPPED_ROW_KEY`, and the core neither validates nor walks its
+    actions. A shipped row whose work the core cannot use makes its group fall back with the
+    core's reason; so does one whose values are not one per action of the trainer's rollout (its
+    ``actions``), so that no adapter scatters them onto the wrong tokens. Facts' work alone (an
+    older worker's :func:`factutil.prepare.prepare_facts` bytes or a
+    :class:`~factutil.prepare.PreparedFacts`) is read and merged by
+    :func:`factutil.prepare.load_prepared` (collector paused, one item per kind of work) and goes
+    to the core as ``prepared``, which takes what fits and computes the rest.
 
     Returns:
         :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
@@ -153,9 +167,12 @@ def score_batch(
         every group built is in ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the
         exception; nothing is raised.
     """
+    from factutil.rollout_work import SHIPPED_ROW_KEY
+
     fallback: dict[K, str] = {}
     rollouts: list[Mapping[str, Any]] = []
-    shipped: list[Any] = []
+    shipped: list[Any] = []  # facts' work alone (older workers) or None, one per rollout
+    rows: list[tuple[K, str, int | None]] = []  # shipped rows: group, rollout_id, trainer's actions
     keys: dict[str, K] = {}
     count = 0
     for key in groups:
@@ -168,23 +185,30 @@ def score_batch(
         for rollout in members:
             if SHIPPED_KEY in rollout:
                 rollout = dict(rollout)
-                shipped.append(rollout.pop(SHIPPED_KEY))
+                item = _shipped_form(rollout.pop(SHIPPED_KEY))
+                if _is_rollout_work(item):
+                    actions = rollout.pop("actions", None)
+                    rollout[SHIPPED_ROW_KEY] = bytes(item)
+                    rows.append((key, str(rollout.get("rollout_id")),
+                                 None if actions is None else len(actions)))
+                else:
+                    shipped.append(item)
             rollouts.append(rollout)
         keys[str(key)] = key
     score: BatchScore[K] = BatchScore(None, {}, fallback, count)
     if not rollouts:
         return score
     extra: dict[str, Any] = {}
-    if shipped:
-        from factutil.prepare import load_prepared
-
+    if shipped or rows:
         unreadable: list[int] = []
-        prepared = load_prepared(map(_shipped_form, shipped), unreadable=unreadable,
-                                 pause_gc=config.pause_gc)
+        if shipped:
+            from factutil.prepare import load_prepared
+
+            prepared = load_prepared(shipped, unreadable=unreadable, pause_gc=config.pause_gc)
+            if prepared:
+                extra["prepared"] = prepared
         score.unshipped = sum(item is None for item in shipped) + len(unreadable)
-        score.shipped = len(shipped) - score.unshipped
-        if prepared:
-            extra["prepared"] = prepared
+        score.shipped = len(shipped) + len(rows) - score.unshipped
     call = scorer if scorer is not None else api.compute_process_advantages
     try:
         result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)
@@ -197,7 +221,44 @@ def score_batch(
         fallback[keys.get(uid, uid)] = reason
     score.result = result
     score.values = result.per_rollout(column)
+    if rows:
+        _check_shipped_rows(score, rows)
     return score
+
+
+def _is_rollout_work(item: Any) -> bool:
+    """Whether a shipped item (after :func:`_shipped_form`) is a rollout's work
+    (:func:`factutil.rollout_work.prepare_rollout`'s bytes, by their magic), not facts' work."""
+    from factutil.rollout_work import MAGIC
+
+    return isinstance(item, (bytes, bytearray, memoryview)) and bytes(item[:4]) == MAGIC
+
+
+def _check_shipped_rows(score: BatchScore[Any], rows: Sequence[tuple[Any, str, int | None]]) -> None:
+    """The shipped rows of a scored batch, checked: a row whose group the core skipped for its
+    work (the core's reason names the row's shipped work) or whose values are not one per action
+    of the trainer's rollout moves from ``shipped`` to ``unshipped``; the second also puts its
+    group in ``fallback`` and takes its groups' values out of ``values``."""
+    result = score.result
+    dropped: set[str] = set()
+    for key, rollout_id, actions in rows:
+        uid = str(key)
+        reason = result.skipped.get(uid)
+        if reason is not None:
+            unused = reason.startswith(f"rollout {rollout_id!r}: its shipped")
+        else:
+            values = score.values.get((uid, rollout_id))
+            unused = values is not None and actions is not None and len(values) != actions
+            if unused:
+                score.fallback.setdefault(
+                    key, f"rollout {rollout_id!r}: its shipped work holds {len(values)} "
+                         f"actions, the trainer's rollout {actions}")
+                dropped.add(uid)
+        if unused:
+            score.shipped -= 1
+            score.unshipped += 1
+    if dropped:
+        score.values = {k: v for k, v in score.values.items() if k[0] not in dropped}
 
 
 def trainer_rollout(
@@ -222,7 +283,8 @@ def trainer_rollout(
             (:func:`factutil.metrics.golden_answers_from`).
         actions: the rollout's action dicts, in order.
         reward: the outcome reward R; None leaves it to the core (F1 of the answer).
-        prepared: the per-fact work the rollout worker shipped (bytes, a PreparedFacts or None).
+        prepared: the work the rollout worker shipped (:class:`FactPreparer`'s bytes or their
+            base64 text; an older worker's facts' work; None).
         shipping: the workers were to ship it (``prepares_in_workers``): the rollout then holds
             :data:`SHIPPED_KEY` (``prepared``, None counted as missing by :func:`score_batch`).
 
@@ -379,10 +441,10 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
         ``factutil/groups``, ``groups_scored``, ``groups_fallback`` (the trainer's groups); with
         a result, each of its other numeric ``metrics`` as ``factutil/<name>`` (stage times ``time_<stage>_s`` as
         ``factutil/time_<stage>_ms``, in milliseconds) and ``factutil/utility_spread`` (max -
-        min utility); when the workers were to ship their per-fact work,
-        ``factutil/prepared_shipped`` and ``factutil/prepared_unshipped`` (rollouts; the step did
-        the work of the unshipped ones) next to the core's ``factutil/cluster_prepared_facts``
-        and ``cluster_prepared_ignored``.
+        min utility); when the workers were to ship their work, ``factutil/prepared_shipped``
+        and ``factutil/prepared_unshipped`` (rollouts, :class:`BatchScore`'s ``shipped`` and
+        ``unshipped``) next to the core's ``factutil/cluster_prepared_facts`` and
+        ``cluster_prepared_ignored``.
     """
     result, groups, fallback = score.result, score.groups, score.fallback
     metrics: dict[str, float] = {}
@@ -442,19 +504,21 @@ def warn_fallback(
 
 
 SHIPPED_KEY = "prepared"
-"""The key of a rollout dict (and of an adapter's per-row fields) holding its shipped per-fact work."""
+"""The key of a rollout dict (and of an adapter's per-row fields) holding the work its rollout
+worker shipped (:class:`FactPreparer`'s bytes or their base64 text)."""
 
 
 def prepares_in_workers(config: FactUtilConfig) -> bool:
-    """Whether the rollout workers do the per-fact work (``config.prepare_in_workers``; None: in
-    semantic mode only, exact mode having no embedding or analysis to ship)."""
+    """Whether the rollout workers do the rollouts' work (``config.prepare_in_workers``; None:
+    in semantic mode only, exact mode having no embedding or analysis to ship)."""
     if config.prepare_in_workers is not None:
         return bool(config.prepare_in_workers)
     return config.mode == "semantic"
 
 
 class FactPreparer:
-    """The per-fact work of rollouts, done where they are generated (a rollout worker).
+    """The work of rollouts (their action columns and their facts' texts, vectors and analyses),
+    done where they are generated (a rollout worker).
 
     One per worker process and config: it owns the clusterer whose embedder (loaded on first use,
     on ``config.embedding_device``: CUDA when the worker has a GPU) and caches every call reuses.
@@ -484,21 +548,25 @@ class FactPreparer:
 
     def text(self, facts: Any) -> str | None:
         """:meth:`__call__`'s bytes as base64 text, for fields that must stay JSON (OpenRLHF's
-        payload is logged as JSON). :func:`read_shipped` reads both forms."""
+        payload is logged as JSON). :func:`score_batch` takes both forms."""
         data = self(facts)
         return None if data is None else base64.b64encode(data).decode("ascii")
 
     def __call__(self, facts: Any) -> bytes | None:
-        """The per-fact work of one rollout or trajectory (:func:`factutil.prepare.prepare_facts`:
-        a rollout dict, or a sequence of action dicts or models) as compact bytes
-        (:meth:`~factutil.prepare.PreparedFacts.to_bytes`), to ship in the rollout's fields.
+        """The work of one rollout or trajectory as the bytes a shipped row carries
+        (:func:`factutil.rollout_work.prepare_rollout`), to ship in the rollout's fields.
+
+        Args:
+            facts: the rollout's actions (a sequence of action dicts or models, as the worker
+                has them: the work then names no uid or rollout_id and belongs to the row that
+                carries it), or a rollout dict (its uid and rollout_id must be the trainer's).
 
         Returns:
             the bytes; None when the work failed (counted in ``failures``, logged once): the
-            trainer's step then does it. Never raises.
+            trainer's step then does it from the rollout's actions. Never raises.
         """
         from factutil.cluster import make_clusterer
-        from factutil.prepare import prepare_facts
+        from factutil.rollout_work import prepare_rollout
 
         try:
             with self._waiting_lock:
@@ -510,15 +578,13 @@ class FactPreparer:
                     waiting, self._waiting = self._waiting, []
                 if len(waiting) > 1:
                     self._warm(waiting)
-                prepared = prepare_facts(facts, self.config, clusterer=self._clusterer)
-            return prepared.to_bytes()
+                return prepare_rollout(facts, self.config, clusterer=self._clusterer)
         except Exception:  # a rollout never fails for work the trainer can redo
             self.failures += 1
             if self.failures == 1:
-                self.log.warning("factutil: per-fact work failed in the rollout worker; the "
+                self.log.warning("factutil: a rollout's work failed in the rollout worker; the "
                                  "trainer's step does it instead", exc_info=True)
             return None
-
 
     def _warm(self, waiting: list[Any]) -> None:
         """Embed and analyse the facts of every waiting rollout in one call, into the
@@ -553,14 +619,16 @@ def _shipped_form(item: Any) -> Any:
 
 
 def read_shipped(items: Iterable[Any]) -> tuple[list[Any], int]:
-    """The shipped per-fact work of some rollouts, read back.
+    """The shipped facts' work of some rollouts (what an older worker ships), read back.
 
     Args:
-        items: per rollout, :class:`FactPreparer`'s bytes (or their base64 text), a
-            :class:`~factutil.prepare.PreparedFacts`, or None (nothing shipped).
+        items: per rollout, :meth:`PreparedFacts.to_bytes` bytes (or their base64 text), a
+            :class:`~factutil.prepare.PreparedFacts`, or None (nothing shipped). A rollout's
+            whole work (:class:`FactPreparer`'s bytes) is not facts' work alone: read it with
+            :func:`factutil.rollout_work.read_rollout_work`.
 
     Returns:
-        ``(PreparedFacts list, how many items were None or unreadable)``.
+        ``(PreparedFacts list, how many items were None or not facts' work that can be read)``.
     """
     from factutil.prepare import PreparedFacts
 

@@ -27,7 +27,8 @@ from factutil.integration import (
     warn_fallback,
 )
 from factutil.parse import parse_action
-from factutil.prepare import PreparedFacts
+from factutil.prepare import PreparedFacts, prepare_facts
+from factutil.rollout_work import SHIPPED_ROW_KEY, read_rollout_work
 from factutil.schema import FactUtilConfig
 
 EXACT = FactUtilConfig(mode="exact")
@@ -195,16 +196,18 @@ def test_prepares_in_workers_follows_the_mode_unless_the_config_says():
     assert prepares_in_workers(FactUtilConfig(prepare_in_workers=False)) is False
 
 
-def test_shipped_work_is_read_back_and_counted_and_never_fails_the_worker(caplog):
+def test_the_preparer_ships_the_rollouts_work_and_never_fails_the_worker(caplog):
     preparer = FactPreparer(EXACT)
     actions = _group("0", (1.0, 0.0))[0]["actions"]
     data = preparer(actions)
+    assert data[:4] == b"FURW"  # a rollout's work (factutil.rollout_work), not facts' work alone
     text = preparer.text(actions)
     assert base64.b64decode(text) == data
-    items = [data, text, None, b"junk", "not base64!", PreparedFacts.from_bytes(data)]
-    found, missing = read_shipped(items)
-    assert missing == 3 and len(found) == 3
-    assert all(item.parts == (tuple(FACT),) for item in found)
+    # read back, it holds the rollout's columns and its one fact
+    work = read_rollout_work({0: data}, {0: ("any", "row")}, EXACT)
+    assert work.unreadable == {}
+    assert work.columns[0].total == 3 and work.columns[0].answer == "Xawery Żuławski"
+    assert work.facts[0].parts == (tuple(FACT),)
 
     log = logging.getLogger("factutil.test_integration")
     failing = FactPreparer(EXACT, log)
@@ -212,18 +215,108 @@ def test_shipped_work_is_read_back_and_counted_and_never_fails_the_worker(caplog
         assert failing("not a rollout") is None and failing(42) is None
     assert failing.failures == 2 and len(caplog.records) == 1  # one warning, then counted
 
-    def with_work(key: str) -> list[dict]:
-        rollouts = _group(key, (1.0, 0.0))
-        rollouts[0]["prepared"] = data  # what trainer_rollout(prepared=..., shipping=True) writes
-        rollouts[1]["prepared"] = None  # this worker sent none
-        return rollouts
 
-    batch = score_batch(["0"], with_work, EXACT)
-    assert (batch.shipped, batch.unshipped) == (1, 1)
-    assert batch.result.metrics["cluster_prepared_facts"] == 1.0
-    assert batch_metrics(batch)["factutil/prepared_unshipped"] == 1.0
-    plain = compute_process_advantages(_group("0", (1.0, 0.0)), EXACT)
+def test_an_older_workers_facts_work_is_read_back():
+    facts = prepare_facts(_group("0", (1.0, 0.0))[0]["actions"], EXACT).to_bytes()
+    rollout_work = FactPreparer(EXACT)(_group("0", (1.0, 0.0))[0]["actions"])
+    items = [facts, base64.b64encode(facts).decode("ascii"), None, b"junk", "not base64!",
+             PreparedFacts.from_bytes(facts), rollout_work]
+    found, missing = read_shipped(items)
+    assert missing == 4 and len(found) == 3
+    assert all(item.parts == (tuple(FACT),) for item in found)
+
+
+def _shipping(rollouts: list[dict], items: list) -> list[dict]:
+    """The rollouts as trainer_rollout(prepared=item, shipping=True) writes them."""
+    return [{**rollout, "prepared": item} for rollout, item in zip(rollouts, items)]
+
+
+def test_score_batch_scores_shipped_rows_as_the_rollouts_bit_for_bit():
+    """Group "0": a rollout's work as bytes and as base64 text; group "1": an older worker's
+    facts' work and a worker that sent none. Every value is the step's on the actions."""
+    preparer = FactPreparer(EXACT)
+    zero, one = _group("0", (1.0, 0.0)), _group("1", (0.0, 1.0))
+    facts = prepare_facts(one[0]["actions"], EXACT).to_bytes()
+    given = {
+        "0": _shipping(zero, [preparer(zero[0]["actions"]), preparer.text(zero[1]["actions"])]),
+        "1": _shipping(one, [facts, None]),
+    }
+    seen: list[dict] = []
+
+    def scorer(rollouts, *args, **kwargs):
+        seen.extend(rollouts)
+        return compute_process_advantages(rollouts, *args, **kwargs)
+
+    batch = score_batch(["0", "1"], given.__getitem__, EXACT, scorer=scorer)
+    assert batch.fallback == {} and (batch.shipped, batch.unshipped) == (3, 1)
+    # the two shipped rows reached the core as shipped rows: no actions, their work's bytes
+    assert ["actions" in rollout for rollout in seen] == [False, False, True, True]
+    assert seen[1][SHIPPED_ROW_KEY] == base64.b64decode(given["0"][1]["prepared"])
+    assert not any("prepared" in rollout for rollout in seen)
+    # each group's one fact came with its work (group "0" shipped rows, group "1" the older item)
+    assert batch.result.metrics["cluster_prepared_facts"] == 2.0
+    plain = compute_process_advantages(zero + one, EXACT)
     assert batch.result.advantages.tobytes() == plain.advantages.tobytes()
+    for key, values in plain.per_rollout("advantage").items():
+        assert batch.values[key].tobytes() == values.tobytes()
+    metrics = batch_metrics(batch)
+    assert (metrics["factutil/prepared_shipped"], metrics["factutil/prepared_unshipped"]) == (3, 1)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another max_turns", "base64 text cut"])
+def test_a_shipped_row_whose_work_cannot_be_read_makes_only_its_group_fall_back(damage, caplog):
+    preparer = FactPreparer(EXACT)
+    groups = {key: _group(key, (1.0, 0.0)) for key in ("0", "1", "2")}
+    shipped = {key: _shipping(rollouts, [preparer(r["actions"]) for r in rollouts])
+               for key, rollouts in groups.items()}
+    bad = shipped["1"][1]
+    if damage == "truncated":
+        bad["prepared"] = bad["prepared"][:-5]
+    elif damage == "another max_turns":
+        other = EXACT.model_copy(update={"max_turns": 5})  # the trainer's: 8, the default
+        bad["prepared"] = FactPreparer(other)(groups["1"][1]["actions"])
+    else:
+        bad["prepared"] = base64.b64encode(bad["prepared"]).decode("ascii")[:-8]
+
+    batch = score_batch(["0", "1", "2"], shipped.__getitem__, EXACT)
+    assert list(batch.fallback) == ["1"] and batch.error is None
+    assert batch.fallback["1"].startswith("rollout '1': its shipped work")
+    assert ("made for max_turns=5, the step's is 8" in batch.fallback["1"]) == (
+        damage == "another max_turns")
+    assert (batch.shipped, batch.unshipped) == (5, 1)
+    plain = compute_process_advantages(groups["0"] + groups["2"], EXACT)
+    assert set(batch.values) == set(plain.per_rollout())
+    for key, values in plain.per_rollout().items():
+        assert batch.values[key].tobytes() == values.tobytes()
+    metrics = batch_metrics(batch)
+    assert metrics["factutil/groups_fallback"] == 1.0 and metrics["factutil/groups_scored"] == 2.0
+    assert metrics["factutil/prepared_unshipped"] == 1.0
+    assert all(np.isfinite(value) for value in metrics.values())
+    log = logging.getLogger("factutil.test_integration")
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        warn_fallback(log, batch.fallback, "the trainer's advantages", "factutil/groups_fallback")
+    (record,) = [r for r in caplog.records if r.name == log.name]
+    assert "1 group(s)" in record.getMessage() and "its shipped work" in record.getMessage()
+
+
+def test_a_shipped_row_with_another_number_of_actions_falls_back_unscattered():
+    """The worker shipped the work of the rollout's first two actions; the trainer's rollout
+    has three: its values cannot be placed one per action, so its group keeps the trainer's."""
+    preparer = FactPreparer(EXACT)
+    groups = {key: _group(key, (1.0, 0.0)) for key in ("0", "1")}
+    shipped = {key: _shipping(rollouts, [preparer(r["actions"]) for r in rollouts])
+               for key, rollouts in groups.items()}
+    shipped["0"][0]["prepared"] = preparer(groups["0"][0]["actions"][:2])
+
+    batch = score_batch(["0", "1"], shipped.__getitem__, EXACT)
+    assert batch.fallback == {
+        "0": "rollout '0': its shipped work holds 2 actions, the trainer's rollout 3"
+    }
+    assert set(batch.values) == {("1", "0"), ("1", "1")}
+    assert (batch.shipped, batch.unshipped) == (3, 1)
+    plain = compute_process_advantages(groups["1"], EXACT)
+    for key, values in plain.per_rollout().items():
+        assert batch.values[key].tobytes() == values.tobytes()
 
 
 def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams):

@@ -15,10 +15,12 @@ or ``{"version": 1, "error": "..."}`` when the recorded spans disagree with ``ac
 (that sample's group then keeps OpenRLHF's advantages).
 
 With ``prepare_in_workers`` (default: on in semantic mode) the executor also does the episode's
-per-fact work here, inside the vLLM engine actor, once the episode ends (fact texts, embeddings
-on the engine's GPU when it has one, filter analyses: :class:`factutil.integration.FactPreparer`)
-and adds it to the payload as ``"prepared"`` (base64 text, so the payload stays JSON). It rides
-with the sample to ``compute_advantages_and_returns``, whose step then only links and scores.
+work here, inside the vLLM engine actor, once the episode ends (its action columns, and its
+facts' texts, embeddings on the engine's GPU when it has one and filter analyses:
+:class:`factutil.integration.FactPreparer`, :func:`factutil.rollout_work.prepare_rollout`) and
+adds it to the payload as ``"prepared"`` (base64 text, so the payload stays JSON). It rides with
+the sample to ``compute_advantages_and_returns``, whose step gives the sample to the core as a
+shipped row and only links and scores.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def make_executor(
             (the outcome reward, docs/method.md §1) reaches OpenRLHF's ``rewards``; earlier step rewards
             are zeroed (they are kept in the payload's ``step_rewards``) and an episode that never
             reaches ``done`` scores 0. ``"sum"``: OpenRLHF's own sum of step rewards.
-        prepare: do each episode's per-fact work in the engine and ship it in the payload; None
+        prepare: do each episode's work in the engine and ship it in the payload; None
             (default): as the run's config says (``prepare_in_workers``; the config
             :func:`factutil_openrlhf.install` was given, else the ``FACTUTIL_*`` environment),
             read on the first episode.
@@ -185,8 +187,8 @@ def make_executor(
                 try:
                     config = as_config(requested_config())
                 except ValueError:  # SettingsError, pydantic's ValidationError
-                    logger.warning("factutil: no config in the engine; per-fact work is left "
-                                   "to the trainer", exc_info=True)
+                    logger.warning("factutil: no config in the engine; the samples' work is "
+                                   "left to the trainer", exc_info=True)
                     self._factutil_prepare = False
                     return None
                 if self._factutil_prepare is None:

@@ -66,8 +66,9 @@ METRIC_KEYS = (
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
 over samples). ``factutil/skipped`` is the warning metric: 1 on rows whose group kept OpenRLHF's
 advantages unchanged. With ``prepare_in_workers``, ``factutil/prepared_unshipped`` counts the
-batch's samples whose per-fact work did not come from the engine (the step did it) and
-``factutil/prepared_ignored`` the work made for another embedder or config (the step redid it),
+batch's samples whose work did not come from the engine (the step did it) or could not be used
+(their group is skipped) and ``factutil/prepared_ignored`` the facts' work made for another
+embedder or config (the step redid it),
 ``factutil/prepared_other_device`` the batch's facts whose vectors came from an engine on another
 kind of device than the trainer's embedder (config ``prepared_device``).
 ``factutil/score_early_used`` is 1 when the batch was scored while OpenRLHF computed the
@@ -343,7 +344,7 @@ def _group_rollouts(
     shipping: bool = False,
 ) -> list[dict[str, Any]]:
     """The group's samples as factutil rollouts (uid = the GRPO group, rollout_id = the sample
-    index), each with the per-fact work its engine shipped when ``shipping``; raises Unscorable
+    index), each with the work its engine shipped when ``shipping``; raises Unscorable
     for a sample whose payload is missing or malformed."""
     rollouts = []
     for key in keys:

@@ -1,7 +1,8 @@
-"""Per-fact work done by the executor inside the engine actor (``prepare_in_workers``): it rides
-in the sample's payload to compute_advantages_and_returns, which then gives the same advantages
-bit for bit; a sample whose work is missing or made for another embedder is computed there, and
-the metrics say so."""
+"""A sample's work done by the executor inside the engine actor (``prepare_in_workers``): it rides
+in the sample's payload to compute_advantages_and_returns, which takes the sample as a shipped
+row and gives the same advantages bit for bit; a sample whose work is missing, or an older
+engine's facts' work (made for another embedder included), is computed there, and the metrics
+say so; a sample whose work cannot be read keeps only its group on OpenRLHF's advantages."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import base64
 import copy
 import dataclasses
 import json
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -41,6 +43,27 @@ def shipped(openrlhf):
     return SimpleNamespace(responses=[r for r, _ in results], tokenizer=tokenizer)
 
 
+def facts_work(payload):
+    """The facts' work inside a payload's shipped rollout work."""
+    from factutil.rollout_work import read_rollout_work
+
+    work = read_rollout_work({0: base64.b64decode(payload["prepared"])}, {0: ("", "")}, SEMANTIC)
+    assert work.unreadable == {}
+    return work
+
+
+def openrlhf_advantages(openrlhf, episodes):
+    """OpenRLHF's own compute_advantages_and_returns on the episodes (the unpatched method)."""
+    from factutil_openrlhf import patch
+
+    maker = make_maker(openrlhf, episodes)
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    for batch in batches:
+        batch.info.pop("factutil")
+    method = openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns
+    return getattr(method, patch.PATCHED)(maker, batches)
+
+
 def patched_advantages(openrlhf, episodes, config):
     """The patched compute_advantages_and_returns on the episodes; (experiences, clusterer)."""
     from factutil_openrlhf import patch
@@ -52,18 +75,19 @@ def patched_advantages(openrlhf, episodes, config):
 
 
 def test_the_payload_carries_the_episodes_work_as_json_text(shipped):
-    from factutil.prepare import PreparedFacts
-
+    facts = 0
     for response in shipped.responses:
         payload = response["factutil"]
         json.dumps(payload)  # still plain data
-        prepared = PreparedFacts.from_bytes(base64.b64decode(payload["prepared"]))
+        work = facts_work(payload)
+        assert work.columns[0].total == len(payload["actions"])  # every recorded action
+        prepared = work.facts[0]
         asserted = {tuple(t) for a in payload["actions"] if a["action"] == "assert"
                     for t in a["triples"]}
         assert set(prepared.parts) <= asserted
         assert prepared.vectors.shape == ((len(prepared), 384) if len(prepared) else (0, 0))
-    assert any(len(PreparedFacts.from_bytes(base64.b64decode(r["factutil"]["prepared"])))
-               for r in shipped.responses)
+        facts += len(prepared)
+    assert facts > 0
 
 
 def test_shipped_work_gives_the_same_advantages_bit_for_bit(openrlhf, shipped):
@@ -83,8 +107,6 @@ def test_shipped_work_gives_the_same_advantages_bit_for_bit(openrlhf, shipped):
 
 
 def test_missing_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
-    from factutil.prepare import PreparedFacts
-
     alone, _ = patched_advantages(
         openrlhf, shipped, SEMANTIC.model_copy(update={"prepare_in_workers": False})
     )
@@ -92,7 +114,9 @@ def test_missing_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
                                tokenizer=shipped.tokenizer)
     payloads = [response["factutil"] for response in episodes.responses]
     del payloads[0]["prepared"]  # this engine shipped nothing
-    foreign = PreparedFacts.from_bytes(base64.b64decode(payloads[7]["prepared"]))
+    # an older engine's facts' work, made for another embedder
+    foreign = facts_work(payloads[7]).facts[0]
+    assert len(foreign) > 0
     other = dataclasses.replace(foreign, embedder="another-model")
     payloads[7]["prepared"] = base64.b64encode(other.to_bytes()).decode("ascii")
 
@@ -103,3 +127,56 @@ def test_missing_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
         assert torch.all(after.info["factutil/skipped"] == 0)
         assert torch.all(after.info["factutil/prepared_unshipped"] == 1)
         assert torch.all(after.info["factutil/prepared_ignored"] == 1)
+
+
+def test_an_older_engines_facts_work_is_still_used(openrlhf, shipped):
+    alone, _ = patched_advantages(
+        openrlhf, shipped, SEMANTIC.model_copy(update={"prepare_in_workers": False})
+    )
+    episodes = SimpleNamespace(responses=copy.deepcopy(shipped.responses),
+                               tokenizer=shipped.tokenizer)
+    for response in episodes.responses:  # what an engine shipped before rollouts' work
+        facts = facts_work(response["factutil"]).facts[0].to_bytes()
+        response["factutil"]["prepared"] = base64.b64encode(facts).decode("ascii")
+
+    taken, clusterer = patched_advantages(openrlhf, episodes, SEMANTIC)
+    assert clusterer.metrics["prepared_facts"] > 0
+    assert clusterer.metrics["cache_misses"] == 0  # every vector came from the engine
+    for before, after in zip(alone, taken):
+        assert torch.equal(before.advantages, after.advantages)
+        assert torch.all(after.info["factutil/skipped"] == 0)
+        assert torch.all(after.info["factutil/prepared_unshipped"] == 0)
+
+
+def test_a_damaged_sample_keeps_only_its_group_on_openrlhf_advantages(openrlhf, shipped, caplog):
+    """Sample 8's work is cut short in transit: group 1 (samples 6-11) keeps OpenRLHF's own
+    advantages, with factutil/skipped and one warning; group 0 is scored as without it."""
+    alone, _ = patched_advantages(
+        openrlhf, shipped, SEMANTIC.model_copy(update={"prepare_in_workers": False})
+    )
+    episodes = SimpleNamespace(responses=copy.deepcopy(shipped.responses),
+                               tokenizer=shipped.tokenizer)
+    payload = episodes.responses[8]["factutil"]
+    cut = base64.b64decode(payload["prepared"])[:-7]
+    payload["prepared"] = base64.b64encode(cut).decode("ascii")
+    own = openrlhf_advantages(openrlhf, episodes)
+
+    with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
+        damaged, _ = patched_advantages(openrlhf, episodes, SEMANTIC)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "factutil.openrlhf"]
+    assert len(warnings) == 1
+    assert "1 group(s) kept OpenRLHF's advantages" in warnings[0]
+    assert "group 1: rollout '8': its shipped work cannot be read" in warnings[0]
+    groups = set()
+    for plain, before, after in zip(own, alone, damaged):
+        assert torch.isfinite(after.advantages).all()
+        assert torch.all(after.info["factutil/prepared_unshipped"] == 1)
+        for row, index in enumerate(after.index):
+            kept = index // 6 == 1
+            groups.add(index // 6)
+            assert after.info["factutil/skipped"][row] == float(kept)
+            want = plain.advantages[row] if kept else before.advantages[row]
+            assert torch.equal(after.advantages[row], want)
+    assert groups == {0, 1}
+    # the process term did change group 0's advantages, so the comparison above tells them apart
+    assert any(not torch.equal(a.advantages, b.advantages) for a, b in zip(own, alone))

@@ -17,10 +17,14 @@ verl hands the trainer one row per *sample*. Two layouts are read:
   unambiguously, so the group falls back (counted in ``factutil/groups_fallback_turns`` too).
 
 With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) a rollout's rows
-may also hold ``prepared``: the per-fact work its worker did (the ``factagent`` loop puts it on the
-last row; :class:`factutil.integration.FactPreparer`). The step hands it to the core, which does
-the work of any rollout that brought none (``factutil/prepared_unshipped``) or brought work made
-for another embedder (``factutil/cluster_prepared_ignored``): the advantages are the same either way.
+may also hold ``prepared``: the rollout's work its worker did, its action columns and its facts'
+work (the ``factagent`` loop puts it on the last row; :class:`factutil.integration.FactPreparer`).
+The rollout then goes to the core as a shipped row (:func:`factutil.integration.score_batch`),
+whose actions it neither validates nor walks; the core does the work of any rollout that brought
+none (``factutil/prepared_unshipped``) and redoes facts' work made for another embedder
+(``factutil/cluster_prepared_ignored``): the advantages are the same either way. A rollout whose
+work cannot be read, or does not hold one value per row of its trajectory, keeps its group on
+verl's GRPO advantages (``factutil/groups_fallback``; ``factutil/prepared_unshipped`` too).
 
 Rows are grouped by verl's ``uid`` (one question), rollouts by trajectory (the ``{uid}_{session}``
 part of verl's V1 row key ``{uid}_{session}_{index}``, else ``trajectory_id``). The outcome reward
@@ -127,7 +131,7 @@ def _group_rollouts(
     shipping: bool = False,
 ) -> tuple[list[dict[str, Any]], list[_Plan]]:
     """The docs/method.md §8 rollouts of one group and where their values go; raises Unscorable.
-    With ``shipping`` each rollout carries the per-fact work one of its rows brought (or None)."""
+    With ``shipping`` each rollout carries the work one of its rows brought (or None)."""
     by_trajectory: dict[str, list[int]] = {}
     for row in rows:
         info = infos[row]

@@ -15,16 +15,12 @@ action's tokens, and ``extra_fields["factutil"]`` carries ``trajectory_id``, ``s
 come from the agent-loop YAML (:class:`factutil_verl.config.FactAgentLoopConfig`).
 
 With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also does
-the rollout's per-fact work in this worker once the rollout ends (fact texts, embeddings on the
-worker's GPU when it has one, filter analyses: :class:`factutil.integration.FactPreparer`) and
+the rollout's work in this worker once the rollout ends (its action columns, and its facts'
+texts, embeddings on the worker's GPU when it has one and filter analyses:
+:class:`factutil.integration.FactPreparer`, :func:`factutil.rollout_work.prepare_rollout`) and
 ships it as bytes in the last row's ``extra_fields["factutil"]["prepared"]``; the trainer's step
-then only links and scores (:mod:`factutil_verl.advantage`).
-
-With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also does
-the rollout's per-fact work in this worker once the rollout ends (fact texts, embeddings on the
-worker's GPU when it has one, filter analyses: :class:`factutil.integration.FactPreparer`) and
-ships it as bytes in the last row's ``extra_fields["factutil"]["prepared"]``; the trainer's step
-then only links and scores (:mod:`factutil_verl.advantage`).
+then gives the rollout to the core as a shipped row and only links and scores
+(:mod:`factutil_verl.advantage`).
 
 verl's legacy (non-V1) agent-loop worker takes one output per sample: use ``trainer.use_v1=True``.
 """
