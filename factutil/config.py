@@ -164,9 +164,10 @@ class FactUtilConfig(BaseModel):
     )
     prepare_in_workers: bool | None = Field(
         None,
-        description="Trainers: do the per-fact work (texts, embeddings, filter analyses) in the "
-        "rollout workers and ship it with each rollout, so the trainer's step only links and "
-        "scores; None: on in semantic mode, off in exact mode (nothing to ship).",
+        description="Trainers: do each rollout's per-rollout work (action columns, fact texts, "
+        "embeddings, filter analyses) in the rollout workers and ship it with the rollout as a "
+        "shipped row, so the trainer's step only links and scores; None: on in semantic mode, "
+        "off in exact mode (no embedding to ship).",
     )
     score_early: bool = Field(
         True,
