@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -371,11 +372,8 @@ def _read_facts(columns: dict[int, RolloutColumns], fact_items: Mapping[int, tup
             main = PreparedFacts(*head[:4], decoded.parts, decoded.texts, decoded.vectors,
                                  decoded.analyses, head[4], decoded.sources)
             facts.append(main)
-            at = 0
-            for row in main_rows:
-                n = items[row].n
-                _link(columns, row, decoded.rows[at:at + n], main, unreadable, config)
-                at += n
+            _link_together(columns, main_rows, [items[row].n for row in main_rows],
+                           decoded.rows, main, unreadable, config)
         for row, kind in kinds.items():
             if kind == main_kind or row not in columns:
                 continue
@@ -386,27 +384,46 @@ def _read_facts(columns: dict[int, RolloutColumns], fact_items: Mapping[int, tup
                 columns.pop(row)
                 continue
             facts.append(item)
-            _link(columns, row, None, item, unreadable, config)
+            _link_together(columns, [row], [len(item)], range(len(item)), item, unreadable, config)
+            if row in columns:  # its facts are not in facts[0]
+                column = columns[row]
+                columns[row] = column._replace(occurrence_work=[-1] * len(column.occurrence_work))
     return facts
 
 
-def _link(columns: dict[int, RolloutColumns], row: int, rows: list[int] | None,
-          facts: PreparedFacts, unreadable: dict[int, str], config: FactUtilConfig) -> None:
-    """One row's occurrences: their triples and texts from ``facts`` (``rows``: each of the
-    row's local facts' row there; None: the item is ``facts`` itself, its rows -1)."""
-    column = columns[row]
-    local = column.occurrence_work
-    count = len(facts) if rows is None else len(rows)
-    if local and max(local) >= count:
-        unreadable[row] = "its shipped work names a fact its facts' work does not hold"
-        columns.pop(row)
-        return
-    found = local if rows is None else [rows[i] for i in local]
+def _link_together(columns: dict[int, RolloutColumns], rows: Sequence[int], counts: Sequence[int],
+                   fact_rows: Sequence[int], facts: PreparedFacts, unreadable: dict[int, str],
+                   config: FactUtilConfig) -> None:
+    """The occurrences of ``rows`` (whose facts' items were read together into ``facts``):
+    each one's triple, text (the shipped one when made for the step's template, else made here)
+    and row in ``facts``, from its local fact row. ``counts``: the number of facts of each row's
+    item; ``fact_rows``: each of those facts' row in ``facts``, the items one after another. A
+    row naming a fact beyond its item is moved to ``unreadable``."""
+    local = [columns[row].occurrence_work for row in rows]
+    sizes = np.fromiter(map(len, local), dtype=np.int64, count=len(rows))
+    flat = np.fromiter(chain.from_iterable(local), dtype=np.int64, count=int(sizes.sum()))
+    counts = np.asarray(counts, dtype=np.int64)
+    bad = np.zeros(len(rows), dtype=bool)
+    outside = flat >= np.repeat(counts, sizes)
+    if outside.any():
+        np.logical_or.at(bad, np.repeat(np.arange(len(rows)), sizes)[outside], True)
+    starts = np.cumsum(counts) - counts
+    found = np.asarray(fact_rows, dtype=np.int64)[
+        np.minimum(np.repeat(starts, sizes) + flat, max(len(fact_rows) - 1, 0))].tolist()
     parts, texts = facts.parts, facts.texts
     template = config.triple_template
-    columns[row] = column._replace(
-        occurrence_triples=[list(parts[i]) for i in found],
-        occurrence_texts=[texts[i] for i in found] if facts.template == template
-        else [fact_text(*parts[i], template) for i in found],
-        occurrence_work=found if rows is not None else [-1] * len(found),
-    )
+    triples = [list(parts[i]) for i in found]
+    if facts.template == template:
+        occurrence_texts = [texts[i] for i in found]
+    else:
+        occurrence_texts = [fact_text(*parts[i], template) for i in found]
+    ends = np.cumsum(sizes).tolist()
+    for index, (row, end, size) in enumerate(zip(rows, ends, sizes.tolist())):
+        if bad[index]:
+            unreadable[row] = "its shipped work names a fact its facts' work does not hold"
+            columns.pop(row)
+            continue
+        start = end - size
+        columns[row] = columns[row]._replace(
+            occurrence_triples=triples[start:end], occurrence_texts=occurrence_texts[start:end],
+            occurrence_work=found[start:end])
