@@ -10,9 +10,14 @@ from factutil.filters.entities import _plain
 from factutil.filters.lexicon import RELATION_BY_ID
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, which makes
+# building one ~4x dearer, and a step reads thousands of shipped analyses. Values are never
+# changed after construction (caches share them, and the vetoes memoise by identity); the hash
+# is the fields' hash, as a frozen one's.
+@dataclass(slots=True, unsafe_hash=True)
 class FactFeatures:
-    """What the filters need to know about one triple, computed once by :func:`analyze`.
+    """What the filters need to know about one triple, computed once by :func:`analyze`
+    (immutable by contract: never assign to a field).
 
     ``subject_key`` / ``object_key`` are in CANONICAL direction: swapped when the relation was an
     inverse verbalisation (``inverse``) and sorted for a symmetric relation. They are folded
