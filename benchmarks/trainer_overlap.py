@@ -6,8 +6,8 @@
 Runs the real trainer (``trainer.v1.trainer_mode=factutil``, verl's own ``ppo_trainer`` config,
 a local Ray with verl's TransferQueue) on workload ``--size`` of ``benchmarks/workloads.py`` as
 span-layout rows (one row per rollout, 256 response tokens, one run of 20 model tokens per action,
-the reward on the last action's last token), each rollout's per-fact work shipped in its extra
-fields as the ``factagent`` loop ships it (made beforehand by ``prepare_facts``, not timed). Per
+the reward on the last action's last token), each rollout's work shipped in its extra fields as
+the ``factagent`` loop ships it (made beforehand by ``prepare_rollout``, not timed). Per
 round and mode (``score_early`` on, then off; a fresh clusterer each time, so no memo carries
 over), the batch is written to TransferQueue, the trainer's old-log-prob step runs with verl's
 actor workers replaced by a wait of ``--old-log-prob-s`` seconds (the driver waits on the actors
@@ -50,13 +50,14 @@ from benchmarks.workloads import SIZES, build_workload
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
 from factutil.prepare import prepare_facts, triples_of
+from factutil.rollout_work import prepare_rollout
 
 TOKENS, RUN, STRIDE = 256, 20, 30
 
 
 def verl_fields(rows: list[dict], config: FactUtilConfig) -> tuple[list[str], list[dict]]:
     """(keys, per-row TransferQueue fields) of ``rows`` in the span layout, with each rollout's
-    per-fact work shipped as its bytes."""
+    work (its action columns and facts' work) shipped as its bytes."""
     clusterer = SemanticClusterer(config)
     every = [t for row in rows for t in triples_of(row, config.max_turns)]
     prepare_facts(every, config, clusterer=clusterer)  # one embedding pass; each rollout's own below
@@ -71,7 +72,7 @@ def verl_fields(rows: list[dict], config: FactUtilConfig) -> tuple[list[str], li
         scores[length - 1] = 1.0 if b % 3 else 0.0
         actions = [{"kind": a["action"], **{k: v for k, v in a.items() if k != "action"}}
                    for a in row["actions"]]
-        shipped = prepare_facts(row, config, clusterer=clusterer).to_bytes()
+        shipped = prepare_rollout(row["actions"], config, clusterer=clusterer)
         keys.append(f"{row['uid']}_{row['rollout_id']}_0")
         fields.append({
             "uid": row["uid"], "responses": torch.arange(length, dtype=torch.int64),
