@@ -290,7 +290,8 @@ def _per_item(values: np.ndarray, counts: np.ndarray, width: int) -> np.ndarray:
     if not len(values):
         return np.zeros(len(counts), dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(counts[:-1]))) * width
-    sums = np.add.reduceat(values, np.minimum(starts, len(values) - 1))
+    # a zero after the values: an empty last item starts there, and the item before it ends there
+    sums = np.add.reduceat(np.append(values, 0), starts)
     sums[counts == 0] = 0  # reduceat gives the next value for an empty item
     return sums
 

@@ -330,7 +330,7 @@ def _read_facts(columns: dict[int, RolloutColumns], fact_items: Mapping[int, tup
     items of another kind, one by one, their occurrences' rows -1. An occurrence's text is the
     shipped one when the work was made for the step's template, else made here.
     """
-    from factutil.prepare import _from_item, _kind
+    from factutil.prepare import _from_item, _kind, merge_prepared
     from factutil.result import gc_paused
 
     heads: dict[bytes, tuple[Any, ...]] = {}
@@ -351,29 +351,31 @@ def _read_facts(columns: dict[int, RolloutColumns], fact_items: Mapping[int, tup
         kinds = {row: _kind(item, heads) for row, item in items.items()}
         main_kind = next(iter(kinds.values()))
         main_rows = [row for row, kind in kinds.items() if kind == main_kind]
-        while True:
-            try:
-                decoded = prepared_bytes.read_many([items[row] for row in main_rows])
-                break
-            except ValueError:
-                for row in main_rows:  # find the bad ones, read the rest together
-                    try:
-                        _from_item(items[row], heads[items[row].head])
-                    except ValueError as error:
-                        unreadable[row] = f"its shipped facts' work cannot be read ({error})"
-                        columns.pop(row)
-                main_rows = [row for row in main_rows if row in columns]
-                if not main_rows:
-                    decoded = None
-                    break
         facts: list[PreparedFacts] = []
-        if decoded is not None:
-            head = main_kind[0]
+        head = main_kind[0]
+        try:
+            decoded = prepared_bytes.read_many([items[row] for row in main_rows])
+        except ValueError:  # each alone, to name the bad ones, and the rest merged
+            alone = {}
+            for row in main_rows:
+                try:
+                    alone[row] = _from_item(items[row], heads[items[row].head])
+                except ValueError as error:
+                    unreadable[row] = f"its shipped facts' work cannot be read ({error})"
+                    columns.pop(row)
+            main_rows = list(alone)
+            if alone:
+                main = merge_prepared(alone.values())
+                position = {parts: index for index, parts in enumerate(main.parts)}
+                fact_rows = [position[parts] for item in alone.values() for parts in item.parts]
+        else:
             main = PreparedFacts(*head[:4], decoded.parts, decoded.texts, decoded.vectors,
                                  decoded.analyses, head[4], decoded.sources)
+            fact_rows = decoded.rows
+        if main_rows:
             facts.append(main)
-            _link_together(columns, main_rows, [items[row].n for row in main_rows],
-                           decoded.rows, main, unreadable, config)
+            _link_together(columns, main_rows, [items[row].n for row in main_rows], fact_rows,
+                           main, unreadable, config)
         for row, kind in kinds.items():
             if kind == main_kind or row not in columns:
                 continue

@@ -235,3 +235,18 @@ def test_bulk_read_equals_reading_one_by_one_and_merging():
     assert bulk == one_by_one == prepare_facts(facts, config, embedder=embedder)
     assert bulk.sources == 4 and not bulk.vectors.flags.writeable
     assert [hash(f.key) for f in bulk.analyses] == [hash(analyze(*key).key) for key in bulk.parts]
+
+
+@pytest.mark.parametrize("layout", [(2, 0), (0, 2), (2, 0, 0), (0, 2, 0), (0, 0)])
+def test_items_without_facts_anywhere_are_read_together(layout):
+    """Items with no fact first, between or last: read in one bulk pass (no fallback), each
+    item's facts where they are (a trailing empty item once cut its neighbour's strings short)."""
+    from factutil import prepared_bytes
+
+    items = [_item(parts=PARTS[:n], seed=k) for k, n in enumerate(layout)]
+    headers = [prepared_bytes.read_header(item.to_bytes()) for item in items]
+    decoded = prepared_bytes.read_many(headers, dedup=False)
+    assert decoded.parts == tuple(p for item in items for p in item.parts)
+    assert decoded.texts == tuple(t for item in items for t in item.texts)
+    bulk = prepared_bytes.read_many(headers)
+    assert bulk.parts == tuple(sorted({p for item in items for p in item.parts}))

@@ -9,6 +9,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from benchmarks.workloads import build_workload
 from factutil import FactUtilConfig, compute_process_advantages
@@ -17,6 +19,12 @@ from factutil.io import InputError
 from factutil.prepare import load_prepared, prepare_facts
 from factutil.rollout_work import SHIPPED_ROW_KEY, prepare_rollout
 from tests.conftest import CharGramEmbedder
+from tests.test_fuzz import batches as fuzz_batches
+from tests.test_fuzz import config_fields as fuzz_config_fields
+from tests.test_properties import batches as property_batches
+from tests.test_properties import config_fields
+
+CHAR_GRAMS = CharGramEmbedder()
 
 HEAD = ("uid", "question", "golden_answers", "rollout_id")
 
@@ -282,3 +290,56 @@ def test_cluster_given_equals_cluster_batch_and_checks_its_input(rows):
     assert not other.fits(merged)
     with pytest.raises(ValueError, match="does not fit"):
         other.cluster_given(per_group, merged, rows_of)
+
+
+# --- properties: any batch, any config, any share of shipped rows -----------------------------
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
+def _ship_some(rows: list[dict], config: FactUtilConfig, shipped: list[bool]) -> list[dict]:
+    """The rows with those marked shipped as shipped rows (from their actions alone); a row the
+    worker cannot prepare (it fails validation) keeps its actions, as a failing worker ships
+    nothing."""
+    worker = _clusterer(config, CHAR_GRAMS)
+    out = []
+    for row, ship in zip(rows, shipped):
+        if ship:
+            try:
+                row = _shipped(row, prepare_rollout(row["actions"], config, clusterer=worker))
+            except (ValueError, TypeError):
+                pass
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["exact", "semantic"])
+@SETTINGS
+@given(rows=property_batches(), fields=config_fields, shipped=st.lists(st.booleans(), min_size=40,
+                                                                      max_size=40))
+def test_any_share_of_shipped_rows_gives_the_same_step(mode, rows, fields, shipped):
+    config = FactUtilConfig(mode=mode, **fields)
+    plain = compute_process_advantages(rows, config, clusterer=_clusterer(config, CHAR_GRAMS))
+    mixed = _ship_some(rows, config, shipped)
+    result = compute_process_advantages(mixed, config, clusterer=_clusterer(config, CHAR_GRAMS))
+    _assert_same(plain, result)
+
+
+@SETTINGS
+@given(rows=fuzz_batches(max_groups=2, max_rollouts=3), fields=fuzz_config_fields,
+       shipped=st.lists(st.booleans(), min_size=6, max_size=6))
+def test_odd_text_and_raw_actions_ship_as_they_score(rows, fields, shipped):
+    """Raw model text (parsed as the loader parses it), odd characters, blank parts: a row that
+    validates ships and gives the same step; a batch that fails, fails the same way shipped."""
+    config = FactUtilConfig(mode="exact", **fields)
+    try:
+        plain = compute_process_advantages(rows, config, on_invalid_group="skip")
+    except (ValueError, TypeError, FloatingPointError) as error:
+        with pytest.raises(type(error)):
+            compute_process_advantages(_ship_some(rows, config, shipped), config,
+                                       on_invalid_group="skip")
+        return
+    result = compute_process_advantages(_ship_some(rows, config, shipped), config,
+                                        on_invalid_group="skip")
+    _assert_same(plain, result)
