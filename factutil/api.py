@@ -23,6 +23,7 @@ from factutil.cluster import (
     Clusterer,
     ExactClusterer,
     SemanticClusterer,
+    _prepared_list,
     make_clusterer,
 )
 from factutil.columns import prepare
@@ -188,13 +189,14 @@ def _compute(
     # 2. Clusters (docs/method.md §2).
     clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    if work is not None and work.facts:
-        prepared = [*work.facts, *_prepared_list(prepared)]
-    given = _given_work(clusterer, prep, prepared)
-    if prepared is not None and given is None:
+    items = [] if prepared is None else _prepared_list(prepared)
+    if work is not None:
+        items = [*work.facts, *items]
+    given = _given_work(clusterer, prep, items)
+    if items and given is None:
         add_prepared = getattr(clusterer, "add_prepared", None)
         if add_prepared is not None:
-            add_prepared(prepared, warn=warn)
+            add_prepared(items, warn=warn)
         else:
             warn(f"prepared facts ignored: {type(clusterer).__name__} takes none "
                  f"(no add_prepared method)")
@@ -383,17 +385,15 @@ def _shipped_rows(
 
 
 def _given_work(
-    clusterer: Clusterer, prep: Any, prepared: Any
+    clusterer: Clusterer, prep: Any, items: Sequence[PreparedFacts]
 ) -> tuple[PreparedFacts, np.ndarray] | None:
-    """The one item of ``prepared`` that holds the work of every fact of the step, with each
-    fact's row in it, when the clusterer can cluster from it alone
-    (:meth:`~factutil.cluster.SemanticClusterer.cluster_given`: the item :meth:`fits` it);
-    else None (the clusterer then takes the items through ``add_prepared`` and computes what is
-    missing). The shipped rows' facts come first, their rows known (``prep.fact_work``)."""
-    if getattr(clusterer, "cluster_given", None) is None:
-        return None
-    items = _prepared_list(prepared)
-    if not items or not clusterer.fits(items[0]):
+    """The first of ``items`` when it holds the work of every fact of the step and the
+    clusterer can cluster from it alone (:meth:`~factutil.cluster.SemanticClusterer.cluster_given`:
+    the item :meth:`fits` it), with each fact's row in it; else None (the clusterer then takes
+    the items through ``add_prepared`` and computes what is missing). The shipped rows' facts
+    come first, their rows known (``prep.fact_work``)."""
+    if not items or getattr(clusterer, "cluster_given", None) is None \
+            or not clusterer.fits(items[0]):
         return None
     rows = prep.fact_work
     if not len(rows) or int(rows.min()) < 0:
@@ -403,14 +403,6 @@ def _given_work(
             return None
         rows = np.array(found, dtype=np.int64)
     return items[0], rows
-
-
-def _prepared_list(prepared: Any) -> list[Any]:
-    from factutil.prepare import PreparedFacts
-
-    if prepared is None:
-        return []
-    return [prepared] if isinstance(prepared, PreparedFacts) else list(prepared)
 
 
 def _mean(values: list[float]) -> float:
