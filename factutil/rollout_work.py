@@ -52,7 +52,7 @@ from factutil.columns import RolloutColumns, rollout_columns
 from factutil.config import FactUtilConfig
 from factutil.errors import short
 from factutil.facts import fact_text
-from factutil.prepare import PreparedFacts, prepare_facts
+from factutil.prepare import PreparedFacts, _config, prepare_facts
 from factutil.shaping import KIND_CODES
 
 __all__ = ["SHIPPED_ROW_KEY", "RolloutWork", "prepare_rollout", "read_rollout_work"]
@@ -103,9 +103,11 @@ def prepare_rollout(
                    "actions": list(rollout)}
     (group,), _ = load_groups([rollout])
     row = group.rollouts[0]
-    facts = prepare_facts(row, config, clusterer=clusterer, embedder=embedder)
-    config = _config_of(config, clusterer)
+    config = _config(config, clusterer)
     columns = rollout_columns(row["actions"], config.max_turns)
+    # the triples of the asserts the step reads, already validated with the rollout
+    facts = prepare_facts(columns.occurrence_triples, config, clusterer=clusterer,
+                          embedder=embedder)
     local = {parts: index for index, parts in enumerate(facts.parts)}
     occurrence_facts = [local[tuple(triple)] for triple in columns.occurrence_triples]
     meta = json.dumps([row["uid"] if named else None, row["rollout_id"] if named else None,
@@ -123,15 +125,6 @@ def prepare_rollout(
         np.asarray(columns.repeated_steps, dtype="<u4").tobytes(),
         meta, facts_bytes,
     ))
-
-
-def _config_of(config: Any, clusterer: Any) -> FactUtilConfig:
-    if isinstance(config, FactUtilConfig):
-        return config
-    if config is None:
-        own = getattr(clusterer, "config", None)
-        return own if own is not None else FactUtilConfig()
-    return FactUtilConfig.model_validate(dict(config))
 
 
 class RolloutWork(NamedTuple):
