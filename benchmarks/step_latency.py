@@ -45,8 +45,11 @@ for each form, alternating. Reports ``driver_s`` (shipped rows: reading and step
 ``driver_facts_s`` (facts' work shipped), the workers' CPU seconds (``time.process_time`` inside
 each task, summed), the wall seconds of the workers' phase (what it would add to a step if nothing
 else ran beside it), the bytes shipped, and whether the advantages equal, bit for bit, those of
-the driver doing everything itself. JSON ``"critical_path": {"driver_s", "driver_facts_s",
-"worker_cpu_s", "worker_wall_s", "workers", "backend", ...}``.
+the driver doing everything itself. Alternating with both, the driver doing everything on a warm
+clusterer (the table's 'warm' row: ``warm_s``), a yardstick of this machine's speed at the time
+of the run: ``driver_over_warm`` compares across machines and days, where seconds do not. JSON
+``"critical_path": {"driver_s", "driver_facts_s", "warm_s", "driver_over_warm", "worker_cpu_s",
+"worker_wall_s", "workers", "backend", ...}``.
 """
 
 from __future__ import annotations
@@ -391,17 +394,24 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
     from factutil.result import gc_paused
 
     thin = shipped_rows(rows, rows_bytes)
-    runs: dict[str, list[float]] = {"rows": [], "facts": []}
-    cpu_runs: dict[str, list[float]] = {"rows": [], "facts": []}
+    forms = ("rows", "facts", "warm")
+    runs: dict[str, list[float]] = {form: [] for form in forms}
+    cpu_runs: dict[str, list[float]] = {form: [] for form in forms}
     results_of: dict[str, object] = {}
     extra_rss: dict[str, float] = {}
+    # the issue's yardstick: the driver doing everything on a warm clusterer (every fact's
+    # vector, analysis and checked pair known), the 'warm' row of the table above
+    warm = cold_clusterer(config, embedder)
+    compute_process_advantages(rows, config, clusterer=warm)
     for _ in range(repeat):
-        for form in ("rows", "facts"):
-            driver = cold_clusterer(config, embedder)
+        for form in forms:
+            driver = warm if form == "warm" else cold_clusterer(config, embedder)
             cpu, wall = time.process_time(), time.perf_counter()
             with PeakRSS() as rss, gc_paused():  # as the adapters' score_batch reads shipped work
                 if form == "rows":
                     result = compute_process_advantages(thin, config, clusterer=driver)
+                elif form == "warm":
+                    result = compute_process_advantages(rows, config, clusterer=driver)
                 else:
                     result = compute_process_advantages(rows, config, clusterer=driver,
                                                         prepared=load_prepared(facts_bytes))
@@ -417,6 +427,8 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         "driver_cpu_s": statistics.median(cpu_runs["rows"]), "driver_cpu_runs_s": cpu_runs["rows"],
         "driver_facts_s": statistics.median(runs["facts"]), "driver_facts_runs_s": runs["facts"],
         "driver_facts_cpu_s": statistics.median(cpu_runs["facts"]),
+        "warm_s": statistics.median(runs["warm"]), "warm_runs_s": runs["warm"],
+        "driver_over_warm": statistics.median(runs["rows"]) / statistics.median(runs["warm"]),
         "worker_cpu_s": sum(cpu for _, _, cpu, _ in results),
         "worker_wall_s": worker_wall_s,
         "worker_task_wall_s": [wall for _, _, _, wall in results],
@@ -433,6 +445,7 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         "driver_extra_rss_mb": extra_rss["rows"],
         "identical": identical["rows"],
         "identical_facts": identical["facts"],
+        "identical_warm": identical["warm"],
         "reference_cold_s": reference.metrics["time_total_s"],
         "reference_cold_cpu_s": reference_cpu_s,
     }
@@ -446,16 +459,19 @@ def critical_table(entry: dict, threads: int | None) -> Table:
                         f"{entry.get('embedding_pass_tokens', 0) or 'unpacked'} tokens (seconds)",
                   header_style="bold")
     for column in ("driver does everything (cold) s", "its CPU s", "driver_s (rows shipped)", "its CPU s",
-                   "facts' work shipped s", "its CPU s", "worker CPU s", "workers' wall s",
+                   "facts' work shipped s", "its CPU s", "warm step s", "driver_s ÷ warm",
+                   "worker CPU s", "workers' wall s",
                    "shipped MB (rows / facts)", "texts the driver embedded", "identical"):
         table.add_column(column, justify="right")
     table.add_row(f"{entry['reference_cold_s']:.3f}", f"{entry['reference_cold_cpu_s']:.3f}",
                   f"{entry['driver_s']:.3f}", f"{entry['driver_cpu_s']:.3f}",
                   f"{entry['driver_facts_s']:.3f}", f"{entry['driver_facts_cpu_s']:.3f}",
+                  f"{entry['warm_s']:.3f}", f"{entry['driver_over_warm']:.2f}",
                   f"{entry['worker_cpu_s']:.2f}", f"{entry['worker_wall_s']:.2f}",
                   f"{entry['shipped_mb']:.1f} / {entry['shipped_facts_mb']:.1f}",
                   str(entry["embedded_by_driver"]),
-                  "yes" if entry["identical"] and entry["identical_facts"] else "no")
+                  "yes" if entry["identical"] and entry["identical_facts"]
+                  and entry["identical_warm"] else "no")
     return table
 
 

@@ -8,8 +8,8 @@ each. Every later step of :func:`factutil.api.compute_process_advantages` works 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np

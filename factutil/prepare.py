@@ -473,7 +473,13 @@ def _kind(entry: Any, heads: dict[bytes, tuple[Any, ...]]) -> tuple[Any, ...]:
     if isinstance(entry, _Work):
         width = entry.vectors.shape[1] if entry.vectors is not None and entry.parts else None
         return (entry.head, entry.analyses is None, width)
-    return (heads[entry.head], not entry.analyses, entry.dims if entry.vectors and entry.n else None)
+    return _item_kind(heads[entry.head], entry.analyses, entry.dims, entry.vectors, entry.n)
+
+
+def _item_kind(head: tuple[Any, ...], analyses: bool, dims: int, vectors: bool,
+               n: int) -> tuple[Any, ...]:
+    """What a shipped item was made for, from its head (read) and header fields."""
+    return (head, not analyses, dims if vectors and n else None)
 
 
 def _merged_group(kind: tuple[Any, ...], group: list[tuple[int, Any]],

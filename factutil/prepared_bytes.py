@@ -18,9 +18,11 @@ Layout of one item (integers little-endian)::
 
 Every field is checked when read (sizes against the item's length, UTF-8, character counts,
 JSON types, each analysis field's type); anything else is a ValueError naming what is wrong.
-:func:`read_many` reads many items of one kind of work at once: their lengths, strings and vectors
-are joined and cut with a few array operations, the facts are deduplicated once, and only the
-kept facts' analyses are decoded (one JSON parse for all of them) and checked.
+:func:`read_headers` reads the headers of many items in one buffer (a batch's shipped rows joined)
+a column at a time; :func:`read_many` reads many items of one kind of work at once: their
+lengths, strings and vectors are joined and cut with a few array operations (the strings decoded
+once), the facts are deduplicated once, and only the kept facts' analyses are decoded (one JSON
+parse for all of them) and checked.
 """
 
 from __future__ import annotations
@@ -108,17 +110,17 @@ def is_ours(data: bytes) -> bool:
     return data[:4] == MAGIC
 
 
-def read_header(data: bytes, start: int = 0) -> Item:
-    """The header of the item that fills ``data`` from ``start`` on (another form may hold one
-    inside its own bytes), every size checked against ``len(data)``; the item's offsets count
-    from the start of ``data``.
+def read_header(data: bytes, start: int = 0, end: int | None = None) -> Item:
+    """The header of the item that fills ``data[start:end]`` (another form, or a batch's joined
+    bytes, may hold one inside its own; ``end`` None = ``len(data)``), every size checked against
+    that length; the item's offsets count from the start of ``data``.
 
     Raises:
         ValueError: not this form, an unknown version or flags, or sizes that do not add up.
     """
-    if len(data) - start < _HEADER.size:
-        raise ValueError(f"{len(data) - start} bytes, shorter than the {_HEADER.size}-byte "
-                         f"header")
+    stop = len(data) if end is None else end
+    if stop - start < _HEADER.size:
+        raise ValueError(f"{stop - start} bytes, shorter than the {_HEADER.size}-byte header")
     magic, version, flags, zero, n, dims, sources, head_len, strings_len, analyses_len = \
         _HEADER.unpack_from(data, start)
     if magic != MAGIC:
@@ -139,12 +141,123 @@ def read_header(data: bytes, start: int = 0) -> Item:
     strings = head + head_len
     analyses_start = strings + strings_len
     end = analyses_start + analyses_len
-    if end != len(data) or (not has_analyses and analyses_len):
-        raise ValueError(f"{len(data) - start} bytes, the header says {end - start} (n={n}, "
+    if end != stop or (not has_analyses and analyses_len):
+        raise ValueError(f"{stop - start} bytes, the header says {end - start} (n={n}, "
                          f"dims={dims})")
     return Item(data, n, dims, bool(flags & _VECTORS), has_analyses, sources,
                 data[head:strings], lengths, alens, vector_start, head, strings, analyses_start,
                 end)
+
+
+_RECORD = np.dtype([("magic", "S4"), ("version", "u1"), ("flags", "u1"), ("zero", "<u2"),
+                    ("n", "<u4"), ("dims", "<u4"), ("sources", "<u4"), ("head_len", "<u4"),
+                    ("strings_len", "<u4"), ("analyses_len", "<u4")])
+
+
+class Items(NamedTuple):
+    """Many items' headers, read at once (:func:`read_headers`): per item, the bytes that hold it
+    and int64 offsets into them (as :class:`Item`'s) and its fields, (m,) arrays."""
+
+    datas: list[bytes]
+    n: np.ndarray
+    dims: np.ndarray
+    vectors: np.ndarray  # bool
+    analyses: np.ndarray  # bool
+    sources: np.ndarray
+    heads: list[bytes]
+    lengths: np.ndarray
+    alens: np.ndarray
+    vector_start: np.ndarray
+    strings: np.ndarray
+    analyses_start: np.ndarray
+    end: np.ndarray
+
+    def take(self, index: Sequence[int]) -> Items:
+        """The items ``index`` names, in its order."""
+        return take(self, index)
+
+    def item(self, i: int) -> Item:
+        """Item ``i`` alone."""
+        return Item(self.datas[i], int(self.n[i]), int(self.dims[i]), bool(self.vectors[i]),
+                    bool(self.analyses[i]), int(self.sources[i]), self.heads[i],
+                    *(int(field[i]) for field in (self.lengths, self.alens, self.vector_start)),
+                    int(self.strings[i]) - len(self.heads[i]),
+                    *(int(field[i]) for field in (self.strings, self.analyses_start, self.end)))
+
+
+def take(table: Any, index: Sequence[int]) -> Any:
+    """Rows ``index`` of ``table`` (a NamedTuple of equal-length columns, NumPy arrays or lists),
+    in its order, as the same type."""
+    index = np.asarray(index, dtype=np.int64)
+    chosen = index.tolist()
+    return type(table)(*(field[index] if isinstance(field, np.ndarray)
+                         else [field[i] for i in chosen] for field in table))
+
+
+def records_at(datas: Sequence[bytes], starts: np.ndarray, ends: np.ndarray,
+               record: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed-size ``record`` at ``datas[i][starts[i]:]`` of every i, read at once: a
+    structured (m,) array (zeros where fewer than its size are left before ``ends[i]``) and the
+    bool mask of the records that fit."""
+    size = record.itemsize
+    room = ends - starts >= size
+    blank = bytes(size)
+    raw = b"".join([data[start:start + size] if fits else blank for data, start, fits in
+                    zip(datas, starts.tolist(), room.tolist())])
+    return np.frombuffer(raw, dtype=record), room
+
+
+def read_headers(datas: Sequence[bytes], starts: np.ndarray,
+                 ends: np.ndarray) -> tuple[Items, dict[int, str]]:
+    """The headers of the items that fill ``datas[i][starts[i]:ends[i]]``, read and checked at
+    once (what :func:`read_header` checks, a column at a time). Returns the good items, in order,
+    and the position of each other one -> why (:func:`read_header`'s message)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    fields, room = records_at(datas, starts, ends, _RECORD)
+    n, dims, sources = (fields[name].astype(np.int64) for name in ("n", "dims", "sources"))
+    flags = fields["flags"].astype(np.int64)
+    has_vectors, has_analyses = (flags & _VECTORS) > 0, (flags & _ANALYSES) > 0
+    head_len = fields["head_len"].astype(np.int64)
+    lengths = starts + _HEADER.size
+    alens = lengths + 16 * n
+    vector_start = alens + 4 * n * has_analyses
+    strings = vector_start + 4 * n * dims + head_len
+    analyses_start = strings + fields["strings_len"]
+    end = analyses_start + fields["analyses_len"]
+    good = (room & (fields["magic"] == MAGIC) & (fields["version"] == VERSION)
+            & (flags & ~(_VECTORS | _ANALYSES) == 0) & (fields["zero"] == 0)
+            & (has_vectors | (dims == 0)) & (sources >= 1) & (end == ends)
+            & (has_analyses | (fields["analyses_len"] == 0)))
+    errors: dict[int, str] = {}
+    for i in np.flatnonzero(~good).tolist():
+        try:
+            read_header(datas[i], int(starts[i]), int(ends[i]))
+        except ValueError as error:
+            errors[i] = str(error)
+        else:  # pragma: no cover - the columns above check what read_header checks
+            errors[i] = "its header cannot be read"
+    kept = np.flatnonzero(good)
+    chosen = kept.tolist()
+    kept_datas = [datas[i] for i in chosen]
+    heads = [data[a:b] for data, a, b in zip(kept_datas, (strings - head_len)[kept].tolist(),
+                                             strings[kept].tolist())]
+    return Items(kept_datas, n[kept], dims[kept], has_vectors[kept], has_analyses[kept],
+                 sources[kept], heads, lengths[kept], alens[kept], vector_start[kept],
+                 strings[kept], analyses_start[kept], end[kept]), errors
+
+
+def items_of(items: Sequence[Item]) -> Items:
+    """Items read one by one (:func:`read_header`) as one :class:`Items`."""
+
+    def column(name: str, dtype: Any = np.int64) -> np.ndarray:
+        return np.fromiter((getattr(item, name) for item in items), dtype, len(items))
+
+    return Items([item.data for item in items], column("n"), column("dims"),
+                 column("vectors", bool), column("analyses", bool), column("sources"),
+                 [item.head for item in items],
+                 *(column(name) for name in ("lengths", "alens", "vector_start", "strings",
+                                             "analyses_start", "end")))
 
 
 def read_head(head: bytes) -> tuple[Any, ...]:
@@ -185,7 +298,7 @@ class Decoded(NamedTuple):
     rows: list[int] | None = None  # with dedup: each fact of the items, in order, its row here
 
 
-def read_many(items: Sequence[Item], dedup: bool = True) -> Decoded:
+def read_many(items: Items | Sequence[Item], dedup: bool = True) -> Decoded:
     """Items of one kind (equal heads, all with or all without vectors of one width and
     analyses) as their facts: with ``dedup`` the sorted distinct facts, each fact's work from the
     first item that has it (only those facts' analyses are decoded and checked); else every fact
@@ -195,31 +308,43 @@ def read_many(items: Sequence[Item], dedup: bool = True) -> Decoded:
         ValueError: a section that is not what the header says (the message names it); the
             caller reads the items one at a time to find which.
     """
-    if len(items) == 1 and not dedup:
-        return _read_one(items[0])
-    first = items[0]
-    counts = np.fromiter((item.n for item in items), dtype=np.int64, count=len(items))
+    if not isinstance(items, Items):
+        if len(items) == 1 and not dedup:
+            return _read_one(items[0])
+        items = items_of(items)
+    datas, counts = items.datas, items.n
     total = int(counts.sum())
-    lengths = np.frombuffer(b"".join(
-        [item.data[item.lengths:item.alens] for item in items]), dtype="<u4").astype(np.int64)
+    lengths = np.frombuffer(_join(datas, items.lengths, items.alens),
+                            dtype="<u4").astype(np.int64)
+    raw = _join(datas, items.strings, items.analyses_start)
     try:
-        blobs = [item.data[item.strings:item.analyses_start].decode("utf-8", "surrogatepass")
-                 for item in items]
+        text = raw.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as error:
         raise ValueError(f"strings are not UTF-8 ({error})") from None
-    # each string is followed by a NUL: an item's characters are its lengths plus 4 per fact
-    if not np.array_equal(_per_item(lengths, counts, 4) + 4 * counts, list(map(len, blobs))):
+    # Each item's strings start a character and end with a NUL, so no character crosses from one
+    # item to the next (each item's bytes are UTF-8 alone), and an item's characters are its
+    # lead bytes: its lengths plus 4 per fact (a NUL after each string).
+    sizes = items.analyses_start - items.strings
+    ends = np.cumsum(sizes)
+    codes = np.frombuffer(raw, dtype=np.uint8)
+    filled = sizes > 0
+    if len(codes) and not (np.all(codes[(ends - sizes)[filled]] & 0xC0 != 0x80)
+                           and np.all(codes[ends[filled] - 1] == 0)):
         raise ValueError("strings are not as long as their lengths say")
-    text = "".join(blobs)
+    follow = np.flatnonzero(codes & 0xC0 == 0x80)  # continuation bytes: few in most text
+    chars = sizes - np.bincount(np.searchsorted(ends, follow, side="right"),
+                                minlength=len(sizes))[:len(sizes)]
+    if not np.array_equal(_per_item(lengths, counts, 4) + 4 * counts, chars):
+        raise ValueError("strings are not as long as their lengths say")
     strings = text.split(_SEP)
     if len(strings) == 4 * total + 1:  # no string holds a NUL itself: a cut at each one
         strings.pop()
         if not np.array_equal(np.fromiter(map(len, strings), np.int64, 4 * total), lengths):
             raise ValueError("strings are not as long as their lengths say")
     else:
-        ends = np.cumsum(lengths + 1).tolist()
-        strings = [text[start:end - 1] for start, end in zip([0, *ends[:-1]], ends)]
-        if "".join([text[end - 1] for end in ends]) != _SEP * len(ends):
+        cuts = np.cumsum(lengths + 1).tolist()
+        strings = [text[start:end - 1] for start, end in zip([0, *cuts[:-1]], cuts)]
+        if "".join([text[end - 1] for end in cuts]) != _SEP * len(cuts):
             raise ValueError("strings are not separated where their lengths say")
     parts = list(zip(strings[0::4], strings[1::4], strings[2::4]))
     texts = strings[3::4]
@@ -231,14 +356,21 @@ def read_many(items: Sequence[Item], dedup: bool = True) -> Decoded:
         rows = list(map(dict(zip(kept, range(len(kept)))).__getitem__, parts))
     else:
         kept, picks, rows = parts, list(range(total)), None
+    item_of = np.repeat(np.arange(len(counts)), counts)
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
     vectors = None
-    if first.vectors:
-        vectors = _vectors(items, counts, picks, first.dims)
+    if items.vectors[0]:
+        vectors = _vectors(items, item_of, within, picks, int(items.dims[0]))
     analyses = None
-    if first.analyses:
-        analyses = _analyses(items, counts, kept, picks)
+    if items.analyses[0]:
+        analyses = _analyses(items, item_of, within, kept, picks)
     return Decoded(tuple(kept), tuple([texts[i] for i in picks]), vectors, analyses,
-                   sum(item.sources for item in items), rows)
+                   int(items.sources.sum()), rows)
+
+
+def _join(datas: Sequence[bytes], starts: np.ndarray, ends: np.ndarray) -> bytes:
+    """The bytes ``datas[i][starts[i]:ends[i]]`` of every i, one after another."""
+    return b"".join([data[a:b] for data, a, b in zip(datas, starts.tolist(), ends.tolist())])
 
 
 def _read_one(item: Item) -> Decoded:
@@ -286,25 +418,24 @@ def _read_one(item: Item) -> Decoded:
 
 
 def _per_item(values: np.ndarray, counts: np.ndarray, width: int) -> np.ndarray:
-    """The sum of each item's ``width * n`` values (int64, one per item)."""
+    """The sum of each item's ``width * n`` values (integers or bools; int64, one per item)."""
     if not len(values):
         return np.zeros(len(counts), dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(counts[:-1]))) * width
     # a zero after the values: an empty last item starts there, and the item before it ends there
-    sums = np.add.reduceat(np.append(values, 0), starts)
+    sums = np.add.reduceat(np.append(values, 0), starts, dtype=np.int64)
     sums[counts == 0] = 0  # reduceat gives the next value for an empty item
     return sums
 
 
-def _vectors(items: Sequence[Item], counts: np.ndarray, picks: list[int], dims: int) -> np.ndarray:
-    """Rows ``picks`` (numbered across the items) of the items' vectors: read-only float32
-    (len(picks), dims); only those rows' bytes are copied."""
+def _vectors(items: Items, item_of: np.ndarray, within: np.ndarray, picks: list[int],
+             dims: int) -> np.ndarray:
+    """Rows ``picks`` (numbered across the items; fact f is fact ``within[f]`` of item
+    ``item_of[f]``) of the items' vectors: read-only float32 (len(picks), dims); only those rows'
+    bytes are copied."""
     width = 4 * dims
-    item_of = np.repeat(np.arange(len(items)), counts)
-    first_fact = np.repeat(np.cumsum(counts) - counts, counts)
-    starts = np.fromiter((item.vector_start for item in items), np.int64, len(items))
-    offsets = (starts[item_of] + (np.arange(len(item_of)) - first_fact) * width)[picks].tolist()
-    datas = [items[i].data for i in item_of[picks].tolist()]
+    offsets = (items.vector_start[item_of] + within * width)[picks].tolist()
+    datas = [items.datas[i] for i in item_of[picks].tolist()]
     raw = b"".join([data[start:start + width] for data, start in zip(datas, offsets)])
     vectors = np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
     vectors = vectors.reshape(len(picks), dims)
@@ -327,19 +458,24 @@ def check_unit(vectors: np.ndarray) -> None:
         raise ValueError(f"vector {int(np.flatnonzero(bad)[0])} is not a finite unit vector")
 
 
-def _analyses(items: Sequence[Item], counts: np.ndarray, kept: Sequence[tuple[str, str, str]],
-              picks: list[int]) -> tuple[FactFeatures, ...]:
-    """The analyses of the facts ``picks`` names, decoded in one JSON parse and checked."""
-    sizes = np.frombuffer(b"".join([item.data[item.alens:item.vector_start] for item in items]),
+def _analyses(items: Items, item_of: np.ndarray, within: np.ndarray,
+              kept: Sequence[tuple[str, str, str]], picks: list[int]) -> tuple[FactFeatures, ...]:
+    """The analyses of the facts ``picks`` names (numbered as :func:`_vectors` numbers them),
+    decoded in one JSON parse and checked."""
+    counts = items.n
+    sizes = np.frombuffer(_join(items.datas, items.alens, items.vector_start),
                           dtype="<u4").astype(np.int64)
-    if not np.array_equal(_per_item(sizes, counts, 1),
-                          [item.end - item.analyses_start for item in items]):
+    if not np.array_equal(_per_item(sizes, counts, 1), items.end - items.analyses_start):
         raise ValueError("analyses are not as long as their lengths say")
-    blob = b"".join([item.data[item.analyses_start:item.end] for item in items])
-    cut = np.cumsum(sizes).tolist()
-    begin = [0, *cut[:-1]]
+    # a fact's analysis starts where its item's do, after the item's earlier facts' ones
+    before = np.cumsum(sizes) - sizes
+    begin = items.analyses_start[item_of] + before - before[np.arange(len(within)) - within]
+    picked = np.asarray(picks, dtype=np.int64)
+    datas = [items.datas[i] for i in item_of[picked].tolist()]
+    starts, stops = begin[picked].tolist(), (begin + sizes)[picked].tolist()
     try:
-        rows = json.loads(b"[" + b",".join([blob[begin[i]:cut[i]] for i in picks]) + b"]")
+        rows = json.loads(b"[" + b",".join([data[a:b] for data, a, b in
+                                            zip(datas, starts, stops)]) + b"]")
     except (UnicodeDecodeError, ValueError):
         raise ValueError("analyses are not JSON") from None
     if len(rows) != len(picks):

@@ -32,8 +32,9 @@ Layout of one item (integers little-endian)::
     facts    facts_len bytes: the facts' work, :meth:`PreparedFacts.to_bytes`
 
 Nothing runs when an item is read and every field is checked; the items of a batch are read
-together (each section of every item joined and checked at once), and, when that fails, one by
-one to name the bad ones.
+together (every header checked a column at a time, each section of every item cut out and
+checked at once; no item's bytes copied whole), and, when that fails, one by one to name the bad
+ones.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def _read_header(data: Any) -> _Header:
         ValueError: not this form, an unknown version or flags, or sizes that do not add up.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ValueError(f"is {type(data).__name__}, expected bytes")
+        raise ValueError(f"is {type(data).__name__}, expected bytes")  # noqa: TRY004 - a reason
     data = bytes(data)
     if len(data) < _HEADER.size:
         raise ValueError(f"{len(data)} bytes, shorter than the {_HEADER.size}-byte header")
@@ -173,10 +174,20 @@ def _read_header(data: Any) -> _Header:
                    facts)
 
 
+_RECORD = np.dtype([("magic", "S4"), ("version", "u1"), ("flags", "u1"), ("zero", "<u2"),
+                    *((name, "<u4") for name in _Header._fields[2:])])
+
+
 def read_rollout_work(
     shipped: Mapping[int, Any], keys: Mapping[int, tuple[str, str]], config: FactUtilConfig
 ) -> RolloutWork:
     """Every shipped row of a batch, read at once.
+
+    Method: every header is read and checked a column at a time (the headers joined), the
+    column sections of every item are joined and cut out with a few array operations, and
+    the facts' items inside go to :func:`~factutil.prepared_bytes.read_headers` and
+    :func:`~factutil.prepared_bytes.read_many` together. Rows that fail are read alone
+    (:func:`_read_header`, :func:`_read_columns` on one row) to name what is wrong.
 
     Args:
         shipped: batch row -> the row's ``shipped`` bytes (:func:`prepare_rollout`).
@@ -191,95 +202,144 @@ def read_rollout_work(
         for a bad item.
     """
     unreadable: dict[int, str] = {}
-    headers: dict[int, _Header] = {}
+    rows: list[int] = []
+    datas: list[bytes] = []
     for row, data in shipped.items():
+        if type(data) is not bytes:
+            if not isinstance(data, (bytearray, memoryview)):
+                unreadable[row] = f"its shipped work cannot be read (is {type(data).__name__}, " \
+                                  f"expected bytes)"
+                continue
+            data = bytes(data)
+        rows.append(row)
+        datas.append(data)
+    if not rows:
+        return RolloutWork({}, [], unreadable)
+    sizes = np.fromiter(map(len, datas), dtype=np.int64, count=len(datas))
+    fields, room = prepared_bytes.records_at(datas, np.zeros(len(datas), dtype=np.int64), sizes,
+                                             _RECORD)
+    columns = np.stack([fields[name].astype(np.int64) for name in _Header._fields[2:]])
+    max_turns, total, kinds, occurrences, repeated, ignored, meta, facts = columns
+    flags = fields["flags"].astype(np.int64)
+    good = (room & (fields["magic"] == MAGIC) & (fields["version"] == VERSION)
+            & (flags & ~_EMPTY_STORE == 0) & (fields["zero"] == 0) & (kinds + ignored == total)
+            & (_HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + meta + facts
+               == sizes))
+    for i in np.flatnonzero(~good).tolist():
         try:
-            header = _read_header(data)
+            _read_header(datas[i])
         except ValueError as error:
-            unreadable[row] = f"its shipped work cannot be read ({error})"
-            continue
-        if header.max_turns != config.max_turns:
-            unreadable[row] = (f"its shipped work was made for max_turns={header.max_turns}, "
+            unreadable[rows[i]] = f"its shipped work cannot be read ({error})"
+        else:  # pragma: no cover - the columns above check what _read_header checks
+            unreadable[rows[i]] = "its shipped work cannot be read"
+    other = good & (max_turns != config.max_turns)
+    for i in np.flatnonzero(other).tolist():
+        unreadable[rows[i]] = (f"its shipped work was made for max_turns={int(max_turns[i])}, "
                                f"the step's is {config.max_turns}")
-            continue
-        headers[row] = header
-    columns: dict[int, RolloutColumns] = {}
-    fact_items: dict[int, tuple[bytes, int]] = {}
+    kept = np.flatnonzero(good & ~other)
+    chosen = kept.tolist()
+    table = _Table([datas[i] for i in chosen], flags[kept], *(column[kept] for column in columns[1:]))
+    kept_rows = [rows[i] for i in chosen]
+    found: dict[int, RolloutColumns] = {}
     try:
-        found = _read_columns(list(headers.values()), [keys[row] for row in headers])
+        found.update(zip(kept_rows, _read_columns(table, [keys[row] for row in kept_rows])))
     except ValueError:  # each alone, to name the bad ones
-        found = []
-        for row, header in list(headers.items()):
+        for i, row in enumerate(kept_rows):
             try:
-                found += _read_columns([header], [keys[row]])
+                found[row] = _read_columns(table.take([i]), [keys[row]])[0]
             except ValueError as error:
                 unreadable[row] = f"its shipped work cannot be read ({error})"
-                del headers[row]
-    for row, (column, facts_at) in zip(headers, found):
-        columns[row], fact_items[row] = column, facts_at
-    facts = _read_facts(columns, fact_items, unreadable, config)
-    return RolloutWork(columns, facts, unreadable)
+    ordered = [i for i, row in enumerate(kept_rows) if row in found]
+    table = table.take(ordered)
+    kept_rows = [kept_rows[i] for i in ordered]
+    facts_work = _read_facts(found, kept_rows, table, unreadable, config)
+    return RolloutWork(found, facts_work, unreadable)
 
 
-def _read_columns(
-    headers: Sequence[_Header], keys: Sequence[tuple[str, str]]
-) -> list[tuple[RolloutColumns, tuple[bytes, int]]]:
+class _Table(NamedTuple):
+    """Many items' checked headers: each item's bytes and its fields, int64 (m,) arrays."""
+
+    datas: list[bytes]
+    flags: np.ndarray
+    total: np.ndarray
+    kinds: np.ndarray
+    occurrences: np.ndarray
+    repeated: np.ndarray
+    ignored: np.ndarray
+    meta: np.ndarray
+    facts: np.ndarray
+
+    def take(self, index: Sequence[int]) -> _Table:
+        """The items ``index`` names, in its order."""
+        return prepared_bytes.take(self, index)
+
+
+def _cut(data: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """``data[starts[i]:starts[i] + widths[i]]`` of every i, one after another (uint8)."""
+    ends = np.cumsum(widths)
+    return data[np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+                + np.repeat(starts - (ends - widths), widths)]
+
+
+def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[RolloutColumns]:
     """The columns of some items (occurrences' local fact rows in ``occurrence_work``, texts
-    unset) and where each one's facts item starts in its bytes: each section of every item
-    joined and checked at once.
+    unset): the sections of every item joined, then each cut out and checked at once.
 
     Raises:
         ValueError: some item is not what the layout says (the caller reads them one by one to
             name it).
     """
-    if not headers:
+    if not table.datas:
         return []
-    fields = np.array([header[1:] for header in headers], dtype=np.int64)
-    _, _, _, kinds, occurrences, repeated, ignored, meta, _ = fields.T
-    datas = [header.data for header in headers]
-    at = np.full(len(headers), _HEADER.size, dtype=np.int64)
+    # Each item's sections after its header, up to its meta, one after another.
+    widths = table.kinds + table.ignored + 4 * (2 * table.occurrences + table.repeated)
+    data = np.frombuffer(b"".join([item[_HEADER.size:_HEADER.size + width] for item, width in
+                                   zip(table.datas, widths.tolist())]), dtype=np.uint8)
+    at = np.cumsum(widths) - widths
 
-    def section(width: np.ndarray) -> list[bytes]:
+    def section(width: np.ndarray) -> np.ndarray:
         nonlocal at
-        starts, at = at.tolist(), at + width
-        return [data[a:b] for data, a, b in zip(datas, starts, at.tolist())]
+        found = _cut(data, at, width)
+        at = at + width
+        return found
 
-    kind_codes = np.frombuffer(b"".join(section(kinds)), dtype=np.uint8)
-    ignored_codes = np.frombuffer(b"".join(section(ignored)), dtype=np.uint8)
-    steps = np.frombuffer(b"".join(section(4 * occurrences)), dtype="<u4")
-    local = np.frombuffer(b"".join(section(4 * occurrences)), dtype="<u4")
-    repeated_steps = np.frombuffer(b"".join(section(4 * repeated)), dtype="<u4")
+    kind_codes = section(table.kinds)
+    ignored_codes = section(table.ignored)
+    steps = section(4 * table.occurrences).view("<u4")
+    local = section(4 * table.occurrences).view("<u4")
+    repeated_steps = section(4 * table.repeated).view("<u4")
     if not (_KIND_CODES.issuperset(np.unique(kind_codes).tolist())
             and _KIND_CODES.issuperset(np.unique(ignored_codes).tolist())):
         raise ValueError("a kind code that is no action's")
-    if not (np.all(steps < np.repeat(kinds, occurrences))
-            and np.all(repeated_steps < np.repeat(kinds, repeated))):
+    if not (np.all(steps < np.repeat(table.kinds, table.occurrences))
+            and np.all(repeated_steps < np.repeat(table.kinds, table.repeated))):
         raise ValueError("a step beyond the rollout's effective actions")
+    meta_starts = (widths + _HEADER.size).tolist()
     try:
-        metas = json.loads(b"[" + b",".join(section(meta)) + b"]")
+        metas = json.loads(b"[" + b",".join([item[a:a + size] for item, a, size in zip(
+            table.datas, meta_starts, table.meta.tolist())]) + b"]")
     except (UnicodeDecodeError, ValueError):
         raise ValueError("its meta is not JSON") from None
-    answers = [_meta(found, header, key) for found, header, key in zip(metas, headers, keys)]
-    facts_at = at.tolist()
-    bounds = [np.concatenate(([0], np.cumsum(width))).tolist()
-              for width in (kinds, ignored, occurrences, repeated)]
+    if len(metas) != len(keys):
+        raise ValueError("its meta is not one JSON value")
+    totals, flags = table.total.tolist(), table.flags.tolist()
+    answers = [_meta(found, total, key) for found, total, key in zip(metas, totals, keys)]
+    bounds = [np.cumsum(width).tolist() for width in
+              (table.kinds, table.ignored, table.occurrences, table.repeated)]
     kind_codes, ignored_codes = kind_codes.tolist(), ignored_codes.tolist()
     steps, local, repeated_steps = steps.tolist(), local.tolist(), repeated_steps.tolist()
     out = []
-    for i, (header, (answer, reasons)) in enumerate(zip(headers, answers)):
-        k0, k1 = bounds[0][i], bounds[0][i + 1]
-        g0, g1 = bounds[1][i], bounds[1][i + 1]
-        o0, o1 = bounds[2][i], bounds[2][i + 1]
-        r0, r1 = bounds[3][i], bounds[3][i + 1]
-        out.append((RolloutColumns(
-            kind_codes[k0:k1], header.total, steps[o0:o1], [], repeated_steps[r0:r1], answer,
-            bool(header.flags & _EMPTY_STORE), ignored_codes[g0:g1], reasons, None,
-            local[o0:o1],
-        ), (header.data, facts_at[i])))
+    k0 = g0 = o0 = r0 = 0
+    for (answer, reasons), total, flag, k1, g1, o1, r1 in zip(answers, totals, flags, *bounds):
+        out.append(RolloutColumns(
+            kind_codes[k0:k1], total, steps[o0:o1], [], repeated_steps[r0:r1], answer,
+            bool(flag & _EMPTY_STORE), ignored_codes[g0:g1], reasons, None, local[o0:o1],
+        ))
+        k0, g0, o0, r0 = k1, g1, o1, r1
     return out
 
 
-def _meta(meta: Any, header: _Header, key: tuple[str, str]) -> tuple[str | None, dict[int, str]]:
+def _meta(meta: Any, total: int, key: tuple[str, str]) -> tuple[str | None, dict[int, str]]:
     """An item's answer and invalid reasons from its meta, checked (and its named rollout
     against ``key``).
 
@@ -306,74 +366,81 @@ def _meta(meta: Any, header: _Header, key: tuple[str, str]) -> tuple[str | None,
     except ValueError:
         found = {}
     if len(found) != len(reasons) or not all(
-            type(reason) is str and 0 <= index < header.total for index, reason in found.items()):
+            type(reason) is str and 0 <= index < total for index, reason in found.items()):
         raise ValueError(f"its invalid reasons {short(reasons)} are not action indices and "
                          f"strings")
     return answer, found
 
 
-def _read_facts(columns: dict[int, RolloutColumns], fact_items: Mapping[int, tuple[bytes, int]],
+def _read_facts(columns: dict[int, RolloutColumns], rows: Sequence[int], table: _Table,
                 unreadable: dict[int, str], config: FactUtilConfig) -> list[PreparedFacts]:
-    """The facts' work of every readable row, read together, and each occurrence's triple, text
-    and row in the first result (set in ``columns``; a row whose facts' work cannot be read is
-    moved to ``unreadable``).
+    """The facts' work of ``rows`` (their items at the end of ``table``'s items), read together,
+    and each occurrence's triple, text and row in the first result (set in ``columns``; a row
+    whose facts' work cannot be read is moved to ``unreadable``).
 
     The items of the first row's kind of work (:func:`factutil.prepare.load_prepared` groups by
     it; all of them, in a run) are read at once (:func:`~factutil.prepared_bytes.read_many`);
     items of another kind, one by one, their occurrences' rows -1. An occurrence's text is the
     shipped one when the work was made for the step's template, else made here.
     """
-    from factutil.prepare import _from_item, _kind, merge_prepared
+    from factutil.prepare import _from_item, _item_kind, merge_prepared
     from factutil.result import gc_paused
 
+    ends = _HEADER.size + table.kinds + table.ignored + 4 * (
+        2 * table.occurrences + table.repeated) + table.meta + table.facts
+    items, errors = prepared_bytes.read_headers(table.datas, ends - table.facts, ends)
+    bad = {rows[i]: error for i, error in errors.items()}
+    rows = [row for i, row in enumerate(rows) if i not in errors]
     heads: dict[bytes, tuple[Any, ...]] = {}
-    items: dict[int, prepared_bytes.Item] = {}
-    for row, (data, start) in fact_items.items():
+    for head in dict.fromkeys(items.heads):
         try:
-            item = prepared_bytes.read_header(data, start)
-            if item.head not in heads:
-                heads[item.head] = prepared_bytes.read_head(item.head)
+            heads[head] = prepared_bytes.read_head(head)
         except ValueError as error:
-            unreadable[row] = f"its shipped facts' work cannot be read ({error})"
-            columns.pop(row)
-            continue
-        items[row] = item
-    if not items:
+            bad.update({row: str(error) for row, found in zip(rows, items.heads) if found == head})
+    for row, error in bad.items():
+        unreadable[row] = f"its shipped facts' work cannot be read ({error})"
+        columns.pop(row)
+    keep = [i for i, row in enumerate(rows) if row not in bad]
+    rows = [rows[i] for i in keep]
+    items = items.take(keep)
+    if not rows:
         return []
     with gc_paused(config.pause_gc):
-        kinds = {row: _kind(item, heads) for row, item in items.items()}
-        main_kind = next(iter(kinds.values()))
-        main_rows = [row for row, kind in kinds.items() if kind == main_kind]
+        kinds = list(map(_item_kind, map(heads.__getitem__, items.heads), items.analyses.tolist(),
+                         items.dims.tolist(), items.vectors.tolist(), items.n.tolist()))
+        main_kind = kinds[0]
+        main = [i for i, kind in enumerate(kinds) if kind == main_kind]
         facts: list[PreparedFacts] = []
         head = main_kind[0]
         try:
-            decoded = prepared_bytes.read_many([items[row] for row in main_rows])
+            decoded = prepared_bytes.read_many(items.take(main))
         except ValueError:  # each alone, to name the bad ones, and the rest merged
             alone = {}
-            for row in main_rows:
+            for i in main:
                 try:
-                    alone[row] = _from_item(items[row], heads[items[row].head])
+                    alone[i] = _from_item(items.item(i), head)
                 except ValueError as error:
-                    unreadable[row] = f"its shipped facts' work cannot be read ({error})"
-                    columns.pop(row)
-            main_rows = list(alone)
+                    unreadable[rows[i]] = f"its shipped facts' work cannot be read ({error})"
+                    columns.pop(rows[i])
+            main = list(alone)
             if alone:
-                main = merge_prepared(alone.values())
-                position = {parts: index for index, parts in enumerate(main.parts)}
+                merged = merge_prepared(alone.values())
+                position = {parts: index for index, parts in enumerate(merged.parts)}
                 fact_rows = [position[parts] for item in alone.values() for parts in item.parts]
         else:
-            main = PreparedFacts(*head[:4], decoded.parts, decoded.texts, decoded.vectors,
-                                 decoded.analyses, head[4], decoded.sources)
+            merged = PreparedFacts(*head[:4], decoded.parts, decoded.texts, decoded.vectors,
+                                   decoded.analyses, head[4], decoded.sources)
             fact_rows = decoded.rows
-        if main_rows:
-            facts.append(main)
-            _link_together(columns, main_rows, [items[row].n for row in main_rows], fact_rows,
-                           main, unreadable, config)
-        for row, kind in kinds.items():
+        if main:
+            facts.append(merged)
+            _link_together(columns, [rows[i] for i in main], items.n[main].tolist(), fact_rows,
+                           merged, unreadable, config)
+        for i, kind in enumerate(kinds):
+            row = rows[i]
             if kind == main_kind or row not in columns:
                 continue
             try:
-                item = _from_item(items[row], heads[items[row].head])
+                item = _from_item(items.item(i), kind[0])
             except ValueError as error:
                 unreadable[row] = f"its shipped facts' work cannot be read ({error})"
                 columns.pop(row)

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factutil.cluster import candidate_pairs, constrained_linkage
-from factutil.linkage import canonical_labels
 from factutil.embed import l2_normalize
+from factutil.linkage import canonical_labels
 
 
 def test_chain_does_not_leak_through_a_vetoed_pair():

@@ -250,3 +250,59 @@ def test_items_without_facts_anywhere_are_read_together(layout):
     assert decoded.texts == tuple(t for item in items for t in item.texts)
     bulk = prepared_bytes.read_many(headers)
     assert bulk.parts == tuple(sorted({p for item in items for p in item.parts}))
+
+
+def test_headers_read_at_once_agree_with_read_header_on_every_flip_and_cut():
+    """read_headers (a column at a time, items inside one joined buffer) keeps exactly the
+    items read_header keeps, with the same offsets, and refuses the others with its message."""
+    from factutil import prepared_bytes
+
+    before, after = _item(seed=1).to_bytes(), _item(parts=PARTS[:1], seed=2).to_bytes()
+    data = _item().to_bytes()
+    variants = [data[:size] for size in range(0, len(data), 3)] + [data + b"\x00"]
+    for position in range(min(len(data), 200)):  # the header, lengths, vectors, head
+        flipped = bytearray(data)
+        flipped[position] ^= 0xFF
+        variants.append(bytes(flipped))
+    for offset, fmt, value in [(16, "<I", 0), (12, "<I", 0), (6, "<H", 1), (5, "<B", 0), (5, "<B", 2),
+                               (5, "<B", 7), (4, "<B", 2), (0, "<4s", b"FUPX")]:
+        forged = bytearray(data)  # sources 0, the zero field set, flags without vectors, ...
+        struct.pack_into(fmt, forged, offset, value)
+        variants.append(bytes(forged))
+    for middle in variants:
+        joined = before + middle + after
+        starts = np.array([0, len(before), len(before) + len(middle)])
+        ends = np.array([len(before), len(before) + len(middle), len(joined)])
+        items, errors = prepared_bytes.read_headers([joined] * 3, starts, ends)
+        expected, messages = [], {}
+        for i, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+            try:
+                expected.append(prepared_bytes.read_header(joined, start, end))
+            except ValueError as error:
+                messages[i] = str(error)
+        assert errors == messages
+        assert [items.item(i) for i in range(len(items.n))] == expected
+
+
+def test_items_read_at_once_equal_each_read_alone():
+    """read_many over items inside one buffer (offsets not at 0) equals reading each item's own
+    bytes: parts, texts, vectors and analyses, in order and deduplicated."""
+    from factutil import prepared_bytes
+
+    items = [_item(parts=PARTS[:n], seed=n) for n in (3, 0, 1, 2)]
+    datas = [b"padding" * k + item.to_bytes() for k, item in enumerate(items)]
+    joined = b"".join(datas)
+    ends = np.cumsum([len(d) for d in datas])
+    starts = ends - [len(item.to_bytes()) for item in items]
+    table, errors = prepared_bytes.read_headers([joined] * len(items), starts, ends)
+    assert errors == {}
+    every = prepared_bytes.read_many(table, dedup=False)
+    assert every.parts == tuple(p for item in items for p in item.parts)
+    assert every.texts == tuple(t for item in items for t in item.texts)
+    assert np.array_equal(every.vectors, np.concatenate([item.vectors for item in items]))
+    assert every.analyses == tuple(a for item in items for a in item.analyses)
+    distinct = prepared_bytes.read_many(table)
+    merged = merge_prepared(items)
+    assert distinct.parts == merged.parts and distinct.analyses == merged.analyses
+    assert np.array_equal(distinct.vectors, merged.vectors)
+    assert [distinct.parts[row] for row in distinct.rows] == list(every.parts)

@@ -230,6 +230,37 @@ def test_damaged_work_is_read_or_skips_its_group_never_crashes(target):
     assert outcomes["skipped"] > 0 and outcomes["read"] > 0
 
 
+def test_headers_checked_at_once_refuse_what_each_header_alone_refuses():
+    """The batch reader checks every header a column at a time; each forged field must be
+    refused with the one-item reader's message, and its neighbours read as they read alone."""
+    import struct
+
+    from factutil import rollout_work
+
+    config = _config("exact")
+    group = _edge_group()
+    datas = [prepare_rollout(row["actions"], config) for row in group]
+    keys = {i: ("edge", row["rollout_id"]) for i, row in enumerate(group)}
+    alone = rollout_work.read_rollout_work(dict(enumerate(datas)), keys, config)
+    forged = []
+    for offset, fmt, value in [(0, "<4s", b"FURX"), (4, "<B", 2), (5, "<B", 2), (6, "<H", 1),
+                               (12, "<I", 99), (16, "<I", 0), (20, "<I", 50), (36, "<I", 7)]:
+        data = bytearray(datas[2])
+        struct.pack_into(fmt, data, offset, value)
+        forged.append(bytes(data))
+    for data in [*forged, datas[2][:39], datas[2] + b"x", "text"]:
+        with pytest.raises(ValueError) as refused:
+            rollout_work._read_header(data)
+        work = rollout_work.read_rollout_work({**dict(enumerate(datas)), 2: data}, keys, config)
+        assert work.unreadable == {2: f"its shipped work cannot be read ({refused.value})"}
+        assert work.columns.keys() == alone.columns.keys() - {2}
+        for i, columns in work.columns.items():  # fact rows renumbered without row 2's facts
+            assert columns._replace(occurrence_work=None) == \
+                alone.columns[i]._replace(occurrence_work=None)
+            assert [work.facts[0].parts[r] for r in columns.occurrence_work] == \
+                [alone.facts[0].parts[r] for r in alone.columns[i].occurrence_work]
+
+
 @pytest.mark.parametrize("change, reason", [
     ("other rollout", "work of uid 'edge' rollout_id 'a'"),
     ("max_turns", "made for max_turns=8, the step's is 6"),

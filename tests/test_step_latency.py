@@ -120,6 +120,8 @@ def test_critical_path_with_two_ray_workers(tmp_path):
     assert len(entry["worker_task_wall_s"]) == 2 and entry["worker_cpu_s"] > 0
     assert entry["worker_wall_s"] >= max(entry["worker_task_wall_s"])
     assert {"driver_s", "driver_facts_s", "worker_cpu_s", "workers", "backend"} <= set(entry)
+    assert entry["identical_warm"] is True  # the yardstick computes the same step
+    assert entry["driver_over_warm"] == pytest.approx(entry["driver_s"] / entry["warm_s"])
 
 
 @pytest.mark.slow
