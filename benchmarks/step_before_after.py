@@ -10,7 +10,11 @@ worker, alternating before/after (ABBA order, so a drift in the machine's load f
 alike), after one untimed warm-up step each. Modes: ``exact``; ``static`` (semantic with the
 static embedding backend, a fresh clusterer each step, so embeddings, filters and linkage are all
 paid every time; a version whose filters memoise at module level has those memos cleared before
-each step, so both start cold); ``minilm`` (the same with MiniLM: minutes per step on a CPU).
+each step, so both start cold); ``minilm`` (the same with MiniLM: minutes per step on a CPU);
+``shipped`` (``static``, every rollout given as a shipped row whose work each checkout made once
+with :func:`factutil.rollout_work.prepare_rollout`, untimed: the trainer driver's step, reading
+the bytes included, with the collector paused as the adapters pause it; checkouts that have
+shipped rows only).
 
 Prints, per mode, the median step time of each checkout (wall clock, and the CPU time of the
 worker, which a busy machine disturbs less) and the ratios after / before (below 1: the after
@@ -31,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = r"""
-import hashlib, importlib.util, json, os, sys, time
+import contextlib, hashlib, importlib.util, json, os, sys, time
 spec = importlib.util.spec_from_file_location("workloads", sys.argv[1])
 workloads = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(workloads)
@@ -42,16 +46,39 @@ configs = {
     "exact": FactUtilConfig(mode="exact"),
     "static": FactUtilConfig(mode="semantic", embedding_backend="static"),
     "minilm": FactUtilConfig(mode="semantic", embedding_backend="minilm"),
+    "shipped": FactUtilConfig(mode="semantic", embedding_backend="static"),
 }
+shipped = None
+
+
+def shipped_rows():
+    # every rollout as a shipped row, its work made once here (untimed), as rollout workers make it
+    global shipped
+    if shipped is None:
+        from factutil.cluster import SemanticClusterer
+        from factutil.rollout_work import prepare_rollout
+        clusterer = SemanticClusterer(configs["shipped"])
+        keep = ("uid", "question", "golden_answers", "rollout_id", "reward")
+        shipped = [{**{key: row[key] for key in keep if key in row},
+                    "shipped": prepare_rollout(row["actions"], configs["shipped"],
+                                               clusterer=clusterer)} for row in rows]
+    return shipped
+
+
 print(json.dumps({"ready": os.path.dirname(factutil.__file__)}), flush=True)
 result = None
 for line in sys.stdin:
     mode = line.strip()
     result = None  # the previous step's result is freed before the clock starts
+    batch, paused = rows, contextlib.nullcontext()
+    if mode == "shipped":  # the collector paused, as the adapters read shipped work
+        from factutil.result import gc_paused
+        batch, paused = shipped_rows(), gc_paused()
     if hasattr(filters, "clear_caches"):  # a version whose filters memoise at module level
         filters.clear_caches()
     start, cpu = time.perf_counter(), time.process_time()
-    result = compute_process_advantages(rows, configs[mode])
+    with paused:
+        result = compute_process_advantages(batch, configs[mode])
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     digest = hashlib.sha256(result.advantages.tobytes()).hexdigest()
     stages = {k: v for k, v in result.metrics.items() if k.startswith("time_")}
@@ -90,7 +117,8 @@ def main() -> int:
     parser.add_argument("--before", type=Path, required=True, help="checkout of the older factutil")
     parser.add_argument("--after", type=Path, default=ROOT, help="checkout of the newer (default: here)")
     parser.add_argument("--size", default="L", choices=["S", "M", "L"])
-    parser.add_argument("--modes", default="exact,static", help="comma list of exact, static, minilm")
+    parser.add_argument("--modes", default="exact,static",
+                        help="comma list of exact, static, minilm, shipped")
     parser.add_argument("--rounds", type=int, default=7, help="timed steps per checkout and mode")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
@@ -116,6 +144,7 @@ def main() -> int:
                 "before_s": before, "after_s": after, "ratio": after / before,
                 "cpu_before_s": cpu_before, "cpu_after_s": cpu_after, "cpu_ratio": cpu_after / cpu_before,
                 "same_advantages": digests["before"] == digests["after"],
+                "digest": digests["after"],  # sha256 of the after checkout's advantages
                 "times": times,
                 "stage_medians_s": {
                     name: {key: statistics.median(s[key] for s in runs) for key in runs[0]}

@@ -205,16 +205,42 @@ def read_rollout_work(
     rows: list[int] = []
     datas: list[bytes] = []
     for row, data in shipped.items():
-        if type(data) is not bytes:
-            if not isinstance(data, (bytearray, memoryview)):
-                unreadable[row] = f"its shipped work cannot be read (is {type(data).__name__}, " \
-                                  f"expected bytes)"
-                continue
+        if isinstance(data, (bytearray, memoryview)):
             data = bytes(data)
-        rows.append(row)
-        datas.append(data)
-    if not rows:
-        return RolloutWork({}, [], unreadable)
+        if type(data) is bytes:
+            rows.append(row)
+            datas.append(data)
+        else:
+            unreadable[row] = _why_unreadable(data)
+    rows, table = _checked_headers(rows, datas, config, unreadable)
+    found: dict[int, RolloutColumns] = {}
+    try:
+        found.update(zip(rows, _read_columns(table, [keys[row] for row in rows])))
+    except ValueError:  # each alone, to name the bad ones
+        for i, row in enumerate(rows):
+            try:
+                found[row] = _read_columns(table.take([i]), [keys[row]])[0]
+            except ValueError as error:
+                unreadable[row] = f"its shipped work cannot be read ({error})"
+    ordered = [i for i, row in enumerate(rows) if row in found]
+    facts = _read_facts(found, [rows[i] for i in ordered], table.take(ordered), unreadable, config)
+    return RolloutWork(found, facts, unreadable)
+
+
+def _why_unreadable(data: Any) -> str:
+    """Why an item's header cannot be read (:func:`_read_header`'s message)."""
+    try:
+        _read_header(data)
+    except ValueError as error:
+        return f"its shipped work cannot be read ({error})"
+    return "its shipped work cannot be read"  # pragma: no cover - only for refused headers
+
+
+def _checked_headers(rows: list[int], datas: list[bytes], config: FactUtilConfig,
+                     unreadable: dict[int, str]) -> tuple[list[int], _Table]:
+    """The items' headers read and checked a column at a time (what :func:`_read_header` checks,
+    and the step's ``max_turns``): the rows that pass and their table; each other row's reason
+    is added to ``unreadable``."""
     sizes = np.fromiter(map(len, datas), dtype=np.int64, count=len(datas))
     fields, room = prepared_bytes.records_at(datas, np.zeros(len(datas), dtype=np.int64), sizes,
                                              _RECORD)
@@ -226,34 +252,15 @@ def read_rollout_work(
             & (_HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + meta + facts
                == sizes))
     for i in np.flatnonzero(~good).tolist():
-        try:
-            _read_header(datas[i])
-        except ValueError as error:
-            unreadable[rows[i]] = f"its shipped work cannot be read ({error})"
-        else:  # pragma: no cover - the columns above check what _read_header checks
-            unreadable[rows[i]] = "its shipped work cannot be read"
+        unreadable[rows[i]] = _why_unreadable(datas[i])
     other = good & (max_turns != config.max_turns)
     for i in np.flatnonzero(other).tolist():
         unreadable[rows[i]] = (f"its shipped work was made for max_turns={int(max_turns[i])}, "
                                f"the step's is {config.max_turns}")
     kept = np.flatnonzero(good & ~other)
     chosen = kept.tolist()
-    table = _Table([datas[i] for i in chosen], flags[kept], *(column[kept] for column in columns[1:]))
-    kept_rows = [rows[i] for i in chosen]
-    found: dict[int, RolloutColumns] = {}
-    try:
-        found.update(zip(kept_rows, _read_columns(table, [keys[row] for row in kept_rows])))
-    except ValueError:  # each alone, to name the bad ones
-        for i, row in enumerate(kept_rows):
-            try:
-                found[row] = _read_columns(table.take([i]), [keys[row]])[0]
-            except ValueError as error:
-                unreadable[row] = f"its shipped work cannot be read ({error})"
-    ordered = [i for i, row in enumerate(kept_rows) if row in found]
-    table = table.take(ordered)
-    kept_rows = [kept_rows[i] for i in ordered]
-    facts_work = _read_facts(found, kept_rows, table, unreadable, config)
-    return RolloutWork(found, facts_work, unreadable)
+    return [rows[i] for i in chosen], _Table(
+        [datas[i] for i in chosen], flags[kept], *(column[kept] for column in columns[1:]))
 
 
 class _Table(NamedTuple):

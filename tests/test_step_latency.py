@@ -180,3 +180,23 @@ def test_batched_process_rewards_equal_each_rollout_alone(rollouts):
         utility, np.array([r for *_, r in first], dtype=bool), alpha=0.3,
     )
     assert wrapped.process_reward.shape == (len(first),)
+
+
+@pytest.mark.slow
+def test_before_after_times_the_shipped_step_on_both_checkouts(tmp_path):
+    """The ``shipped`` mode runs the driver's step on shipped rows in both workers and compares
+    their advantages; with one checkout on both sides they must agree."""
+    out = tmp_path / "ba.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/step_before_after.py"), "--before", str(ROOT),
+         "--size", "S", "--modes", "shipped,static", "--rounds", "2", "--json", str(out)],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    modes = json.loads(out.read_text())["modes"]
+    assert modes["shipped"]["same_advantages"] is True
+    assert modes["shipped"]["digest"] == modes["static"]["digest"]  # shipped rows: the same step
+    assert len(modes["shipped"]["times"]["before"]) == len(modes["shipped"]["times"]["after"]) == 2
+    # the shipped step read its rows and embedded nothing: its stages are the step's own
+    assert modes["shipped"]["stage_medians_s"]["after"]["time_load_s"] > 0
+    assert "| shipped |" in done.stdout

@@ -90,6 +90,16 @@ def test_the_payload_carries_the_episodes_work_as_json_text(shipped):
     assert facts > 0
 
 
+def _assert_same(alone, taken, **counts) -> None:
+    """Each experience's advantages equal, bit for bit, and each ``factutil/<name>`` info metric
+    of ``counts`` equal to its value on every row."""
+    assert len(alone) == len(taken)
+    for before, after in zip(alone, taken):
+        assert torch.equal(before.advantages, after.advantages)
+        for name, value in counts.items():
+            assert torch.all(after.info[f"factutil/{name}"] == value), name
+
+
 def test_shipped_work_gives_the_same_advantages_bit_for_bit(openrlhf, shipped):
     alone, alone_clusterer = patched_advantages(
         openrlhf, shipped, SEMANTIC.model_copy(update={"prepare_in_workers": False})
@@ -98,12 +108,9 @@ def test_shipped_work_gives_the_same_advantages_bit_for_bit(openrlhf, shipped):
     taken, clusterer = patched_advantages(openrlhf, shipped, SEMANTIC)
     assert clusterer.metrics["prepared_facts"] > 0
     assert clusterer.metrics["cache_misses"] == 0  # every vector came from the engine
-    for before, after in zip(alone, taken):
-        assert torch.equal(before.advantages, after.advantages)
-        assert torch.all(after.info["factutil/skipped"] == 0)
-        assert torch.all(after.info["factutil/prepared_unshipped"] == 0)
-        assert torch.all(after.info["factutil/prepared_ignored"] == 0)
-        assert torch.all(after.info["factutil/prepared_other_device"] == 0)  # all on the CPU
+    # all on the CPU: no work from another kind of device
+    _assert_same(alone, taken, skipped=0, prepared_unshipped=0, prepared_ignored=0,
+                 prepared_other_device=0)
 
 
 def test_missing_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
@@ -122,11 +129,7 @@ def test_missing_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
 
     redone, clusterer = patched_advantages(openrlhf, episodes, SEMANTIC)
     assert clusterer.metrics["cache_misses"] > 0  # the step embedded those samples' facts
-    for before, after in zip(alone, redone):
-        assert torch.equal(before.advantages, after.advantages)
-        assert torch.all(after.info["factutil/skipped"] == 0)
-        assert torch.all(after.info["factutil/prepared_unshipped"] == 1)
-        assert torch.all(after.info["factutil/prepared_ignored"] == 1)
+    _assert_same(alone, redone, skipped=0, prepared_unshipped=1, prepared_ignored=1)
 
 
 def test_an_older_engines_facts_work_is_still_used(openrlhf, shipped):
@@ -142,10 +145,7 @@ def test_an_older_engines_facts_work_is_still_used(openrlhf, shipped):
     taken, clusterer = patched_advantages(openrlhf, episodes, SEMANTIC)
     assert clusterer.metrics["prepared_facts"] > 0
     assert clusterer.metrics["cache_misses"] == 0  # every vector came from the engine
-    for before, after in zip(alone, taken):
-        assert torch.equal(before.advantages, after.advantages)
-        assert torch.all(after.info["factutil/skipped"] == 0)
-        assert torch.all(after.info["factutil/prepared_unshipped"] == 0)
+    _assert_same(alone, taken, skipped=0, prepared_unshipped=0)
 
 
 def test_a_damaged_sample_keeps_only_its_group_on_openrlhf_advantages(openrlhf, shipped, caplog):
