@@ -34,7 +34,7 @@ CORPUS = (
 def retrieval_url() -> Iterator[str]:
     """factutil's BM25 server (Search-R1's ``/retrieve``) over the bundled 2Wiki corpus, on a
     free port of 127.0.0.1."""
-    from factutil.retrieval import BM25Retriever, load_corpus, make_server
+    from factutil.tools.retrieval import BM25Retriever, load_corpus, make_server
 
     server = make_server(BM25Retriever(load_corpus(CORPUS)), port=0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -18,7 +18,7 @@ Layout of one item (integers little-endian)::
 
 Every field is checked when read (sizes against the item's length, UTF-8, character counts,
 JSON types, each analysis field's type); anything else is a ValueError naming what is wrong.
-:func:`read_headers` reads the headers of many items in one buffer (a batch's shipped rows joined)
+:func:`read_headers` reads the headers of many items (inside other bytes, a batch's shipped rows)
 a column at a time; :func:`read_many` reads many items of one kind of work at once: their
 lengths, strings and vectors are joined and cut with a few array operations (the strings decoded
 once), the facts are deduplicated once, and only the kept facts' analyses are decoded (one JSON
@@ -225,7 +225,10 @@ def read_headers(datas: Sequence[bytes], starts: np.ndarray,
     strings = vector_start + 4 * n * dims + head_len
     analyses_start = strings + fields["strings_len"]
     end = analyses_start + fields["analyses_len"]
-    good = (room & (fields["magic"] == MAGIC) & (fields["version"] == VERSION)
+    # counts beyond the item cannot add up: refused before their int64 products wrap (for items
+    # under 1 GB none can)
+    fits = (n <= ends - starts) & (dims <= ends - starts)
+    good = (room & fits & (fields["magic"] == MAGIC) & (fields["version"] == VERSION)
             & (flags & ~(_VECTORS | _ANALYSES) == 0) & (fields["zero"] == 0)
             & (has_vectors | (dims == 0)) & (sources >= 1) & (end == ends)
             & (has_analyses | (fields["analyses_len"] == 0)))

@@ -269,6 +269,12 @@ def test_headers_read_at_once_agree_with_read_header_on_every_flip_and_cut():
         forged = bytearray(data)  # sources 0, the zero field set, flags without vectors, ...
         struct.pack_into(fmt, forged, offset, value)
         variants.append(bytes(forged))
+    # n and dims whose sections' size is 2**64: a wrapped int64 would make the sizes add up
+    head_len = struct.unpack_from("<I", data, 20)[0]
+    wrapped = bytearray(data)
+    struct.pack_into("<BBHIIIIII", wrapped, 4, 3, 1, 0, 2**31, 2**31 - 4, 1, head_len,
+                     len(data) - 32 - head_len, 0)
+    variants.append(bytes(wrapped))
     for middle in variants:
         joined = before + middle + after
         starts = np.array([0, len(before), len(before) + len(middle)])

@@ -117,12 +117,13 @@ def as_config(config: Any = None):
 
 def golden_answers_from_label(label: Any) -> list[str]:
     """The gold answers an OpenRLHF prompt's ``label`` holds (``--data.label_key``): the core's
-    :func:`factutil.agent.golden_answers_from` (a list of answers, a string holding a JSON list,
+    :func:`factutil.metrics.golden_answers_from` (a list of answers, a string holding a JSON list,
     a mapping with ``golden_answers``, ``answers``, ``target`` or ``answer``, a string or number).
 
     Returns:
         list[str], possibly empty (the group is then skipped by the core's validation).
     """
-    from factutil.agent import golden_answers_from  # pydantic on use: this module stays stdlib-only
+    # imported on use: this module stays stdlib-only
+    from factutil.metrics import golden_answers_from
 
     return golden_answers_from(label)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from factutil.agent import golden_answers_from, outcome_reward
+from factutil.metrics import golden_answers_from, outcome_reward
 
 from factutil_trl.rollout import PAYLOAD_KEY
 
@@ -21,8 +21,8 @@ def factagent_reward(
     Pass it as ``GRPOTrainer(reward_funcs=[factagent_reward], ...)``. TRL calls it with every
     dataset column and every extra key of the ``rollout_func``: ``factutil`` is the payload of
     :class:`factutil_trl.FactAgentRollout` and ``golden_answers`` the dataset column (per row, a
-    list of strings, one string, or any form :func:`factutil.agent.golden_answers_from` reads).
-    The rule is :func:`factutil.agent.outcome_reward`, the one the other adapters apply.
+    list of strings, one string, or any form :func:`factutil.metrics.golden_answers_from` reads).
+    The rule is :func:`factutil.metrics.outcome_reward`, the one the other adapters apply.
 
     Returns:
         one float in [0, 1] per completion; None (TRL: not scored) for a completion without a

@@ -3,13 +3,14 @@
 TRL trains on one sequence per rollout: the prompt, then every turn of the episode in one
 completion. :class:`FactAgentRollout` builds it turn by turn with the policy itself:
 
-- the prompt is the FactAgent prompt of the first turn (:func:`factutil.agent.build_messages`:
-  instructions, question, empty store, no search result) through the model's chat template;
+- the prompt is the FactAgent prompt of the first turn
+  (:func:`factutil.tools.agent.build_messages`: instructions, question, empty store, no search
+  result) through the model's chat template;
 - each turn the model writes one action (at most ``max_action_tokens`` tokens), which
   :func:`factutil.parse.parse_action` reads: ``search`` asks the retriever (the same
-  :class:`factutil.retrieval.RetrievalClient` the verl loop uses), ``assert`` adds its triples to
-  the store (:func:`factutil.agent.add_to_store`), ``answer`` ends the episode, an invalid action
-  changes nothing;
+  :class:`factutil.tools.retrieval.RetrievalClient` the verl loop uses), ``assert`` adds its
+  triples to the store (:func:`factutil.tools.agent.add_to_store`), ``answer`` ends the episode,
+  an invalid action changes nothing;
 - the environment's reply (the search result, the store, or why the action was invalid) is
   appended as a user turn of the chat template, with ``env_mask`` 0 on its tokens so no loss
   falls on them.
@@ -31,11 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import torch
-from factutil.agent import INSTRUCTIONS, add_to_store, build_messages, render_store
 from factutil.integration import left_pad
 from factutil.parse import parse_action
-from factutil.retrieval import SearchResult
 from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
+from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages, render_store
+from factutil.tools.retrieval import SearchResult
 
 PAYLOAD_KEY = "factutil"
 """The ``rollout_func`` output key (a dataset-row key in the trainer) of each payload."""
@@ -46,7 +47,7 @@ first end-of-turn token, which it keeps)."""
 
 
 class Retriever(Protocol):
-    """What :class:`FactAgentRollout` searches with: :class:`factutil.retrieval.RetrievalClient`."""
+    """What :class:`FactAgentRollout` searches with: :class:`factutil.tools.retrieval.RetrievalClient`."""
 
     def search(self, query: str) -> SearchResult: ...
 
@@ -162,7 +163,7 @@ class FactAgentRollout:
     prompt it gets, all turns of all episodes batched together.
 
     Args:
-        retriever: the search backend, e.g. ``factutil.retrieval.RetrievalClient(url, topk=3,
+        retriever: the search backend, e.g. ``factutil.tools.retrieval.RetrievalClient(url, topk=3,
             max_observation_chars=600)`` (a Search-R1 ``/retrieve`` service such as
             ``factutil serve``). A failed search comes back as an observation saying so.
         instructions: the system text of the prompt (default: the verl loop's).

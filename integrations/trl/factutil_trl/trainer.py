@@ -51,7 +51,7 @@ from factutil_trl.rollout import PAYLOAD_KEY
 logger = logging.getLogger("factutil_trl")
 
 GOLD_COLUMN = "golden_answers"
-"""The dataset column of each question's gold answers (read by :func:`factutil.agent.golden_answers_from`)."""
+"""The dataset column of each question's gold answers (read by :func:`factutil.metrics.golden_answers_from`)."""
 
 
 class FactUtilGRPOTrainer(GRPOTrainer):

@@ -43,7 +43,7 @@ def test_two_training_steps_of_smollm2_with_factutil_credit(
     smollm2, retrieval_url, tmp_path, one_torch_thread
 ):
     from datasets import Dataset
-    from factutil.retrieval import RetrievalClient
+    from factutil.tools.retrieval import RetrievalClient
 
     from factutil_trl import FactAgentRollout, FactUtilGRPOTrainer, factagent_reward
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from factutil.agent import build_messages
-from factutil.retrieval import RetrievalClient
+from factutil.tools.agent import build_messages
+from factutil.tools.retrieval import RetrievalClient
 
 from factutil_trl import FactAgentRollout, factagent_reward, question_of
 

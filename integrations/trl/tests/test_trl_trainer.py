@@ -32,7 +32,7 @@ def dataset(groups: list[dict[str, Any]]) -> Any:
 
 
 def rollout(tokenizer: Any, url: str, groups: list[dict[str, Any]], **options: Any) -> Any:
-    from factutil.retrieval import RetrievalClient
+    from factutil.tools.retrieval import RetrievalClient
 
     from factutil_trl import FactAgentRollout
 

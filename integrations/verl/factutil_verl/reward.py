@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from factutil.agent import golden_answers_from, outcome_reward
+from factutil.metrics import golden_answers_from, outcome_reward
 from factutil.parse import parse_action
 from factutil.schema import AnswerAction
 
@@ -21,7 +21,7 @@ SCORE_KEYS = ("score", "em", "f1", "format_ok", "empty_store")
 
 golden_answers_of = golden_answers_from
 """Gold answers from a verl ``reward_model.ground_truth`` value: the core's
-:func:`factutil.agent.golden_answers_from` (a string, a list/array, or a mapping with
+:func:`factutil.metrics.golden_answers_from` (a string, a list/array, or a mapping with
 ``golden_answers``, ``answers``, ``target`` (Search-R1) or ``answer``)."""
 
 
