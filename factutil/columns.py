@@ -17,7 +17,7 @@ import numpy as np
 from factutil.config import FactUtilConfig
 from factutil.facts import Fact, distinct_facts, fact_text, normalize_fact_text
 from factutil.load import GroupRows
-from factutil.metrics import golds_normalized_empty, outcome, qa_scorer
+from factutil.metrics import golds_normalized_empty, outcome, qa_scores
 from factutil.shaping import KIND_CODES
 
 
@@ -197,7 +197,6 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
                 "answer"
             )
         scores: dict[str, tuple[float, float]] = {}
-        score = None  # the group's scorer, made with its first answer
         first_occurrence = len(occurrence_triples)
         group_texts: list[str] | None = None
         group_work: list[int] | None = None
@@ -240,9 +239,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
             else:
                 found = scores.get(answer)
                 if found is None:
-                    if score is None:
-                        score = qa_scorer(golds, fold_unicode=fold)
-                    found = scores[answer] = score(answer)
+                    found = scores[answer] = qa_scores(answer, golds, fold_unicode=fold)
                 em, f1 = found
             reward, success = outcome(
                 em, f1, answered=answer is not None, empty_store=columns.empty_store_answer,

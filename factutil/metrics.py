@@ -62,7 +62,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -77,7 +77,6 @@ __all__ = [
     "normalize_answer",
     "outcome",
     "outcome_reward",
-    "qa_scorer",
     "qa_scores",
 ]
 
@@ -154,47 +153,23 @@ def qa_scores(
         ValueError: ``golden_answers`` is empty or holds a blank (empty or whitespace-only)
             answer.
     """
-    return qa_scorer(golden_answers, fold_unicode)(prediction)
-
-
-def qa_scorer(
-    golden_answers: Sequence[str] | str, fold_unicode: bool = False
-) -> Callable[[str], tuple[float, float]]:
-    """:func:`qa_scores` against fixed gold answers, checked and normalised once: a group's
-    rollouts are scored against one question's golds (docs/method.md §1).
-
-    Args:
-        golden_answers, fold_unicode: as :func:`qa_scores`.
-
-    Returns:
-        ``score(prediction) -> (em, f1)``, equal to ``qa_scores(prediction, golden_answers,
-        fold_unicode)``; it raises TypeError for a prediction that is not a ``str``.
-
-    Raises:
-        TypeError, ValueError: as :func:`qa_scores` for malformed or blank gold answers.
-    """
-    normalized_golds = [normalize_answer(gold, fold_unicode)
-                        for gold in _checked_golden_answers(golden_answers)]
-
-    def score(prediction: str) -> tuple[float, float]:
-        if not isinstance(prediction, str):
-            raise TypeError(
-                f"prediction must be a str, got {type(prediction).__name__}: {prediction!r}"
-            )
-        normalized_prediction = normalize_answer(prediction, fold_unicode)
-        if not normalized_prediction:
-            return 0.0, 0.0
-        prediction_tokens = normalized_prediction.split()
-        best_em = 0.0
-        best_f1 = 0.0
-        for normalized_gold in normalized_golds:
-            if normalized_gold == normalized_prediction:
-                best_em = 1.0
-            best_f1 = max(best_f1,
-                          _token_f1(normalized_prediction, prediction_tokens, normalized_gold))
-        return best_em, best_f1
-
-    return score
+    golds = _checked_golden_answers(golden_answers)
+    if not isinstance(prediction, str):
+        raise TypeError(
+            f"prediction must be a str, got {type(prediction).__name__}: {prediction!r}"
+        )
+    normalized_prediction = normalize_answer(prediction, fold_unicode)
+    if not normalized_prediction:
+        return 0.0, 0.0
+    prediction_tokens = normalized_prediction.split()
+    best_em = 0.0
+    best_f1 = 0.0
+    for gold in golds:
+        normalized_gold = normalize_answer(gold, fold_unicode)
+        if normalized_gold == normalized_prediction:
+            best_em = 1.0
+        best_f1 = max(best_f1, _token_f1(normalized_prediction, prediction_tokens, normalized_gold))
+    return best_em, best_f1
 
 
 def golds_normalized_empty(

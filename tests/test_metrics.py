@@ -434,17 +434,3 @@ def test_score_ranges(prediction: str, golds: list[str], fold_unicode: bool) -> 
 @given(_texts, _golds)
 def test_scores_equal_reference(prediction: str, golds: list[str]) -> None:
     assert qa_scores(prediction, golds) == _reference_scores(prediction, golds)
-
-
-@given(st.lists(_texts, min_size=1, max_size=6), _golds)
-def test_one_scorer_scores_every_prediction_as_the_reference(predictions: list[str],
-                                                             golds: list[str]) -> None:
-    """A group's scorer (golds checked and normalised once) scores each of its predictions, in
-    any order and repeated, as the SQuAD reference does."""
-    from factutil.metrics import qa_scorer
-
-    score = qa_scorer(golds)
-    for prediction in [*predictions, *reversed(predictions)]:
-        assert score(prediction) == _reference_scores(prediction, golds)
-    with pytest.raises(TypeError, match="prediction must be a str"):
-        score(None)  # type: ignore[arg-type]
