@@ -149,6 +149,11 @@ class _Header(NamedTuple):
     facts: int
 
 
+def _columns_size(kinds: Any, ignored: Any, occurrences: Any, repeated: Any) -> Any:
+    """The bytes of an item's column sections (kinds to repeated steps; ints or int64 arrays)."""
+    return kinds + ignored + 4 * (2 * occurrences + repeated)
+
+
 def _read_header(data: Any) -> _Header:
     """One item's header, its sizes checked against its length.
 
@@ -166,7 +171,7 @@ def _read_header(data: Any) -> _Header:
         raise ValueError(f"starts with {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION or flags & ~_EMPTY_STORE or zero:
         raise ValueError(f"unknown format version {version} or flags {flags:#x}/{zero:#x}")
-    size = _HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + meta + facts
+    size = _HEADER.size + _columns_size(kinds, ignored, occurrences, repeated) + meta + facts
     if size != len(data) or kinds + ignored != total:
         raise ValueError(f"{len(data)} bytes, the header says {size} (total {total}, kinds "
                          f"{kinds}, ignored {ignored})")
@@ -249,7 +254,7 @@ def _checked_headers(rows: list[int], datas: list[bytes], config: FactUtilConfig
     flags = fields["flags"].astype(np.int64)
     good = (room & (fields["magic"] == MAGIC) & (fields["version"] == VERSION)
             & (flags & ~_EMPTY_STORE == 0) & (fields["zero"] == 0) & (kinds + ignored == total)
-            & (_HEADER.size + kinds + ignored + 4 * (2 * occurrences + repeated) + meta + facts
+            & (_HEADER.size + _columns_size(kinds, ignored, occurrences, repeated) + meta + facts
                == sizes))
     for i in np.flatnonzero(~good).tolist():
         unreadable[rows[i]] = _why_unreadable(datas[i])
@@ -299,7 +304,7 @@ def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[Rollou
     if not table.datas:
         return []
     # Each item's sections after its header, up to its meta, one after another.
-    widths = table.kinds + table.ignored + 4 * (2 * table.occurrences + table.repeated)
+    widths = _columns_size(table.kinds, table.ignored, table.occurrences, table.repeated)
     data = np.frombuffer(b"".join([item[_HEADER.size:_HEADER.size + width] for item, width in
                                    zip(table.datas, widths.tolist())]), dtype=np.uint8)
     at = np.cumsum(widths) - widths
@@ -393,8 +398,7 @@ def _read_facts(columns: dict[int, RolloutColumns], rows: Sequence[int], table: 
     from factutil.prepare import _from_item, _item_kind, merge_prepared
     from factutil.result import gc_paused
 
-    ends = _HEADER.size + table.kinds + table.ignored + 4 * (
-        2 * table.occurrences + table.repeated) + table.meta + table.facts
+    ends = np.fromiter(map(len, table.datas), dtype=np.int64, count=len(table.datas))
     items, errors = prepared_bytes.read_headers(table.datas, ends - table.facts, ends)
     bad = {rows[i]: error for i, error in errors.items()}
     rows = [row for i, row in enumerate(rows) if i not in errors]
