@@ -3,7 +3,7 @@ reads in bulk, thousands of items at once, and that runs no code when read.
 
 Layout of one item (integers little-endian)::
 
-    header   32 bytes: b"FUPF", format version (u8, 3), flags (u8: 1 vectors, 2 analyses),
+    header   32 bytes: b"FUPF", format version (u8, 4), flags (u8: 1 vectors, 2 analyses),
              2 zero bytes, then u32 n (facts), dims (vector width; 0 without vectors), sources,
              head_len, strings_len, analyses_len
     lengths  u32 (n, 4): the length in characters of each fact's subject, relation, object, text
@@ -13,16 +13,22 @@ Layout of one item (integers little-endian)::
     strings  strings_len bytes: UTF-8 (lone surrogates kept) of every fact's subject, relation,
              object and text, in fact order, each as long as ``lengths`` says and followed by
              a NUL (a reader cuts at the NULs when no string holds one itself)
-    analyses analyses_len bytes: each fact's analysis (the FactFeatures fields after the parts)
-             as an ASCII JSON array, one after another, each as long as ``alens`` says
+    analyses analyses_len bytes: each fact's analysis, one after another, each as long as
+             ``alens`` says: UTF-8 of 7 fields, each followed by a NUL: flags ("0"-"3": 1 the
+             relation is a known id, 2 inverse), subject key, object key, relation key, the
+             negation cues and the words (each joined by spaces, the words sorted), and the
+             quantities (compact JSON, empty when there are none). The other FactFeatures fields
+             follow from these by the rules ``analyze`` uses (relation id, negated, symmetric,
+             key), so they are made when read, not written.
 
 Every field is checked when read (sizes against the item's length, UTF-8, character counts,
-JSON types, each analysis field's type); anything else is a ValueError naming what is wrong.
+each analysis' fields and the JSON types of its quantities); anything else is a ValueError
+naming what is wrong.
 :func:`read_headers` reads the headers of many items (inside other bytes, a batch's shipped rows)
 a column at a time; :func:`read_many` reads many items of one kind of work at once: their
 lengths, strings and vectors are joined and cut with a few array operations (the strings decoded
-once), the facts are deduplicated once, and only the kept facts' analyses are decoded (one JSON
-parse for all of them) and checked.
+once), the facts are deduplicated once, and only the kept facts' analyses are decoded (their
+texts decoded and cut at once, a column at a time) and checked.
 """
 
 from __future__ import annotations
@@ -35,13 +41,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from factutil.filters import FactFeatures
+from factutil.filters.features import FactFeatures, fact_key, is_negated, is_symmetric
 
 MAGIC = b"FUPF"
-VERSION = 3
+VERSION = 4
 _HEADER = struct.Struct("<4sBBHIIIIII")
 _VECTORS, _ANALYSES = 1, 2
-_ANALYSIS_WIDTH = 11  # FactFeatures' fields after subject, relation, object
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _SEP = "\x00"
 
@@ -73,7 +78,7 @@ def encode(head: tuple[Any, ...], parts: Sequence[tuple[str, str, str]], texts: 
 
     Raises:
         ValueError: a field that cannot be written (a string the length of which does not fit,
-            an analysis value JSON cannot hold).
+            an analysis that :func:`analysis_text` cannot write).
     """
     n = len(parts)
     strings = [s for key, text in zip(parts, texts) for s in (*key, text)]
@@ -86,13 +91,7 @@ def encode(head: tuple[Any, ...], parts: Sequence[tuple[str, str, str]], texts: 
     analyses_blob = b""
     if analyses is not None:
         flags |= _ANALYSES
-        try:
-            rows = [_dumps([f.subject_key, f.object_key, f.relation_id, f.inverse, f.negated,
-                            f.quantities, f.key, f.relation_key, f.symmetric, f.negation_cues,
-                            sorted(f.words)]).encode() for f in analyses]
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"PreparedFacts.to_bytes: an analysis JSON cannot hold ({error})") \
-                from None
+        rows = [analysis_text(f).encode("utf-8", "surrogatepass") for f in analyses]
         sections.append(np.fromiter(map(len, rows), dtype="<u4", count=n).tobytes())
         analyses_blob = b"".join(rows)
     dims = 0
@@ -403,20 +402,10 @@ def _read_one(item: Item) -> Decoded:
         check_unit(vectors)
     analyses = None
     if item.analyses:
-        sizes = struct.unpack_from(f"<{n}I", data, item.alens)
-        if sum(sizes) != item.end - item.analyses_start:
+        sizes = np.frombuffer(data, dtype="<u4", count=n, offset=item.alens).astype(np.int64)
+        if int(sizes.sum()) != item.end - item.analyses_start:
             raise ValueError("analyses are not as long as their lengths say")
-        rows, at = [], item.analyses_start
-        for size in sizes:
-            rows.append(data[at:at + size])
-            at += size
-        try:
-            rows = json.loads(b"[" + b",".join(rows) + b"]")
-        except (UnicodeDecodeError, ValueError):
-            raise ValueError("analyses are not JSON") from None
-        if len(rows) != n:
-            raise ValueError(f"{len(rows)} analyses decoded, expected {n}")
-        analyses = _all_features(parts, rows)
+        analyses = _decode_analyses(parts, data[item.analyses_start:item.end], sizes)
     return Decoded(parts, tuple(strings[3::4]), vectors, analyses, item.sources)
 
 
@@ -464,7 +453,7 @@ def check_unit(vectors: np.ndarray) -> None:
 def _analyses(items: Items, item_of: np.ndarray, within: np.ndarray,
               kept: Sequence[tuple[str, str, str]], picks: list[int]) -> tuple[FactFeatures, ...]:
     """The analyses of the facts ``picks`` names (numbered as :func:`_vectors` numbers them),
-    decoded in one JSON parse and checked."""
+    decoded together and checked."""
     counts = items.n
     sizes = np.frombuffer(_join(items.datas, items.alens, items.vector_start),
                           dtype="<u4").astype(np.int64)
@@ -476,89 +465,106 @@ def _analyses(items: Items, item_of: np.ndarray, within: np.ndarray,
     picked = np.asarray(picks, dtype=np.int64)
     datas = [items.datas[i] for i in item_of[picked].tolist()]
     starts, stops = begin[picked].tolist(), (begin + sizes)[picked].tolist()
+    raw = b"".join([data[a:b] for data, a, b in zip(datas, starts, stops)])
+    return _decode_analyses(kept, raw, sizes[picked])
+
+
+def analysis_text(f: FactFeatures) -> str:
+    """One fact's analysis as the shipped form writes it (the module docstring's layout): the
+    fields of ``f`` that the others do not determine.
+
+    Raises:
+        ValueError: ``f`` is not what :func:`~factutil.filters.analyze` makes (the written text
+            would not read back as ``f``).
+    """
     try:
-        rows = json.loads(b"[" + b",".join([data[a:b] for data, a, b in
-                                            zip(datas, starts, stops)]) + b"]")
-    except (UnicodeDecodeError, ValueError):
-        raise ValueError("analyses are not JSON") from None
-    if len(rows) != len(picks):
-        raise ValueError(f"{len(rows)} analyses decoded, expected {len(picks)}")
-    return _all_features(kept, rows)
+        text = _SEP.join([
+            _FLAG_TEXT[f.relation_id is not None, bool(f.inverse)], f.subject_key, f.object_key,
+            f.relation_key, " ".join(f.negation_cues), " ".join(sorted(f.words)),
+            _dumps(f.quantities) if f.quantities else "", ""])
+        back = _features_of([(f.subject, f.relation, f.object)], text.split(_SEP)[:-1])[0]
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"an analysis that the shipped form cannot hold ({error})") from None
+    if back != f:
+        raise ValueError(f"an analysis that the shipped form cannot hold: {f!r:.200}")
+    return text
 
 
+_FIELDS = 7  # NUL-ended fields of one fact's analysis
+_FLAG_TEXT = {(False, False): "0", (True, False): "1", (False, True): "2", (True, True): "3"}
+_FLAGS = {text: flags for flags, text in _FLAG_TEXT.items()}  # "1" -> (known id, inverse)
 _LIST = {list}
-_STR = {str}
-_BOOL = {bool}
-_STR_OR_NONE = {str, type(None)}
 
 
-def _all_features(kept: Sequence[tuple[str, str, str]], rows: list[Any]) -> tuple[FactFeatures, ...]:
-    """Each fact's analysis from its JSON fields, the fields checked a column at a time (the
-    cost of a per-fact check is most of reading); any fault is found again fact by fact
-    (:func:`_features`) to name the fact."""
-    if not rows:
+def _decode_analyses(kept: Sequence[tuple[str, str, str]], raw: bytes,
+                     sizes: np.ndarray) -> tuple[FactFeatures, ...]:
+    """The analyses of the facts ``kept`` from their written texts, one after another in ``raw``,
+    each ``sizes[i]`` bytes: each must be UTF-8 of exactly :data:`_FIELDS` NUL-ended fields.
+
+    Raises:
+        ValueError: naming the first fact whose analysis is not so.
+    """
+    if not len(kept):
         return ()
+    codes = np.frombuffer(raw, dtype=np.uint8)
+    ends = np.cumsum(sizes)
+    nuls = np.bincount(np.searchsorted(ends, np.flatnonzero(codes == 0), side="right"),
+                       minlength=len(kept) + 1)[:len(kept)]
+    bad = (nuls != _FIELDS) | (sizes == 0)
+    bad[~bad] = codes[ends[~bad] - 1] != 0  # and each ends with its last field's NUL
+    if bad.any():
+        key = kept[int(np.flatnonzero(bad)[0])]
+        raise ValueError(f"the analysis of {key!r:.80} is not {_FIELDS} NUL-ended fields")
     try:
-        if set(map(type, rows)) != _LIST or set(map(len, rows)) != {_ANALYSIS_WIDTH}:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"analyses are not UTF-8 ({error})") from None
+    fields = text.split(_SEP)
+    fields.pop()  # after the last NUL
+    return _features_of(kept, fields)
+
+
+def _features_of(kept: Sequence[tuple[str, str, str]], fields: list[str]) -> tuple[FactFeatures, ...]:
+    """Each fact's FactFeatures from its :data:`_FIELDS` written fields (``fields``, the facts one
+    after another), the derived fields made by the rules :func:`~factutil.filters.analyze` uses,
+    a column at a time; any fault is found again fact by fact to name the fact.
+
+    Raises:
+        ValueError: flags other than "0"-"3", a known relation id that is not in the lexicon, or
+            quantities that are not a JSON list of lists of numbers and strings.
+    """
+    try:
+        return _columns(kept, fields)
+    except (KeyError, TypeError, ValueError):
+        for i, key in enumerate(kept):
+            try:
+                _columns([key], fields[_FIELDS * i:_FIELDS * (i + 1)])
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"the analysis of {key!r:.80} is not flags, keys, cues, words "
+                                 f"and quantities as written") from None
+        raise  # pragma: no cover - a fault of the columns is a fault of some fact
+
+
+def _columns(kept: Sequence[tuple[str, str, str]], fields: list[str]) -> tuple[FactFeatures, ...]:
+    flags, subject_keys, object_keys, relation_keys, cues, words, quantities = (
+        fields[i::_FIELDS] for i in range(_FIELDS))
+    known, inverses = zip(*map(_FLAGS.__getitem__, flags))
+    relation_ids = [key if found else None for key, found in zip(relation_keys, known)]
+    symmetrics = list(map(is_symmetric, relation_ids))  # KeyError: an id outside the lexicon
+    cues = [tuple(text.split(" ")) if text else () for text in cues]
+    negateds = list(map(is_negated, cues))
+    written = [i for i, text in enumerate(quantities) if text]
+    quantities = [()] * len(kept)
+    if written:
+        values = json.loads("[" + ",".join([fields[_FIELDS * i + 6] for i in written]) + "]")
+        if set(map(type, values)) != _LIST or not set(map(type, chain.from_iterable(values))) <= _LIST:
             raise TypeError
-        (subject_keys, object_keys, relation_ids, inverses, negateds, quantities, fact_keys,
-         relation_keys, symmetrics, cues, words) = map(list, zip(*rows))
-        if not (set(map(type, subject_keys)) == set(map(type, object_keys))
-                == set(map(type, relation_keys)) == _STR
-                and set(map(type, relation_ids)) <= _STR_OR_NONE
-                and set(map(type, inverses)) == set(map(type, negateds))
-                == set(map(type, symmetrics)) == _BOOL
-                and set(map(type, quantities)) == set(map(type, fact_keys)) == set(map(type, cues))
-                == set(map(type, words)) == _LIST
-                and set(map(type, chain.from_iterable(quantities))) <= _LIST
-                and set(map(len, fact_keys)) == {5}):
-            raise TypeError
-        heads = list(zip(*fact_keys))
-        if not (set(map(type, heads[0])) == set(map(type, heads[1])) == set(map(type, heads[2]))
-                == _STR and set(map(type, heads[3])) == _BOOL
-                and set(map(type, heads[4])) == _LIST
-                and set(map(type, chain.from_iterable(heads[4]))) <= _LIST):
-            raise TypeError
-        "".join(chain.from_iterable(cues))  # raises TypeError unless every item is a str
-        "".join(chain.from_iterable(words))
-        quantities = [tuple(map(tuple, q)) for q in quantities]
-        fact_keys = list(zip(*heads[:4], [tuple(map(tuple, e)) for e in heads[4]]))
+        for i, value in zip(written, values):
+            quantities[i] = tuple(map(tuple, value))
         set(map(hash, quantities))  # a list or object inside a quantity raises TypeError
-        set(map(hash, fact_keys))
-    except (TypeError, ValueError):
-        for key, row in zip(kept, rows):
-            _features(key, row)  # raises, naming the fact
-        raise ValueError("analyses are not of FactFeatures' types") from None
+    keys = list(map(fact_key, relation_keys, subject_keys, object_keys, negateds, quantities))
     subjects, relations, objects = zip(*kept)
     return tuple(map(FactFeatures, subjects, relations, objects, subject_keys, object_keys,
-                     relation_ids, inverses, negateds, quantities, fact_keys, relation_keys,
-                     symmetrics, map(tuple, cues), map(frozenset, words)))
-
-
-def _features(key: tuple[str, str, str], row: Any) -> FactFeatures:
-    """One fact's analysis from its JSON fields, each field's type checked."""
-    try:
-        (subject_key, object_key, relation_id, inverse, negated, quantities, fact_key,
-         relation_key, symmetric, cues, words) = row
-        if not (type(row) is list and type(subject_key) is str and type(object_key) is str
-                and type(relation_key) is str and (relation_id is None or type(relation_id) is str)
-                and type(inverse) is bool and type(negated) is bool and type(symmetric) is bool
-                and type(quantities) is list and type(cues) is list and type(words) is list
-                and type(fact_key) is list and len(fact_key) == 5 and type(fact_key[0]) is str
-                and type(fact_key[1]) is str and type(fact_key[2]) is str
-                and type(fact_key[3]) is bool and type(fact_key[4]) is list
-                and (not quantities or set(map(type, quantities)) == _LIST)
-                and (not fact_key[4] or set(map(type, fact_key[4])) == _LIST)):
-            raise TypeError
-        "".join(cues)  # raises TypeError unless every item is a str
-        "".join(words)
-        quantities = tuple(map(tuple, quantities))
-        fact_key[4] = tuple(map(tuple, fact_key[4]))
-        fact_key = tuple(fact_key)
-        hash(quantities)  # a list or object inside a quantity raises TypeError
-        hash(fact_key)
-    except (TypeError, ValueError):
-        raise ValueError(f"the analysis of {key!r:.80} is not {_ANALYSIS_WIDTH} fields of "
-                         f"FactFeatures' types") from None
-    return FactFeatures(*key, subject_key, object_key, relation_id, inverse, negated, quantities,
-                        fact_key, relation_key, symmetric, tuple(cues), frozenset(words))
+                     relation_ids, inverses, negateds, quantities, keys, relation_keys,
+                     symmetrics, cues, [frozenset(text.split(" ")) if text else frozenset()
+                                        for text in words]))

@@ -13,8 +13,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from factutil import FactUtilConfig, PreparedFacts, prepare_facts
+from factutil import FactUtilConfig, PreparedFacts, prepare_facts, prepared_bytes
 from factutil import prepare as prepare_module
 from factutil.filters import analyze
 from factutil.prepare import load_prepared, merge_prepared
@@ -49,7 +51,7 @@ def test_the_bytes_follow_the_documented_layout():
     header = struct.Struct("<4sBBHIIIIII")
     magic, version, flags, zero, n, dims, sources, head_len, strings_len, analyses_len = \
         header.unpack_from(data)
-    assert (magic, version, flags, zero, n, dims, sources) == (b"FUPF", 3, 3, 0, 3, 3, 1)
+    assert (magic, version, flags, zero, n, dims, sources) == (b"FUPF", 4, 3, 0, 3, 3, 1)
     at = header.size
     lengths = np.frombuffer(data[at:at + 16 * n], dtype="<u4").reshape(n, 4)
     expected = [[len(s) for s in (*key, text)] for key, text in zip(item.parts, item.texts)]
@@ -65,10 +67,17 @@ def test_the_bytes_follow_the_documented_layout():
     assert strings == "".join(s + "\x00" for key, text in zip(item.parts, item.texts)
                               for s in (*key, text))
     at += strings_len
-    first = json.loads(data[at:at + int(alens[0])])
-    f = item.analyses[0]
-    assert first[:5] == [f.subject_key, f.object_key, f.relation_id, f.inverse, f.negated]
-    assert first[-1] == sorted(f.words)
+    written = data[at:at + analyses_len].decode("utf-8", "surrogatepass")
+    for f, size in zip(item.analyses, alens.tolist()):  # the layout: 7 fields, each NUL-ended
+        flag = str(int(f.relation_id is not None) + 2 * int(f.inverse))
+        quantities = json.dumps(f.quantities, separators=(",", ":")) if f.quantities else ""
+        fields = [flag, f.subject_key, f.object_key, f.relation_key, " ".join(f.negation_cues),
+                  " ".join(sorted(f.words)), quantities]
+        assert written[:size] == "".join(field + "\x00" for field in fields)
+        written = written[size:]
+    # every field is written somewhere: a date, a negation cue, a known relation
+    assert all(any(getattr(f, name) for f in item.analyses)
+               for name in ("quantities", "negation_cues", "relation_id", "words"))
     assert at + analyses_len == len(data) and int(alens.sum()) == analyses_len
 
 
@@ -133,24 +142,57 @@ def test_every_flipped_byte_is_read_or_refused_with_a_value_error_alone_and_in_b
     assert refused > len(data) // 2  # the header, lengths, separators, JSON: most flips
 
 
-def _with_analysis(item: PreparedFacts, **fields) -> bytes:
-    """The bytes of ``item`` with its first analysis' fields replaced (written as given)."""
-    bad = (replace(item.analyses[0], **fields), *item.analyses[1:])
-    return replace(item, analyses=bad).to_bytes()
+def _with_analysis(item: PreparedFacts, **fields) -> PreparedFacts:
+    """``item`` with its first analysis' fields replaced."""
+    return replace(item, analyses=(replace(item.analyses[0], **fields), *item.analyses[1:]))
 
 
 @pytest.mark.parametrize("fields", [
     {"inverse": "yes"}, {"relation_id": 3}, {"quantities": (("s", "num", [1.0]),)},
     {"quantities": ("num",)}, {"key": ("r", "s", "o", False)}, {"words": frozenset({1})},
     {"negation_cues": ("not", None)}, {"subject_key": None},
+    # values of the right types that analyze never makes: they would not read back as written
+    {"negated": False}, {"symmetric": True}, {"relation_key": "other"}, {"subject_key": "a\x00b"},
+    {"words": frozenset({"two words"})}, {"negation_cues": ("not", "")},
 ])
-def test_an_analysis_field_of_the_wrong_type_is_a_value_error(fields):
+def test_an_analysis_the_form_cannot_hold_is_refused_when_written(fields):
+    with pytest.raises(ValueError, match="an analysis that the shipped form cannot hold"):
+        _with_analysis(_item(), **fields).to_bytes()
+
+
+def _written(item: PreparedFacts, monkeypatch, text: str) -> bytes:
+    """The bytes of ``item`` with its first analysis written as ``text`` (a forged one)."""
+    real, first = prepared_bytes.analysis_text, item.analyses[0]
+    monkeypatch.setattr(prepared_bytes, "analysis_text",
+                        lambda f: text if f is first else real(f))
+    data = item.to_bytes()
+    monkeypatch.setattr(prepared_bytes, "analysis_text", real)
+    return data
+
+
+@pytest.mark.parametrize("text", [
+    "7\0ada x\0married\0be\0not\0is married not\0\0",  # flags beyond 1 | 2
+    "1\0ada x\0married\0no such id\0not\0is married not\0\0",  # a known id outside the lexicon
+    "1\0ada x\0married\0be\0not\0is married not\0[1\0",  # quantities that are not JSON
+    '1\0ada x\0married\0be\0not\0is married not\0[["s","num",[1.0]]]\0',  # a list inside one
+    '1\0ada x\0married\0be\0not\0is married not\0["num"]\0',  # not a list of lists
+    '1\0ada x\0married\0be\0not\0is married not\0{"s":1}\0',
+    "1\0ada x\0married\0be\0not\0is married not\0",  # six fields
+    "1\0ada x\0married\0be\0not\0is\0married\0\0",  # eight
+    "1\0ada x\0married\0be\0not\0is married not\0x",  # the last field without its NUL
+    "",
+], ids=["flags", "unknown-id", "json", "nested", "flat", "object", "six", "eight", "no-nul",
+        "empty"])
+def test_a_forged_analysis_is_a_value_error_naming_its_fact(text, monkeypatch):
     item = _item()
-    with pytest.raises(ValueError, match=r"the analysis of \('Ada\\x00x', 'is not', 'married'\) is not 11 fields"):
-        PreparedFacts.from_bytes(_with_analysis(item, **fields))
+    assert item.analyses[0].subject == "Ada\x00x"
+    good = "1\0ada x\0married\0be\0not\0is married not\0\0"
+    assert PreparedFacts.from_bytes(_written(item, monkeypatch, good)) == item  # as analyze wrote it
+    data = _written(item, monkeypatch, text)
+    with pytest.raises(ValueError, match=r"the analysis of \('Ada\\x00x', 'is not', 'married'\) is not"):
+        PreparedFacts.from_bytes(data)
     unreadable: list[int] = []
-    assert load_prepared([_with_analysis(item, **fields), item.to_bytes()],
-                         unreadable=unreadable) == [item]
+    assert load_prepared([data, item.to_bytes()], unreadable=unreadable) == [item]
     assert unreadable == [0]
 
 
@@ -312,3 +354,23 @@ def test_items_read_at_once_equal_each_read_alone():
     assert distinct.parts == merged.parts and distinct.analyses == merged.analyses
     assert np.array_equal(distinct.vectors, merged.vectors)
     assert [distinct.parts[row] for row in distinct.rows] == list(every.parts)
+
+
+_PIECES = ["not", "never", "unmarried", "non-profit", "born in", "born on", "located in", "of",
+           "12 June 1816", "March 1990", "5 kg", "1,000", "two", "3rd", "1990s", "John V", "no",
+           "False", "Paris, Texas", "São Paulo", "Łódź", "x\x00y", "\ud800", "married to",
+           "spouse", "directed by", "won't", "100 km/h", "-7.5", "1e999", "half"]
+_part = st.one_of(st.text(max_size=12),
+                  st.lists(st.sampled_from(_PIECES), min_size=1, max_size=4).map(" ".join))
+
+
+@settings(max_examples=150, deadline=None)
+@given(parts=st.lists(st.tuples(_part, _part, _part), min_size=1, max_size=6))
+def test_every_analysis_analyze_makes_is_written_and_read_back_as_it_was(parts):
+    """The form writes only the fields the others do not determine: whatever analyze makes of
+    any text (numbers, dates, negations, odd characters) reads back equal, alone and in bulk."""
+    item = _item(parts=list(dict.fromkeys(parts)), dims=None)
+    back = PreparedFacts.from_bytes(item.to_bytes())
+    assert back.analyses == item.analyses
+    assert [hash(f.key) for f in back.analyses] == [hash(f.key) for f in item.analyses]
+    assert load_prepared([item.to_bytes(), item.to_bytes()]) == [item]

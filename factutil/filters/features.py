@@ -72,17 +72,16 @@ def analyze(subject: str, relation: str, object: str, cache: Any = None) -> Fact
     s_values, subject_key = cache.subject_part(subject)
     o_values, object_key, relation_id, inverse, relation_key, cues, words = cache.relation_part(
         relation, object)
-    negated = len(cues) % 2 == 1
+    negated = is_negated(cues)
     s_part = tuple(sorted(s_values))
     o_part = tuple(sorted(o_values))
     if inverse:
         subject_key, object_key, s_part, o_part = object_key, subject_key, o_part, s_part
-    symmetric = relation_id is not None and RELATION_BY_ID[relation_id].symmetric
+    symmetric = is_symmetric(relation_id)
     if symmetric and (_plain(object_key), o_part) < (_plain(subject_key), s_part):
         subject_key, object_key, s_part, o_part = object_key, subject_key, o_part, s_part
     quantities = tuple(sorted([("s", *v) for v in s_part] + [("o", *v) for v in o_part]))
-    key_quantities = tuple(q[:4] if q[1] == "qty" else q for q in quantities)
-    key = (relation_key, _plain(subject_key), _plain(object_key), negated, key_quantities)
+    key = fact_key(relation_key, subject_key, object_key, negated, quantities)
     return FactFeatures(
         subject=subject, relation=relation, object=object,
         subject_key=subject_key, object_key=object_key,
@@ -90,3 +89,25 @@ def analyze(subject: str, relation: str, object: str, cache: Any = None) -> Fact
         quantities=quantities, key=key, relation_key=relation_key, symmetric=symmetric,
         negation_cues=cues, words=words,
     )
+
+
+# The fields of a FactFeatures that follow from the others: one rule each, for :func:`analyze`
+# and for the shipped form, which writes only the others (factutil.prepared_bytes).
+
+
+def is_negated(cues: tuple[str, ...]) -> bool:
+    """Polarity: negated when the cues are odd in number (a double negation cancels)."""
+    return len(cues) % 2 == 1
+
+
+def is_symmetric(relation_id: str | None) -> bool:
+    """Whether a known relation id is symmetric (an unknown relation, None, is not)."""
+    return relation_id is not None and RELATION_BY_ID[relation_id].symmetric
+
+
+def fact_key(relation_key: str, subject_key: str, object_key: str, negated: bool,
+             quantities: tuple[tuple, ...]) -> tuple:
+    """``FactFeatures.key``: equal keys mean the same fact (the keys' qualifier commas dropped,
+    a quantity's as-written magnitude left out)."""
+    key_quantities = tuple(q[:4] if q[1] == "qty" else q for q in quantities) if quantities else ()
+    return (relation_key, _plain(subject_key), _plain(object_key), negated, key_quantities)
