@@ -1,7 +1,8 @@
 """The same training step timed on two checkouts of factutil, alternating, in one run.
 
     python benchmarks/step_before_after.py --before DIR [--after DIR] [--size L]
-                                           [--modes exact,static] [--rounds 7] [--json FILE]
+                                           [--modes exact,static] [--before-modes MODES]
+                                           [--rounds 7] [--json FILE]
 
 Starts one worker process per checkout (``PYTHONPATH=DIR``; ``--after`` defaults to this
 repository), each holding the workload of ``benchmarks/workloads.py`` in memory. Then, for each
@@ -14,12 +15,19 @@ each step, so both start cold); ``minilm`` (the same with MiniLM: minutes per st
 ``shipped`` (``static``, every rollout given as a shipped row whose work each checkout made once
 with :func:`factutil.rollout_work.prepare_rollout`, untimed: the trainer driver's step, reading
 the bytes included, with the collector paused as the adapters pause it; checkouts that have
-shipped rows only).
+shipped rows only); ``warm`` (``static`` through one clusterer kept across steps, its memos
+filled by the untimed warm-up step: the issue's 'warm step' row, the driver doing everything with
+every vector, analysis and checked pair known). ``--before-modes`` runs another mode on the before
+checkout in each pair (a comma list as long as ``--modes``): ``--before <checkout of e7caa28>
+--modes shipped --before-modes warm`` times today's driver on shipped rows against the warm step
+of the code whose timings set issue 16's targets, on the same machine at the same moments, so the
+ratio carries those targets over to this machine.
 
 Prints, per mode, the median step time of each checkout (wall clock, and the CPU time of the
 worker, which a busy machine disturbs less) and the ratios after / before (below 1: the after
 checkout is faster), the median of each stage's own ``time_*_s`` metric, and checks the two give
-the same advantages (sha256 of the float32 bytes).
+the same advantages (sha256 of the float32 bytes). ``--backend minilm`` runs the static,
+shipped and warm modes with MiniLM instead of the static embedding (issue 16's default backend).
 """
 
 from __future__ import annotations
@@ -42,13 +50,16 @@ spec.loader.exec_module(workloads)
 import factutil
 from factutil import FactUtilConfig, compute_process_advantages, filters
 rows = workloads.build_workload(sys.argv[2])
+backend = sys.argv[3]  # of the static, shipped and warm modes
 configs = {
     "exact": FactUtilConfig(mode="exact"),
-    "static": FactUtilConfig(mode="semantic", embedding_backend="static"),
+    "static": FactUtilConfig(mode="semantic", embedding_backend=backend),
     "minilm": FactUtilConfig(mode="semantic", embedding_backend="minilm"),
-    "shipped": FactUtilConfig(mode="semantic", embedding_backend="static"),
+    "shipped": FactUtilConfig(mode="semantic", embedding_backend=backend),
+    "warm": FactUtilConfig(mode="semantic", embedding_backend=backend),
 }
 shipped = None
+warm = None
 
 
 def shipped_rows():
@@ -74,11 +85,17 @@ for line in sys.stdin:
     if mode == "shipped":  # the collector paused, as the adapters read shipped work
         from factutil.result import gc_paused
         batch, paused = shipped_rows(), gc_paused()
-    if hasattr(filters, "clear_caches"):  # a version whose filters memoise at module level
+    clusterer = {}
+    if mode == "warm":  # one clusterer for every step: the first (untimed) one fills its memos
+        if warm is None:
+            from factutil.cluster import SemanticClusterer
+            warm = SemanticClusterer(configs["warm"])
+        clusterer = {"clusterer": warm}
+    elif hasattr(filters, "clear_caches"):  # a version whose filters memoise at module level
         filters.clear_caches()
     start, cpu = time.perf_counter(), time.process_time()
     with paused:
-        result = compute_process_advantages(batch, configs[mode])
+        result = compute_process_advantages(batch, configs[mode], **clusterer)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     digest = hashlib.sha256(result.advantages.tobytes()).hexdigest()
     stages = {k: v for k, v in result.metrics.items() if k.startswith("time_")}
@@ -89,11 +106,11 @@ for line in sys.stdin:
 class Worker:
     """A process that runs the step on one checkout when asked."""
 
-    def __init__(self, checkout: Path, size: str):
+    def __init__(self, checkout: Path, size: str, backend: str = "static"):
         env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1",
                "TRANSFORMERS_OFFLINE": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(ROOT / "benchmarks/workloads.py"), size],
+            [sys.executable, "-c", WORKER, str(ROOT / "benchmarks/workloads.py"), size, backend],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd="/",
         )
         self.package = json.loads(self.process.stdout.readline())["ready"]
@@ -118,29 +135,43 @@ def main() -> int:
     parser.add_argument("--after", type=Path, default=ROOT, help="checkout of the newer (default: here)")
     parser.add_argument("--size", default="L", choices=["S", "M", "L"])
     parser.add_argument("--modes", default="exact,static",
-                        help="comma list of exact, static, minilm, shipped")
+                        help="comma list of exact, static, minilm, shipped, warm")
+    parser.add_argument("--backend", default="static", choices=("static", "minilm"),
+                        help="the embedding backend of the static, shipped and warm modes "
+                             "(minilm: each checkout's first step or shipped rows embed every "
+                             "text, about half a minute here)")
+    parser.add_argument("--before-modes", help="the mode the before checkout runs for each of "
+                        "--modes (a comma list as long; default the same)")
     parser.add_argument("--rounds", type=int, default=7, help="timed steps per checkout and mode")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    workers = {"before": Worker(args.before.resolve(), args.size),
-               "after": Worker(args.after.resolve(), args.size)}
-    figures: dict = {"size": args.size, "rounds": args.rounds, "modes": {}}
+    workers = {"before": Worker(args.before.resolve(), args.size, args.backend),
+               "after": Worker(args.after.resolve(), args.size, args.backend)}
+    figures: dict = {"size": args.size, "rounds": args.rounds, "backend": args.backend,
+                     "modes": {}}
+    modes = args.modes.split(",")
+    before_modes = args.before_modes.split(",") if args.before_modes else modes
+    if len(before_modes) != len(modes):
+        parser.error(f"--before-modes names {len(before_modes)} modes, --modes {len(modes)}")
     try:
-        for mode in args.modes.split(","):
-            digests = {name: worker.step(mode)["digest"] for name, worker in workers.items()}
+        for mode, before_mode in zip(modes, before_modes):
+            run = {"before": before_mode, "after": mode}
+            digests = {name: worker.step(run[name])["digest"] for name, worker in workers.items()}
             times: dict[str, list[float]] = {"before": [], "after": []}
             cpu: dict[str, list[float]] = {"before": [], "after": []}
             stages: dict[str, list[dict]] = {"before": [], "after": []}
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
                 for name in order:
-                    step = workers[name].step(mode)
+                    step = workers[name].step(run[name])
                     times[name].append(step["seconds"])
                     cpu[name].append(step["cpu"])
                     stages[name].append(step["stages"])
             before, after = statistics.median(times["before"]), statistics.median(times["after"])
             cpu_before, cpu_after = statistics.median(cpu["before"]), statistics.median(cpu["after"])
-            figures["modes"][mode] = {
+            label = mode if before_mode == mode else f"{before_mode} -> {mode}"
+            figures["modes"][label] = {
+                "before_mode": before_mode, "after_mode": mode,
                 "before_s": before, "after_s": after, "ratio": after / before,
                 "cpu_before_s": cpu_before, "cpu_after_s": cpu_after, "cpu_ratio": cpu_after / cpu_before,
                 "same_advantages": digests["before"] == digests["after"],

@@ -557,7 +557,7 @@ class SemanticClusterer:
         pair is evaluated once and, when vetoed, counted once under that filter; across calls the
         outcome (the name only, so a long fact's reason text is not kept) stays in the pair memo.
         """
-        from factutil.filters import FILTERS
+        from factutil.filters import FILTERS, alike
 
         names = tuple(self.config.filters)
         filter_cache = self.filter_cache
@@ -576,10 +576,12 @@ class SemanticClusterer:
             outcome = known(key) if key is not None else None  # a filter's name, "" when none
             if outcome is None:                                 # vetoes, None when not known
                 outcome = ""
-                for name, check in enabled:
-                    if check(features[i], features[j], filter_cache) is not None:
-                        outcome = name
-                        break
+                a, b = features[i], features[j]
+                if enabled and not alike(a, b, filter_cache):  # else no filter can veto
+                    for name, check in enabled:
+                        if check(a, b, filter_cache) is not None:
+                            outcome = name
+                            break
                 if key is not None:
                     pairs[key] = outcome
                     if len(pairs) > limit:

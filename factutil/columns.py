@@ -48,7 +48,8 @@ class Prepared:
     reward: list[float]
     success: list[float]
     golds_normalized_empty: int  # gold answers (per group) that normalise to no token
-    occurrence_triples: list[list[str]]  # (occurrences,): each as written (the rows' own lists)
+    occurrence_triples: list[Any]  # (occurrences,): each as written (a row's own list, or a
+    # shipped row's (s, r, o) tuple; a group mixing the two has tuples)
     ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
     reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
     fact_work: np.ndarray  # int64 (facts,): each fact's row in the shipped facts' table, -1 none
@@ -63,7 +64,7 @@ class RolloutColumns(NamedTuple):
     kinds: list[int]  # the kind code of each effective action
     total: int  # all actions, ignored ones included
     occurrence_step: list[int]  # per asserted triple occurrence, its action's step
-    occurrence_triples: list[Any]  # per occurrence, the triple as written ([s, r, o])
+    occurrence_triples: list[Any]  # per occurrence, the triple as written ([s, r, o]; shipped: a tuple)
     repeated_steps: list[int]  # the steps of searches whose query an earlier search had
     answer: str | None
     empty_store_answer: bool  # the answer came while the store was empty
@@ -200,10 +201,13 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
         first_occurrence = len(occurrence_triples)
         group_texts: list[str] | None = None
         group_work: list[int] | None = None
+        shipped_rollouts = 0
         for rollout in rollouts:
             columns = shipped.get(row)
             if columns is None:
                 columns = rollout_columns(rollout["actions"], max_turns, queries)
+            else:
+                shipped_rollouts += 1
             t = len(columns.kinds)
             kinds.extend(columns.kinds)
             count = len(columns.occurrence_step)
@@ -256,6 +260,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
             first_action += columns.total
             row += 1
         parts = occurrence_triples[first_occurrence:]
+        if 0 < shipped_rollouts < size:  # lists and tuples: compared as one kind
+            parts = occurrence_triples[first_occurrence:] = [tuple(triple) for triple in parts]
         texts, chosen, where = distinct_facts(parts, template, fact_count, group_texts)
         occurrence_fact.extend(where)
         fact_count += len(texts)

@@ -427,7 +427,8 @@ def _vectors(items: Items, item_of: np.ndarray, within: np.ndarray, picks: list[
     bytes are copied."""
     width = 4 * dims
     offsets = (items.vector_start[item_of] + within * width)[picks].tolist()
-    datas = [items.datas[i] for i in item_of[picks].tolist()]
+    views = list(map(memoryview, items.datas))  # a row's slice is then not copied before the join
+    datas = [views[i] for i in item_of[picks].tolist()]
     raw = b"".join([data[start:start + width] for data, start in zip(datas, offsets)])
     vectors = np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
     vectors = vectors.reshape(len(picks), dims)

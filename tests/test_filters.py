@@ -6,6 +6,8 @@ are real evidence triples from shared/data/2wiki (2Wiki dev, compositional) or t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from factutil.filters import (
     FILTERS,
     RELATION_BY_ID,
     RELATIONS,
+    alike,
     analyze,
     entity_veto,
     first_veto,
@@ -481,6 +484,9 @@ def test_filters_are_symmetric(i, j):
     if a.key == b.key:
         assert first_veto(a, b) is None
     assert first_veto(a, a) is None
+    if alike(a, b):  # then no filter vetoes, alone or in any company
+        assert all(veto(a, b) is None for veto in FILTERS.values())
+        assert a.key == b.key  # alike compares every field the key is made of
 
 
 PIECES = list("aAbIVX1 2,-'/é.:%$nou") + [
@@ -498,6 +504,37 @@ def test_any_text_analyzes_and_filters_stay_symmetric(s1, r1, o1, s2, r2, o2):
         assert veto(a, b) == veto(b, a)
     if a.key == b.key:
         assert first_veto(a, b) is None
+    if alike(a, b):
+        assert all(veto(a, b) is None for veto in FILTERS.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts, parts, parts, st.sampled_from(["", "was ", "is ", "the "]), st.booleans())
+def test_facts_that_read_alike_are_never_vetoed(s, r, o, filler, upper):
+    """A fact and a variant of it (letter case, a filler word before the relation or the
+    object): when alike says no filter can veto, none does."""
+    a = analyze(s, r, o)
+    b = analyze(s.upper() if upper else s, filler + r, o if filler != "the " else filler + o)
+    if alike(a, b):
+        assert all(veto(a, b) is None for veto in FILTERS.values())
+        assert alike(b, a)
+
+
+def test_alike_finds_paraphrases_and_refuses_what_could_be_vetoed():
+    burns = analyze("Ken Burns", "was born in", "Brooklyn")
+    assert alike(burns, analyze("ken burns", "born in", "brooklyn"))
+    assert alike(analyze("Jean Martin", "spouse", "William Black"),
+                 analyze("William Black", "married to", "Jean Martin"))
+    # a veto in each filter's field: polarity, a date, the relation, an entity
+    for other in [("Ken Burns", "was not born in", "Brooklyn"), ("Ken Burns", "born in", "1953"),
+                  ("Ken Burns", "died in", "Brooklyn"), ("Ken Burns", "born in", "Boston")]:
+        assert not alike(burns, analyze(*other)) and first_veto(burns, analyze(*other))
+    # an un- word that may flip polarity against the other fact: the filters decide
+    assert not alike(analyze("Show", "was", "unreviewed"), analyze("Show", "was", "unreviewed"))
+    # a value that does not agree with itself (NaN) is vetoed by numeric, so never alike
+    nan = analyze("Road", "length", "5 km")
+    nan = replace(nan, quantities=tuple(q[:2] + (float("nan"),) + q[3:] for q in nan.quantities))
+    assert nan.quantities and not alike(nan, nan) and numeric_veto(nan, nan) is not None
 
 
 def test_same_entity_is_symmetric_and_allows_containment():

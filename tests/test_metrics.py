@@ -434,3 +434,13 @@ def test_score_ranges(prediction: str, golds: list[str], fold_unicode: bool) -> 
 @given(_texts, _golds)
 def test_scores_equal_reference(prediction: str, golds: list[str]) -> None:
     assert qa_scores(prediction, golds) == _reference_scores(prediction, golds)
+
+
+@pytest.mark.parametrize("repeat", [1, 3, 20])  # 20: past the token-by-token matching's bound
+def test_token_overlap_of_short_and_long_answers_equals_reference(repeat: int) -> None:
+    """Repeated tokens count as often as both sides hold them, for short and long answers."""
+    prediction = " ".join(["the cat sat on the mat mat", "a dog"] * repeat)
+    golds = [" ".join(["cat cat mat", "on a log dog dog"] * repeat), "mat " * (2 * repeat)]
+    if repeat == 20:  # both ways of counting the overlap are checked
+        assert len(prediction.split()) * len(golds[0].split()) > 256
+    assert qa_scores(prediction, golds) == _reference_scores(prediction, golds)

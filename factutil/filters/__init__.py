@@ -182,6 +182,7 @@ from factutil.filters.text import fold
 from factutil.filters.vetoes import (
     DEFAULT_FILTERS,
     FILTERS,
+    alike,
     entity_veto,
     first_veto,
     negation_veto,
@@ -202,6 +203,7 @@ __all__ = [
     "FactFeatures",
     "FilterCache",
     "Relation",
+    "alike",
     "analyze",
     "entity_veto",
     "first_veto",

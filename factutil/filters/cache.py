@@ -3,8 +3,8 @@
 Every filter helper is a pure function of strings (or of a word set), and a batch repeats parts
 far more than triples, so the analysis and the vetoes read through memoised copies of them: one
 subject's values and key, one (relation, object) pair's reading, one text's scan, words and
-folding, one fuzzy relation look-up, one pair of entity keys, one word set's un-/non- words, and
-the alignment of the last pair. Those copies belong to a :class:`FilterCache`; the
+folding, one fuzzy relation look-up, one pair of entity keys, one word set's un-/non- words, one
+fact's quantities split by part, and the alignment of the last pair. Those copies belong to a :class:`FilterCache`; the
 :class:`~factutil.cluster.SemanticClusterer` creates one and holds it (``filter_cache``), so a
 new clusterer starts empty and nothing is shared between clusterers or kept at module level.
 Results never depend on the memo: :data:`NO_MEMO`, which keeps nothing, gives the same answers.
@@ -25,7 +25,7 @@ from factutil.filters import entities, parts, quantities, relations, text
 # batch holds; entity-key pairs and folded words are more numerous.
 _SIZES = {
     "fold": 65536, "words": 16384, "scan": 16384, "lookup_fuzzy": 8192, "subject_part": 16384,
-    "relation_part": 16384, "same_entity": 65536, "flip_candidates": 16384,
+    "relation_part": 16384, "same_entity": 65536, "flip_candidates": 16384, "part_values": 16384,
 }
 
 
@@ -64,6 +64,7 @@ class FilterCache:
         self.relation_part = wrap("relation_part", partial(parts._relation_part, cache=me))
         self.same_entity = wrap("same_entity", partial(entities.same_entity, cache=me))
         self.flip_candidates = wrap("flip_candidates", text._flip_candidates)
+        self.part_values = wrap("part_values", quantities._part_values)
 
     def clear(self) -> None:
         """Empty every memo (the module-level constant tables stay built)."""

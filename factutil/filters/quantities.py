@@ -469,3 +469,10 @@ def _has_date(values: Iterable[tuple]) -> bool:
         or (v[0] in ("num", "count") and isinstance(v[1], int) and 100 <= abs(v[1]) <= 2200)
         for v in values
     )
+
+
+def _part_values(quantities: tuple[tuple, ...]) -> tuple[tuple[tuple, ...], tuple[tuple, ...]]:
+    """A fact's quantities split by part: the subject's values and the object's (and the
+    relation's), each value without its part letter."""
+    return (tuple(q[1:] for q in quantities if q[0] == "s"),
+            tuple(q[1:] for q in quantities if q[0] == "o"))

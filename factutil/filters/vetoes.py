@@ -50,12 +50,8 @@ class _View(NamedTuple):  # a tuple: built three times per pair, cheaper than a 
     o_values: tuple[tuple, ...]
 
 
-def _view(f: FactFeatures, flip: bool) -> _View:
-    if f.quantities:
-        s_values = tuple(q[1:] for q in f.quantities if q[0] == "s")
-        o_values = tuple(q[1:] for q in f.quantities if q[0] == "o")
-    else:
-        s_values = o_values = ()
+def _view(f: FactFeatures, flip: bool, cache: FilterCache) -> _View:
+    s_values, o_values = cache.part_values(f.quantities) if f.quantities else ((), ())
     if flip:
         return _View(f.object_key, f.subject_key, o_values, s_values)
     return _View(f.subject_key, f.object_key, s_values, o_values)
@@ -85,7 +81,7 @@ def _align_pair(
         found = _common_relation(a.relation_id, b.relation_id)
         if found is not None:
             common, flip_a, flip_b = found
-    va, vb = _view(a, flip_a), _view(b, flip_b)
+    va, vb = _view(a, flip_a, cache), _view(b, flip_b, cache)
     if common is not None:
         symmetric = RELATION_BY_ID[common].symmetric
     else:
@@ -291,6 +287,29 @@ def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = No
         if not same(x, y) or _kind_clash(x, xv, y, yv)
     ]
     return min(reasons) if symmetric and reasons else (reasons[0] if reasons else None)
+
+
+def alike(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> bool:
+    """Whether no filter can veto the pair: true only when every filter returns None for it.
+
+    True when the two facts agree on every field a filter compares (subject and object keys,
+    relation key and id, polarity, quantities), neither has an un-/non- word that could flip its
+    polarity against the other, and each value agrees with itself. Then negation sees equal
+    polarities; numeric, relation and entity see the same key and values on each side, and
+    :func:`~factutil.filters.same_entity` and value agreement hold for equal arguments (a
+    relation text is similar to itself), so each returns None. A step checks it first: two
+    paraphrases often read alike, and this costs a comparison rather than four filters.
+    False does not mean a veto.
+    """
+    if not (a.subject_key == b.subject_key and a.object_key == b.object_key
+            and a.relation_key == b.relation_key and a.relation_id == b.relation_id
+            and a.negated == b.negated and a.quantities == b.quantities):
+        return False
+    if cache is None:
+        cache = NO_MEMO
+    if cache.flip_candidates(a.words) or cache.flip_candidates(b.words):
+        return False
+    return all(_compatible_values(q[1:], q[1:]) for q in a.quantities)  # no NaN, a known kind
 
 
 FILTERS: dict[str, Callable[..., str | None]] = {  # (a, b, cache=None) -> reason or None
