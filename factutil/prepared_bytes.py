@@ -338,13 +338,14 @@ def read_many(items: Items | Sequence[Item], dedup: bool = True) -> Decoded:
                                 minlength=len(sizes))[:len(sizes)]
     if not np.array_equal(_per_item(lengths, counts, 4) + 4 * counts, chars):
         raise ValueError("strings are not as long as their lengths say")
-    strings = text.split(_SEP)
-    if len(strings) == 4 * total + 1:  # no string holds a NUL itself: a cut at each one
+    cuts = np.cumsum(lengths + 1)  # after each string's NUL, in characters
+    nuls = np.flatnonzero(codes == 0)
+    # each NUL's place in characters: its byte's, less the continuation bytes before it
+    if np.array_equal(nuls - np.searchsorted(follow, nuls), cuts - 1):
+        strings = text.split(_SEP)  # every NUL where the lengths say, and no other: cut at each
         strings.pop()
-        if not np.array_equal(np.fromiter(map(len, strings), np.int64, 4 * total), lengths):
-            raise ValueError("strings are not as long as their lengths say")
-    else:
-        cuts = np.cumsum(lengths + 1).tolist()
+    else:  # a string that holds a NUL itself (or lengths that do not add up)
+        cuts = cuts.tolist()
         strings = [text[start:end - 1] for start, end in zip([0, *cuts[:-1]], cuts)]
         if "".join([text[end - 1] for end in cuts]) != _SEP * len(cuts):
             raise ValueError("strings are not separated where their lengths say")

@@ -335,7 +335,7 @@ def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[Rollou
     if len(metas) != len(keys):
         raise ValueError("its meta is not one JSON value")
     totals, flags = table.total.tolist(), table.flags.tolist()
-    answers = [_meta(found, total, key) for found, total, key in zip(metas, totals, keys)]
+    answers = _metas(metas, totals, keys)
     bounds = [np.cumsum(width).tolist() for width in
               (table.kinds, table.ignored, table.occurrences, table.repeated)]
     kind_codes, ignored_codes = kind_codes.tolist(), ignored_codes.tolist()
@@ -349,6 +349,23 @@ def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[Rollou
         ))
         k0, g0, o0, r0 = k1, g1, o1, r1
     return out
+
+
+def _metas(metas: list[Any], totals: list[int],
+           keys: Sequence[tuple[str, str]]) -> list[tuple[str | None, dict[int, str]]]:
+    """Each item's answer and invalid reasons (:func:`_meta`): when every meta names its own
+    rollout and no invalid action (a run's usual batch), checked a column at a time, else item
+    by item.
+
+    Raises:
+        ValueError: as :func:`_meta`, for the first item that is not so.
+    """
+    if set(map(type, metas)) == {list} and set(map(len, metas)) == {4}:
+        uids, rollout_ids, answers, reasons = zip(*metas)
+        if (set(map(type, answers)) <= {str, type(None)} and set(map(type, reasons)) == {dict}
+                and not any(reasons) and list(zip(uids, rollout_ids)) == list(keys)):
+            return [(answer, {}) for answer in answers]
+    return [_meta(found, total, key) for found, total, key in zip(metas, totals, keys)]
 
 
 def _meta(meta: Any, total: int, key: tuple[str, str]) -> tuple[str | None, dict[int, str]]:
