@@ -358,7 +358,7 @@ def shipped_rows(rows: list[dict], shipped: list[bytes]) -> list[dict]:
 
 
 def critical_path(rows: list[dict], workers: int, backend: str, reference, reference_cpu_s: float,
-                  chunk: int = 1, batch_rows: int = 32, repeat: int = 3) -> dict:
+                  chunk: int = 1, batch_rows: int = 32, repeat: int = 7) -> dict:
     """The driver's step when K Ray workers did the per-rollout work (see the module docstring).
     ``reference``: the cold step of the driver doing everything (its advantages are compared),
     ``reference_cpu_s`` its CPU seconds.
@@ -489,6 +489,8 @@ def main() -> None:
     parser.add_argument("--critical-path", action="store_true",
                         help="the step with the per-fact work done by --workers Ray workers")
     parser.add_argument("--workers", type=int, default=2, metavar="K")
+    parser.add_argument("--repeat", type=int, default=7, metavar="N",
+                        help="critical path: driver steps per form (median; the forms alternate)")
     parser.add_argument("--critical-backend", default="minilm")
     parser.add_argument("--prepare-chunk", type=int, default=1, metavar="N",
                         help="rollouts per prepare_facts call in a worker (1: each rollout alone; 0: its whole share)")
@@ -622,7 +624,8 @@ def main() -> None:
             reference = compute_process_advantages(rows, config, clusterer=clusterer)
             reference_cpu_s = time.process_time() - cpu
         report["critical_path"] = {"size": size, **critical_path(
-            rows, args.workers, backend, reference, reference_cpu_s, args.prepare_chunk, rows_per_pass)}
+            rows, args.workers, backend, reference, reference_cpu_s, args.prepare_chunk, rows_per_pass,
+            args.repeat)}
         console.print(critical_table(report["critical_path"], args.driver_threads))
         entry = report["critical_path"]
         console.print(f"identical: shipped rows {'yes' if entry['identical'] else 'no'}, shipped "

@@ -185,11 +185,13 @@ def test_batched_process_rewards_equal_each_rollout_alone(rollouts):
 @pytest.mark.slow
 def test_before_after_times_the_shipped_step_on_both_checkouts(tmp_path):
     """The ``shipped`` mode runs the driver's step on shipped rows in both workers and compares
-    their advantages; with one checkout on both sides they must agree."""
+    their advantages; with one checkout on both sides they must agree, and so must the ``warm``
+    step run on the before side of a pair (``--before-modes``)."""
     out = tmp_path / "ba.json"
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/step_before_after.py"), "--before", str(ROOT),
-         "--size", "S", "--modes", "shipped,static", "--rounds", "2", "--json", str(out)],
+         "--size", "S", "--modes", "shipped,static,shipped", "--before-modes",
+         "shipped,static,warm", "--rounds", "2", "--json", str(out)],
         capture_output=True, text=True, check=False, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -200,3 +202,9 @@ def test_before_after_times_the_shipped_step_on_both_checkouts(tmp_path):
     # the shipped step read its rows and embedded nothing: its stages are the step's own
     assert modes["shipped"]["stage_medians_s"]["after"]["time_load_s"] > 0
     assert "| shipped |" in done.stdout
+    # a pair of two modes: the before checkout's warm step against the after's shipped one (the
+    # yardstick of issue 16); warm or shipped, one checkout's step gives the same advantages
+    paired = modes["warm -> shipped"]
+    assert (paired["before_mode"], paired["after_mode"]) == ("warm", "shipped")
+    assert paired["same_advantages"] is True and paired["digest"] == modes["static"]["digest"]
+    assert "| warm -> shipped |" in done.stdout

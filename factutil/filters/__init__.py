@@ -5,7 +5,9 @@ filters here then veto the edges whose two facts differ in meaning although they
 :func:`analyze` reads one triple ONCE into a :class:`FactFeatures`; each filter is a pure function
 of two features, returns a short reason when it vetoes and None when it lets the edge stand, and is
 symmetric: ``veto(a, b) == veto(b, a)``, reason text included. :func:`first_veto` runs the enabled
-filters in the fixed order negation, numeric, relation, entity. Everything is deterministic. The
+filters in the fixed order negation, numeric, relation, entity; :func:`alike` says when no filter
+can veto a pair (the two read alike in every field the filters compare), so a step skips them
+there. Everything is deterministic. The
 memo of the helpers is a :class:`FilterCache` that its owner holds and passes (``cache=``; the
 clusterer creates one per clusterer); without one nothing is memoised and the answers are the
 same. The only module state is built once from constants: the lexicon tables, each relation id's
