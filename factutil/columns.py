@@ -150,10 +150,10 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
     success_rule = config.success
     shipped = shipped or {}
     kinds: list[int] = []
-    occurrence_row: list[int] = []
+    occurrences: list[int] = []  # per rollout, its number of triple occurrences
     occurrence_step: list[int] = []
     occurrence_fact: list[int] = []
-    repeated_row: list[int] = []
+    repeats: list[int] = []  # per rollout, its number of repeated searches
     repeated_step: list[int] = []
     lengths: list[int] = []
     totals: list[int] = []
@@ -211,7 +211,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
             t = len(columns.kinds)
             kinds.extend(columns.kinds)
             count = len(columns.occurrence_step)
-            occurrence_row.extend([row] * count)
+            occurrences.append(count)
             occurrence_step.extend(columns.occurrence_step)
             if columns.occurrence_texts is not None or group_texts is not None:
                 if group_texts is None:  # the group's earlier rollouts were not shipped
@@ -226,7 +226,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
                                        for parts in columns.occurrence_triples)
                     group_work.extend([-1] * count)
             occurrence_triples.extend(columns.occurrence_triples)
-            repeated_row.extend([row] * len(columns.repeated_steps))
+            repeats.append(len(columns.repeated_steps))
             repeated_step.extend(columns.repeated_steps)
             for index, reason in columns.reasons.items():
                 reasons[first_action + index] = reason
@@ -274,12 +274,12 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
         lengths=np.asarray(lengths, dtype=np.int64),
         totals=np.asarray(totals, dtype=np.int64),
         kinds=np.asarray(kinds, dtype=np.int8),
-        occurrence_row=np.asarray(occurrence_row, dtype=np.int64),
+        occurrence_row=np.repeat(np.arange(row, dtype=np.int64), occurrences),
         occurrence_step=np.asarray(occurrence_step, dtype=np.int64),
         occurrence_fact=np.asarray(occurrence_fact, dtype=np.int64),
         facts=facts_per_group,
         texts=texts_per_group,
-        repeated_row=repeated_row,
+        repeated_row=np.repeat(np.arange(row, dtype=np.int64), repeats).tolist(),
         repeated_step=repeated_step,
         rank=np.asarray(rank, dtype=np.int64),
         answers=answers,
