@@ -334,8 +334,7 @@ def read_many(items: Items | Sequence[Item], dedup: bool = True) -> Decoded:
                            and np.all(codes[ends[filled] - 1] == 0)):
         raise ValueError("strings are not as long as their lengths say")
     follow = np.flatnonzero(codes & 0xC0 == 0x80)  # continuation bytes: few in most text
-    chars = sizes - np.bincount(np.searchsorted(ends, follow, side="right"),
-                                minlength=len(sizes))[:len(sizes)]
+    chars = sizes - _in_each(ends, follow)
     if not np.array_equal(_per_item(lengths, counts, 4) + 4 * counts, chars):
         raise ValueError("strings are not as long as their lengths say")
     cuts = np.cumsum(lengths + 1)  # after each string's NUL, in characters
@@ -408,6 +407,13 @@ def _read_one(item: Item) -> Decoded:
             raise ValueError("analyses are not as long as their lengths say")
         analyses = _decode_analyses(parts, data[item.analyses_start:item.end], sizes)
     return Decoded(parts, tuple(strings[3::4]), vectors, analyses, item.sources)
+
+
+def _in_each(ends: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """How many of ``positions`` (byte offsets, sorted) fall in each of the pieces laid end to end
+    that end at ``ends`` (int64, one per piece)."""
+    return np.bincount(np.searchsorted(ends, positions, side="right"),
+                       minlength=len(ends) + 1)[:len(ends)]
 
 
 def _per_item(values: np.ndarray, counts: np.ndarray, width: int) -> np.ndarray:
@@ -510,8 +516,7 @@ def _decode_analyses(kept: Sequence[tuple[str, str, str]], raw: bytes,
         return ()
     codes = np.frombuffer(raw, dtype=np.uint8)
     ends = np.cumsum(sizes)
-    nuls = np.bincount(np.searchsorted(ends, np.flatnonzero(codes == 0), side="right"),
-                       minlength=len(kept) + 1)[:len(kept)]
+    nuls = _in_each(ends, np.flatnonzero(codes == 0))
     bad = (nuls != _FIELDS) | (sizes == 0)
     bad[~bad] = codes[ends[~bad] - 1] != 0  # and each ends with its last field's NUL
     if bad.any():
