@@ -53,8 +53,10 @@ _VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
 class PreparedFacts:
     """The per-fact work of some facts (docs/method.md §2.1–§2.4), as the batch step takes it.
 
-    Facts are distinct by their exact parts and sorted by them (letter case counts: the filter
-    analysis reads it); n is their number.
+    Facts are distinct by their exact parts (letter case counts: the filter analysis reads it)
+    and sorted by them, except the shipped rows' work as a step reads it
+    (:func:`factutil.rollout_work.read_rollout_work`: in order of first appearance, each
+    occurrence given its row); n is their number.
 
     Attributes:
         embedder: ``Embedder.name`` of the model that made ``vectors``; None without vectors.

@@ -290,7 +290,8 @@ def read_head(head: bytes) -> tuple[Any, ...]:
 
 
 class Decoded(NamedTuple):
-    """Items of one kind read together: the distinct facts (sorted, when deduplicated)."""
+    """Items of one kind read together: the distinct facts (when deduplicated: sorted, or in
+    order of first appearance)."""
 
     parts: tuple[tuple[str, str, str], ...]
     texts: tuple[str, ...]
@@ -300,9 +301,11 @@ class Decoded(NamedTuple):
     rows: list[int] | None = None  # with dedup: each fact of the items, in order, its row here
 
 
-def read_many(items: Items | Sequence[Item], dedup: bool = True) -> Decoded:
+def read_many(items: Items | Sequence[Item], dedup: bool = True, sort: bool = True) -> Decoded:
     """Items of one kind (equal heads, all with or all without vectors of one width and
-    analyses) as their facts: with ``dedup`` the sorted distinct facts, each fact's work from the
+    analyses) as their facts: with ``dedup`` the distinct facts, sorted (``sort``) or in order of
+    first appearance (a reader that finds each fact by its row needs no order, and sorting
+    thousands of facts costs more than the rest of the deduplication), each fact's work from the
     first item that has it (only those facts' analyses are decoded and checked); else every fact
     of the items in order.
 
@@ -351,11 +354,13 @@ def read_many(items: Items | Sequence[Item], dedup: bool = True) -> Decoded:
     parts = list(zip(strings[0::4], strings[1::4], strings[2::4]))
     texts = strings[3::4]
     if dedup:
-        where: dict[tuple[str, str, str], int] = {}
-        where.update(zip(reversed(parts), range(total - 1, -1, -1)))  # the first one wins
-        kept = sorted(where)
-        picks = [where[key] for key in kept]
+        kept = list(dict.fromkeys(parts))
+        if sort:
+            kept.sort()
         rows = list(map(dict(zip(kept, range(len(kept)))).__getitem__, parts))
+        # each kept fact's first appearance (the first one wins): kept fact r is the r-th
+        # distinct value of rows
+        picks = np.unique(np.asarray(rows, dtype=np.int64), return_index=True)[1].tolist()
     else:
         kept, picks, rows = parts, list(range(total)), None
     item_of = np.repeat(np.arange(len(counts)), counts)

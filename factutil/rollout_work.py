@@ -65,7 +65,7 @@ MAGIC = b"FURW"
 VERSION = 1
 _HEADER = struct.Struct("<4sBBHIIIIIIII")
 _EMPTY_STORE = 1
-_KIND_CODES = frozenset(KIND_CODES.values())
+_IS_KIND_CODE = np.isin(np.arange(256), list(KIND_CODES.values()))  # by u8 code: an action's?
 
 
 def prepare_rollout(
@@ -132,7 +132,8 @@ class RolloutWork(NamedTuple):
     """The shipped rows of a batch, read (:func:`read_rollout_work`)."""
 
     columns: dict[int, RolloutColumns]  # batch row -> its columns (texts and fact rows set)
-    facts: list[PreparedFacts]  # the facts' work: the first one is what ``occurrence_work`` indexes
+    facts: list[PreparedFacts]  # the facts' work: the first one (its facts in order of first
+    #                             appearance, not sorted) is what ``occurrence_work`` indexes
     unreadable: dict[int, str]  # batch row -> why its work cannot be used
 
 
@@ -218,7 +219,7 @@ def read_rollout_work(
         else:
             unreadable[row] = _why_unreadable(data)
     rows, table = _checked_headers(rows, datas, config, unreadable)
-    found: dict[int, RolloutColumns] = {}
+    found: dict[int, Any] = {}  # batch row -> its _read_columns tuple, then its RolloutColumns
     try:
         found.update(zip(rows, _read_columns(table, [keys[row] for row in rows])))
     except ValueError:  # each alone, to name the bad ones
@@ -293,9 +294,11 @@ def _cut(data: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> np.ndarray
                 + np.repeat(starts - (ends - widths), widths)]
 
 
-def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[RolloutColumns]:
-    """The columns of some items (occurrences' local fact rows in ``occurrence_work``, texts
-    unset): the sections of every item joined, then each cut out and checked at once.
+def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[tuple[Any, ...]]:
+    """The columns of some items, each as the fields of its :class:`RolloutColumns` but the
+    occurrences' triples and texts, its occurrences' local fact rows last (:func:`_link_together`
+    makes the RolloutColumns, once): the sections of every item joined, then each cut out and
+    checked at once.
 
     Raises:
         ValueError: some item is not what the layout says (the caller reads them one by one to
@@ -320,8 +323,7 @@ def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[Rollou
     steps = section(4 * table.occurrences).view("<u4")
     local = section(4 * table.occurrences).view("<u4")
     repeated_steps = section(4 * table.repeated).view("<u4")
-    if not (_KIND_CODES.issuperset(np.unique(kind_codes).tolist())
-            and _KIND_CODES.issuperset(np.unique(ignored_codes).tolist())):
+    if not (_IS_KIND_CODE[kind_codes].all() and _IS_KIND_CODE[ignored_codes].all()):
         raise ValueError("a kind code that is no action's")
     if not (np.all(steps < np.repeat(table.kinds, table.occurrences))
             and np.all(repeated_steps < np.repeat(table.kinds, table.repeated))):
@@ -343,10 +345,8 @@ def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[Rollou
     out = []
     k0 = g0 = o0 = r0 = 0
     for (answer, reasons), total, flag, k1, g1, o1, r1 in zip(answers, totals, flags, *bounds):
-        out.append(RolloutColumns(
-            kind_codes[k0:k1], total, steps[o0:o1], [], repeated_steps[r0:r1], answer,
-            bool(flag & _EMPTY_STORE), ignored_codes[g0:g1], reasons, None, local[o0:o1],
-        ))
+        out.append((kind_codes[k0:k1], total, steps[o0:o1], repeated_steps[r0:r1], answer,
+                    bool(flag & _EMPTY_STORE), ignored_codes[g0:g1], reasons, local[o0:o1]))
         k0, g0, o0, r0 = k1, g1, o1, r1
     return out
 
@@ -354,8 +354,8 @@ def _read_columns(table: _Table, keys: Sequence[tuple[str, str]]) -> list[Rollou
 def _metas(metas: list[Any], totals: list[int],
            keys: Sequence[tuple[str, str]]) -> list[tuple[str | None, dict[int, str]]]:
     """Each item's answer and invalid reasons (:func:`_meta`): when every meta names its own
-    rollout and no invalid action (a run's usual batch), checked a column at a time, else item
-    by item.
+    rollout, or every one names none, and no invalid action (a run's usual batch), checked a
+    column at a time, else item by item.
 
     Raises:
         ValueError: as :func:`_meta`, for the first item that is not so.
@@ -363,7 +363,8 @@ def _metas(metas: list[Any], totals: list[int],
     if set(map(type, metas)) == {list} and set(map(len, metas)) == {4}:
         uids, rollout_ids, answers, reasons = zip(*metas)
         if (set(map(type, answers)) <= {str, type(None)} and set(map(type, reasons)) == {dict}
-                and not any(reasons) and list(zip(uids, rollout_ids)) == list(keys)):
+                and not any(reasons) and (set(uids) == set(rollout_ids) == {None}
+                                          or list(zip(uids, rollout_ids)) == list(keys))):
             return [(answer, {}) for answer in answers]
     return [_meta(found, total, key) for found, total, key in zip(metas, totals, keys)]
 
@@ -401,11 +402,12 @@ def _meta(meta: Any, total: int, key: tuple[str, str]) -> tuple[str | None, dict
     return answer, found
 
 
-def _read_facts(columns: dict[int, RolloutColumns], rows: Sequence[int], table: _Table,
+def _read_facts(columns: dict[int, Any], rows: Sequence[int], table: _Table,
                 unreadable: dict[int, str], config: FactUtilConfig) -> list[PreparedFacts]:
     """The facts' work of ``rows`` (their items at the end of ``table``'s items), read together,
-    and each occurrence's triple, text and row in the first result (set in ``columns``; a row
-    whose facts' work cannot be read is moved to ``unreadable``).
+    and each row's RolloutColumns with its occurrences' triples, texts and rows in the first
+    result (set in ``columns`` over :func:`_read_columns`' tuples; a row whose facts' work cannot
+    be read is moved to ``unreadable``).
 
     The items of the first row's kind of work (:func:`factutil.prepare.load_prepared` groups by
     it; all of them, in a run) are read at once (:func:`~factutil.prepared_bytes.read_many`);
@@ -441,7 +443,7 @@ def _read_facts(columns: dict[int, RolloutColumns], rows: Sequence[int], table: 
         facts: list[PreparedFacts] = []
         head = main_kind[0]
         try:
-            decoded = prepared_bytes.read_many(items.take(main))
+            decoded = prepared_bytes.read_many(items.take(main), sort=False)
         except ValueError:  # each alone, to name the bad ones, and the rest merged
             alone = {}
             for i in main:
@@ -481,15 +483,16 @@ def _read_facts(columns: dict[int, RolloutColumns], rows: Sequence[int], table: 
     return facts
 
 
-def _link_together(columns: dict[int, RolloutColumns], rows: Sequence[int], counts: Sequence[int],
+def _link_together(columns: dict[int, Any], rows: Sequence[int], counts: Sequence[int],
                    fact_rows: Sequence[int], facts: PreparedFacts, unreadable: dict[int, str],
                    config: FactUtilConfig) -> None:
-    """The occurrences of ``rows`` (whose facts' items were read together into ``facts``):
-    each one's triple, text (the shipped one when made for the step's template, else made here)
-    and row in ``facts``, from its local fact row. ``counts``: the number of facts of each row's
-    item; ``fact_rows``: each of those facts' row in ``facts``, the items one after another. A
-    row naming a fact beyond its item is moved to ``unreadable``."""
-    local = [columns[row].occurrence_work for row in rows]
+    """The columns of ``rows`` (:func:`_read_columns`' tuples, whose facts' items were read
+    together into ``facts``) as RolloutColumns, with each occurrence's triple, text (the shipped
+    one when made for the step's template, else made here) and row in ``facts``, from its local
+    fact row. ``counts``: the number of facts of each row's item; ``fact_rows``: each of those
+    facts' row in ``facts``, the items one after another. A row naming a fact beyond its item is
+    moved to ``unreadable``."""
+    local = [columns[row][-1] for row in rows]
     sizes = np.fromiter(map(len, local), dtype=np.int64, count=len(rows))
     flat = np.fromiter(chain.from_iterable(local), dtype=np.int64, count=int(sizes.sum()))
     counts = np.asarray(counts, dtype=np.int64)
@@ -514,7 +517,7 @@ def _link_together(columns: dict[int, RolloutColumns], rows: Sequence[int], coun
             columns.pop(row)
             continue
         start = end - size
-        kinds, total, steps, _, repeated, answer, empty_store, ignored, reasons = columns[row][:9]
-        columns[row] = RolloutColumns(  # built outright: cheaper per row than _replace()
+        kinds, total, steps, repeated, answer, empty_store, ignored, reasons, _ = columns[row]
+        columns[row] = RolloutColumns(
             kinds, total, steps, triples[start:end], repeated, answer, empty_store, ignored,
             reasons, occurrence_texts[start:end], found[start:end])

@@ -356,6 +356,27 @@ def test_items_read_at_once_equal_each_read_alone():
     assert [distinct.parts[row] for row in distinct.rows] == list(every.parts)
 
 
+def test_items_read_unsorted_keep_first_appearance_and_its_work():
+    """read_many(sort=False): the distinct facts in the order they first appear, each with the
+    work of the item it first appears in (its vector differs by seed), rows pointing at them;
+    sorted, the same facts and work in parts order."""
+    from factutil import prepared_bytes
+
+    p0, p1, p2 = PARTS  # sorted: p1 ("Ada\x00x") < p0 ("Ada Lovelace") < p2
+    a, b, c = _item(parts=[p2], seed=5), _item(parts=PARTS, seed=3), _item(parts=[p0], seed=1)
+    assert b.parts == (p1, p0, p2)  # each item's own facts are sorted
+    headers = [prepared_bytes.read_header(item.to_bytes()) for item in (a, b, c)]
+    first = prepared_bytes.read_many(headers, sort=False)
+    assert first.parts == (p2, p1, p0)
+    assert first.rows == [0, 1, 2, 0, 2]  # a: p2; b: p1, p0, p2; c: p0
+    assert np.array_equal(first.vectors, np.stack([a.vectors[0], b.vectors[0], b.vectors[1]]))
+    assert first.analyses == (a.analyses[0], b.analyses[0], b.analyses[1])
+    assert first.texts == (a.texts[0], b.texts[0], b.texts[1])
+    ordered = prepared_bytes.read_many(headers)
+    assert ordered.parts == (p1, p0, p2) and ordered.rows == [2, 0, 1, 2, 1]
+    assert np.array_equal(ordered.vectors, first.vectors[[1, 2, 0]])
+
+
 _PIECES = ["not", "never", "unmarried", "non-profit", "born in", "born on", "located in", "of",
            "12 June 1816", "March 1990", "5 kg", "1,000", "two", "3rd", "1990s", "John V", "no",
            "False", "Paris, Texas", "São Paulo", "Łódź", "x\x00y", "\ud800", "married to",

@@ -374,3 +374,35 @@ def test_odd_text_and_raw_actions_ship_as_they_score(rows, fields, shipped):
     result = compute_process_advantages(_ship_some(rows, config, shipped), config,
                                         on_invalid_group="skip")
     _assert_same(plain, result)
+
+
+_KEYS = [("u", "a"), ("u", "b"), ("v", "a")]
+
+
+@pytest.mark.parametrize("metas", [
+    [[None, None, "x", {}], [None, None, None, {}], [None, None, "y", {}]],  # all name none
+    [["u", "a", "x", {}], ["u", "b", None, {}], ["v", "a", "y", {}]],  # all their own rollout
+    [["u", "a", "x", {}], [None, None, None, {}], ["v", "a", "y", {}]],  # mixed: still fine
+    [[None, None, "x", {}], [None, None, None, {"0": "bad tag"}], [None, None, "y", {}]],
+    [[None, "a", "x", {}], [None, None, None, {}], [None, None, "y", {}]],  # half a name
+    [["u", None, "x", {}], [None, None, None, {}], [None, None, "y", {}]],
+    [[None, None, "x", {}], ["u", "a", None, {}], [None, None, "y", {}]],  # another's work
+    [[None, None, 3, {}], [None, None, None, {}], [None, None, "y", {}]],  # not an answer
+    [[None, None, "x", []], [None, None, None, {}], [None, None, "y", {}]],
+    [[None, None, "x", {}], [None, None, None, {"9": "beyond"}], [None, None, "y", {}]],
+    [[None, None, "x"], [None, None, None, {}], [None, None, "y", {}]],
+])
+def test_metas_read_a_column_at_a_time_as_one_by_one(metas):
+    """_metas (the batch's usual metas checked a column at a time) gives what _meta gives item by
+    item, or refuses with its first message."""
+    from factutil import rollout_work
+
+    totals = [2, 3, 2]
+    try:
+        expected = [rollout_work._meta(m, t, k) for m, t, k in zip(metas, totals, _KEYS)]
+    except ValueError as error:
+        with pytest.raises(ValueError) as refused:
+            rollout_work._metas(metas, totals, _KEYS)
+        assert str(refused.value) == str(error)
+    else:
+        assert rollout_work._metas(metas, totals, _KEYS) == expected
