@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Sequence
-from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -557,26 +556,48 @@ def _features_of(kept: Sequence[tuple[str, str, str]], fields: list[str]) -> tup
         raise  # pragma: no cover - a fault of the columns is a fault of some fact
 
 
+def _each(rule: Any, values: list[Any]) -> list[Any]:
+    """``rule(v)`` for each of ``values`` (hashable), computed once per distinct value: facts
+    share relations, cues, words and quantities."""
+    found = {value: rule(value) for value in set(values)}
+    return list(map(found.__getitem__, values))
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(text.split(" ")) if text else ()
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split(" ")) if text else frozenset()
+
+
+def _quantities(text: str) -> tuple[tuple, ...]:
+    """A fact's quantities from their written JSON ("": none).
+
+    Raises:
+        ValueError, TypeError: not a JSON list of lists of hashable values.
+    """
+    if not text:
+        return ()
+    value = json.loads(text)
+    if type(value) is not list or not set(map(type, value)) <= _LIST:
+        raise TypeError
+    value = tuple(map(tuple, value))
+    hash(value)  # a list or object inside a quantity raises TypeError
+    return value
+
+
 def _columns(kept: Sequence[tuple[str, str, str]], fields: list[str]) -> tuple[FactFeatures, ...]:
     flags, subject_keys, object_keys, relation_keys, cues, words, quantities = (
         fields[i::_FIELDS] for i in range(_FIELDS))
     known, inverses = zip(*map(_FLAGS.__getitem__, flags))
     relation_ids = [key if found else None for key, found in zip(relation_keys, known)]
-    symmetrics = list(map(is_symmetric, relation_ids))  # KeyError: an id outside the lexicon
-    cues = [tuple(text.split(" ")) if text else () for text in cues]
-    negateds = list(map(is_negated, cues))
-    written = [i for i, text in enumerate(quantities) if text]
-    quantities = [()] * len(kept)
-    if written:
-        values = json.loads("[" + ",".join([fields[_FIELDS * i + 6] for i in written]) + "]")
-        if set(map(type, values)) != _LIST or not set(map(type, chain.from_iterable(values))) <= _LIST:
-            raise TypeError
-        for i, value in zip(written, values):
-            quantities[i] = tuple(map(tuple, value))
-        set(map(hash, quantities))  # a list or object inside a quantity raises TypeError
+    symmetrics = _each(is_symmetric, relation_ids)  # KeyError: an id outside the lexicon
+    cues = _each(_split, cues)
+    negateds = _each(is_negated, cues)
+    quantities = _each(_quantities, quantities)
     keys = list(map(fact_key, relation_keys, subject_keys, object_keys, negateds, quantities))
     subjects, relations, objects = zip(*kept)
     return tuple(map(FactFeatures, subjects, relations, objects, subject_keys, object_keys,
                      relation_ids, inverses, negateds, quantities, keys, relation_keys,
-                     symmetrics, cues, [frozenset(text.split(" ")) if text else frozenset()
-                                        for text in words]))
+                     symmetrics, cues, _each(_words, words)))

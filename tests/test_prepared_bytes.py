@@ -196,6 +196,29 @@ def test_a_forged_analysis_is_a_value_error_naming_its_fact(text, monkeypatch):
     assert unreadable == [0]
 
 
+def test_quantities_that_are_json_only_when_joined_are_refused(monkeypatch):
+    """Each fact's quantities are read alone: two halves that make JSON together (one array of
+    both) are a forged analysis, not the first fact's quantities and none for the second."""
+    item = _item()
+    first, second = item.analyses[:2]
+    real = prepared_bytes.analysis_text
+
+    def halves(f):
+        fields = real(f).split("\0")
+        if f is first or f is second:
+            fields[6] = '[["o","num",1.0]' if f is first else '["o","num",2.0]]'
+        return "\0".join(fields)
+
+    monkeypatch.setattr(prepared_bytes, "analysis_text", halves)
+    data = item.to_bytes()
+    monkeypatch.setattr(prepared_bytes, "analysis_text", real)
+    with pytest.raises(ValueError, match=r"the analysis of \('Ada\\x00x', 'is not', 'married'\)"):
+        PreparedFacts.from_bytes(data)
+    headers = [prepared_bytes.read_header(data), prepared_bytes.read_header(item.to_bytes())]
+    with pytest.raises(ValueError, match="is not flags, keys"):
+        prepared_bytes.read_many(headers, dedup=False)
+
+
 def test_foreign_and_forged_bytes_are_value_errors():
     data = _item().to_bytes()
     header = struct.Struct("<4sBBHIIIIII")
