@@ -505,9 +505,9 @@ def _link_together(columns: dict[int, Any], rows: Sequence[int], counts: Sequenc
         np.minimum(np.repeat(starts, sizes) + flat, max(len(fact_rows) - 1, 0))].tolist()
     parts, texts = facts.parts, facts.texts
     template = config.triple_template
-    triples = [parts[i] for i in found]  # the read tuples themselves: nothing new to track
+    triples = list(map(parts.__getitem__, found))  # the read tuples: nothing new to track
     if facts.template == template:
-        occurrence_texts = [texts[i] for i in found]
+        occurrence_texts = list(map(texts.__getitem__, found))
     else:
         occurrence_texts = [fact_text(*parts[i], template) for i in found]
     ends = np.cumsum(sizes).tolist()
