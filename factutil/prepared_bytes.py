@@ -563,7 +563,7 @@ def _each(rule: Any, values: list[Any]) -> list[Any]:
     return list(map(found.__getitem__, values))
 
 
-def _split(text: str) -> tuple[str, ...]:
+def _cues(text: str) -> tuple[str, ...]:
     return tuple(text.split(" ")) if text else ()
 
 
@@ -593,7 +593,7 @@ def _columns(kept: Sequence[tuple[str, str, str]], fields: list[str]) -> tuple[F
     known, inverses = zip(*map(_FLAGS.__getitem__, flags))
     relation_ids = [key if found else None for key, found in zip(relation_keys, known)]
     symmetrics = _each(is_symmetric, relation_ids)  # KeyError: an id outside the lexicon
-    cues = _each(_split, cues)
+    cues = _each(_cues, cues)
     negateds = _each(is_negated, cues)
     quantities = _each(_quantities, quantities)
     keys = list(map(fact_key, relation_keys, subject_keys, object_keys, negateds, quantities))
