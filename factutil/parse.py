@@ -38,9 +38,12 @@ Tags: ``<search>query</search>``, ``<answer>text</answer>``, ``<assert>content</
 Values
 ------
 Queries, answers and triple parts are stripped of surrounding whitespace. An empty or whitespace
-query is invalid; an empty answer is a valid ``AnswerAction(answer="")``. A number given as the
-answer or as a triple part is converted with ``str()`` (``42`` -> ``"42"``); a boolean, null, list
-or object there is invalid; a query must be a string. Assert content follows
+query is invalid; an empty answer is a valid ``AnswerAction(answer="")``. A JSON number given as
+the answer or as a triple part is kept as the model wrote it (``42`` -> ``"42"``, ``2.50`` ->
+``"2.50"``, ``1e3`` -> ``"1e3"``: EM compares the digits written); in a Python literal it is
+converted with ``str()``. ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON: the action is
+invalid ("not JSON: NaN is not a JSON value"). A boolean, null, list or object there is invalid; a
+query and an action name must be strings. Assert content follows
 :func:`factutil.actions._assert_content_problem` ("assert with no triple", "triple 1 has 2 parts,
 expected 3", "triple 0 has an empty object"), which is consulted first.
 
@@ -93,7 +96,16 @@ from factutil.actions import (
     _assert_content_problem,
 )
 from factutil.errors import short
-from factutil.scan import MAX_DEPTH, Item, Rejected, json_items, load, select, tag_items
+from factutil.scan import (
+    MAX_DEPTH,
+    Item,
+    Number,
+    Rejected,
+    json_items,
+    load,
+    select,
+    tag_items,
+)
 
 __all__ = ["MAX_DEPTH", "ParsedAction", "parse_action"]
 
@@ -269,14 +281,14 @@ def _strip_fence(body: str) -> str:
 
 def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedAction:
     name = value["action"]
-    if not isinstance(name, str):
+    if not _is_text(name):
         raise Rejected(f"action name is not a string: {short(name, 40)}")
     kind = name.strip().lower()
     if kind == "search":
         if "query" not in value:
             raise Rejected("search with no query")
         query = value["query"]
-        if not isinstance(query, str):
+        if not _is_text(query):
             raise Rejected(f"search query is not a string: {short(query, 40)}")
         return _search(query, observation)
     if kind == "answer":
@@ -298,9 +310,14 @@ def _search(query: str, observation: str | None) -> SearchAction:
     return SearchAction(query=query, observation=observation)
 
 
+def _is_text(value: Any) -> bool:
+    """A JSON string (or a Python one); a number is text of its own kind (:class:`Number`)."""
+    return isinstance(value, str) and not isinstance(value, Number)
+
+
 def _answer_text(answer: Any) -> str:
-    if isinstance(answer, str):
-        return answer.strip()
+    if isinstance(answer, str):  # a JSON number too: its literal text, as the model wrote it
+        return str(answer).strip()
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
         return str(answer)
     raise Rejected(f"answer is not a string: {short(answer, 40)}")
@@ -331,8 +348,8 @@ def _triple(triple: Any, index: int) -> Triple:
         if name not in given:
             raise Rejected(f"triple {index} has no {name}")
         part = given[name]
-        if isinstance(part, str):
-            part = part.strip()
+        if isinstance(part, str):  # a JSON number too: its literal text
+            part = str(part).strip()
         elif isinstance(part, (int, float)) and not isinstance(part, bool):
             part = str(part)
         else:

@@ -34,6 +34,23 @@ _TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
 _OPENERS = "{[("
 
 
+class Number(str):
+    """A JSON number as the model wrote it (``2.50`` stays ``"2.50"``, ``1e3`` stays ``"1e3"``): a
+    number is read as its literal text, never converted, so an answer or a triple part keeps the
+    digits written and no integer is too long to read. A subclass of ``str`` so that it is text
+    where text is wanted; :mod:`factutil.parse` tells it from a JSON string where a string is
+    required (a query, an action name)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str.__str__(self)  # shown as the model wrote it: 42, not '42'
+
+
+def _not_json(constant: str) -> Any:
+    raise Rejected(f"not JSON: {constant} is not a JSON value")
+
+
 class Rejected(Exception):
     """The text names an action but its content is not acceptable; ``reason`` says why (it becomes
     the ``InvalidAction``'s reason)."""
@@ -234,11 +251,14 @@ def load(chunk: str, checked: bool = False) -> Any:
     kept), and trailing commas outside strings are tolerated by dropping them before decoding, so
     a comma never sends a JSON text to the Python-literal reader (where ``"\\/"`` and ``null``
     mean something else).
+
+    Numbers come back as :class:`Number` (their literal text); ``NaN``, ``Infinity`` and
+    ``-Infinity``, which Python's decoder accepts but JSON does not have, are refused.
     """
     if not checked and _nesting_depth(chunk) > MAX_DEPTH:
         raise Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(chunk, strict=False)
+        return _loads(chunk)
     except json.JSONDecodeError as error:
         problem = _json_problem(error)
     except (ValueError, RecursionError) as error:
@@ -246,7 +266,7 @@ def load(chunk: str, checked: bool = False) -> Any:
     trimmed = _without_trailing_commas(chunk)
     if trimmed != chunk:
         try:
-            return json.loads(trimmed, strict=False)
+            return _loads(trimmed)
         except (ValueError, RecursionError):
             pass
     if len(chunk) <= _LITERAL_EVAL_LIMIT and (checked or _nesting_depth(chunk) <= MAX_DEPTH):
@@ -259,6 +279,11 @@ def load(chunk: str, checked: bool = False) -> Any:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             pass
     raise Rejected(f"malformed JSON: {problem}")
+
+
+def _loads(chunk: str) -> Any:
+    return json.loads(chunk, strict=False, parse_int=Number, parse_float=Number,
+                      parse_constant=_not_json)
 
 
 def _json_problem(error: json.JSONDecodeError) -> str:
@@ -302,6 +327,7 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
         if index >= 0 and match.start() < spans[index].end:
             continue  # inside a JSON action, e.g. in its query string
         tokens.append((match.start(), match.end(), bool(match.group(1)), match.group(2).lower()))
+    tokens = _outside_assert_values(text, tokens)
 
     items: list[Item] = []
     stack: list[int] = []
@@ -333,6 +359,58 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
     unclosed.extend(stack)
     failures = [(tokens[index][0], f"unclosed <{tokens[index][3]}> tag") for index in unclosed]
     return items, failures
+
+
+_FENCE = re.compile(r"\s*(?:```[^\n]*\n)?\s*")
+_BRACKETS = re.compile(r"""[{}\[\]"']""")
+
+
+def _outside_assert_values(text: str, tokens: list[tuple[int, int, bool, str]]
+                           ) -> list[tuple[int, int, bool, str]]:
+    """``tokens`` less the tag tokens inside the JSON value that opens an ``<assert>``'s content
+    (after white space or a code fence): ``<assert>[["tag", "closes", "</answer>"]]</assert>``
+    holds text, not a nested tag. A value that never closes hides nothing. The scanning work is
+    capped at three times the text's count of brackets and quotes."""
+    budget = [3 * sum(text.count(char) for char in "{}[]\"'") + 1000]
+    kept: list[tuple[int, int, bool, str]] = []
+    hidden_until = -1
+    for token in tokens:
+        start, end, is_close, name = token
+        if start < hidden_until:
+            continue
+        kept.append(token)
+        if name == "assert" and not is_close and budget[0] > 0:
+            value = _FENCE.match(text, end).end()
+            if text[value : value + 1] in ("[", "{"):
+                hidden_until = _value_end(text, value, budget)
+    return kept
+
+
+def _value_end(text: str, start: int, budget: list[int]) -> int:
+    """Index just past the bracket that closes ``text[start]`` (strings honoured), or -1 when
+    the text (or the budget) ends first or a bracket closes the wrong opener."""
+    stack: list[str] = []
+    pos = start
+    while budget[0] > 0:
+        budget[0] -= 1
+        match = _BRACKETS.search(text, pos)
+        if match is None:
+            return -1
+        at = match.start()
+        char = text[at]
+        if char in "\"'":
+            pos = _string_end(text, at)
+            if pos < 0:
+                return -1
+            continue
+        pos = at + 1
+        if char in "[{":
+            stack.append("]" if char == "[" else "}")
+        elif not stack or stack.pop() != char:
+            return -1
+        elif not stack:
+            return pos
+    return -1
 
 
 def _clip(text: str, limit: int = 60) -> str:

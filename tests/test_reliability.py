@@ -601,6 +601,65 @@ def test_invalid_escape_in_model_text_parses_the_same_under_any_warning_filter()
         assert (action.action, action.answer, caught) == ("answer", "a\\)", [])
 
 
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_json_number_literals_in_model_output_are_invalid_actions(literal):
+    """``NaN``, ``Infinity`` and ``-Infinity`` are accepted by Python's decoder but are not JSON
+    (opik PR #8456): as the answer or as a triple part -> an invalid action that says so, never
+    the answer "nan" or the object "inf"."""
+    answer = parse_action('{"action": "answer", "answer": %s}' % literal)
+    triple = parse_action('{"action": "assert", "facts": [["X", "value", %s]]}' % literal)
+    reason = f"not JSON: {literal} is not a JSON value"
+    assert (answer.action, answer.reason) == ("invalid", reason)
+    assert (triple.action, triple.reason) == ("invalid", reason)
+
+
+@pytest.mark.parametrize("literal", ["2.50", "1e3", "-0.0", "007", "1E+02", "9" * 5000])
+def test_a_json_number_answer_keeps_the_digits_the_model_wrote(literal):
+    """A JSON number as the answer or a triple part is its literal text: ``2.50`` is ``"2.50"``
+    (EM 1 against gold "2.50"; read as a float it was "2.5" and EM 0), ``1e3`` is ``"1e3"``, and a
+    5,000-digit integer (beyond Python's 4,300-digit conversion limit) is read, not refused."""
+    if literal == "007":  # a leading zero is not JSON: Python's literal reader refuses it too
+        assert parse_action('{"action": "answer", "answer": 007}').action == "invalid"
+        return
+    answer = parse_action('{"action": "answer", "answer": %s}' % literal)
+    triple = parse_action('{"action": "assert", "facts": [["X", "value", %s]]}' % literal)
+    assert answer.answer == literal
+    assert triple.triples[0].object == literal
+    if literal == "2.50":
+        gold = row(golden_answers=["2.50"], actions=[{"raw": '{"action": "answer", "answer": 2.50}'}])
+        assert compute_process_advantages([gold], EXACT).rollouts[0].em == 1.0
+
+
+def test_a_number_where_a_string_is_required_is_still_refused():
+    """A number as the query or the action name is not text: the reasons name the value as
+    written."""
+    query = parse_action('{"action": "search", "query": 42}')
+    name = parse_action('{"action": 5}')
+    assert (query.action, query.reason) == ("invalid", "search query is not a string: 42")
+    assert (name.action, name.reason) == ("invalid", "action name is not a string: 5")
+
+
+@pytest.mark.parametrize("text,triple", [
+    ('<assert>[["HTML", "closing tag of answer", "</answer>"]]</assert>',
+     ("HTML", "closing tag of answer", "</answer>")),
+    ('<assert>\n```json\n[["a", "b", "<search>x</search>"]]\n```\n</assert>',
+     ("a", "b", "<search>x</search>")),
+    ('<assert>{"facts": [["a", "b", "</assert>"]]}</assert>', ("a", "b", "</assert>")),
+])
+def test_a_tag_inside_a_json_string_inside_assert_is_text(text, triple):
+    """A tag whose content is JSON is read as JSON (vllm #48353): tag-like text inside its strings
+    is text, not a nested tag, so the assert is valid and holds it as written."""
+    action = parse_action(text)
+    assert action.action == "assert"
+    assert [(t.subject, t.relation, t.object) for t in action.triples] == [triple]
+
+
+def test_a_tag_in_an_assert_whose_json_never_closes_is_still_a_nested_tag():
+    """Only a value that closes hides its tags: JSON that never closes keeps the old reading."""
+    action = parse_action('<assert>[["a", "b", "</answer>"]</assert>')
+    assert (action.action, action.reason) == ("invalid", "nested </answer> tag inside <assert>")
+
+
 def test_json_nested_ten_thousand_deep_in_a_file_line(tmp_path):
     """A whole input line nested 10,000 deep -> ``FILE:1: (line): invalid JSON: nested too
     deeply``; a raw action whose text is that deep -> an invalid action."""
