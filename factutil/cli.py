@@ -33,7 +33,13 @@ from rich.progress import (
 from rich.table import Table
 
 from factutil.api import ProcessAdvantages, compute_process_advantages
-from factutil.config import ConfigError, FactUtilConfig, config_from_values, setting_value
+from factutil.config import (
+    ConfigError,
+    FactUtilConfig,
+    config_from_values,
+    load_yaml,
+    setting_value,
+)
 from factutil.io import InputError, json_line, read_groups, write_jsonl
 from factutil.metrics import golds_normalized_empty
 from factutil.report import (
@@ -90,8 +96,8 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> Fact
     values: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as error:
+            loaded = load_yaml(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
             raise ConfigError(f"config: {path}: cannot read: {error}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config: {path}: expected a mapping of fields, got {type(loaded).__name__}")

@@ -202,7 +202,8 @@ class FactUtilConfig(BaseModel):
     def _filters_unique(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, (list, tuple)) and len(set(value)) != len(value):
+        if isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value) \
+                and len(set(value)) != len(value):  # other items: pydantic names them
             raise ValueError(f"filters repeats a name: {list(value)!r}")
         return value
 
@@ -236,6 +237,31 @@ class ConfigError(ValueError):
     field and the value."""
 
 
+def load_yaml(text: str) -> Any:
+    """YAML text (a config file, a ``--set`` or environment value) as Python values, safely
+    (:func:`yaml.safe_load`'s types). An integer too long for Python to read (past its
+    4,300-digit limit) is read as a float, so it fails its field's check by name (``omega: must
+    be finite``) instead of escaping as a bare ValueError.
+
+    Raises:
+        yaml.YAMLError: text YAML cannot read.
+    """
+    import yaml  # imported on use: the OpenRLHF adapter reads settings before factutil is needed
+
+    class Loader(yaml.SafeLoader):
+        def construct_yaml_int(self, node: Any) -> Any:
+            try:
+                return super().construct_yaml_int(node)
+            except ValueError:  # more digits than int() reads: its magnitude is what matters
+                return float(self.construct_scalar(node).replace("_", ""))
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+
+
 def setting_value(text: str) -> Any:
     """A setting given as text (``--set key=value``, an environment variable) as a YAML scalar.
 
@@ -244,10 +270,10 @@ def setting_value(text: str) -> Any:
     """
     if not text.strip():
         return text
-    import yaml  # imported on use: the OpenRLHF adapter reads settings before factutil is needed
+    import yaml
 
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
 

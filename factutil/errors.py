@@ -7,15 +7,25 @@ error reads alike. Imports nothing of factutil: every module may use it.
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 
+_SHOWN = reprlib.Repr()  # keyword arguments need Python 3.12
+_SHOWN.maxlevel = 3
+_SHOWN.maxtuple = _SHOWN.maxlist = _SHOWN.maxarray = _SHOWN.maxdict = 4
+_SHOWN.maxset = _SHOWN.maxfrozenset = _SHOWN.maxdeque = 4
+_SHOWN.maxstring = _SHOWN.maxlong = _SHOWN.maxother = 200
+
+
 def short(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, cut to ``limit`` characters with ``...`` (for error messages)."""
-    text = repr(value)
+    """``repr(value)``, cut to ``limit`` characters with ``...`` (for error messages). Built
+    bounded (a few levels, items and characters of each; :mod:`reprlib`), so a huge or
+    self-sharing value (a YAML alias bomb) costs no more than a small one."""
+    text = _SHOWN.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -117,6 +117,9 @@ def read_rollouts(
             except RecursionError:
                 problems.append(Problem(name, number, "(line)", "invalid JSON: nested too deeply"))
                 continue
+            except ValueError as error:  # an integer past Python's 4,300-digit conversion limit
+                problems.append(Problem(name, number, "(line)", f"invalid JSON: {str(error)[:90]}"))
+                continue
             if not isinstance(data, dict):
                 problems.append(
                     Problem(name, number, "(line)", f"expected a JSON object, got {type(data).__name__}")

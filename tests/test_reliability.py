@@ -32,6 +32,7 @@ from factutil import (
 )
 from factutil.advantages import mask_spans, scatter_to_turns
 from factutil.cli import app
+from factutil.config import ConfigError, config_from_values, load_yaml, setting_value
 from factutil.cluster import SemanticClusterer, candidate_pairs
 from factutil.embed import embed_unique
 from factutil.filters import analyze, first_veto
@@ -750,6 +751,97 @@ def test_cli_out_of_range_config_and_overflow_exit_2_without_output(tmp_path):
     assert done.exit_code == 2 and done.exception is None or isinstance(done.exception, SystemExit)
     assert "omega 1e+308): outside float32" in done.output
     assert list(tmp_path.iterdir()) == [path]
+
+
+HUGE = "9" * 5000  # past Python's 4,300-digit limit for int() (helm #1381)
+
+
+def test_an_integer_past_pythons_digit_limit_in_an_input_line_is_a_line_error(tmp_path):
+    """A JSONL line holding a 5,000-digit integer -> ``FILE:1: (line): invalid JSON: ...`` with
+    exit 2 from the CLI and an InputError from the API (no bare ValueError); the other lines are
+    still read."""
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(row("q-0"))[:-1] + f', "note": {HUGE}}}\n' + json.dumps(row("q-1")) + "\n")
+    done = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "o.jsonl"),
+                                    "--set", "mode=exact"])
+    assert done.exit_code == 2
+    assert f"{path}:1: (line): invalid JSON: Exceeds the limit (4300 digits)" in done.output
+    with pytest.raises(InputError, match=r"in\.jsonl:1: \(line\): invalid JSON"):
+        compute_process_advantages(str(path), EXACT)
+
+
+def test_an_integer_past_the_digit_limit_in_a_config_value_fails_its_field(tmp_path):
+    """``omega: 999…`` (5,000 digits) in ``--config``, in ``--set`` and as a ``FACTUTIL_OMEGA``
+    text -> read as the float it stands for (infinite), so the config error names omega and
+    says it must be finite; exit 2, no traceback."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"omega: {HUGE}\n")
+    runner = CliRunner()
+    for extra in (["--config", str(config)], ["--set", f"omega={HUGE}"]):
+        done = runner.invoke(app, ["score", str(SAMPLE), "-o", str(tmp_path / "o.jsonl"), *extra])
+        assert done.exit_code == 2
+        assert "config: omega: omega must be finite, got inf" in done.output
+    assert setting_value(HUGE) == math.inf
+    assert load_yaml(f"omega: -{HUGE}") == {"omega": -math.inf}
+
+
+def test_an_integer_past_the_digit_limit_or_deep_nesting_in_gold_is_one_line(tmp_path):
+    """``--gold`` holding a 5,000-digit integer, or nested 100,000 deep -> exit 2 with one line
+    naming the file (no RecursionError or ValueError traceback)."""
+    for name, text, said in (("big.json", '{"q": [["a", "b", %s]]}' % HUGE, "Exceeds the limit"),
+                             ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply")):
+        gold = tmp_path / name
+        gold.write_text(text)
+        done = CliRunner().invoke(app, ["report", str(SAMPLE), "-o", str(tmp_path / "r.html"),
+                                        "--gold", str(gold), "--set", "mode=exact"])
+        assert done.exit_code == 2, done.output
+        assert f"{gold}: invalid JSON: " in done.output and said in done.output
+        assert "Traceback" not in done.output
+
+
+def test_filters_given_as_a_nested_list_is_a_config_error_naming_filters():
+    """``filters=[[negation]]`` (``--set``, verl's ``algorithm.factutil.filters``,
+    ``FACTUTIL_FILTERS``) -> a config error naming ``filters[0]``, not ``TypeError: unhashable
+    type: 'list'``."""
+    with pytest.raises(ConfigError, match=r"config: filters\[0\]: Input should be 'negation'"):
+        config_from_values({"filters": setting_value("[[negation]]")})
+    done = CliRunner().invoke(app, ["score", str(SAMPLE), "-o", "unused.jsonl", "--set",
+                                    "filters=[[negation]]"])
+    assert done.exit_code == 2 and "config: filters[0]:" in done.output
+
+
+def _alias_bomb(levels: int) -> str:
+    """A YAML document whose ``omega`` is 9**levels strings, through aliases (pyyaml #235)."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * 9)}]" for k in range(1, levels)]
+    lines.append(f"omega: [{', '.join([f'*l{levels - 1}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_as_a_config_value_is_refused_without_building_its_text(tmp_path):
+    """``omega`` given as 9**7 (4.8 million) strings through YAML aliases (js-yaml #742): the
+    config error names omega and shows a bounded excerpt of the value; building the message
+    allocates almost nothing (the value's whole repr, ~33 MB here, is never built). Through
+    ``--config`` too."""
+    import tracemalloc
+
+    values = load_yaml(_alias_bomb(7))
+    values = {"omega": values["omega"]}
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError) as raised:
+            config_from_values(values)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(raised.value)
+    assert message.startswith("config: omega: Input should be a valid number") and len(message) < 200
+    assert peak < 1_000_000, f"{peak} bytes allocated while refusing the value"
+    config = tmp_path / "bomb.yaml"
+    config.write_text(_alias_bomb(7))
+    done = CliRunner().invoke(app, ["score", str(SAMPLE), "-o", str(tmp_path / "o.jsonl"),
+                                    "--config", str(config)])
+    assert done.exit_code == 2 and "config: omega: Input should be a valid number" in done.output
 
 
 # --- 9. the output file ---------------------------------------------------------------------

@@ -44,8 +44,10 @@ def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
             data = json.load(handle)
     except OSError as error:
         raise GoldError(f"{name}: cannot read: {error.strerror or error}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise GoldError(f"{name}: invalid JSON: {error}") from None
+    except RecursionError:
+        raise GoldError(f"{name}: invalid JSON: nested too deeply") from None
+    except ValueError as error:  # JSON, UTF-8, or an integer past Python's digit limit
+        raise GoldError(f"{name}: invalid JSON: {str(error)[:160]}") from None
     if not isinstance(data, dict):
         raise GoldError(f"{name}: expected a JSON object keyed by uid, got {type(data).__name__}")
     gold: dict[str, list[list[str]]] = {}
