@@ -337,13 +337,6 @@ def test_the_default_corpus_ships_inside_the_package():
     assert len(json.loads(DEFAULT_CORPUS.read_text(encoding="utf-8"))) == 6119
 
 
-def test_the_old_import_path_is_the_same_objects():
-    import factutil.retrieval as old
-    import factutil.tools.retrieval as tools
-
-    assert old.__all__ and all(getattr(old, name) is getattr(tools, name) for name in old.__all__)
-
-
 def test_no_method_step_imports_the_tools():
     import ast
 
@@ -359,7 +352,7 @@ def test_no_method_step_imports_the_tools():
                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             )
             for name in names:
-                assert not name.startswith(("factutil.tools", "factutil.agent", "factutil.retrieval")), (
+                assert not name.startswith("factutil.tools"), (
                     f"{path.name} imports {name}"
                 )
 
