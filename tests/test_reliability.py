@@ -28,13 +28,13 @@ from factutil import (
     Rollout,
     Triple,
     compute_process_advantages,
-    read_rollouts,
 )
 from factutil.advantages import mask_spans, scatter_to_turns
 from factutil.cli import app
 from factutil.cluster import SemanticClusterer, candidate_pairs
 from factutil.embed import embed_unique
 from factutil.filters import analyze, first_veto
+from factutil.io import read_rollouts
 from factutil.parse import parse_action
 
 EXACT = FactUtilConfig(mode="exact")
