@@ -1,66 +1,43 @@
 """factutil: dense per-step credit for RL-trained search agents (the FactAgent method).
 
-See docs/method.md for the method; ``compute_process_advantages`` is the entry point.
+See docs/method.md for the method; ``compute_process_advantages`` is the entry point. This
+package exports the names a user of the step needs: the entry point and its result, the config,
+the input models, reading, the clusterer protocol and the error type. Everything else is
+importable from its own module (``factutil.metrics``, ``factutil.advantages``, ``factutil.cluster``,
+``factutil.tools.retrieval`` …; docs/architecture.md maps them).
 """
 
-from factutil.advantages import outcome_advantages, process_advantages, total_advantages
-from factutil.api import (
-    ActionRecord,
-    ClusterRecord,
-    ProcessAdvantages,
-    RolloutRecord,
-    compute_process_advantages,
-)
-from factutil.cluster import ExactClusterer, SemanticClusterer, make_clusterer
-from factutil.io import InputError, read_groups, read_rollouts
-from factutil.metrics import exact_match, f1, normalize_answer
-from factutil.prepare import PreparedFacts, load_prepared, prepare_facts
-from factutil.schema import (
+from factutil.actions import (
     Action,
     AnswerAction,
     AssertAction,
-    FactUtilConfig,
-    Group,
     InvalidAction,
-    RawAction,
-    Rollout,
     SearchAction,
     Triple,
-    group_rollouts,
 )
+from factutil.api import ProcessAdvantages, compute_process_advantages
+from factutil.cluster import Clusterer, make_clusterer
+from factutil.config import FactUtilConfig
+from factutil.io import InputError, read_groups
+from factutil.schema import Group, Rollout
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Action",
-    "ActionRecord",
     "AnswerAction",
     "AssertAction",
-    "ClusterRecord",
-    "ExactClusterer",
+    "Clusterer",
     "FactUtilConfig",
     "Group",
     "InputError",
     "InvalidAction",
-    "PreparedFacts",
     "ProcessAdvantages",
-    "RawAction",
     "Rollout",
-    "RolloutRecord",
     "SearchAction",
-    "SemanticClusterer",
     "Triple",
+    "__version__",
     "compute_process_advantages",
-    "exact_match",
-    "f1",
-    "group_rollouts",
-    "load_prepared",
     "make_clusterer",
-    "normalize_answer",
-    "outcome_advantages",
-    "prepare_facts",
-    "process_advantages",
     "read_groups",
-    "read_rollouts",
-    "total_advantages",
 ]

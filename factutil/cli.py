@@ -32,6 +32,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from factutil import __version__
 from factutil.api import ProcessAdvantages, compute_process_advantages
 from factutil.config import (
     ConfigError,
@@ -66,8 +67,6 @@ EXIT_BAD_INPUT = 2
 
 def _print_version(value: bool) -> None:
     if value:
-        from factutil import __version__
-
         typer.echo(f"factutil {__version__}")
         raise typer.Exit()
 
@@ -339,6 +338,8 @@ def serve(
     ] = 10.0,
 ) -> None:
     """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""
+    # Imported when serving only: the server (http.server, and bm25s of the `retrieval` extra)
+    # is no part of scoring, and every other command starts without it.
     from factutil.tools.retrieval import serve as serve_retrieval
 
     def announce(line: str) -> None:

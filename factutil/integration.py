@@ -67,7 +67,6 @@ __all__ = [
     "checked_spans",
     "fixed_key_row",
     "golden_answers_from",
-    "left_pad",
     "mask_spans",
     "prepares_in_workers",
     "read_shipped",
@@ -406,28 +405,6 @@ def checked_spans(given: Any, actions: int) -> np.ndarray:
             f"spans must be in order and must not overlap, got {spans.tolist()}"
         )
     return spans
-
-
-def left_pad(contexts: Sequence[Sequence[int]], pad: int) -> tuple[Any, Any]:
-    """Token id lists left-padded into one batch, as ``generate`` of a causal LM takes them.
-
-    Args:
-        contexts: per row, its token ids (at least one row).
-        pad: the id written before each shorter row.
-
-    Returns:
-        ``(input_ids, attention_mask)``: torch int64 (B, W), W the longest row; the mask is 1 on
-        each row's own tokens.
-    """
-    import torch
-
-    width = max(len(ids) for ids in contexts)
-    input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(contexts), width), dtype=torch.long)
-    for row, ids in enumerate(contexts):
-        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
-        attention[row, width - len(ids) :] = 1
-    return input_ids, attention
 
 
 def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:

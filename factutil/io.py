@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from factutil import errors
 from factutil.config import FactUtilConfig
-from factutil.errors import error_messages as _error_messages
-from factutil.errors import field_path, short  # noqa: F401  (field_path: re-exported)
+from factutil.errors import short
 from factutil.schema import Group, Rollout, group_conflicts
 
 
@@ -58,7 +58,7 @@ def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[
     """(field path, message) for each problem of a pydantic error of an input or config model
     (:func:`factutil.errors.error_messages`, with "did you mean" for the config's and a group's
     fields)."""
-    return _error_messages(error, whole, _FIELDS_OF.get(error.title, ()))
+    return errors.error_messages(error, whole, _FIELDS_OF.get(error.title, ()))
 
 
 def validation_problems(error: ValidationError, path: str, line: int) -> list[Problem]:

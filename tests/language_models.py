@@ -141,10 +141,10 @@ class SmolLM2:
         """
         import torch
 
-        from factutil.integration import left_pad
-
-        eos = self.tokenizer.eos_token_id
-        input_ids, attention = left_pad(contexts, eos)
+        eos = self.tokenizer.eos_token_id  # also its padding
+        batch = self.tokenizer.pad({"input_ids": contexts}, padding_side="left",
+                                   return_tensors="pt")
+        input_ids, attention = batch["input_ids"], batch["attention_mask"]
         width = input_ids.shape[1]
         with torch.random.fork_rng(), torch.no_grad():
             torch.manual_seed(seed)

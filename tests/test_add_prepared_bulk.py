@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from factutil import FactUtilConfig, PreparedFacts
+from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
 from factutil.embed import EmbeddingCache
 from factutil.filters import analyze
+from factutil.prepare import PreparedFacts
 from tests.conftest import CharGramEmbedder
 
 PARTS = sorted([("Ada", "born in", "London"), ("Bob", "weighs", "80 kg"), ("Cy", "is not", "here"),

@@ -94,13 +94,3 @@ def test_gold_answers_from_any_trainer_value():
     assert golden_answers_from({"other": "a"}) == []
     assert golden_answers_from(1990) == ["1990"]
     assert golden_answers_from(None) == golden_answers_from(False) == golden_answers_from("  ") == []
-
-
-def test_the_old_import_path_is_the_same_objects():
-    import factutil.agent as old
-    from factutil import metrics
-    from factutil.tools import agent
-
-    for name in old.__all__:
-        home = metrics if hasattr(metrics, name) else agent
-        assert getattr(old, name) is getattr(home, name), name

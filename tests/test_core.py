@@ -302,11 +302,16 @@ def test_invalid_actions_carry_their_reason_in_the_output_rows():
         "triple 0 has 2 parts, expected 3", "no action found", None]
 
 
-def test_the_clusterers_are_importable_from_the_package():
+def test_the_package_exports_the_step_its_inputs_and_nothing_else():
+    """``factutil.__all__`` is the small public surface; everything else lives in its module."""
     import factutil
 
-    assert factutil.SemanticClusterer is SemanticClusterer
-    assert factutil.ExactClusterer is ExactClusterer and factutil.make_clusterer is make_clusterer
+    assert set(factutil.__all__) == {
+        "compute_process_advantages", "ProcessAdvantages", "FactUtilConfig", "Group", "Rollout",
+        "Triple", "Action", "SearchAction", "AssertAction", "AnswerAction", "InvalidAction",
+        "read_groups", "Clusterer", "make_clusterer", "InputError", "__version__"}
+    assert all(hasattr(factutil, name) for name in factutil.__all__)
+    assert factutil.make_clusterer is make_clusterer and not hasattr(factutil, "SemanticClusterer")
 
 
 def test_all_fail_group_under_prior_group_gives_zero_utility_and_mixed_groups_are_centred():

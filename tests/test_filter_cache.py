@@ -9,7 +9,7 @@ from itertools import product
 
 import pytest
 
-from factutil import FactUtilConfig, prepare_facts
+from factutil import FactUtilConfig
 from factutil import filters as filters_package
 from factutil.cluster import Fact, SemanticClusterer
 from factutil.filters import (
@@ -30,6 +30,7 @@ from factutil.filters import (
     vetoes,
 )
 from factutil.filters import cache as cache_module
+from factutil.prepare import prepare_facts
 from tests.conftest import CharGramEmbedder
 
 TRIPLES = [

@@ -40,9 +40,9 @@ from factutil import (
     InvalidAction,
     SearchAction,
     compute_process_advantages,
-    read_rollouts,
 )
 from factutil.cluster import SemanticClusterer, triple_text
+from factutil.io import read_rollouts
 from factutil.parse import parse_action
 
 EXAMPLES = int(os.environ.get("FACTUTIL_FUZZ_EXAMPLES", "25"))

@@ -18,7 +18,6 @@ from factutil.integration import (
     batch_metrics,
     checked_spans,
     fixed_key_row,
-    left_pad,
     prepares_in_workers,
     read_shipped,
     row_of_fixed_keys,
@@ -152,12 +151,9 @@ def test_checked_spans_names_each_problem(given, actions, problem):
         checked_spans(given, actions)
 
 
-def test_checked_spans_and_left_pad_by_hand():
+def test_checked_spans_by_hand():
     spans = checked_spans([[2, 5], [5, 5], [7, 9]], 3)
     assert spans.dtype == np.int64 and spans.tolist() == [[2, 5], [5, 5], [7, 9]]
-    input_ids, attention = left_pad([[5, 6, 7], [9]], pad=0)
-    assert input_ids.tolist() == [[5, 6, 7], [0, 0, 9]]
-    assert attention.tolist() == [[1, 1, 1], [0, 0, 1]]
 
 
 def test_batch_metrics_and_the_one_warning(caplog):

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from factutil import InputError, read_groups, read_rollouts
+from factutil import InputError, read_groups
+from factutil.io import read_rollouts
 from factutil.io import write_jsonl
 
 GOOD = {"uid": "q", "question": "?", "golden_answers": ["a"], "rollout_id": "q-0",

@@ -13,13 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.workloads import build_workload
-from factutil import (
-    FactUtilConfig,
-    PreparedFacts,
-    Rollout,
-    compute_process_advantages,
-    prepare_facts,
-)
+from factutil import FactUtilConfig, Rollout, compute_process_advantages
 from factutil.cluster import (
     ExactClusterer,
     Fact,
@@ -29,7 +23,7 @@ from factutil.cluster import (
     representatives,
 )
 from factutil.filters import analyze
-from factutil.prepare import merge_prepared
+from factutil.prepare import PreparedFacts, merge_prepared, prepare_facts
 from factutil.schema import Triple
 from tests.conftest import CharGramEmbedder
 
@@ -315,9 +309,10 @@ def _prepare_in_worker(rows: list[dict]) -> bytes:
     import torch
 
     torch.set_num_threads(1)
-    from factutil import FactUtilConfig, prepare_facts
+    from factutil import FactUtilConfig
     from factutil.embed import SentenceTransformerEmbedder
-    from factutil.prepare import merge_prepared
+    from factutil.prepare import prepare_facts
+    from factutil.prepare import PreparedFacts, merge_prepared, prepare_facts
 
     embedder = SentenceTransformerEmbedder(device="cpu")
     return merge_prepared(prepare_facts(row, FactUtilConfig(), embedder=embedder)

@@ -12,10 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 import factutil.prepare as prepare_module
-from factutil import FactUtilConfig, PreparedFacts, compute_process_advantages, prepare_facts
+from factutil import FactUtilConfig, compute_process_advantages
 from factutil.cluster import SemanticClusterer
 from factutil.embed import SentenceTransformerEmbedder, StaticEmbedder, device_type
-from factutil.prepare import load_prepared, merge_prepared
+from factutil.prepare import PreparedFacts, load_prepared, merge_prepared, prepare_facts
 from tests.conftest import CharGramEmbedder
 
 BORN = ["Ada", "born in", "London"]

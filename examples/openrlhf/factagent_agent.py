@@ -9,7 +9,7 @@ Each model turn is one action (docs/method.md §1), parsed by factutil's parser:
 
 Searches go to a Search-R1-style retrieval API: ``POST {"queries": [q], "topk": k,
 "return_scores": true}`` -> ``{"result": [[{"document": {"contents": "Title\\ntext"}, "score": s},
-...]]}`` (the repository's ``factutil/tools/retrieval.py`` server: BM25 over the bundled 2Wiki corpus).
+...]]}`` (the repository's ``factutil.tools.retrieval`` server: BM25 over the bundled 2Wiki corpus).
 OpenRLHF concatenates every turn into one sequence, so unlike the paper's store-only prompt the
 context grows with each observation; the factutil process advantage still lands on each action's
 own tokens (``make_executor`` records the spans).

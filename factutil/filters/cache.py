@@ -58,14 +58,14 @@ class FilterCache:
         # weak reference, so a dropped cache is freed at once rather than by the cycle collector.
         me = weakref.proxy(self)
         self.fold = wrap("fold", text.fold)
-        self.words = wrap("words", partial(text._words, cache=me))
-        self.scan = wrap("scan", quantities._scan)
-        self.lookup_fuzzy = wrap("lookup_fuzzy", relations._lookup_fuzzy)
-        self.subject_part = wrap("subject_part", partial(parts._subject_part, cache=me))
-        self.relation_part = wrap("relation_part", partial(parts._relation_part, cache=me))
+        self.words = wrap("words", partial(text.folded_words, cache=me))
+        self.scan = wrap("scan", quantities.scan_values)
+        self.lookup_fuzzy = wrap("lookup_fuzzy", relations.lookup_fuzzy)
+        self.subject_part = wrap("subject_part", partial(parts.subject_part, cache=me))
+        self.relation_part = wrap("relation_part", partial(parts.relation_part, cache=me))
         self.same_entity = wrap("same_entity", partial(entities.same_entity, cache=me))
-        self.flip_candidates = wrap("flip_candidates", text._flip_candidates)
-        self.part_values = wrap("part_values", quantities._part_values)
+        self.flip_candidates = wrap("flip_candidates", text.flip_candidates)
+        self.part_values = wrap("part_values", quantities.part_values)
 
     def clear(self) -> None:
         """Empty every memo (the module-level constant tables stay built)."""

@@ -8,7 +8,7 @@ from typing import Any
 from rapidfuzz import fuzz
 
 from factutil.filters.lexicon import ENTITY_CUTOFF
-from factutil.filters.text import _ARTICLES
+from factutil.filters.text import ARTICLES
 
 
 def same_entity(a: str, b: str, cache: Any = None) -> bool:
@@ -24,7 +24,7 @@ def same_entity(a: str, b: str, cache: Any = None) -> bool:
     """
     if a == b or not a or not b:
         return True
-    plain_a, plain_b = _plain(a), _plain(b)
+    plain_a, plain_b = plain_key(a), plain_key(b)
     if plain_a == plain_b:
         return True
     ta, tb = _content(plain_a), _content(plain_b)
@@ -46,12 +46,13 @@ def same_entity(a: str, b: str, cache: Any = None) -> bool:
 
 
 # A word standing for the first comma of a part that is followed by more words (a qualifier):
-# it passes _words and _polarity as a plain word and becomes ", " in the key.
+# it passes text.folded_words and the negation split of parts.py as a plain word and becomes
+# ", " in the key.
 _QUALIFIER_MARK = "qualifiedbycomma"
 _QUALIFYING_COMMA = re.compile(r"(?<=[^\W_])[^\w,]*,(?=[^,]*?[^\W\d_])")
 
 
-def _mark_qualifier(text: str) -> str:
+def mark_qualifier(text: str) -> str:
     """``text`` with its first comma after a word and before a letter replaced by the mark."""
     match = _QUALIFYING_COMMA.search(text) if "," in text else None
     if match is None:
@@ -69,7 +70,7 @@ def _roman(number: int) -> str:
 GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr"} | {_roman(n) for n in range(2, 40)} - {"v", "x"})
 
 
-def _generational(text: str, cache: Any) -> tuple[str, ...]:
+def generational_suffixes(text: str, cache: Any) -> tuple[str, ...]:
     """The generational suffixes written after the first word of a part, in order."""
     if not text:
         return ()
@@ -81,18 +82,18 @@ def _suffixes(tokens: list[str]) -> frozenset[str]:
     return frozenset(t for t in tokens[1:] if t in GENERATIONAL)
 
 
-def _plain(key: str) -> str:
+def plain_key(key: str) -> str:
     """An entity key without its qualifier comma ("paris, texas" -> "paris texas")."""
     return key.replace(", ", " ", 1) if ", " in key else key
 
 
-def _entity_key(tokens: list[str], had_values: bool, suffixes: tuple[str, ...] = ()) -> str:
+def entity_key(tokens: list[str], had_values: bool, suffixes: tuple[str, ...] = ()) -> str:
     """Tokens without articles (a lone article stays unless numbers were taken from the part);
     the qualifier mark becomes ", " when a head precedes it and a word that is no suffix follows
     it; the generational ``suffixes`` of the part go last, sorted, wherever they were written
     and whether or not a numeral was taken out as a value ("Reginar III, Count of Hainaut" and
     "reginar iii, count of hainaut" both give "reginar, count of hainaut iii")."""
-    kept = [t for t in tokens if t not in _ARTICLES]
+    kept = [t for t in tokens if t not in ARTICLES]
     kept = kept if kept or had_values else tokens
     if suffixes:
         kept = kept[:1] + [t for t in kept[1:] if t not in suffixes]
@@ -109,7 +110,7 @@ def _entity_key(tokens: list[str], had_values: bool, suffixes: tuple[str, ...] =
 
 def _content(key: str) -> list[str]:
     tokens = key.split()
-    return [t for t in tokens if t not in _ARTICLES] or tokens
+    return [t for t in tokens if t not in ARTICLES] or tokens
 
 
 def _stem(token: str) -> str:

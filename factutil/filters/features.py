@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from factutil.filters.cache import NO_MEMO
-from factutil.filters.entities import _plain
+from factutil.filters.entities import plain_key
 from factutil.filters.lexicon import RELATION_BY_ID
 
 
@@ -78,7 +78,7 @@ def analyze(subject: str, relation: str, object: str, cache: Any = None) -> Fact
     if inverse:
         subject_key, object_key, s_part, o_part = object_key, subject_key, o_part, s_part
     symmetric = is_symmetric(relation_id)
-    if symmetric and (_plain(object_key), o_part) < (_plain(subject_key), s_part):
+    if symmetric and (plain_key(object_key), o_part) < (plain_key(subject_key), s_part):
         subject_key, object_key, s_part, o_part = object_key, subject_key, o_part, s_part
     quantities = tuple(sorted([("s", *v) for v in s_part] + [("o", *v) for v in o_part]))
     key = fact_key(relation_key, subject_key, object_key, negated, quantities)
@@ -110,4 +110,4 @@ def fact_key(relation_key: str, subject_key: str, object_key: str, negated: bool
     """``FactFeatures.key``: equal keys mean the same fact (the keys' qualifier commas dropped,
     a quantity's as-written magnitude left out)."""
     key_quantities = tuple(q[:4] if q[1] == "qty" else q for q in quantities) if quantities else ()
-    return (relation_key, _plain(subject_key), _plain(object_key), negated, key_quantities)
+    return (relation_key, plain_key(subject_key), plain_key(object_key), negated, key_quantities)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 ENTITY_CUTOFF = 88.0
 RELATION_TEXT_CUTOFF = 85.0
 RELATION_LOOKUP_CUTOFF = 92.0
-_REL_TOL = 1e-6
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from factutil.filters.entities import _entity_key, _generational, _mark_qualifier
-from factutil.filters.quantities import _has_date
-from factutil.filters.relations import _choose, _lookup_exact, _relation_tokens
+from factutil.filters.entities import entity_key, generational_suffixes, mark_qualifier
+from factutil.filters.quantities import has_date
+from factutil.filters.relations import choose_relation, lookup_exact, relation_tokens
 from factutil.filters.text import (
-    _CONTRACTIONS,
-    _LEADING_FILLERS,
-    _NEGATED_WORDS,
-    _NEGATION_WORDS,
-    _PREPOSITIONS,
-    _SILENT,
-    _WHOLE_OBJECT_NEGATIONS,
+    CONTRACTIONS,
+    LEADING_FILLERS,
+    NEGATED_WORDS,
+    NEGATION_WORDS,
+    PREPOSITIONS,
+    SILENT,
+    WHOLE_OBJECT_NEGATIONS,
 )
 
 
@@ -31,34 +31,34 @@ def _polarity(pairs: list[tuple[str, bool]], whole_object: bool) -> tuple[list[s
     single = whole_object and len(pairs) == 1
     for word, lower in pairs:
         usable = lower or not whole_object or single
-        if single and word in _WHOLE_OBJECT_NEGATIONS:
+        if single and word in WHOLE_OBJECT_NEGATIONS:
             cues.append(word)
-            if _WHOLE_OBJECT_NEGATIONS[word]:
-                kept.append(_WHOLE_OBJECT_NEGATIONS[word])
-        elif usable and word in _NEGATION_WORDS:
+            if WHOLE_OBJECT_NEGATIONS[word]:
+                kept.append(WHOLE_OBJECT_NEGATIONS[word])
+        elif usable and word in NEGATION_WORDS:
             cues.append(word)
-        elif word in _SILENT and usable:
+        elif word in SILENT and usable:
             continue
-        elif usable and word in _CONTRACTIONS:
+        elif usable and word in CONTRACTIONS:
             cues.append(word)
-            kept.append(_CONTRACTIONS[word])
-        elif usable and word in _NEGATED_WORDS:
+            kept.append(CONTRACTIONS[word])
+        elif usable and word in NEGATED_WORDS:
             cues.append(word)
-            kept.append(_NEGATED_WORDS[word])
+            kept.append(NEGATED_WORDS[word])
         else:
             kept.append(word)
     return kept, cues
 
 
-def _subject_part(subject: str, cache: Any) -> tuple[tuple[tuple, ...], str]:
+def subject_part(subject: str, cache: Any) -> tuple[tuple[tuple, ...], str]:
     """(values, entity key) of a subject; memoised by the cache, since one subject recurs in many
     triples."""
     s_values, s_rest = cache.scan(subject)
-    words = [word for word, _ in cache.words(_mark_qualifier(s_rest))]
-    return s_values, _entity_key(words, bool(s_values), _generational(subject, cache))
+    words = [word for word, _ in cache.words(mark_qualifier(s_rest))]
+    return s_values, entity_key(words, bool(s_values), generational_suffixes(subject, cache))
 
 
-def _relation_part(relation: str, object: str, cache: Any) -> tuple:
+def relation_part(relation: str, object: str, cache: Any) -> tuple:
     """What :func:`analyze` reads from a relation and its object (they interact: object words may
     complete the relation, a date in the object picks a dated relation), memoised per pair.
 
@@ -71,33 +71,33 @@ def _relation_part(relation: str, object: str, cache: Any) -> tuple:
     o_values = o_values + r_values
 
     r_kept, r_cues = _polarity(words_of(r_rest), whole_object=False)
-    o_kept, o_cues = _polarity(words_of(_mark_qualifier(o_rest)), whole_object=True)
+    o_kept, o_cues = _polarity(words_of(mark_qualifier(o_rest)), whole_object=True)
     cues = tuple(r_cues + o_cues)
 
-    rel_tokens = _relation_tokens(r_kept) or ["be"]
-    dated = _has_date(o_values)
-    entries = _lookup_exact(rel_tokens)
+    rel_tokens = relation_tokens(r_kept) or ["be"]
+    dated = has_date(o_values)
+    entries = lookup_exact(rel_tokens)
     moved = 0
     bare = entries is None or entries[0][0] in ("be", "have")
-    if bare or (o_kept and o_kept[0] in _PREPOSITIONS):
+    if bare or (o_kept and o_kept[0] in PREPOSITIONS):
         # "X | was | born in Paris", "X | directed | by Y": object words complete the relation;
         # at least one word stays unless the object also holds a value ("born | in 1990")
         for take in range(min(4, len(o_kept) if o_values else len(o_kept) - 1), 0, -1):
-            extended = _lookup_exact(rel_tokens + _relation_tokens(o_kept[:take]))
+            extended = lookup_exact(rel_tokens + relation_tokens(o_kept[:take]))
             if extended and extended[0][0] not in ("be", "have"):
                 entries, moved = extended, take
                 break
-    relation_tokens = rel_tokens + o_kept[:moved]
-    while len(relation_tokens) > 1 and relation_tokens[0] in _LEADING_FILLERS:
-        relation_tokens = relation_tokens[1:]
-    relation_key = " ".join(relation_tokens)
+    key_tokens = rel_tokens + o_kept[:moved]
+    while len(key_tokens) > 1 and key_tokens[0] in LEADING_FILLERS:
+        key_tokens = key_tokens[1:]
+    relation_key = " ".join(key_tokens)
     o_kept = o_kept[moved:]
     if entries is None:
         entries = cache.lookup_fuzzy(relation_key)
-    relation_id, inverse = _choose(entries, dated) if entries else (None, False)
+    relation_id, inverse = choose_relation(entries, dated) if entries else (None, False)
     if relation_id is not None:
         relation_key = relation_id
 
-    object_key = _entity_key(o_kept, bool(o_values), _generational(object, cache))
+    object_key = entity_key(o_kept, bool(o_values), generational_suffixes(object, cache))
     words = frozenset(word for word, lower in words_of(r_rest + " " + o_rest) if lower)
     return o_values, object_key, relation_id, inverse, relation_key, cues, words

@@ -13,8 +13,9 @@ from typing import Any
 
 from text_to_num import alpha2digit
 
-from factutil.filters.lexicon import _REL_TOL
 from factutil.filters.text import fold
+
+_REL_TOL = 1e-6  # relative tolerance when two numbers or quantities are compared
 
 _MONTH_NUMBER = {
     "january": 1, "february": 2, "march": 3, "april": 4, "may": 5, "june": 6, "july": 7,
@@ -376,7 +377,7 @@ def _scaled(match: re.Match[str]) -> str:
 _DIGIT = re.compile(r"\d")
 
 
-def _scan(text: str) -> tuple[tuple[tuple, ...], str]:
+def scan_values(text: str) -> tuple[tuple[tuple, ...], str]:
     """Values found in ``text`` and the text with their spans blanked.
 
     Memoised per part text by :class:`~factutil.filters.FilterCache`: the parts of a batch repeat
@@ -400,7 +401,7 @@ def _scan(text: str) -> tuple[tuple[tuple, ...], str]:
     return tuple(values), text
 
 
-def _compatible_values(x: tuple, y: tuple) -> bool:
+def compatible_values(x: tuple, y: tuple) -> bool:
     """Whether two normalised values can describe the same thing (symmetric)."""
     if x[0] == "count" or y[0] == "count":
         if "qty" in (x[0], y[0]):
@@ -447,7 +448,8 @@ def _fields_agree(p: int, q: int) -> bool:
     return p == 0 or q == 0 or p == q
 
 
-def _show(value: tuple) -> str:
+def show_value(value: tuple) -> str:
+    """A normalised value as a reader would write it, for veto reasons ("1990-05", "3 km")."""
     kind = value[0]
     if kind in ("num", "count", "sci"):
         return str(value[1])
@@ -463,7 +465,8 @@ def _show(value: tuple) -> str:
     return f"{value[1]}s"
 
 
-def _has_date(values: Iterable[tuple]) -> bool:
+def has_date(values: Iterable[tuple]) -> bool:
+    """Whether any value is a date, a decade or a number that reads as a year (100-2200)."""
     return any(
         v[0] in ("date", "date~", "md", "decade")
         or (v[0] in ("num", "count") and isinstance(v[1], int) and 100 <= abs(v[1]) <= 2200)
@@ -471,7 +474,7 @@ def _has_date(values: Iterable[tuple]) -> bool:
     )
 
 
-def _part_values(quantities: tuple[tuple, ...]) -> tuple[tuple[tuple, ...], tuple[tuple, ...]]:
+def part_values(quantities: tuple[tuple, ...]) -> tuple[tuple[tuple, ...], tuple[tuple, ...]]:
     """A fact's quantities split by part: the subject's values and the object's (and the
     relation's), each value without its part letter."""
     return (tuple(q[1:] for q in quantities if q[0] == "s"),

@@ -7,17 +7,19 @@ from collections.abc import Iterable
 from rapidfuzz import fuzz, process
 
 from factutil.filters.lexicon import RELATION_BY_ID, RELATION_LOOKUP_CUTOFF, RELATIONS
-from factutil.filters.text import _ARTICLES, _BE, _HAVE, _LEADING_FILLERS, _TRAILING_FILLERS, fold
+from factutil.filters.text import ARTICLES, BE, HAVE, LEADING_FILLERS, TRAILING_FILLERS, fold
 
 
-def _relation_tokens(words: Iterable[str]) -> list[str]:
+def relation_tokens(words: Iterable[str]) -> list[str]:
+    """Folded relation words as the lexicon index keys them: forms of *be* / *have* become
+    "be" / "have", articles are dropped."""
     out = []
     for word in words:
-        if word in _BE:
+        if word in BE:
             out.append("be")
-        elif word in _HAVE:
+        elif word in HAVE:
             out.append("have")
-        elif word not in _ARTICLES:
+        elif word not in ARTICLES:
             out.append(word)
     return out
 
@@ -28,7 +30,7 @@ def _build_index() -> tuple[dict[str, tuple[tuple[str, bool], ...]], dict[str, t
     for rel in RELATIONS:
         for inverse, verbs in ((False, rel.forward), (True, rel.inverse)):
             for verb in verbs:
-                key = " ".join(_relation_tokens(fold(verb).split()))
+                key = " ".join(relation_tokens(fold(verb).split()))
                 entry = (rel.id, inverse)
                 if entry not in index.setdefault(key, []):
                     index[key].append(entry)
@@ -41,27 +43,33 @@ def _build_index() -> tuple[dict[str, tuple[tuple[str, bool], ...]], dict[str, t
     )
 
 
-_INDEX, _VERBALISATIONS = _build_index()
+# _INDEX: index key -> (relation id, inverse) entries; VERBALISATIONS: relation id -> its index
+# keys (the folded phrasings the relation veto compares relation texts with).
+_INDEX, VERBALISATIONS = _build_index()
 _INDEX_KEYS = tuple(sorted(_INDEX))
 
 
-def _lookup_exact(tokens: list[str]) -> tuple[tuple[str, bool], ...] | None:
+def lookup_exact(tokens: list[str]) -> tuple[tuple[str, bool], ...] | None:
+    """The lexicon entries (relation id, inverse) of ``tokens`` (from :func:`relation_tokens`),
+    dropping leading and trailing fillers until one matches; None when none does."""
     tokens = list(tokens)
     while tokens:
         entries = _INDEX.get(" ".join(tokens))
         if entries:
             return entries
-        if len(tokens) > 1 and tokens[0] in _LEADING_FILLERS:
+        if len(tokens) > 1 and tokens[0] in LEADING_FILLERS:
             tokens = tokens[1:]
             continue
-        if len(tokens) > 1 and tokens[-1] in _TRAILING_FILLERS:  # "whose mother is"
+        if len(tokens) > 1 and tokens[-1] in TRAILING_FILLERS:  # "whose mother is"
             tokens = tokens[:-1]
             continue
         return None
     return None
 
 
-def _lookup_fuzzy(text: str) -> tuple[tuple[str, bool], ...] | None:
+def lookup_fuzzy(text: str) -> tuple[tuple[str, bool], ...] | None:
+    """The entries of the closest index key to a relation text of 5 characters or more, when its
+    rapidfuzz ratio reaches ``RELATION_LOOKUP_CUTOFF``; else None."""
     if len(text) < 5:
         return None
     best = process.extractOne(text, _INDEX_KEYS, scorer=fuzz.ratio,
@@ -69,7 +77,9 @@ def _lookup_fuzzy(text: str) -> tuple[tuple[str, bool], ...] | None:
     return _INDEX[best[0]] if best else None
 
 
-def _choose(entries: tuple[tuple[str, bool], ...], dated_object: bool) -> tuple[str, bool]:
+def choose_relation(entries: tuple[tuple[str, bool], ...], dated_object: bool) -> tuple[str, bool]:
+    """The first entry whose relation takes a date exactly when the object holds one ("born in
+    1990" -> date of birth, "born in Paris" -> place of birth); else the first entry."""
     for rid, inverse in entries:
         if RELATION_BY_ID[rid].dated == dated_object:
             return rid, inverse

@@ -33,29 +33,35 @@ def fold(text: str) -> str:
 
 
 _WORD = re.compile(r"[^\W_]+(?:['’ʼ][^\W_]+)*")
-_ARTICLES = frozenset({"the", "a", "an"})
-_BE = frozenset({"is", "are", "was", "were", "be", "been", "being", "am", "s"})
-_HAVE = frozenset({"has", "have", "had", "having"})
-_LEADING_FILLERS = frozenset({"be", "have", "also", "who", "whose", "which", "that", "it", "then",
-                              "later", "once", "currently", "formerly", "originally", "still"})
-_FUNCTION_WORDS = frozenset({"be", "have", "the", "a", "an", "in", "on", "at", "of", "by", "to",
-                             "from", "with", "for", "into", "as", "under", "after", "before"})
-_TRAILING_FILLERS = frozenset({"be", "have"})
-_PREPOSITIONS = frozenset({"in", "on", "at", "of", "by", "to", "from", "with", "for", "into",
-                           "as", "under", "after", "before"})
+# Word lists the other filter modules read (folded words).
+ARTICLES = frozenset({"the", "a", "an"})  # dropped from entity keys and relation phrases
+BE = frozenset({"is", "are", "was", "were", "be", "been", "being", "am", "s"})  # -> "be"
+HAVE = frozenset({"has", "have", "had", "having"})  # -> "have"
+# dropped from the start / end of a relation phrase until it matches the lexicon
+LEADING_FILLERS = frozenset({"be", "have", "also", "who", "whose", "which", "that", "it", "then",
+                             "later", "once", "currently", "formerly", "originally", "still"})
+TRAILING_FILLERS = frozenset({"be", "have"})
+# words that do not make two relation texts differ (relation veto)
+FUNCTION_WORDS = frozenset({"be", "have", "the", "a", "an", "in", "on", "at", "of", "by", "to",
+                            "from", "with", "for", "into", "as", "under", "after", "before"})
+# an object starting with one of these may complete the relation ("directed | by Y")
+PREPOSITIONS = frozenset({"in", "on", "at", "of", "by", "to", "from", "with", "for", "into",
+                          "as", "under", "after", "before"})
 
-# negation cues
-_NEGATION_WORDS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing",
-                             "nowhere", "non", "nt", "cannot", "neither"})
-_SILENT = frozenset({"nor"})
-_CONTRACTIONS = {
+# Negation cues: words counted as one cue each; SILENT words neither cue nor stay; a contraction
+# counts as a cue and leaves its verb; NEGATED_WORDS count as a cue and leave their stem;
+# WHOLE_OBJECT_NEGATIONS apply when they are the object's only word.
+NEGATION_WORDS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing",
+                            "nowhere", "non", "nt", "cannot", "neither"})
+SILENT = frozenset({"nor"})
+CONTRACTIONS = {
     "isnt": "is", "arent": "are", "wasnt": "was", "werent": "were", "aint": "is",
     "dont": "do", "doesnt": "does", "didnt": "did", "hasnt": "has", "havent": "have",
     "hadnt": "had", "cant": "can", "couldnt": "could", "wont": "will", "wouldnt": "would",
     "shouldnt": "should", "mustnt": "must", "neednt": "need", "mightnt": "might",
 }
 # a prefixed word of the lexicon counts as one cue and is replaced by its stem
-_NEGATED_WORDS = {
+NEGATED_WORDS = {
     "false": "true", "untrue": "true", "incorrect": "correct", "wrong": "correct",
     "dead": "alive", "deceased": "alive",
     "unmarried": "married", "unwed": "married", "unrelated": "related", "unknown": "known",
@@ -81,12 +87,12 @@ _NEGATED_WORDS = {
     "discontinued": "continued", "dissimilar": "similar", "disloyal": "loyal",
     "disqualified": "qualified", "dislikes": "likes", "disliked": "liked",
 }
-_WHOLE_OBJECT_NEGATIONS = {"no": "yes", "false": "true", "none": "", "never": "",
-                           "nobody": "", "nothing": ""}
+WHOLE_OBJECT_NEGATIONS = {"no": "yes", "false": "true", "none": "", "never": "",
+                          "nobody": "", "nothing": ""}
 _DYNAMIC_PREFIXES = ("non", "un")
 
 
-def _words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
+def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
     """(folded word, written in lower case) for every word; folding may split a word.
     ``cache`` is a :class:`~factutil.filters.FilterCache` (its ``fold`` is used)."""
     out = []
@@ -102,14 +108,14 @@ def _words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
     return tuple(out)
 
 
-def _flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
+def flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
     """(word, stem) of the un-/non- words outside the lexicon with a stem of >= 4 letters, sorted
     by word (a word starts with at most one of the prefixes)."""
     out = []
     for word in sorted(words):
         for prefix in _DYNAMIC_PREFIXES:
             stem = word[len(prefix):].lstrip()
-            if word.startswith(prefix) and len(stem) >= 4 and word not in _NEGATED_WORDS:
+            if word.startswith(prefix) and len(stem) >= 4 and word not in NEGATED_WORDS:
                 out.append((word, stem))
                 break
     return tuple(out)

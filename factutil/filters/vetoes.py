@@ -10,9 +10,9 @@ from rapidfuzz import fuzz
 from factutil.filters.cache import NO_MEMO, FilterCache
 from factutil.filters.features import FactFeatures
 from factutil.filters.lexicon import RELATION_BY_ID, RELATION_TEXT_CUTOFF
-from factutil.filters.quantities import _compatible_values, _show
-from factutil.filters.relations import _VERBALISATIONS
-from factutil.filters.text import _FUNCTION_WORDS
+from factutil.filters.quantities import compatible_values, show_value
+from factutil.filters.relations import VERBALISATIONS
+from factutil.filters.text import FUNCTION_WORDS
 
 
 def _lineage(rid: str) -> list[tuple[str, bool]]:
@@ -124,14 +124,14 @@ def _lone_values(xs: tuple, ys: tuple) -> tuple[list[tuple], list[tuple]] | None
     if not xs or not ys:
         return None
     if len(xs) == 1 and len(ys) == 1:  # the usual case: one call answers for both sides
-        return None if _compatible_values(xs[0], ys[0]) else ([xs[0]], [ys[0]])
-    lone_x = [x for x in xs if not any(_compatible_values(x, y) for y in ys)]
-    lone_y = [y for y in ys if not any(_compatible_values(x, y) for x in xs)]
+        return None if compatible_values(xs[0], ys[0]) else ([xs[0]], [ys[0]])
+    lone_x = [x for x in xs if not any(compatible_values(x, y) for y in ys)]
+    lone_y = [y for y in ys if not any(compatible_values(x, y) for x in xs)]
     return (lone_x, lone_y) if lone_x or lone_y else None
 
 
 def _shown(key: str, values: tuple) -> str:
-    return key or ", ".join(_show(v) for v in values)
+    return key or ", ".join(show_value(v) for v in values)
 
 
 def _pair(x: str, y: str) -> str:
@@ -204,8 +204,8 @@ def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = N
                          ("object", va.o_values, vb.o_values)):
         lone = _lone_values(xs, ys)
         if lone is not None:
-            left = ", ".join(_show(v) for v in (lone[0] or xs))
-            right = ", ".join(_show(v) for v in (lone[1] or ys))
+            left = ", ".join(show_value(v) for v in (lone[0] or xs))
+            right = ", ".join(show_value(v) for v in (lone[1] or ys))
             first, second = sorted((left, right))
             reasons.append(f"{'argument' if symmetric else part} {first} vs {second}")
     return min(reasons) if symmetric and reasons else (reasons[0] if reasons else None)
@@ -246,7 +246,7 @@ def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = 
             return None
         return f"different relations {_pair(a.relation_key, b.relation_key)}"
     known, text = (ra, b.relation_key) if ra is not None else (rb, a.relation_key)
-    if any(_similar_text(text, verb) for verb in _VERBALISATIONS[known]):
+    if any(_similar_text(text, verb) for verb in VERBALISATIONS[known]):
         return None
     return f"different relations {_pair(known, text)}"
 
@@ -256,8 +256,8 @@ def _similar_text(a: str, b: str) -> bool:
     are words of the other ("sold" ~ "records sold"; "in" alone is no content)."""
     if fuzz.ratio(a, b) >= RELATION_TEXT_CUTOFF:
         return True
-    ta = set(a.split()) - _FUNCTION_WORDS
-    tb = set(b.split()) - _FUNCTION_WORDS
+    ta = set(a.split()) - FUNCTION_WORDS
+    tb = set(b.split()) - FUNCTION_WORDS
     return bool(ta and tb) and (ta <= tb or tb <= ta)
 
 
@@ -309,7 +309,7 @@ def alike(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) ->
         cache = NO_MEMO
     if cache.flip_candidates(a.words) or cache.flip_candidates(b.words):
         return False
-    return all(_compatible_values(q[1:], q[1:]) for q in a.quantities)  # no NaN, a known kind
+    return all(compatible_values(q[1:], q[1:]) for q in a.quantities)  # no NaN, a known kind
 
 
 FILTERS: dict[str, Callable[..., str | None]] = {  # (a, b, cache=None) -> reason or None

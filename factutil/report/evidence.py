@@ -111,7 +111,7 @@ def evidence_auc(labels: Sequence[bool | None], utilities: Sequence[float]) -> f
     Returns:
         the AUC in [0, 1], or None when there is no gold or no distractor cluster.
     """
-    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import roc_auc_score  # heavy (~3 s): imported when an AUC is asked for
 
     pairs = [(label, u) for label, u in zip(labels, utilities, strict=True) if label is not None]
     if len({label for label, _ in pairs}) < 2:

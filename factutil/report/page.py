@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from factutil import __version__
 from factutil.api import ClusterRecord, ProcessAdvantages
 from factutil.config import FactUtilConfig
 from factutil.io import write_atomic
@@ -423,7 +424,7 @@ def _action_text(action: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _environment():
-    import jinja2
+    import jinja2  # when rendering only: the CLI's other commands start without it
 
     environment = jinja2.Environment(
         loader=jinja2.FunctionLoader(_template_source),
@@ -441,8 +442,6 @@ def _template_source(name: str) -> str:
 
 def render(context: Mapping[str, Any]) -> str:
     """The page's HTML for a :func:`report_context` (jinja2, autoescaped)."""
-    from factutil import __version__
-
     environment = _environment()
     css = _template_source("report.css")
     return environment.get_template("report.html.j2").render(

@@ -33,7 +33,7 @@ _RC = {
 def matplotlib_missing() -> str | None:
     """None when matplotlib can be imported, else a one-line note saying how to install it."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  (optional: the report extra)
     except ImportError:
         return f"plots left out: matplotlib is not installed ({INSTALL_HINT})"
     return None
@@ -44,7 +44,7 @@ WIDTH, HEIGHT = 4.8, 3.6
 
 
 def _figure(rows: int = 1):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # optional (the report extra): imported when drawing
 
     figure = Figure(figsize=(WIDTH, HEIGHT), layout="constrained")
     axes = figure.subplots(rows, 1, squeeze=False)[:, 0]
@@ -54,7 +54,7 @@ def _figure(rows: int = 1):
 def _svg(figure, name: str) -> str:
     """The figure as an ``<svg>`` element (no XML prolog), scaled by the page's CSS; its ids
     start with ``name`` so several plots can share one page."""
-    import matplotlib
+    import matplotlib  # optional (the report extra): imported when drawing
 
     buffer = io.StringIO()
     with matplotlib.rc_context(_RC):
@@ -89,7 +89,7 @@ def utility_histogram(
     Returns:
         an ``<svg>`` element as text.
     """
-    import matplotlib
+    import matplotlib  # optional (the report extra): imported when drawing
 
     with matplotlib.rc_context(_RC):
         figure, (axis,) = _figure()
@@ -131,7 +131,7 @@ def advantage_by_kind(values: Mapping[str, Mapping[str, Sequence[float]]]) -> st
     Returns:
         an ``<svg>`` element as text.
     """
-    import matplotlib
+    import matplotlib  # optional (the report extra): imported when drawing
 
     with matplotlib.rc_context(_RC):
         figure, axes = _figure(rows=len(values))
@@ -162,7 +162,7 @@ def potential_lines(
     Returns:
         an ``<svg>`` element as text.
     """
-    import matplotlib
+    import matplotlib  # optional (the report extra): imported when drawing
 
     with matplotlib.rc_context(_RC):
         figure, (axis,) = _figure()

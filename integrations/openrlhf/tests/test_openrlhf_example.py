@@ -131,8 +131,8 @@ def test_make_prompts_writes_one_line_per_question(tmp_path):
 
 
 def test_check_mode_against_the_repository_retrieval_server(agent, capsys):
-    """The agent's check mode, end to end over HTTP on 127.0.0.1, against factutil/retrieval.py."""
-    retrieval = pytest.importorskip("factutil.tools.retrieval", reason="factutil/tools/retrieval.py is not there yet")
+    """The agent's check mode, end to end over HTTP on 127.0.0.1, against factutil.tools.retrieval."""
+    retrieval = pytest.importorskip("factutil.tools.retrieval", reason="factutil.tools.retrieval is not there yet")
     pytest.importorskip("bm25s")
     if not all(hasattr(retrieval, name) for name in ("make_server", "BM25Retriever", "load_corpus", "DEFAULT_CORPUS")):
         pytest.skip("factutil.tools.retrieval has no make_server/BM25Retriever/load_corpus (API changed)")

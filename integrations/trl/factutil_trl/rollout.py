@@ -32,7 +32,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import torch
-from factutil.integration import left_pad
 from factutil.parse import parse_action
 from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
 from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages, render_store
@@ -71,6 +70,26 @@ def question_of(prompt: Any) -> str:
             :200
         ]
     )
+
+
+def left_pad(contexts: Sequence[Sequence[int]], pad: int) -> tuple[Any, Any]:
+    """Token id lists left-padded into one batch, as ``generate`` of a causal LM takes them.
+
+    Args:
+        contexts: per row, its token ids (at least one row).
+        pad: the id written before each shorter row.
+
+    Returns:
+        ``(input_ids, attention_mask)``: torch int64 (B, W), W the longest row; the mask is 1 on
+        each row's own tokens.
+    """
+    width = max(len(ids) for ids in contexts)
+    input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
+    return input_ids, attention
 
 
 def transformers_generate(

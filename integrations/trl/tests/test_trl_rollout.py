@@ -12,6 +12,7 @@ from factutil.tools.agent import build_messages
 from factutil.tools.retrieval import RetrievalClient
 
 from factutil_trl import FactAgentRollout, factagent_reward, question_of
+from factutil_trl.rollout import left_pad
 
 QUESTION = "Who is the mother of the director of film Polish-Russian War (Film)?"
 GOLD = "Małgorzata Braunek"
@@ -207,3 +208,10 @@ def test_factagent_reward_names_a_bad_gold_answer():
         )
     with pytest.raises(ValueError, match="'golden_answers' dataset column"):
         factagent_reward(completions=[""], factutil=[{"answer": "a", "store_size": 1}])
+
+
+def test_left_pad_by_hand():
+    """Shorter rows get the pad id in front and a 0 mask there; 1 on each row's own tokens."""
+    input_ids, attention = left_pad([[5, 6, 7], [9]], pad=0)
+    assert input_ids.tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert attention.tolist() == [[1, 1, 1], [0, 0, 1]]

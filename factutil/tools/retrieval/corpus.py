@@ -1,0 +1,98 @@
+"""Search-R1's documents: the ``contents`` form (the title, quoted, on the first line) and
+corpus files (a JSON array or JSONL of ``{title, text}`` or ``{id, contents}``), read by the
+server; :func:`split_contents` is also the client's reading of a document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TOPK = 3
+"""Passages per query when a request (server) or a client gives none (Search-R1's ``--topk``)."""
+DEFAULT_CORPUS = (Path(__file__).resolve().parent.parent / "data"
+                  / "hipporag_2wikimultihopqa_corpus.json")
+"""The 2Wiki paragraphs shipped as package data (HippoRAG's 2wikimultihopqa corpus, MIT; the
+repository's ``examples/data`` links to the same file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One retrievable paragraph: ``id``, ``title`` and ``text`` (all ``str``)."""
+
+    id: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """Search-R1's ``contents`` field: the title in double quotes, a newline, the text."""
+        return f'"{self.title}"\n{self.text}'
+
+    def to_reply(self) -> dict[str, str]:
+        """The ``DOC`` object of a reply: Search-R1's ``id`` and ``contents``, plus ``title``/``text``."""
+        return {"id": self.id, "contents": self.contents, "title": self.title, "text": self.text}
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """Search-R1 ``contents`` -> ``(title, text)``: the first line, unquoted, and the rest."""
+    title, _, text = contents.partition("\n")
+    title = title.strip()
+    if len(title) >= 2 and title[0] == title[-1] == '"':
+        title = title[1:-1]
+    return title, text.strip()
+
+
+def _document_from(item: Any, index: int, where: str) -> Document:
+    if not isinstance(item, Mapping):
+        # A malformed corpus line is a data error like the others (ValueError), not a caller's bug.
+        raise ValueError(  # noqa: TRY004
+            f"{where}: expected an object with title/text or contents, got {type(item).__name__}"
+        )
+    doc_id = str(item.get("id", item.get("_id", index)))
+    if isinstance(item.get("text"), str) and ("title" in item or "contents" not in item):
+        return Document(doc_id, str(item.get("title", "")), item["text"])
+    contents = item.get("contents")
+    if isinstance(contents, str):
+        title, text = split_contents(contents)
+        return Document(doc_id, title, text)
+    raise ValueError(f"{where}: a document needs a string 'text' (with 'title') or 'contents'")
+
+
+def load_corpus(path: str | Path) -> list[Document]:
+    """Read a corpus: a JSON array of documents, or JSONL with one document per line.
+
+    A document is ``{"title", "text"}`` (the bundled 2Wiki file, HippoRAG's form) or
+    ``{"id", "contents"}`` (Search-R1's wiki-18 form, the title on the first line). ``id`` (or
+    ``_id``) is optional and defaults to the 0-based position.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is empty or a document is malformed (``FILE:LINE`` or ``FILE[i]``).
+    """
+    path = Path(path)
+    raw = path.read_text(encoding="utf-8")
+    stripped = raw.lstrip()
+    documents: list[Document] = []
+    if stripped.startswith("["):
+        try:
+            items = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON: {error}") from None
+        for index, item in enumerate(items):
+            documents.append(_document_from(item, index, f"{path}[{index}]"))
+    else:
+        for line_no, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_no}: not valid JSON: {error}") from None
+            documents.append(_document_from(item, len(documents), f"{path}:{line_no}"))
+    if not documents:
+        raise ValueError(f"{path}: the corpus holds no document")
+    return documents
