@@ -97,7 +97,8 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> Fact
         try:
             loaded = load_yaml(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-            raise ConfigError(f"config: {path}: cannot read: {error}") from None
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise ConfigError(f"config: {path}: cannot read: {reason}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config: {path}: expected a mapping of fields, got {type(loaded).__name__}")
         values.update(loaded or {})
@@ -122,10 +123,20 @@ def progress_bar() -> Progress:
     )
 
 
+EXTRA_WORDS = {"allow_extra_args": True}
+"""Words no option takes reach the command (``ctx.args``), so that ``--set omega 0.3`` is answered
+with the form ``--set`` wants rather than click's bare "unexpected extra argument"."""
+
+
 def _score(
-    path: Path, config_path: Path | None, sets: list[str] | None, progress: Progress | None = None
+    ctx: typer.Context, path: Path, config_path: Path | None, sets: list[str] | None,
+    progress: Progress | None = None,
 ) -> ProcessAdvantages:
     """Load config and input, compute; exit 2 with one line per problem on bad input."""
+    if ctx.args:
+        errors.print(f"unexpected argument {ctx.args[0]!r}: --set takes key=value as one word "
+                     f"(e.g. --set omega=0.3)", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
     progress = progress or progress_bar()
     try:
         config = load_config(config_path, sets)
@@ -137,6 +148,8 @@ def _score(
     except OSError as error:
         errors.print(f"{path}: cannot read: {error.strerror or error}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    if not groups:
+        errors.print(f"warning: {path} holds no rollout (empty or blank lines only)", markup=False)
     task = progress.add_task(f"scoring {len(groups)} groups", total=None)
     try:
         result = compute_process_advantages(groups, config)
@@ -190,8 +203,9 @@ def summary_table(result: ProcessAdvantages) -> Table:
     return table
 
 
-@app.command()
+@app.command(context_settings=EXTRA_WORDS)
 def score(
+    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Per-action JSONL to write.")],
     config: ConfigOption = None,
@@ -203,7 +217,7 @@ def score(
     of a new file (0666 less the umask).
     """
     with progress_bar() as progress:
-        result = _score(input, config, set_, progress)
+        result = _score(ctx, input, config, set_, progress)
         task = progress.add_task(f"writing {output.name}", total=len(result.advantages))
         try:
             if not output.parent.exists():
@@ -228,8 +242,9 @@ def _advancing(progress: Progress, task: Any, rows: Any) -> Any:
     progress.update(task, completed=count)
 
 
-@app.command()
+@app.command(context_settings=EXTRA_WORDS)
 def clusters(
+    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     config: ConfigOption = None,
@@ -240,7 +255,7 @@ def clusters(
         errors.print(f"--format: expected 'table' or 'json', got {format!r}", markup=False)
         raise typer.Exit(EXIT_BAD_INPUT)
     with progress_bar() as progress:
-        result = _score(input, config, set_, progress)
+        result = _score(ctx, input, config, set_, progress)
     if format == "json":
         typer.echo(json_line([record.to_dict() for record in result.clusters]))
         return
@@ -256,8 +271,9 @@ def clusters(
     console.print(table)
 
 
-@app.command()
+@app.command(context_settings=EXTRA_WORDS)
 def report(
+    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")],
     config: ConfigOption = None,
@@ -286,7 +302,11 @@ def report(
     if missing:
         errors.print(missing, markup=False)
     with progress_bar() as progress:
-        result = _score(input, config, set_, progress)
+        result = _score(ctx, input, config, set_, progress)
+        if gold_triples and result.groups and not {g.uid for g in result.groups} & set(gold_triples):
+            errors.print(f"warning: --gold {gold} names none of the input's {len(result.groups)} "
+                         f"uids (e.g. {result.groups[0].uid!r}): no cluster is marked gold",
+                         markup=False)
         inputs = ReportInputs(source=str(input), gold=gold_triples, max_groups=max_groups, uids=uid)
         try:
             shown = len(select_groups(result, max_groups, uid))

@@ -131,10 +131,27 @@ def read_rollouts(
                 problems.extend(validation_problems(error, name, number))
     if progress is not None and unreported:
         progress(unreported)
+    if problems and problems[0].line == 1 and not rollouts:
+        document = _json_document(path)
+        if document is not None:  # one line for the file, not one per line of a JSON document
+            raise InputError([Problem(name, None, "(file)", (
+                f"a JSON document (one {document}), not JSON Lines: expected one rollout object "
+                f"per line (docs/method.md §8)"))])
     problems.extend(_group_problems(name, rollouts))
     if problems:
         raise InputError(problems)
     return rollouts
+
+
+def _json_document(path: str | os.PathLike) -> str | None:
+    """``"object"`` or ``"array"`` when the whole file is one JSON document of several lines
+    (what a JSONL reader takes line by line as garbage), else None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (ValueError, RecursionError):  # not one document (or not UTF-8): the lines' problems stand
+        return None
+    return {dict: "object", list: "array"}.get(type(value))
 
 
 def _group_problems(name: str, rollouts: list[tuple[int, Rollout]]) -> list[Problem]:

@@ -149,3 +149,49 @@ def test_score_rows_carry_the_invalid_reason(tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["action"], r["invalid_reason"]) for r in rows] == [
         ("invalid", "triple 0 has 2 parts, expected 3"), ("answer", None)]
+
+
+def test_a_json_document_given_as_jsonl_is_one_line_saying_so(tmp_path):
+    """A JSON document spread over lines (an object keyed by uid, or an array) is not JSON Lines:
+    one line naming the file and what is expected, not one error per line."""
+    for value, kind in (({"q": [["a", "b", "c"]], "r": []}, "object"), ([ROW, ROW], "array")):
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps(value, indent=2), encoding="utf-8")
+        done = runner.invoke(app, ["score", str(path), "-o", str(tmp_path / "o.jsonl")])
+        assert done.exit_code == 2
+        assert done.output.strip().splitlines() == [
+            f"{path}: (file): a JSON document (one {kind}), not JSON Lines: expected one rollout "
+            f"object per line (docs/method.md §8)"]
+
+
+def test_empty_input_and_gold_naming_no_uid_are_warned(tmp_path, rollouts):
+    """An input with no rollout scores (exit 0) with a warning saying so; a --gold file that
+    names none of the input's uids is accepted with a warning naming an input uid."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n", encoding="utf-8")
+    done = runner.invoke(app, ["score", str(empty), "-o", str(tmp_path / "o.jsonl")])
+    assert done.exit_code == 0
+    assert f"warning: {empty} holds no rollout (empty or blank lines only)" in done.output
+    gold = tmp_path / "gold.json"
+    gold.write_text(json.dumps({"other": [["a", "b", "c"]]}), encoding="utf-8")
+    done = runner.invoke(app, ["report", str(rollouts), "-o", str(tmp_path / "r.html"),
+                               "--gold", str(gold), "--set", "mode=exact"])
+    assert done.exit_code == 0
+    assert (f"warning: --gold {gold} names none of the input's 1 uids (e.g. 'q'): no cluster is "
+            f"marked gold") in " ".join(done.output.split())
+
+
+def test_a_missing_config_file_and_a_spaced_set_say_what_to_do(tmp_path, rollouts):
+    """``--config nosuch.yaml`` -> "cannot read: No such file or directory" (no errno);
+    ``--set omega 0.3`` -> the form --set wants; both exit 2."""
+    done = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
+                               "--config", str(tmp_path / "nosuch.yaml")])
+    assert done.exit_code == 2
+    assert done.output.strip() == (f"config: {tmp_path / 'nosuch.yaml'}: cannot read: No such "
+                                   f"file or directory")
+    for command in (["score", str(rollouts), "-o", str(tmp_path / "o.jsonl")],
+                    ["clusters", str(rollouts)]):
+        done = runner.invoke(app, [*command, "--set", "omega", "0.3"])
+        assert done.exit_code == 2
+        assert done.output.strip() == ("unexpected argument '0.3': --set takes key=value as one "
+                                       "word (e.g. --set omega=0.3)")
