@@ -437,6 +437,10 @@ def test_an_empty_query_list_is_answered_with_an_empty_result(url: str):
 @pytest.mark.parametrize("headers,status,error", [
     (b"Content-Length: abc\r\n", 400, "Content-Length must be a non-negative integer, got 'abc'"),
     (b"Content-Length: -5\r\n", 400, "Content-Length must be a non-negative integer, got '-5'"),
+    # "\xb2" is "²" in the headers' Latin-1: str.isdigit() takes it, int() does not (werkzeug #2716)
+    (b"Content-Length: \xb2\r\n", 400, "Content-Length must be a non-negative integer, got '\xb2'"),
+    (b"Content-Length: " + b"7" * 4301 + b"\r\n", 400,
+     "Content-Length must be a non-negative integer, got '7777"),
     (b"Transfer-Encoding: chunked\r\n", 411, "give the body with a Content-Length"),
 ])
 def test_bad_framing_is_a_4xx_and_the_connection_closes(url: str, headers, status, error):

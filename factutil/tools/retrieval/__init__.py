@@ -22,8 +22,10 @@ command::
 Requests are bounded: a body over :data:`MAX_REQUEST_BYTES` gets 413, more than
 :data:`MAX_QUERIES` queries or a ``topk`` over :data:`MAX_TOPK` get 422, ``queries`` must be a list
 of strings (422 otherwise, as Search-R1's FastAPI server answers), a body that is not JSON gets 400
-and one without a ``Content-Length`` 411; a client silent for ``request_timeout_s`` (headers or
-body half sent) gets 408 and its connection is closed. Searches take a lock one query at a time, so
+and one without a ``Content-Length`` 411, one whose ``Content-Length`` is not a plain ASCII
+number of at most 18 digits 400; a client silent for ``request_timeout_s`` with its body half sent
+gets 408 and its connection is closed; one silent before its headers end is disconnected without
+an answer (there is no request yet to answer). Searches take a lock one query at a time, so
 a large request never holds the others back for long. ``benchmarks/serve_load.py`` measures it
 under load.
 

@@ -195,7 +195,9 @@ def _handler(
                 raise _RequestRefused(411, "give the body with a Content-Length (no chunked "
                                            "transfer encoding)", close=True)
             given = (self.headers.get("Content-Length") or "0").strip()
-            if not given.isdigit():
+            # isdigit() takes "²" and other Unicode digits, which int() refuses; past 18 digits
+            # int() meets its digit limit, and no body of ours is that long anyway.
+            if not (given.isascii() and given.isdigit() and len(given) <= 18):
                 raise _RequestRefused(
                     400, f"Content-Length must be a non-negative integer, got {given!r}",
                     close=True)
@@ -264,7 +266,8 @@ def make_server(
         port: TCP port; 0 picks a free one (read it from ``server.server_address[1]``).
         default_topk: k when a request gives none (Search-R1's ``--topk``).
         request_timeout_s: seconds a connection may stay silent (while sending a request, or
-            idle between requests) before the server answers 408 or closes it; > 0.
+            idle between requests) before the server answers 408 (a body half sent) or closes
+            it (headers half sent, or idle); > 0.
 
     Raises:
         OSError: the port is taken.
