@@ -34,7 +34,7 @@ from factutil.cli import app
 from factutil.config import ConfigError, config_from_values, load_yaml, setting_value
 from factutil.cluster import SemanticClusterer, candidate_pairs
 from factutil.embed import embed_unique
-from factutil.filters import analyze, first_veto
+from factutil.filters import analyze, first_veto, negation_veto
 from factutil.io import read_rollouts
 from factutil.parse import parse_action
 
@@ -1348,3 +1348,55 @@ def test_gold_answers_that_normalise_to_nothing_warn_once_each_and_keep_the_squa
     assert done.exit_code == 0, done.output
     summary = " ".join(done.output.split())
     assert "gold answers that normalise to nothing │ 3: 'The The', 'A', 'the'" in summary
+
+
+# --- 12. round three: negations, truncation and relations -------------------------------------
+
+PREFIX_NEGATIONS = [
+    ("is effective against", "is ineffective against"),
+    ("was consistent with", "was inconsistent with"),
+    ("was appropriate for", "was inappropriate for"),
+    ("was legal in", "was illegal in"),
+    ("was relevant to", "was irrelevant to"),
+    ("was possible in", "was impossible in"),
+    ("was honourable to", "was dishonourable to"),
+]
+
+
+@pytest.mark.parametrize("plain,negated", PREFIX_NEGATIONS)
+def test_a_word_and_its_negating_prefix_form_are_vetoed_by_the_negation_filter(plain, negated):
+    """A word of one triple that is a word of the other with a negating prefix (in-, im-, il-,
+    ir-, dis-; un- and non- before) and not in the fixed lexicon -> a negation veto naming the
+    prefixed word, whichever side comes first."""
+    a, b = analyze("The finding", plain, "the case"), analyze("The finding", negated, "the case")
+    word = negated.split()[1]
+    for x, y in ((a, b), (b, a)):
+        assert first_veto(x, y) == (f"negation: polarity differs: 'The finding | {negated} | the "
+                                    f"case' is negated ({word}), 'The finding | {plain} | the "
+                                    f"case' is not")
+
+
+def test_a_prefix_that_belongs_to_its_word_flips_nothing_without_the_bare_stem():
+    """"informed" and "display" start with in-/dis- but are not negations: the negation filter
+    finds no polarity difference against a paraphrase that lacks the bare stem ("formed",
+    "play"), and does against one that has it."""
+    assert negation_veto(analyze("The board", "was informed of", "the plan"),
+                         analyze("The board", "was told of", "the plan")) is None
+    assert negation_veto(analyze("The museum", "has a display of", "Monet"),
+                         analyze("The museum", "shows", "Monet")) is None
+    assert negation_veto(analyze("The clay", "was informed into", "a cup"),
+                         analyze("The clay", "was formed into", "a cup")) is not None
+
+
+@pytest.mark.slow
+def test_prefix_negations_never_share_a_cluster_with_the_real_model(minilm):
+    """With the default semantic settings and the real MiniLM (cosine 0.92-0.99 for these
+    pairs), each affirmative and its prefix negation end in different clusters."""
+    rows = [row(f"r{k}-{side}", uid=f"q{k}", actions=[
+        {"action": "assert", "triples": [["The finding", relation, "the case"]]},
+        {"action": "answer", "answer": "Paris"}])
+        for k, pair in enumerate(PREFIX_NEGATIONS) for side, relation in enumerate(pair)]
+    config = FactUtilConfig(mode="semantic")
+    result = compute_process_advantages(rows, config,
+                                        clusterer=SemanticClusterer(config, embedder=minilm))
+    assert [len(c.members) for c in result.clusters] == [1] * (2 * len(PREFIX_NEGATIONS))

@@ -47,10 +47,12 @@ Negation (polarity)
     ("No", "False"): "Dr. No" and "False Bay" are names. A whole-object "no"/"false" becomes
     "yes"/"true" negated, so ("claim", "is", "false") has the key of ("claim", "is not", "true").
   * Words that merely start with un/in/non ("United", "inside", "under", "India") are never cues
-    on their own. Beyond the lexicon, an un-/non- word whose stem (>= 4 letters) is a word of the
-    other triple and which that triple lacks ("unaired" vs "aired") flips the polarity for that
-    pair only (pair check in :func:`negation_veto`); in-/dis-/im- are too often part of the stem
-    ("informed", "display"), so those count only through the lexicon.
+    on their own. Beyond the lexicon, a word with a negating prefix (non-, dis-, un-, in-, im-,
+    il-, ir-) whose stem (>= 4 letters) is a word of the other triple and which that triple lacks
+    ("unaired" vs "aired", "ineffective" vs "effective", "inconsistent" vs "consistent") flips the
+    polarity for that pair only (pair check in :func:`negation_veto`). A word whose prefix is part
+    of its stem ("informed", "display") flips only against a triple holding the bare stem
+    ("formed", "play"), which paraphrases rarely do (its recall cost is in benchmarks/README.md).
   * Veto when the two polarities differ.
 
 Numeric
@@ -161,7 +163,7 @@ distinct relation + object pairs), so the analysis is memoised per part by the
 (relation, object), ``words`` per text (bounded LRUs with string keys). A scan skips the date and number passes when the text has
 no digit, the month patterns when it has no month prefix, and the regnal pass without I/V/X;
 ``fold`` and ``folded_words`` skip Unicode decomposition for ASCII. Pairs: the common relation
-of two ids is a table lookup, the un-/non- candidates of a word set and entity-key matches are memoised,
+of two ids is a table lookup, the negating-prefix candidates of a word set and entity-key matches are memoised,
 and the alignment of the last pair is reused by the next filter. Measured on L (2 cores): analyze 60 → 11 µs per triple from empty caches, 3 µs with
 warm ones (31 µs when no part was seen before); ``first_veto`` on the step's real candidate pairs
 11 → 5.5 µs.

@@ -3,7 +3,7 @@
 Every filter helper is a pure function of strings (or of a word set), and a batch repeats parts
 far more than triples, so the analysis and the vetoes read through memoised copies of them: one
 subject's values and key, one (relation, object) pair's reading, one text's scan, words and
-folding, one fuzzy relation look-up, one pair of entity keys, one word set's un-/non- words, one
+folding, one fuzzy relation look-up, one pair of entity keys, one word set's negating-prefix words, one
 fact's quantities split by part, and the alignment of the last pair. Those copies belong to a
 :class:`FilterCache`; the :class:`~factutil.cluster.SemanticClusterer` creates one and holds it
 (``filter_cache``), so a new clusterer starts empty and nothing is shared between clusterers or

@@ -31,7 +31,7 @@ class FactFeatures:
     ``(relation_id or relation_key, subject_key, object_key, negated, quantities without the
     as-written magnitudes)`` with the keys' commas dropped; equal keys mean the same fact. ``relation_key`` is the relation id
     or, for an unknown relation, its folded text; ``negation_cues`` the cues counted;
-    ``words`` the lower-case words of relation and object (for the pairwise un-/non- check).
+    ``words`` the lower-case words of relation and object (for the pairwise negating-prefix check).
     """
 
     subject: str

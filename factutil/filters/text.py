@@ -89,7 +89,8 @@ NEGATED_WORDS = {
 }
 WHOLE_OBJECT_NEGATIONS = {"no": "yes", "false": "true", "none": "", "never": "",
                           "nobody": "", "nothing": ""}
-_DYNAMIC_PREFIXES = ("non", "un")
+# The negating prefixes of the pair rule; a longer prefix first ("non" before "no" would matter).
+NEGATING_PREFIXES = ("non", "dis", "un", "in", "im", "il", "ir")
 
 
 def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
@@ -109,11 +110,12 @@ def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
 
 
 def flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """(word, stem) of the un-/non- words outside the lexicon with a stem of >= 4 letters, sorted
-    by word (a word starts with at most one of the prefixes)."""
+    """(word, stem) of the words outside the lexicon that start with a negating prefix
+    (:data:`NEGATING_PREFIXES`: non-, dis-, un-, in-, im-, il-, ir-) before a stem of >= 4
+    letters, sorted by word; a word's first matching prefix (in that order) gives its stem."""
     out = []
     for word in sorted(words):
-        for prefix in _DYNAMIC_PREFIXES:
+        for prefix in NEGATING_PREFIXES:
             stem = word[len(prefix):].lstrip()
             if word.startswith(prefix) and len(stem) >= 4 and word not in NEGATED_WORDS:
                 out.append((word, stem))

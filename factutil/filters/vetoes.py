@@ -293,7 +293,7 @@ def alike(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) ->
     """Whether no filter can veto the pair: true only when every filter returns None for it.
 
     True when the two facts agree on every field a filter compares (subject and object keys,
-    relation key and id, polarity, quantities), neither has an un-/non- word that could flip its
+    relation key and id, polarity, quantities), neither has a negating-prefix word that could flip its
     polarity against the other, and each value agrees with itself. Then negation sees equal
     polarities; numeric, relation and entity see the same key and values on each side, and
     :func:`~factutil.filters.same_entity` and value agreement hold for equal arguments (a
