@@ -98,39 +98,40 @@ DEFAULT_BLOCKS = tuple(BLOCKS)
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One arm of the ablation."""
+    """One arm of the ablation: the library's defaults with the fields it names changed."""
 
     name: str  # identifier (JSON keys, --runs)
     label: str  # for tables and the plot
-    omega: float
-    alpha: float
-    mode: str  # "semantic" | "exact"
-    uniform_groups: str = "keep"  # FactUtilConfig.uniform_groups
-    prior: str = "beta"  # FactUtilConfig.prior
-    process_norm: str = "none"  # FactUtilConfig.process_norm
+    fields: dict  # FactUtilConfig fields this arm sets (a preset first, as the config applies it)
 
     def config(self, **fields) -> FactUtilConfig:
         """The library config of this arm; every field it does not name keeps the library default."""
-        return FactUtilConfig(omega=self.omega, alpha=self.alpha, mode=self.mode,
-                              uniform_groups=self.uniform_groups, prior=self.prior,
-                              process_norm=self.process_norm, **fields)
+        return FactUtilConfig(**self.fields, **fields)
+
+    @property
+    def omega(self) -> float:
+        return self.config().omega
 
 
-# "full" is the library's defaults (the paper's: Ω = 0.5, α = 0.2, semantic, Beta(½, ½) prior,
-# raw process reward); every other run changes the fields its name says.
+# "default" is the library's defaults (Ω = 0.5, α = 0.2, semantic, the group-centred prior, raw
+# process reward); "paper" the published method (Beta(½, ½) prior); the paper's ablation arms
+# change one field of "paper" each; every other run changes the fields its name says.
 RUNS = (
-    RunSpec("outcome_only", "outcome-only (Ω=0)", 0.0, 0.2, "semantic"),
-    RunSpec("omega_0.3", "Ω=0.3", 0.3, 0.2, "semantic"),
-    RunSpec("full", "full = library defaults (Ω=0.5)", 0.5, 0.2, "semantic"),
-    RunSpec("omega_0.7", "Ω=0.7", 0.7, 0.2, "semantic"),
-    RunSpec("no_back_credit", "α=0 (no back-credit)", 0.5, 0.0, "semantic"),
-    RunSpec("exact", "exact clusters", 0.5, 0.2, "exact"),
-    RunSpec("prior_group", "prior=group", 0.5, 0.2, "semantic", prior="group"),
-    RunSpec("prior_group_norm", "prior=group + process_norm=group", 0.5, 0.2, "semantic",
-            prior="group", process_norm="group"),
-    RunSpec("full_uniform_zero", "uniform_groups=zero", 0.5, 0.2, "semantic", "zero"),
+    RunSpec("outcome_only", "outcome-only (Ω=0)", {"omega": 0.0}),
+    RunSpec("default", "default (prior=group)", {}),
+    RunSpec("paper", "preset=paper (Beta prior)", {"preset": "paper"}),
+    RunSpec("plain_grpo", "preset=plain_grpo", {"preset": "plain_grpo"}),
+    RunSpec("loo", "utility=loo (prior=group)", {"utility": "loo"}),
+    RunSpec("omega_0.3", "paper, Ω=0.3", {"preset": "paper", "omega": 0.3}),
+    RunSpec("omega_0.7", "paper, Ω=0.7", {"preset": "paper", "omega": 0.7}),
+    RunSpec("no_back_credit", "paper, α=0 (no back-credit)", {"preset": "paper", "alpha": 0.0}),
+    RunSpec("exact", "paper, exact clusters", {"preset": "paper", "mode": "exact"}),
+    RunSpec("uniform_zero", "paper, uniform_groups=zero",
+            {"preset": "paper", "uniform_groups": "zero"}),
 )
-QUICK_RUNS = ("outcome_only", "full", "exact")
+# The runs of the decision: the library's default against outcome-only, the paper and the options.
+DECISION_RUNS = ("outcome_only", "default", "paper", "plain_grpo", "loo")
+QUICK_RUNS = ("outcome_only", "default", "paper")
 
 # The untrained policy, a "prompted" prior: hand-set weights of magnitude 1–2 with the sign an
 # instruction-following model would have (search the question, then the entity just found; assert
@@ -493,7 +494,7 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
     got = [r for r in reach if r is not None]
     return {
         "block": block, "run": run.name, "label": run.label, "omega": run.omega,
-        "alpha": run.alpha, "mode": run.mode, "seeds": len(mine),
+        "seeds": len(mine),
         "em_start": float(np.mean(starts)),
         "em_final": float(np.mean(finals)),
         "em_final_sd": float(np.std(finals, ddof=1)) if len(finals) > 1 else 0.0,
@@ -776,10 +777,10 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
              f"{report['questions']['heldout']} held-out questions × {first['eval_samples']} samples")
     plot(results, runs, out / "credit_ablation.png", title)
     blocks = [block for block in BLOCKS if block in report["settings"]]
-    for block in blocks:
-        process = process_table(results, "full", block)
+    for block, name in ((block, name) for block in blocks for name in ("default", "paper")):
+        process = process_table(results, name, block)
         if process:
-            tables += (f"\nProcess term Ω·A_proc of the full run by action ({block}; "
+            tables += (f"\nProcess term Ω·A_proc of the {name} run by action ({block}; "
                        f"iterations 1–{PROCESS_ITERATIONS}, all seeds; mean, and the action's "
                        f"share of its groups' actions):\n\n{process}")
     (out / "table.md").write_text(tables, encoding="utf-8")
