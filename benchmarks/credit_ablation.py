@@ -791,9 +791,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="train nothing: join the results.json files of earlier runs (same "
                              "settings, other seeds, blocks or runs) and write the tables of the "
                              "union to --out; a (block, run, seed) found twice is an error")
+    parser.add_argument("--compact", action="store_true",
+                        help="with --merge: keep of each run only what the tables read (held-out "
+                             "evaluations, factutil times, the process term of iterations 1–"
+                             f"{PROCESS_ITERATIONS}), so results.json is small enough to commit "
+                             "and can be merged again")
     args = parser.parse_args(argv)
     if args.merge:
-        return _merge(args.merge, args.out, args.target_em)
+        return _merge(args.merge, args.out, args.target_em, args.compact)
 
     quick = args.quick
     names = args.runs.split(",") if args.runs else (QUICK_RUNS if quick else [r.name for r in RUNS])
@@ -847,7 +852,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _write_report(report, args.out, args.target_em)
 
 
-def _merge(paths: Sequence[Path], out: Path, target_em: float) -> int:
+REPORTED = ("iteration", "heldout", "factutil_s", "factutil_share")  # what the tables read
+
+
+def compact(result: dict) -> dict:
+    """One run's result with only the record fields the tables and the plot read (``--compact``)."""
+    records = []
+    for record in result["records"]:
+        kept = {key: record[key] for key in REPORTED if key in record}
+        if "process_by_kind" in record and record["iteration"] <= PROCESS_ITERATIONS:
+            kept["process_by_kind"] = record["process_by_kind"]
+        records.append(kept)
+    return {**result, "records": records}
+
+
+def _merge(paths: Sequence[Path], out: Path, target_em: float, compact_results: bool = False) -> int:
     """Join the results of earlier runs (``--merge``) and write the tables of the union."""
     reports = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
     results, seen = [], set()
@@ -858,7 +877,7 @@ def _merge(paths: Sequence[Path], out: Path, target_em: float) -> int:
                 raise SystemExit(f"--merge: {path}: block {key[0]}, run {key[1]}, seed {key[2]} "
                                  "is already in an earlier file")
             seen.add(key)
-            results.append(result)
+            results.append(compact(result) if compact_results else result)
     for report in reports[1:]:
         for block, settings in report["settings"].items():
             known = reports[0]["settings"].setdefault(block, settings)
@@ -905,7 +924,7 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
                                              key=lambda r: -r["em_final"])]
         for block in BLOCKS if any(r["block"] == block for r in rows)}
     report = {**report, "target_em": target_em, "summary": rows, "ordering": orderings}
-    (out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(report), encoding="utf-8")
     print()
     print(tables)
     labels = {r.name: r.label for r in runs}

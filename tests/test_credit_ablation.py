@@ -395,6 +395,14 @@ def test_more_seeds_join_an_earlier_run_with_merge(tmp_path):
     finals = parts[0]["em_final_per_seed"] + parts[1]["em_final_per_seed"]
     assert row["em_final_per_seed"] == finals
     assert row["em_final"] == pytest.approx(sum(finals) / 2)
+    # --compact keeps what the tables read: merged again, the same table.
+    run("--merge", str(tmp_path / "m/results.json"), "--compact", "--out", str(tmp_path / "c"))
+    run("--merge", str(tmp_path / "c/results.json"), "--out", str(tmp_path / "cc"))
+    assert (tmp_path / "c/table.md").read_text() == (tmp_path / "m/table.md").read_text()
+    assert (tmp_path / "cc/table.md").read_text() == (tmp_path / "m/table.md").read_text()
+    small = json.loads((tmp_path / "c/results.json").read_text())["results"][0]["records"]
+    assert {key for record in small for key in record} <= {
+        "iteration", "heldout", "factutil_s", "factutil_share", "process_by_kind"}
     again = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/credit_ablation.py"), "--merge",
          str(tmp_path / "a/results.json"), str(tmp_path / "a/results.json"), "--out", str(tmp_path / "x")],
