@@ -55,6 +55,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 import numpy as np
+import scipy.stats
 
 from benchmarks.credit_env import (
     FEATURES,
@@ -98,39 +99,40 @@ DEFAULT_BLOCKS = tuple(BLOCKS)
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One arm of the ablation."""
+    """One arm of the ablation: the library's defaults with the fields it names changed."""
 
     name: str  # identifier (JSON keys, --runs)
     label: str  # for tables and the plot
-    omega: float
-    alpha: float
-    mode: str  # "semantic" | "exact"
-    uniform_groups: str = "keep"  # FactUtilConfig.uniform_groups
-    prior: str = "beta"  # FactUtilConfig.prior
-    process_norm: str = "none"  # FactUtilConfig.process_norm
+    fields: dict  # FactUtilConfig fields this arm sets (a preset first, as the config applies it)
 
     def config(self, **fields) -> FactUtilConfig:
         """The library config of this arm; every field it does not name keeps the library default."""
-        return FactUtilConfig(omega=self.omega, alpha=self.alpha, mode=self.mode,
-                              uniform_groups=self.uniform_groups, prior=self.prior,
-                              process_norm=self.process_norm, **fields)
+        return FactUtilConfig(**self.fields, **fields)
+
+    @property
+    def omega(self) -> float:
+        return self.config().omega
 
 
-# "full" is the library's defaults (the paper's: Ω = 0.5, α = 0.2, semantic, Beta(½, ½) prior,
-# raw process reward); every other run changes the fields its name says.
+# "default" is the library's defaults (Ω = 0.5, α = 0.2, semantic, the group-centred prior, raw
+# process reward); "paper" the published method (Beta(½, ½) prior); the paper's ablation arms
+# change one field of "paper" each; every other run changes the fields its name says.
 RUNS = (
-    RunSpec("outcome_only", "outcome-only (Ω=0)", 0.0, 0.2, "semantic"),
-    RunSpec("omega_0.3", "Ω=0.3", 0.3, 0.2, "semantic"),
-    RunSpec("full", "full = library defaults (Ω=0.5)", 0.5, 0.2, "semantic"),
-    RunSpec("omega_0.7", "Ω=0.7", 0.7, 0.2, "semantic"),
-    RunSpec("no_back_credit", "α=0 (no back-credit)", 0.5, 0.0, "semantic"),
-    RunSpec("exact", "exact clusters", 0.5, 0.2, "exact"),
-    RunSpec("prior_group", "prior=group", 0.5, 0.2, "semantic", prior="group"),
-    RunSpec("prior_group_norm", "prior=group + process_norm=group", 0.5, 0.2, "semantic",
-            prior="group", process_norm="group"),
-    RunSpec("full_uniform_zero", "uniform_groups=zero", 0.5, 0.2, "semantic", "zero"),
+    RunSpec("outcome_only", "outcome-only (Ω=0)", {"omega": 0.0}),
+    RunSpec("default", "default (prior=group)", {}),
+    RunSpec("paper", "preset=paper (Beta prior)", {"preset": "paper"}),
+    RunSpec("plain_grpo", "preset=plain_grpo", {"preset": "plain_grpo"}),
+    RunSpec("loo", "utility=loo (prior=group)", {"utility": "loo"}),
+    RunSpec("omega_0.3", "paper, Ω=0.3", {"preset": "paper", "omega": 0.3}),
+    RunSpec("omega_0.7", "paper, Ω=0.7", {"preset": "paper", "omega": 0.7}),
+    RunSpec("no_back_credit", "paper, α=0 (no back-credit)", {"preset": "paper", "alpha": 0.0}),
+    RunSpec("exact", "paper, exact clusters", {"preset": "paper", "mode": "exact"}),
+    RunSpec("uniform_zero", "paper, uniform_groups=zero",
+            {"preset": "paper", "uniform_groups": "zero"}),
 )
-QUICK_RUNS = ("outcome_only", "full", "exact")
+# The runs of the decision: the library's default against outcome-only, the paper and the options.
+DECISION_RUNS = ("outcome_only", "default", "paper", "plain_grpo", "loo")
+QUICK_RUNS = ("outcome_only", "default", "paper")
 
 # The untrained policy, a "prompted" prior: hand-set weights of magnitude 1–2 with the sign an
 # instruction-following model would have (search the question, then the entity just found; assert
@@ -493,7 +495,7 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
     got = [r for r in reach if r is not None]
     return {
         "block": block, "run": run.name, "label": run.label, "omega": run.omega,
-        "alpha": run.alpha, "mode": run.mode, "seeds": len(mine),
+        "seeds": len(mine),
         "em_start": float(np.mean(starts)),
         "em_final": float(np.mean(finals)),
         "em_final_sd": float(np.std(finals, ddof=1)) if len(finals) > 1 else 0.0,
@@ -503,12 +505,108 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
         "seed_list": [result["seed"] for result in mine],
         "iterations_to_target": float(np.mean(got)) if got else None,
         "reached_target": len(got),
+        "took_off_per_seed": [r is not None for r in reach],
         "recall_start": float(np.mean(recall0)), "recall_final": float(np.mean(recall1)),
+        "recall_final_per_seed": [float(r) for r in recall1],
         "actions_final": float(np.mean(actions)),
         "factutil_share": float(np.mean(shares)),
         "factutil_ms": float(np.mean(factutil_ms)),
         "factutil_first_s": float(np.mean(first_s)),
     }
+
+
+CONFIDENCE = 0.95  # of the paired intervals
+BASES = ("outcome_only", "default")  # each run is compared, seed by seed, with these two
+PAIRED = (("em", "em_final_per_seed"), ("recall", "recall_final_per_seed"))
+
+
+def paired_difference(values: Sequence[float], base: Sequence[float],
+                      confidence: float = CONFIDENCE) -> dict:
+    """Mean of ``values - base`` over paired seeds, its Student-t interval (``scipy.stats.ttest_rel``)
+    and how many seeds are ahead.
+
+    Returns:
+        ``{"mean", "low", "high", "ahead", "seeds"}``; the interval is NaN with fewer than two
+        seeds, and the mean itself when every difference is the same.
+    """
+    delta = np.asarray(values, dtype=np.float64) - np.asarray(base, dtype=np.float64)
+    mean = float(delta.mean()) if len(delta) else math.nan
+    if len(delta) < 2:
+        low = high = math.nan
+    elif np.all(delta == delta[0]):
+        low = high = mean
+    else:
+        interval = scipy.stats.ttest_rel(values, base).confidence_interval(confidence)
+        low, high = float(interval.low), float(interval.high)
+    return {"mean": mean, "low": low, "high": high, "ahead": int((delta > 0).sum()),
+            "seeds": len(delta)}
+
+
+def add_paired(rows: Sequence[dict]) -> None:
+    """Give each summary row ``paired[base][em|recall]``: :func:`paired_difference` of its final
+    held-out EM and gold-fact recall against each run of :data:`BASES` in its block, over the
+    seeds both ran."""
+    for row in rows:
+        row["paired"] = {}
+        for base in BASES:
+            other = next((r for r in rows if r["block"] == row["block"] and r["run"] == base), None)
+            if other is None or other is row:
+                continue
+            seeds = sorted(set(row["seed_list"]) & set(other["seed_list"]))
+            if not seeds:
+                continue
+            row["paired"][base] = {
+                name: paired_difference(
+                    [row[key][row["seed_list"].index(seed)] for seed in seeds],
+                    [other[key][other["seed_list"].index(seed)] for seed in seeds])
+                for name, key in PAIRED}
+
+
+def _interval(stats: dict | None) -> str:
+    """``+0.012 [-0.010, +0.034] (3/5)``: a paired difference in a table cell."""
+    if stats is None:
+        return "—"
+    if math.isnan(stats["low"]):
+        return f"{stats['mean']:+.3f} ({stats['ahead']}/{stats['seeds']})"
+    return (f"{stats['mean']:+.3f} [{stats['low']:+.3f}, {stats['high']:+.3f}] "
+            f"({stats['ahead']}/{stats['seeds']})")
+
+
+def decision_tables(rows: Sequence[dict], target_em: float) -> str:
+    """The paired comparison, as Markdown: across blocks (final EM against outcome-only and
+    against the default), then per block (final EM and gold-fact recall against both)."""
+    blocks = [b for b in BLOCKS if any(r["block"] == b for r in rows)]
+    names = list(dict.fromkeys(r["run"] for r in rows))
+    label = {r["run"]: r["label"] for r in rows}
+    lines = [f"Paired over seeds: mean difference of the final held-out EM (or gold-fact recall), "
+             f"its {CONFIDENCE:.0%} t interval, and the seeds ahead; *take-off*: seeds reaching "
+             f"EM ≥ {target_em:.2f}.", ""]
+    for base in BASES:
+        lines += [f"**Δ final EM vs {label.get(base, base)}**", "",
+                  "| run | " + " | ".join(blocks) + " |", "|---|" + "---|" * len(blocks)]
+        for name in names:
+            cells = []
+            for block in blocks:
+                row = next((r for r in rows if r["block"] == block and r["run"] == name), None)
+                cells.append("—" if row is None else _interval(row["paired"].get(base, {}).get("em")))
+            lines.append(f"| {label[name]} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for block in blocks:
+        lines += [f"**{block}** — paired differences", "",
+                  "| run | seeds | final EM | take-off | Δ EM vs outcome-only | Δ EM vs default "
+                  "| gold recall | Δ recall vs outcome-only | Δ recall vs default |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for row in (r for r in rows if r["block"] == block):
+            paired = row["paired"]
+            lines.append(
+                f"| {row['label']} | {row['seeds']} | {row['em_final']:.3f} | "
+                f"{row['reached_target']}/{row['seeds']} | "
+                f"{_interval(paired.get('outcome_only', {}).get('em'))} | "
+                f"{_interval(paired.get('default', {}).get('em'))} | {row['recall_final']:.3f} | "
+                f"{_interval(paired.get('outcome_only', {}).get('recall'))} | "
+                f"{_interval(paired.get('default', {}).get('recall'))} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def curves(results: Sequence[dict], run: RunSpec, block: str, key: str = "em"
@@ -532,18 +630,11 @@ def markdown_tables(rows: Sequence[dict], results: Sequence[dict], runs: Sequenc
         lines += [
             f"**{block}** — {description}", "",
             (f"| run | held-out EM start | final EM (mean ± sd over seeds) | min–max | mean EM "
-             f"over the run | Δ mean EM vs outcome-only (paired; seeds ahead) | iterations "
-             f"to EM ≥ {target_em:.2f} | gold recall start → final | actions / rollout | factutil "
-             f"share of iteration | factutil ms / iteration |"),
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+             f"over the run | iterations to EM ≥ {target_em:.2f} | gold recall start → final | "
+             f"actions / rollout | factutil share of iteration | factutil ms / iteration |"),
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
-        base = next((row for row in mine if row["omega"] == 0), None)
         for row in mine:
-            paired = "—"
-            if base is not None and row is not base and base["seed_list"] == row["seed_list"]:
-                delta = np.array(row["em_auc_per_seed"]) - np.array(base["em_auc_per_seed"])
-                spread = f" ± {np.std(delta, ddof=1):.3f}" if len(delta) > 1 else ""
-                paired = f"{delta.mean():+.3f}{spread} ({int((delta > 0).sum())}/{len(delta)})"
             reach = ("not reached" if row["iterations_to_target"] is None else
                      f"{row['iterations_to_target']:.0f} "
                      f"({row['reached_target']}/{row['seeds']} seeds)")
@@ -551,7 +642,7 @@ def markdown_tables(rows: Sequence[dict], results: Sequence[dict], runs: Sequenc
             lines.append(
                 f"| {row['label']} | {row['em_start']:.3f} | **{row['em_final']:.3f}** ± "
                 f"{row['em_final_sd']:.3f} | {row['em_final_min']:.3f}–{row['em_final_max']:.3f} "
-                f"| {row['em_auc']:.3f} | {paired} | {reach} | {row['recall_start']:.3f} → {row['recall_final']:.3f} "
+                f"| {row['em_auc']:.3f} | {reach} | {row['recall_start']:.3f} → {row['recall_final']:.3f} "
                 f"({change:+.0%}) | {row['actions_final']:.2f} | {row['factutil_share']:.1%} | "
                 f"{row['factutil_ms']:.0f} |")
         header = None
@@ -600,16 +691,23 @@ def process_table(results: Sequence[dict], run: str, block: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: Sequence[dict], runs: Sequence[RunSpec], path: Path, title: str) -> None:
-    """Held-out EM and gold recall over iterations per block: mean over seeds, band min–max."""
+def plot(results: Sequence[dict], runs: Sequence[RunSpec], rows: Sequence[dict], path: Path,
+         title: str) -> None:
+    """Per block: held-out EM and gold recall over iterations (mean over seeds, band min–max),
+    and the paired differences of final EM and gold recall against outcome-only and against the
+    default, with their intervals (:func:`add_paired`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     blocks = [b for b in BLOCKS if any(r["block"] == b for r in results)]
-    fig, axes = plt.subplots(len(blocks), 2, figsize=(12, 4.0 * len(blocks)), squeeze=False)
+    fig, axes = plt.subplots(len(blocks), 4, figsize=(22, 4.0 * len(blocks)), squeeze=False,
+                             gridspec_kw={"width_ratios": (3, 3, 2, 2)})
     for row, block in enumerate(blocks):
+        start, trainer = block.split("/")
+        where = f"{start} start, " + ("GRPO + dynamic sampling" if trainer == "filtered"
+                                      else "GRPO, every group kept")
         for ax, key, name in ((axes[row][0], "em", "held-out EM"),
                               (axes[row][1], "recall", "gold-fact recall (held-out)")):
             for run in runs:
@@ -622,17 +720,35 @@ def plot(results: Sequence[dict], runs: Sequence[RunSpec], path: Path, title: st
                 if len(values) > 1:
                     ax.fill_between(its, values.min(axis=0), values.max(axis=0),
                                     color=line.get_color(), alpha=0.12)
-            start, trainer = block.split("/")
-            ax.set_title(f"{start} start, " + ("GRPO + dynamic sampling" if trainer == "filtered"
-                                               else "GRPO, every group kept"), fontsize=9)
+            ax.set_title(where, fontsize=9)
             ax.set_xlabel("iteration")
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
         axes[row][0].legend(fontsize=7)
+        mine = [r for r in rows if r["block"] == block]
+        for ax, base in zip(axes[row][2:], BASES):
+            ticks = []
+            for y, summary in enumerate(r for r in mine if base in r["paired"]):
+                ticks.append((y, f"{summary['label']} ({summary['paired'][base]['em']['seeds']})"))
+                for offset, (name, marker) in ((0.12, ("em", "o")), (-0.12, ("recall", "s"))):
+                    stats = summary["paired"][base][name]
+                    low, high = stats["low"], stats["high"]
+                    error = None if math.isnan(low) else [[stats["mean"] - low], [high - stats["mean"]]]
+                    ax.errorbar(stats["mean"], y + offset, xerr=error, fmt=marker, capsize=3,
+                                color="C0" if name == "em" else "C1",
+                                label=(("final EM", "gold recall")[name == "recall"]
+                                       if y == 0 else None))
+            ax.axvline(0.0, color="grey", linewidth=0.8)
+            ax.set_yticks([y for y, _ in ticks], [text for _, text in ticks], fontsize=7)
+            ax.set_xlabel(f"paired Δ vs {base} ({CONFIDENCE:.0%} t interval; seeds)", fontsize=8)
+            ax.set_title(where, fontsize=9)
+            ax.grid(alpha=0.3, axis="x")
+            if ticks:
+                ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
@@ -675,9 +791,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="train nothing: join the results.json files of earlier runs (same "
                              "settings, other seeds, blocks or runs) and write the tables of the "
                              "union to --out; a (block, run, seed) found twice is an error")
+    parser.add_argument("--compact", action="store_true",
+                        help="with --merge: keep of each run only what the tables read (held-out "
+                             "evaluations, factutil times, the process term of iterations 1–"
+                             f"{PROCESS_ITERATIONS}), so results.json is small enough to commit "
+                             "and can be merged again")
     args = parser.parse_args(argv)
     if args.merge:
-        return _merge(args.merge, args.out, args.target_em)
+        return _merge(args.merge, args.out, args.target_em, args.compact)
 
     quick = args.quick
     names = args.runs.split(",") if args.runs else (QUICK_RUNS if quick else [r.name for r in RUNS])
@@ -731,7 +852,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _write_report(report, args.out, args.target_em)
 
 
-def _merge(paths: Sequence[Path], out: Path, target_em: float) -> int:
+REPORTED = ("iteration", "heldout", "factutil_s", "factutil_share")  # what the tables read
+
+
+def compact(result: dict) -> dict:
+    """One run's result with only the record fields the tables and the plot read (``--compact``)."""
+    records = []
+    for record in result["records"]:
+        kept = {key: record[key] for key in REPORTED if key in record}
+        if "process_by_kind" in record and record["iteration"] <= PROCESS_ITERATIONS:
+            kept["process_by_kind"] = record["process_by_kind"]
+        records.append(kept)
+    return {**result, "records": records}
+
+
+def _merge(paths: Sequence[Path], out: Path, target_em: float, compact_results: bool = False) -> int:
     """Join the results of earlier runs (``--merge``) and write the tables of the union."""
     reports = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
     results, seen = [], set()
@@ -742,7 +877,7 @@ def _merge(paths: Sequence[Path], out: Path, target_em: float) -> int:
                 raise SystemExit(f"--merge: {path}: block {key[0]}, run {key[1]}, seed {key[2]} "
                                  "is already in an earlier file")
             seen.add(key)
-            results.append(result)
+            results.append(compact(result) if compact_results else result)
     for report in reports[1:]:
         for block, settings in report["settings"].items():
             known = reports[0]["settings"].setdefault(block, settings)
@@ -767,19 +902,20 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
     first = next(iter(report["settings"].values()))
     wall = report["wall_s"]
     rows = summarise(results, runs, target_em)
-    tables = markdown_tables(rows, results, runs, target_em)
+    add_paired(rows)
+    tables = decision_tables(rows, target_em) + "\n" + markdown_tables(rows, results, runs, target_em)
     out.mkdir(parents=True, exist_ok=True)
     per_run = sorted({row["seeds"] for row in rows})
     counts = f"{per_run[0]}" if len(per_run) == 1 else f"{per_run[0]}–{per_run[-1]}"
     title = (f"credit ablation in miniature: mean over {counts} seed(s) per run (band: min–max); "
              f"{first['batch']} questions × G={G} per iteration; "
              f"{report['questions']['heldout']} held-out questions × {first['eval_samples']} samples")
-    plot(results, runs, out / "credit_ablation.png", title)
+    plot(results, runs, rows, out / "credit_ablation.png", title)
     blocks = [block for block in BLOCKS if block in report["settings"]]
-    for block in blocks:
-        process = process_table(results, "full", block)
+    for block, name in ((block, name) for block in blocks for name in ("default", "paper")):
+        process = process_table(results, name, block)
         if process:
-            tables += (f"\nProcess term Ω·A_proc of the full run by action ({block}; "
+            tables += (f"\nProcess term Ω·A_proc of the {name} run by action ({block}; "
                        f"iterations 1–{PROCESS_ITERATIONS}, all seeds; mean, and the action's "
                        f"share of its groups' actions):\n\n{process}")
     (out / "table.md").write_text(tables, encoding="utf-8")
@@ -788,7 +924,7 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
                                              key=lambda r: -r["em_final"])]
         for block in BLOCKS if any(r["block"] == block for r in rows)}
     report = {**report, "target_em": target_em, "summary": rows, "ordering": orderings}
-    (out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(report), encoding="utf-8")
     print()
     print(tables)
     labels = {r.name: r.label for r in runs}

@@ -211,7 +211,7 @@ def _compute(
     util = batch_utilities(
         labels, prep.occurrence_row, prep.occurrence_step, prep.occurrence_fact,
         np.asarray(prep.success, dtype=np.float64), prep.rank, prep.rollout_starts,
-        config.epsilon, config.prior, config.uniform_groups,
+        config.epsilon, config.prior, config.uniform_groups, config.utility,
     )
     timings["utility"] = time.perf_counter() - clock
 
@@ -225,9 +225,7 @@ def _compute(
     action_step = np.arange(effective, dtype=np.int64) - starts[action_row]
     kinds = np.full((rows, steps), PAD, dtype=np.int8)
     kinds[action_row, action_step] = prep.kinds
-    gain, added = action_gains(
-        util.pair_row, util.pair_step, util.utility[util.pair_cluster], rows, steps
-    )
+    gain, added = action_gains(util.pair_row, util.pair_step, util.pair_utility, rows, steps)
     repeated = np.zeros((rows, steps), dtype=bool)
     repeated[prep.repeated_row, prep.repeated_step] = True
     parts = process_rewards(
@@ -323,6 +321,7 @@ def _compute(
     }
     metrics.update({f"time_{name}_s": seconds for name, seconds in timings.items()})
     metrics["groups_uniform_zeroed"] = float(util.uniform_zeroed)
+    metrics["groups_uniform_share"] = util.groups_uniform / len(batch) if batch else 0.0
     metrics["prior_group"] = float(config.prior == "group")  # which prior ran: 0 beta, 1 group
     metrics["searches_repeated"] = float(len(prep.repeated_row))
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)

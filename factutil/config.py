@@ -22,8 +22,10 @@ FilterName = Literal["negation", "numeric", "relation", "entity"]
 _TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # The paper's method as published: every field at its default.
-    "paper": {},
+    # The library's defaults: the paper's method with the group-centred prior of cluster success.
+    "default": {},
+    # The paper's method as published (Eq. 5-9's Beta(epsilon, epsilon) prior).
+    "paper": {"prior": "beta"},
     # For trainers that keep every group (plain GRPO, no dynamic sampling): the most robust setting
     # of the credit ablation (benchmarks/README.md), where a group whose rollouts all scored the
     # same gives no shaping and the process term is normalised like the outcome term.
@@ -41,11 +43,11 @@ class FactUtilConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
-    preset: Literal["paper", "plain_grpo"] = Field(
-        "paper",
+    preset: Literal["default", "paper", "plain_grpo"] = Field(
+        "default",
         description="A named group of settings (factutil.config.PRESETS), applied before the other "
-        "fields, which override it: 'paper' = the published method (every default); 'plain_grpo' = "
-        "prior='group' + process_norm='group', for trainers without dynamic sampling.",
+        "fields, which override it: 'default' = every default; 'paper' = the published method "
+        "(prior='beta'); 'plain_grpo' = prior='group' + process_norm='group'.",
     )
 
     # §1 the agent
@@ -122,10 +124,18 @@ class FactUtilConfig(BaseModel):
         "prior='beta', strength 2*epsilon around the group's rate under prior='group' (at most 1e6).",
     )
     prior: Literal["beta", "group"] = Field(
-        "beta",
-        description="Prior of cluster success: 'beta' = Beta(epsilon, epsilon), mean 0.5 (the paper's "
-        "Eq. 5-9); 'group' = Beta with the group's success rate as mean, so a group whose rollouts "
-        "all scored the same gives every cluster utility 0 (this library's option).",
+        "group",
+        description="Prior of cluster success: 'group' = Beta with the group's success rate as mean "
+        "and strength 2*epsilon, so a group whose rollouts all scored the same gives every cluster "
+        "utility 0 (the default); 'beta' = Beta(epsilon, epsilon), mean 0.5 (the paper's Eq. 5-9, "
+        "preset='paper').",
+    )
+    utility: Literal["group", "loo"] = Field(
+        "group",
+        description="The utilities a rollout's shaping reads: 'group' = each cluster's u_c from "
+        "all G rollouts (the paper's); 'loo' = leave-one-out, u_c from the other G-1 rollouts "
+        "of the group (s_c - y_i, n_c - 1, their mean success), so a rollout's own outcome "
+        "(already in A_out) does not feed its process reward.",
     )
     uniform_groups: Literal["keep", "zero"] = Field(
         "keep",

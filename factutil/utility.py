@@ -4,17 +4,20 @@ For a group with rollout successes y (G,), p-bar = mean(y), and a membership mat
 rollout's store ever held a member of which cluster:
 
     n_c = #rollouts holding c,   s_c = sum of y over them,
+    prior="group" (the default):          m_c = (s_c + 2 epsilon p-bar) / (n_c + 2 epsilon)
     prior="beta"  (the paper's Eq. 5-9):  m_c = (s_c + epsilon) / (n_c + 2 epsilon)
-    prior="group" (this library's option): m_c = (s_c + 2 epsilon p-bar) / (n_c + 2 epsilon)
     u_c = m_c - p-bar.
 
 Under "group" the prior is Beta with mean p-bar and strength 2 epsilon, so a group whose rollouts
-all have the same success gives every cluster u_c = 0 exactly.
+all have the same success gives every cluster u_c = 0 exactly. With ``utility="loo"`` rollout i's
+shaping reads each of its clusters' utility computed from the other G - 1 rollouts alone
+(s_c - y_i, n_c - 1 and their mean success), so its own outcome does not feed its process reward.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -22,6 +25,22 @@ from typing import Literal
 import numpy as np
 
 Prior = Literal["beta", "group"]
+UtilityFrom = Literal["group", "loo"]
+
+PRIOR_RISK = (
+    "factutil: at least half of this step's groups failed in every rollout, and under "
+    "prior='beta' (the paper's Beta(epsilon, epsilon)) such a group gives every fact a positive "
+    "utility, rarest facts most: in the credit ablation (benchmarks/README.md) that is what made "
+    "plain GRPO from a cold start take off in fewer seeds than outcome-only. Without dynamic "
+    "sampling use the default prior='group' (or preset='plain_grpo'); factutil/groups_uniform_share "
+    "reports the share of such groups per step"
+)
+"""The warning of a step whose uniform groups make the paper's prior reward facts blindly."""
+
+
+class PriorRiskWarning(UserWarning):
+    """:data:`PRIOR_RISK`, given once per process (Python's default warning filter) when a step
+    under ``prior="beta"`` has at least half of its groups failing in every rollout."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,8 @@ class ClusterUtilities:
         mean: float64, posterior mean success m_c.
         utility: float64, u_c = m_c - baseline, in (-1, 1).
         baseline: the group's mean success p-bar.
+        rollout_utility: float64 (G, K), the utility rollout i's shaping reads for cluster c
+            (u_c, or its leave-one-out value; 0 where rollout i never held c).
     """
 
     n: np.ndarray
@@ -41,6 +62,7 @@ class ClusterUtilities:
     mean: np.ndarray
     utility: np.ndarray
     baseline: float
+    rollout_utility: np.ndarray
 
 
 def success_rate(success: np.ndarray) -> float:
@@ -65,12 +87,12 @@ def smoothed_utilities(
     n: np.ndarray,
     baseline: np.ndarray | float,
     epsilon: float,
-    prior: Prior = "beta",
+    prior: Prior = "group",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean success m_c and utility u_c = m_c - p-bar of each cluster (docs/method.md §3).
 
     ``prior="beta"`` (the paper's Eq. 5-9): Beta(epsilon, epsilon),
-    m_c = (s_c + epsilon) / (n_c + 2 epsilon). ``prior="group"`` (this library's option): Beta with
+    m_c = (s_c + epsilon) / (n_c + 2 epsilon). ``prior="group"`` (the default): Beta with
     mean p-bar and strength 2 epsilon, m_c = (s_c + 2 epsilon p-bar) / (n_c + 2 epsilon), computed as
     u_c = d_c / (n_c + 2 epsilon) with d_c = sum of (y_i - p-bar) over the rollouts holding c, the same
     value algebraically, and exactly 0 when every rollout of the group has the same success.
@@ -113,7 +135,12 @@ class BatchUtilities:
         fact_cluster: int64 (facts,), the batch cluster of each batch fact.
         pair_row, pair_cluster, pair_step: int64 (P,), each (rollout, cluster) pair once, sorted by
             (rollout, cluster), with the step whose assert first brought the cluster in.
+        pair_utility: float64 (P,), the utility the pair's rollout reads for the cluster:
+            ``utility[pair_cluster]``, or under ``utility_from="loo"`` the cluster's utility
+            from the rollout's G - 1 group mates alone.
         uniform_zeroed: groups whose utilities ``uniform_groups="zero"`` set to 0.
+        groups_uniform: groups whose rollouts all have the same success.
+        groups_all_fail: groups whose rollouts all have success 0.
     """
 
     cluster_starts: np.ndarray
@@ -126,7 +153,10 @@ class BatchUtilities:
     pair_row: np.ndarray
     pair_cluster: np.ndarray
     pair_step: np.ndarray
+    pair_utility: np.ndarray
     uniform_zeroed: int
+    groups_uniform: int
+    groups_all_fail: int
 
 
 def batch_utilities(
@@ -138,8 +168,9 @@ def batch_utilities(
     rank: np.ndarray,
     rollout_starts: np.ndarray,
     epsilon: float,
-    prior: Prior = "beta",
+    prior: Prior = "group",
     uniform_groups: Literal["keep", "zero"] = "keep",
+    utility_from: UtilityFrom = "group",
 ) -> BatchUtilities:
     """Cluster statistics and utilities of every group of a batch at once (docs/method.md §3).
 
@@ -148,6 +179,9 @@ def batch_utilities(
     cluster c; s_c adds their successes in ``rank`` order (rollout_id order, the order the formula
     is written in, so sums never depend on input order). Each group's numbers depend on that group
     alone.
+
+    Under ``prior="beta"`` with ``uniform_groups="keep"``, a batch in which at least half of the
+    groups failed in every rollout gives a :class:`PriorRiskWarning` (:data:`PRIOR_RISK`).
 
     Args:
         labels: per group, int (facts of the group,) cluster labels 0..k-1.
@@ -159,10 +193,15 @@ def batch_utilities(
         epsilon, prior: see :func:`smoothed_utilities`.
         uniform_groups: ``"zero"`` sets the utilities of a group whose rows all have the same
             success to 0 (docs/decisions.md); ``"keep"`` leaves docs/method.md §3's values.
+        utility_from: ``"group"``: a row reads each cluster's utility u_c (the paper's);
+            ``"loo"``: the utility of the cluster from the row's group mates alone, the same
+            formula with s_c - y_i, n_c - 1 and their mean success (0 in a group of one row).
 
     Returns:
         :class:`BatchUtilities`.
     """
+    if utility_from not in ("group", "loo"):
+        raise ValueError(f"utility must be 'group' or 'loo', got {utility_from!r}")
     groups = len(labels)
     sizes = np.array([int(g.max()) + 1 if len(g) else 0 for g in labels], dtype=np.int64)
     cluster_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if groups else sizes
@@ -183,6 +222,7 @@ def batch_utilities(
     s = np.bincount(pair_cluster[order], weights=success[pair_row[order]], minlength=total)
     bounds = np.append(rollout_starts, len(success))
     rollout_counts = np.diff(bounds)
+    row_group = np.repeat(np.arange(groups, dtype=np.int64), rollout_counts)
     baseline = np.array(
         [success_rate(success[a:b]) if b > a else 0.0
          for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())],
@@ -190,32 +230,92 @@ def batch_utilities(
     )
     deviation = np.zeros(total, dtype=np.float64)
     if prior == "group":
-        row_group = np.repeat(np.arange(groups, dtype=np.int64), rollout_counts)
         row_deviation = success - baseline[row_group]
         deviation = np.bincount(
             pair_cluster[order], weights=row_deviation[pair_row[order]], minlength=total
         )
     mean, utility = smoothed_utilities(s, deviation, n, baseline[cluster_group], epsilon, prior)
+    if utility_from == "loo":
+        pair_utility = _leave_one_out(
+            success, row_group, bounds, pair_row, pair_cluster, order, n, epsilon, prior
+        )
+    else:
+        pair_utility = utility[pair_cluster]
+    live = rollout_counts > 0
+    high = np.full(groups, -np.inf)
+    low = np.full(groups, np.inf)
+    if groups and live.any():
+        high[live] = np.maximum.reduceat(success, rollout_starts[live])
+        low[live] = np.minimum.reduceat(success, rollout_starts[live])
+    uniform = live & (high == low)
+    all_fail = int((uniform & (high == 0.0)).sum())
     zeroed = 0
     if uniform_groups == "zero" and groups:
         # Nothing separates helpful facts from harmful ones when every rollout scored the
         # same; docs/method.md §3's prior would still reward every fact (all fail) or punish it (all win).
-        live = rollout_counts > 0
-        high = np.full(groups, -np.inf)
-        low = np.full(groups, np.inf)
-        high[live] = np.maximum.reduceat(success, rollout_starts[live])
-        low[live] = np.minimum.reduceat(success, rollout_starts[live])
-        uniform = live & (high == low)
         utility = np.where(uniform[cluster_group], 0.0, utility)
+        pair_utility = np.where(uniform[cluster_group[pair_cluster]], 0.0, pair_utility)
         zeroed = int(uniform.sum())
+    elif prior == "beta" and groups and 2 * all_fail >= groups:
+        warnings.warn(PRIOR_RISK, PriorRiskWarning, stacklevel=2)
     return BatchUtilities(
         cluster_starts, cluster_group, n, s, mean, utility, fact_cluster,
-        pair_row, pair_cluster, pair_step, zeroed,
+        pair_row, pair_cluster, pair_step, pair_utility, zeroed, int(uniform.sum()), all_fail,
     )
 
 
+def _leave_one_out(
+    success: np.ndarray,
+    row_group: np.ndarray,
+    bounds: np.ndarray,
+    pair_row: np.ndarray,
+    pair_cluster: np.ndarray,
+    order: np.ndarray,
+    n: np.ndarray,
+    epsilon: float,
+    prior: Prior,
+) -> np.ndarray:
+    """Per (row, cluster) pair, the cluster's utility from the row's group mates alone.
+
+    For row i holding c: p-bar_{-i} = the mean success of the other rows of its group
+    (:func:`success_rate`), n' = n_c - 1, and over the other rows holding c (in ``order``, i.e.
+    rank order) s' = sum of y_j (``"beta"``: u = (s' + eps) / (n' + 2 eps) - p-bar_{-i}) or
+    d' = sum of (y_j - p-bar_{-i}) (``"group"``: u = d' / (n' + 2 eps), exactly 0 when the mates
+    all scored the same). A row without group mates reads 0.
+    """
+    others = np.zeros(len(success), dtype=np.float64)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        values = success[a:b].tolist()
+        for i in range(b - a if b - a > 1 else 0):
+            others[a + i] = success_rate(np.asarray(values[:i] + values[i + 1:]))
+    pairs = len(pair_row)
+    row = pair_row[order]
+    cluster = pair_cluster[order]
+    held = n[cluster]  # rows holding each pair's cluster, the pair's own row included
+    begin = np.searchsorted(cluster, cluster)  # where the pair's cluster begins in ``order``
+    me = np.repeat(np.arange(pairs), held)  # every pair against every holder of its cluster
+    mate = np.repeat(begin, held) + np.arange(len(me)) - np.repeat(np.cumsum(held) - held, held)
+    keep = me != mate
+    me, mate = me[keep], mate[keep]
+    if prior == "group":
+        term = success[row[mate]] - others[row[me]]
+    else:
+        term = success[row[mate]]
+    summed = np.bincount(me, weights=term, minlength=pairs)  # mates added in rank order
+    scale = held - 1 + 2.0 * epsilon
+    value = summed / scale if prior == "group" else (summed + epsilon) / scale - others[row]
+    alone = (bounds[1:] - bounds[:-1])[row_group[row]] < 2
+    pair_utility = np.empty(pairs, dtype=np.float64)
+    pair_utility[order] = np.where(alone, 0.0, value)
+    return pair_utility
+
+
 def cluster_utilities(
-    membership: np.ndarray, success: np.ndarray, epsilon: float = 0.5, prior: Prior = "beta"
+    membership: np.ndarray,
+    success: np.ndarray,
+    epsilon: float = 0.5,
+    prior: Prior = "group",
+    utility_from: UtilityFrom = "group",
 ) -> ClusterUtilities:
     """Beta-smoothed success of each cluster relative to the group (docs/method.md §3).
 
@@ -227,15 +327,16 @@ def cluster_utilities(
             held a member of cluster c (a rollout counts once).
         success: float array (G,), y_i in [0, 1].
         epsilon: prior strength, > 0.
-        prior: ``"beta"`` (Beta(epsilon, epsilon), the paper's) or ``"group"`` (mean p-bar);
+        prior: ``"group"`` (mean p-bar) or ``"beta"`` (Beta(epsilon, epsilon), the paper's);
             see :func:`smoothed_utilities`.
+        utility_from: ``"group"`` or ``"loo"``; see :func:`batch_utilities`.
 
     Returns:
-        :class:`ClusterUtilities` with arrays of shape (K,).
+        :class:`ClusterUtilities`.
 
     Raises:
         ValueError: on mismatched shapes, y outside [0, 1] or non-finite, epsilon <= 0, or an
-            unknown prior.
+            unknown prior or utility.
     """
     membership = np.asarray(membership, dtype=bool)
     success = np.asarray(success, dtype=np.float64)
@@ -256,7 +357,11 @@ def cluster_utilities(
         [np.arange(clusters_total, dtype=np.int64)], rows.astype(np.int64),
         np.zeros(len(rows), dtype=np.int64), clusters.astype(np.int64), success,
         np.arange(len(success), dtype=np.int64), np.zeros(1, dtype=np.int64), epsilon, prior,
+        utility_from=utility_from,
     )
+    rollout_utility = np.zeros(membership.shape, dtype=np.float64)
+    rollout_utility[batch.pair_row, batch.pair_cluster] = batch.pair_utility
     return ClusterUtilities(
-        n=batch.n, s=batch.s, mean=batch.mean, utility=batch.utility, baseline=baseline
+        n=batch.n, s=batch.s, mean=batch.mean, utility=batch.utility, baseline=baseline,
+        rollout_utility=rollout_utility,
     )

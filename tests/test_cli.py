@@ -90,12 +90,16 @@ def test_schema_describes_the_input_line():
     assert "RawAction" in schema["$defs"] and "SearchAction" in schema["$defs"]
     config = json.loads(runner.invoke(app, ["schema", "--what", "config"]).output)
     assert config["properties"]["omega"]["default"] == 0.5
-    # The paper's defaults (process advantage = r, duplicate search -0.01) and both priors.
+    # The paper's settings (process advantage = r, duplicate search -0.01) but the group-centred
+    # prior by default; the paper's prior one preset away.
     assert config["properties"]["process_norm"]["default"] == "none"
     assert config["properties"]["repeat_search_penalty"]["default"] == -0.01
-    assert config["properties"]["prior"]["default"] == "beta"
+    assert config["properties"]["prior"]["default"] == "group"
     assert set(config["properties"]["prior"]["enum"]) == {"beta", "group"}
-    assert set(config["properties"]["preset"]["enum"]) == {"paper", "plain_grpo"}
+    assert config["properties"]["preset"]["default"] == "default"
+    assert set(config["properties"]["preset"]["enum"]) == {"default", "paper", "plain_grpo"}
+    assert config["properties"]["utility"]["default"] == "group"
+    assert set(config["properties"]["utility"]["enum"]) == {"group", "loo"}
 
 
 def test_console_script_installed():

@@ -87,12 +87,13 @@ def reference(groups, config, clusterer):
                     for t in action.triples:
                         membership[row, label_of[triple_text(t, config.triple_template)]] = True
         success = np.array([rollouts[i][3] for i in order])
-        utility = cluster_utilities(membership, success, config.epsilon, config.prior).utility
+        table = cluster_utilities(membership, success, config.epsilon, config.prior, config.utility)
+        utility, read = table.utility, table.rollout_utility  # read: (rows by rollout_id, K)
         if config.uniform_groups == "zero" and success.min() == success.max():
-            utility = np.zeros_like(utility)
+            utility, read = np.zeros_like(utility), np.zeros_like(read)
         utilities.append(utility)
         rewards = []
-        for rollout, effective, _, _ in rollouts:
+        for i, (rollout, effective, _, _) in enumerate(rollouts):
             store: set[int] = set()
             new, seen, repeated = [], set(), []
             for action in effective:
@@ -107,7 +108,7 @@ def reference(groups, config, clusterer):
                     seen.add(query)
             kinds = np.array([KIND_CODES[a.action] for a in effective], dtype=np.int8)
             parts = rollout_process_rewards(
-                kinds, new, utility, np.array(repeated, dtype=bool), gamma=config.gamma, alpha=config.alpha,
+                kinds, new, read[order.index(i)], np.array(repeated, dtype=bool), gamma=config.gamma, alpha=config.alpha,
                 invalid_penalty=config.invalid_penalty, repeat_search_penalty=config.repeat_search_penalty,
                 empty_store_answer_penalty=config.empty_store_answer_penalty,
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ from factutil.shaping import (
     shaping_rewards,
     store_potentials,
 )
-from factutil.utility import cluster_utilities
+from factutil.utility import PriorRiskWarning, cluster_utilities
 
 
 def test_fact_text_normalisation():
@@ -70,7 +71,7 @@ def test_canonical_labels_order_by_smallest_member():
 def test_cluster_utilities_by_hand():
     membership = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 1], [0, 0, 0]], dtype=bool)
     success = np.array([1.0, 0.0, 0.5, 1.0])
-    table = cluster_utilities(membership, success, epsilon=0.5)
+    table = cluster_utilities(membership, success, epsilon=0.5, prior="beta")  # the paper's
     assert table.baseline == 0.625
     assert table.n.tolist() == [2, 1, 1]
     assert table.s.tolist() == [1.0, 1.0, 0.5]
@@ -80,6 +81,38 @@ def test_cluster_utilities_by_hand():
         cluster_utilities(membership, np.array([1.5, 0, 0, 0]))
     with pytest.raises(ValueError, match="epsilon"):
         cluster_utilities(membership, success, epsilon=0.0)
+
+
+def test_leave_one_out_utilities_by_hand():
+    # y = (1, 0, 0.5, 1); rollout 0 holds clusters 0 and 1, rollout 1 cluster 0, rollout 2 cluster 2.
+    membership = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 1], [0, 0, 0]], dtype=bool)
+    success = np.array([1.0, 0.0, 0.5, 1.0])
+    # Group prior, eps = 0.5, so n' + 2 eps = n' + 1.
+    # Rollout 0: mates (0, 0.5, 1), mean 0.5. Cluster 0: mate rollout 1, (0 - 0.5) / (1 + 1) = -0.25;
+    #   cluster 1: no mate, 0 / (0 + 1) = 0.
+    # Rollout 1: mates (1, 0.5, 1), mean 2.5/3. Cluster 0: mate rollout 0, (1 - 2.5/3) / 2 = 1/12.
+    # Rollout 2: cluster 2 has no mate: 0.
+    table = cluster_utilities(membership, success, epsilon=0.5, utility_from="loo")
+    np.testing.assert_allclose(
+        table.rollout_utility, [[-0.25, 0, 0], [1 / 12, 0, 0], [0, 0, 0], [0, 0, 0]], atol=1e-15)
+    # The per-cluster utilities stay the group's: u_0 = ((1 - 0.625) + (0 - 0.625)) / (2 + 1).
+    assert table.utility[0] == pytest.approx(-0.25 / 3)
+    # Beta prior: u = (s' + 0.5) / (n' + 1) - mean of the mates.
+    # Rollout 0, cluster 0: (0 + 0.5) / 2 - 0.5 = -0.25; cluster 1: 0.5 / 1 - 0.5 = 0.
+    # Rollout 1, cluster 0: (1 + 0.5) / 2 - 2.5/3 = -1/12. Rollout 2, cluster 2: 0.5 - 2/3 = -1/6.
+    beta = cluster_utilities(membership, success, epsilon=0.5, prior="beta", utility_from="loo")
+    np.testing.assert_allclose(
+        beta.rollout_utility, [[-0.25, 0, 0], [-1 / 12, 0, 0], [0, 0, -1 / 6], [0, 0, 0]], atol=1e-15)
+    # Without leave-one-out every holder reads u_c.
+    plain = cluster_utilities(membership, success, epsilon=0.5)
+    assert plain.rollout_utility[:, 0].tolist() == [plain.utility[0]] * 2 + [0.0, 0.0]
+    # A rollout alone in its group has no mates: it reads 0 under either prior.
+    for prior in ("group", "beta"):
+        alone = cluster_utilities(np.ones((1, 1), dtype=bool), np.array([1.0]), prior=prior,
+                                  utility_from="loo")
+        assert alone.rollout_utility.tolist() == [[0.0]]
+    with pytest.raises(ValueError, match="utility must be 'group' or 'loo', got 'mean'"):
+        cluster_utilities(membership, success, utility_from="mean")
 
 
 def test_potential_shaping_and_back_credit_by_hand():
@@ -261,16 +294,40 @@ def _fail_and_mixed_groups():
 
 def test_uniform_groups_zero_removes_shaping_only_where_every_rollout_scored_the_same():
     rows = _fail_and_mixed_groups()
-    keep = compute_process_advantages(rows, {"mode": "exact"})
-    # docs/method.md §3 in an all-fail group: p-bar = 0, every cluster m = 0.5 / 2 = 0.25 > 0.
+    with pytest.warns(PriorRiskWarning):  # 1 of 2 groups failed in every rollout, under Beta
+        keep = compute_process_advantages(rows, {"mode": "exact", "preset": "paper"})
+    # The paper's prior in an all-fail group: p-bar = 0, every cluster m = 0.5 / 2 = 0.25 > 0.
     assert [c.utility for c in keep.clusters if c.uid == "fail"] == [0.25, 0.25]
-    zero = compute_process_advantages(rows, {"mode": "exact", "uniform_groups": "zero"})
+    zero = compute_process_advantages(
+        rows, {"mode": "exact", "preset": "paper", "uniform_groups": "zero"})
     assert [c.utility for c in zero.clusters if c.uid == "fail"] == [0.0, 0.0]
     assert all(r.shaping == 0.0 for r in zero.actions if r.uid == "fail")
     mixed = [c.utility for c in keep.clusters if c.uid == "mixed"]
     assert mixed == [0.25, -0.25]  # y = (1, 0): m = 0.75 and 0.25 around p-bar 0.5
     assert [c.utility for c in zero.clusters if c.uid == "mixed"] == mixed
     assert zero.metrics["groups_uniform_zeroed"] == 1.0
+    assert keep.metrics["groups_uniform_share"] == zero.metrics["groups_uniform_share"] == 0.5
+
+
+def test_the_paper_prior_warns_once_per_process_when_half_the_groups_all_failed():
+    """docs/method.md §3: a step with at least half of its groups failing in every rollout, under
+    prior="beta" with uniform groups kept, warns (naming the risk and the switch) once, not once
+    per step; the default prior, uniform_groups="zero" and a step with fewer such groups do not."""
+    rows = _fail_and_mixed_groups()
+    paper = {"mode": "exact", "preset": "paper"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own filter for a UserWarning
+        for _ in range(3):
+            compute_process_advantages(rows, paper)
+    assert [w.category for w in caught] == [PriorRiskWarning]
+    assert "prior='beta'" in str(caught[0].message) and "prior='group'" in str(caught[0].message)
+    mixed_more = rows + [{**row, "uid": "mixed2"} for row in rows[2:]]  # 1 of 3 groups all fail
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PriorRiskWarning)
+        compute_process_advantages(rows, {"mode": "exact"})
+        compute_process_advantages(rows, {**paper, "uniform_groups": "zero"})
+        result = compute_process_advantages(mixed_more, paper)
+    assert result.metrics["groups_uniform_share"] == pytest.approx(1 / 3)
 
 
 def test_a_clusterer_built_for_another_clustering_config_is_refused(char_grams):
@@ -341,10 +398,15 @@ def test_all_fail_group_under_prior_group_gives_zero_utility_and_mixed_groups_ar
     assert [c.mean for c in result.clusters if c.uid == "mixed"] == [0.75, 0.25]
 
 
-def test_preset_plain_grpo_sets_its_fields_and_explicit_fields_win():
-    assert FactUtilConfig().preset == "paper"
-    paper = FactUtilConfig()
+def test_presets_set_their_fields_and_explicit_fields_win():
+    default = FactUtilConfig()
+    assert (default.preset, default.prior, default.process_norm) == ("default", "group", "none")
+    assert (default.utility, default.uniform_groups) == ("group", "keep")
+    paper = FactUtilConfig(preset="paper")  # the published method: only the prior differs
     assert (paper.prior, paper.process_norm, paper.repeat_search_penalty) == ("beta", "none", -0.01)
+    assert paper.model_dump(exclude={"preset", "prior"}) == default.model_dump(
+        exclude={"preset", "prior"})
+    assert FactUtilConfig(preset="paper", prior="group").prior == "group"
     plain = FactUtilConfig(preset="plain_grpo")
     assert (plain.prior, plain.process_norm) == ("group", "group")
     assert plain.omega == paper.omega and plain.repeat_search_penalty == -0.01

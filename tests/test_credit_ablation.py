@@ -6,6 +6,7 @@ Timings are recorded by the benchmark, never asserted here.
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -20,9 +21,11 @@ from benchmarks.credit_ablation import (
     Batch,
     Decision,
     Settings,
+    add_paired,
     group_outcome,
     grpo_outcome_advantages,
     initial_weights,
+    paired_difference,
     play,
     train_run,
 )
@@ -303,6 +306,43 @@ def test_train_run_is_deterministic_and_reports_every_iteration(filter_groups):
             assert record["groups_used"] == record["groups_drawn"] == 3
 
 
+def test_paired_difference_by_hand():
+    # d = (0.1, 0.2, 0.3, 0.4, 0.5): mean 0.3, sample sd sqrt(0.1 / 4) = 0.158114, standard error
+    # 0.158114 / sqrt(5) = 0.0707107; t(0.975, 4 df) = 2.7764 (a t table) -> 0.3 ± 0.19632.
+    stats = paired_difference([0.3, 0.4, 0.5, 0.6, 0.7], [0.2] * 5)
+    assert stats["mean"] == pytest.approx(0.3)
+    assert (stats["low"], stats["high"]) == pytest.approx((0.3 - 0.19632, 0.3 + 0.19632), abs=1e-5)
+    assert (stats["ahead"], stats["seeds"]) == (5, 5)
+    # Seeds behind count as not ahead; the interval is symmetric about the mean.
+    mixed = paired_difference([0.1, 0.5, 0.2], [0.3, 0.3, 0.3])  # d = (-0.2, 0.2, -0.1)
+    assert mixed["mean"] == pytest.approx(-0.1 / 3) and mixed["ahead"] == 1
+    assert mixed["high"] - mixed["mean"] == pytest.approx(mixed["mean"] - mixed["low"])
+    # One seed: no interval; equal differences: the interval is the point.
+    one = paired_difference([0.5], [0.25])
+    assert one["mean"] == 0.25 and math.isnan(one["low"]) and math.isnan(one["high"])
+    same = paired_difference([0.5, 0.75], [0.25, 0.5])
+    assert (same["low"], same["mean"], same["high"]) == (0.25, 0.25, 0.25)
+
+
+def test_runs_pair_by_the_seeds_both_ran():
+    rows = [
+        {"block": "cold/plain", "run": "outcome_only", "seed_list": [0, 1, 2],
+         "em_final_per_seed": [0.1, 0.2, 0.3], "recall_final_per_seed": [0.5, 0.5, 0.5]},
+        {"block": "cold/plain", "run": "default", "seed_list": [1, 2, 3],
+         "em_final_per_seed": [0.4, 0.4, 0.9], "recall_final_per_seed": [0.6, 0.7, 0.1]},
+        {"block": "cold/filtered", "run": "loo", "seed_list": [0],
+         "em_final_per_seed": [0.5], "recall_final_per_seed": [0.5]},
+    ]
+    add_paired(rows)
+    # Seeds 1 and 2: EM (0.4 - 0.2, 0.4 - 0.3), recall (0.6 - 0.5, 0.7 - 0.5).
+    em = rows[1]["paired"]["outcome_only"]["em"]
+    assert em["seeds"] == 2 and em["mean"] == pytest.approx(0.15)
+    assert rows[1]["paired"]["outcome_only"]["recall"]["mean"] == pytest.approx(0.15)
+    assert "default" not in rows[1]["paired"] and rows[0]["paired"]["default"]["em"]["mean"] == (
+        pytest.approx(-0.15))
+    assert rows[2]["paired"] == {}  # nothing to compare with in its block
+
+
 @pytest.mark.slow
 def test_quick_command_writes_tables_plot_and_results(tmp_path):
     done = subprocess.run(
@@ -313,12 +353,13 @@ def test_quick_command_writes_tables_plot_and_results(tmp_path):
     report = json.loads((tmp_path / "results.json").read_text())
     assert {(r["block"], r["run"]) for r in report["summary"]} == {
         (b, r) for b in ("prompted/plain", "prompted/filtered", "cold/plain", "cold/filtered")
-        for r in ("outcome_only", "full", "exact")}
-    # "full" is the library's defaults; the other arms differ only in the fields they name.
+        for r in ("outcome_only", "default", "paper")}
+    # "default" is the library's defaults; the other arms differ only in the fields they name.
     runs = {r["name"]: r for r in report["runs"]}
-    assert FactUtilConfig().omega == runs["full"]["omega"] and FactUtilConfig().alpha == runs["full"]["alpha"]
-    assert (runs["full"]["prior"], runs["full"]["process_norm"]) == (FactUtilConfig().prior,
-                                                                     FactUtilConfig().process_norm)
+    assert runs["default"]["fields"] == {} and runs["paper"]["fields"] == {"preset": "paper"}
+    # One seed: each difference is a value without an interval.
+    paired = next(r for r in report["summary"] if r["run"] == "paper")["paired"]
+    assert set(paired) == {"outcome_only", "default"} and paired["default"]["em"]["seeds"] == 1
     for row in report["summary"]:
         assert 0 <= row["em_final"] <= 1 and 0 <= row["recall_final"] <= 1
         assert 0 < row["factutil_share"] < 1 and row["actions_final"] <= MAX_ACTIONS
@@ -331,6 +372,7 @@ def test_quick_command_writes_tables_plot_and_results(tmp_path):
     assert (tmp_path / "credit_ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "table.md").read_text()
     assert "| outcome-only (Ω=0) |" in table and "Process term" in table
+    assert "**Δ final EM vs outcome-only (Ω=0)**" in table
 
 
 @pytest.mark.slow
@@ -353,6 +395,14 @@ def test_more_seeds_join_an_earlier_run_with_merge(tmp_path):
     finals = parts[0]["em_final_per_seed"] + parts[1]["em_final_per_seed"]
     assert row["em_final_per_seed"] == finals
     assert row["em_final"] == pytest.approx(sum(finals) / 2)
+    # --compact keeps what the tables read: merged again, the same table.
+    run("--merge", str(tmp_path / "m/results.json"), "--compact", "--out", str(tmp_path / "c"))
+    run("--merge", str(tmp_path / "c/results.json"), "--out", str(tmp_path / "cc"))
+    assert (tmp_path / "c/table.md").read_text() == (tmp_path / "m/table.md").read_text()
+    assert (tmp_path / "cc/table.md").read_text() == (tmp_path / "m/table.md").read_text()
+    small = json.loads((tmp_path / "c/results.json").read_text())["results"][0]["records"]
+    assert {key for record in small for key in record} <= {
+        "iteration", "heldout", "factutil_s", "factutil_share", "process_by_kind"}
     again = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/credit_ablation.py"), "--merge",
          str(tmp_path / "a/results.json"), str(tmp_path / "a/results.json"), "--out", str(tmp_path / "x")],

@@ -69,6 +69,7 @@ config_fields = st.fixed_dictionaries({
     "norm_by_std": st.booleans(),
     "process_norm": st.sampled_from(["group", "none"]),
     "prior": st.sampled_from(["beta", "group"]),
+    "utility": st.sampled_from(["group", "loo"]),
     "max_turns": st.integers(1, 9),
 })
 
@@ -92,14 +93,19 @@ def test_bounds_telescoping_and_finiteness(mode, rows, fields):
     assert np.all(np.isfinite(result.advantages))
     utility = {(c.uid, c.cluster_id): c.utility for c in result.clusters}
     assert all(-1.0 < u < 1.0 for u in utility.values())
+    read = utility
+    if config.utility == "loo":
+        read = _leave_one_out(result, config)
+        assert all(-1.0 < u < 1.0 for u in read.values())
     by_rollout: dict[tuple[str, str], list] = {}
     for record in result.actions:
         if not record.ignored:
             by_rollout.setdefault((record.uid, record.rollout_id), []).append(record)
-    for (uid, _), records in by_rollout.items():
+    for (uid, rollout_id), records in by_rollout.items():
         final = [c for r in records for c in r.new_clusters]
         assert len(final) == len(set(final)), "a cluster enters a store once"
-        phi_final = math.tanh(math.fsum(utility[(uid, c)] for c in final))
+        key = (lambda c: (uid, rollout_id, c)) if config.utility == "loo" else (lambda c: (uid, c))
+        phi_final = math.tanh(math.fsum(read[key(c)] for c in final))
         assert -1.0 < phi_final < 1.0
         assert math.fsum(r.shaping for r in records) == pytest_approx(phi_final)
         # Back-credit moves reward, never creates it.
@@ -108,6 +114,31 @@ def test_bounds_telescoping_and_finiteness(mode, rows, fields):
             assert r.shaping + r.back_credit + r.penalty == pytest_approx(r.process_reward)
             if r.action != "assert":
                 assert r.shaping == 0.0 and r.new_clusters == []
+
+
+def _leave_one_out(result, config):
+    """(uid, rollout_id, cluster) -> the cluster's utility from the rollout's group mates, by
+    docs/method.md §3's formula with s_c - y_i, n_c - 1 and the mates' mean success."""
+    success = {(r.uid, r.rollout_id): r.success for r in result.rollouts}
+    mates: dict[str, list[float]] = {}
+    for (uid, _), y in success.items():
+        mates.setdefault(uid, []).append(y)
+    clusters = {(c.uid, c.cluster_id): c for c in result.clusters}
+    eps = config.epsilon
+    read = {}
+    for record in result.actions:
+        for c in record.new_clusters:
+            ys, y = mates[record.uid], success[(record.uid, record.rollout_id)]
+            cluster = clusters[(record.uid, c)]
+            if len(ys) == 1:
+                value = 0.0
+            else:
+                p = (math.fsum(ys) - y) / (len(ys) - 1)
+                s, n = cluster.s - y, cluster.n - 1
+                value = ((s - n * p) / (n + 2 * eps) if config.prior == "group"
+                         else (s + eps) / (n + 2 * eps) - p)
+            read[(record.uid, record.rollout_id, c)] = value
+    return read
 
 
 def pytest_approx(value):

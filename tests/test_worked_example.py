@@ -1,5 +1,8 @@
 """A worked example with every number written out (docs/method.md §1–§5, §8).
 
+The first tables are the published method (``preset="paper"``: the Beta(1/2, 1/2) prior); the
+library's default (``prior="group"``) and the leave-one-out option follow at the end.
+
 Group q1 (gold "Paris", G = 3):
   r1: search "capital of France"; assert (France, capital, Paris); search "Capital of  FRANCE"
       (a repeat after normalisation); assert (france, CAPITAL, paris) (same fact, other case);
@@ -24,9 +27,25 @@ By hand, q1 (success y = EM: r1 1, r2 0 (zeroed), r3 0; p-bar = 1/3):
 q2: y = [1], p-bar = 1, u = (1 + 0.5) / (1 + 1) - 1 = -0.25; F on the assert = tanh(-0.25) = T4;
   r = [0.2 T4, 0.8 T4, 0]; A_out = 0 (one rollout, with a warning).
 
-With prior "group" (m_c = (s_c + 2 eps p-bar) / (n_c + 2 eps), u_c = (s_c - n_c p-bar) / (n_c + 1)):
+The default, prior "group" (m_c = (s_c + 2 eps p-bar) / (n_c + 2 eps),
+u_c = (s_c - n_c p-bar) / (n_c + 1)), every other number as above:
   q1: c0 u = (0 - 1/3) / 2 = -1/6, m = 1/6; c1 u = (1 - 1/3) / 2 = 1/3, m = 2/3; c2 like c0.
   q2: every rollout succeeds: u = (1 - 1) / 2 = 0, m = 1, so no shaping at all.
+  r1: F on the first assert = tanh(1/3) = t1 -> r = [0.2 t1, 0.8 t1, -0.01, 0, 0];
+  r2: [-0.1, -0.1] as before; r3: Phi = tanh(-1/6 - 1/6) = tanh(-1/3) = t3 -> r = [0.2 t3, 0.8 t3, 0];
+  q2: r = [0, 0, 0]. A = A_out (as above; 0 for q2) + 0.5 r.
+
+Leave-one-out (utility "loo", prior "group"), group L (gold "Paris", G = 4), each rollout
+searches once, asserts, answers: a1 and a2 assert P = (France, capital, Paris) and answer
+"Paris" (y = R = 1); a3 asserts Y = (France, capital, Lyon), a4 asserts P and Y in one assert,
+both answer "Lyon" (y = R = 0). Clusters: c0 = Y (a3, a4), c1 = P (a1, a2, a4).
+  a1: mates a2, a3, a4, mean 1/3; P's mates a2, a4: ((1 - 1/3) + (0 - 1/3)) / (2 + 1) = 1/9.
+  a2: the same, 1/9.
+  a3: mates mean 2/3; Y's mate a4: (0 - 2/3) / (1 + 1) = -1/3.
+  a4: mates mean 2/3; P's mates a1, a2: 2 (1 - 2/3) / 3 = 2/9; Y's mate a3: -1/3;
+      Phi = tanh(2/9 - 1/3) = tanh(-1/9).
+  (Without leave-one-out: p-bar 1/2, u_P = (2 - 3/2) / 4 = 1/8, u_Y = (0 - 1) / 3 = -1/3.)
+  A_out = (+-1/2) / (sqrt(1/3) + 1e-6); r = [0.2 F, 0.8 F, 0] with F = tanh of the above.
 """
 
 from __future__ import annotations
@@ -44,6 +63,7 @@ from factutil import FactUtilConfig, compute_process_advantages
 
 EPS = 1e-6
 GOLD_Q1 = ["Paris"]
+PAPER = FactUtilConfig(mode="exact", preset="paper")
 
 
 def _rollout(uid, rollout_id, actions, gold, question="What is the capital?"):
@@ -152,7 +172,7 @@ def _assert_rows_match(rows, expected):
 
 
 def test_worked_example_every_field():
-    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact"))
+    result = compute_process_advantages(WORKED, PAPER)
     _assert_rows_match([record.to_dict() for record in result.actions], EXPECTED)
     _assert_rows_match([record.to_dict() for record in result.clusters], EXPECTED_CLUSTERS)
     np.testing.assert_allclose(
@@ -162,7 +182,7 @@ def test_worked_example_every_field():
 
 
 def test_worked_example_rollout_outcomes_and_warnings():
-    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact"))
+    result = compute_process_advantages(WORKED, PAPER)
     by_id = {record.rollout_id: record for record in result.rollouts}
     assert (by_id["r1"].em, by_id["r1"].f1, by_id["r1"].outcome_reward) == (1.0, 1.0, 1.0)
     # r2 answered correctly but from an empty store: EM is reported, the reward is zeroed.
@@ -189,7 +209,7 @@ def test_omega_zero_is_plain_grpo_outcome_advantage():
 
 
 def test_process_norm_group_normalises_the_process_rewards_of_each_group():
-    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact", process_norm="group"))
+    result = compute_process_advantages(WORKED, PAPER.model_copy(update={"process_norm": "group"}))
     rows = [record.to_dict() for record in result.actions]
     want = _normalised(Q1_PROCESS) + _normalised(Q2_PROCESS)
     assert [row["process_advantage"] for row in rows] == pytest.approx(want, abs=1e-9)
@@ -199,8 +219,9 @@ def test_process_norm_group_normalises_the_process_rewards_of_each_group():
     )
 
 
-def test_prior_group_by_hand():
-    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact", prior="group"))
+def test_the_default_by_hand():
+    """The default config (prior "group"): the module docstring's second computation."""
+    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact"))
     clusters = [record.to_dict() for record in result.clusters]
     assert [c["utility"] for c in clusters] == pytest.approx([-1 / 6, 1 / 3, -1 / 6, 0.0], abs=1e-12)
     assert [c["mean"] for c in clusters] == pytest.approx([1 / 6, 2 / 3, 1 / 6, 1.0], abs=1e-12)
@@ -210,15 +231,55 @@ def test_prior_group_by_hand():
     assert [row["shaping"] for row in rows] == pytest.approx(
         [0, t1, 0, 0, 0, 0, 0, 0, t3, 0, 0, 0, 0], abs=1e-12
     )
-    assert [row["process_reward"] for row in rows] == pytest.approx(
-        [0.2 * t1, 0.8 * t1, -0.01, 0, 0, -0.1, -0.1, 0.2 * t3, 0.8 * t3, 0, 0, 0, 0], abs=1e-12
-    )
+    process = [0.2 * t1, 0.8 * t1, -0.01, 0, 0, -0.1, -0.1, 0.2 * t3, 0.8 * t3, 0, 0, 0, 0]
+    assert [row["process_reward"] for row in rows] == pytest.approx(process, abs=1e-12)
+    a_out = [Q1_OUTCOME_ADV[i] for i in ROLLOUT_OF] + [0.0] * 3
+    np.testing.assert_allclose(
+        result.advantages, [o + 0.5 * r for o, r in zip(a_out, process)], rtol=0, atol=1e-6)
     assert result.metrics["prior_group"] == 1.0
-    assert compute_process_advantages(WORKED, {"mode": "exact"}).metrics["prior_group"] == 0.0
+    assert compute_process_advantages(WORKED, PAPER).metrics["prior_group"] == 0.0
+
+
+LOO_GROUP = [
+    _rollout("L", rid, [
+        {"action": "search", "query": "capital of France", "observation": "o"},
+        {"action": "assert", "triples": triples},
+        {"action": "answer", "answer": answer},
+    ], GOLD_Q1)
+    for rid, triples, answer in (
+        ("a1", [["France", "capital", "Paris"]], "Paris"),
+        ("a2", [["France", "capital", "Paris"]], "Paris"),
+        ("a3", [["France", "capital", "Lyon"]], "Lyon"),
+        ("a4", [["France", "capital", "Paris"], ["France", "capital", "Lyon"]], "Lyon"),
+    )
+]
+
+
+def test_leave_one_out_by_hand():
+    """utility="loo": the module docstring's last computation."""
+    result = compute_process_advantages(LOO_GROUP, FactUtilConfig(mode="exact", utility="loo"))
+    # The clusters' own utilities stay the whole group's.
+    assert [c.utility for c in result.clusters] == pytest.approx([-1 / 3, 1 / 8], abs=1e-12)
+    phi = [math.tanh(1 / 9), math.tanh(1 / 9), math.tanh(-1 / 3), math.tanh(-1 / 9)]
+    rows = [record.to_dict() for record in result.actions]
+    assert [row["shaping"] for row in rows] == pytest.approx(
+        [x for f in phi for x in (0.0, f, 0.0)], abs=1e-12)
+    process = [x for f in phi for x in (0.2 * f, 0.8 * f, 0.0)]
+    assert [row["process_reward"] for row in rows] == pytest.approx(process, abs=1e-12)
+    a_out = [0.5 / (math.sqrt(1 / 3) + EPS)] * 2 + [-0.5 / (math.sqrt(1 / 3) + EPS)] * 2
+    np.testing.assert_allclose(
+        result.advantages, [a_out[k // 3] + 0.5 * r for k, r in enumerate(process)],
+        rtol=0, atol=1e-6)
+    # Without leave-one-out every holder reads u_P = 1/8, u_Y = -1/3.
+    plain = compute_process_advantages(LOO_GROUP, FactUtilConfig(mode="exact"))
+    assert [r.shaping for r in plain.actions][1::3] == pytest.approx(
+        [math.tanh(1 / 8)] * 2 + [math.tanh(-1 / 3), math.tanh(1 / 8 - 1 / 3)], abs=1e-12)
 
 
 @pytest.mark.parametrize("y", [0.0, 1.0, 0.3, 0.7])
-def test_prior_group_gives_zero_utility_where_every_rollout_scored_the_same(y):
+@pytest.mark.parametrize("utility", ["group", "loo"])
+def test_the_default_gives_zero_utility_where_every_rollout_scored_the_same(y, utility):
+    """y = 0 is the all-fail group: under the default every utility is 0 and nothing is shaped."""
     rows = [
         _rollout("u", f"u{i}", [
             {"action": "search", "query": f"q{i}", "observation": "o"},
@@ -227,17 +288,20 @@ def test_prior_group_gives_zero_utility_where_every_rollout_scored_the_same(y):
         ], ["Paris"]) | {"reward": y}
         for i in range(7)
     ]
-    group = compute_process_advantages(rows, {"mode": "exact", "prior": "group", "success": "reward"})
+    group = compute_process_advantages(
+        rows, {"mode": "exact", "success": "reward", "utility": utility})
     assert [c.utility for c in group.clusters] == [0.0, 0.0, 0.0]
     assert set(group.action_columns["shaping"].tolist()) == {0.0}
-    beta = compute_process_advantages(rows, {"mode": "exact", "success": "reward"})
+    assert set(group.action_columns["process_reward"].tolist()) == {0.0}
+    assert group.metrics["groups_uniform_share"] == 1.0
+    beta = compute_process_advantages(rows, {"mode": "exact", "success": "reward", "preset": "paper"})
     # The paper's prior: m = (s + 0.5) / (n + 1) with n = 3 or 2 rollouts of success y each.
     want = [(3 * y + 0.5) / 4 - y, (2 * y + 0.5) / 3 - y, (2 * y + 0.5) / 3 - y]
     assert [c.utility for c in beta.clusters] == pytest.approx(want, abs=1e-12)
 
 
 def test_alpha_zero_keeps_all_shaping_on_the_assert():
-    result = compute_process_advantages(WORKED, FactUtilConfig(mode="exact", alpha=0.0))
+    result = compute_process_advantages(WORKED, PAPER.model_copy(update={"alpha": 0.0}))
     rows = [record.to_dict() for record in result.actions]
     assert [row["back_credit"] for row in rows] == [0.0] * len(rows)
     assert rows[1]["process_reward"] == pytest.approx(T1)
@@ -268,7 +332,7 @@ def test_cli_score_matches_spec_to_1e6(tmp_path):
     target = tmp_path / "out" / "scored.jsonl"
     done = subprocess.run(
         [sys.executable, "-m", "factutil", "score", str(source), "-o", str(target),
-         "--set", "mode=exact"],
+         "--set", "mode=exact", "--set", "preset=paper"],
         capture_output=True, text=True, check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -282,7 +346,7 @@ def test_cli_score_matches_spec_to_1e6(tmp_path):
     ]
     clusters = subprocess.run(
         [sys.executable, "-m", "factutil", "clusters", str(source), "--format", "json",
-         "--set", "mode=exact"],
+         "--set", "mode=exact", "--set", "preset=paper"],
         capture_output=True, text=True, check=True,
     )
     _assert_rows_match(json.loads(clusters.stdout), EXPECTED_CLUSTERS)

@@ -11,15 +11,15 @@
 # retrieval server (start it first: `factutil serve`, POST /retrieve on 127.0.0.1:8000). One 8-GPU
 # node, everything colocated. Needs: factutil, factutil-openrlhf, openrlhf==0.11.2 with its GPU stack.
 #
-# Groups whose rollouts all get the same reward carry no outcome signal, yet the paper's Beta prior
-# still gives their facts a utility (docs/method.md §3, §7). As written this is the paper's plain
-# GRPO. Dynamic sampling (drop such groups, refill the batch) is advised when many groups are
-# uniform (a weak start, hard data); OpenRLHF's switch, as extra arguments (keeps the groups whose
-# mean reward lies strictly inside the range):
+# Groups whose rollouts all get the same reward carry no outcome signal; factutil's default prior
+# (prior="group", docs/method.md §3) gives their facts utility 0, so plain GRPO as written here is
+# safe. Dynamic sampling (drop such groups, refill the batch) helps when many groups are uniform
+# (a weak start, hard data); OpenRLHF's switch, as extra arguments (keeps the groups whose mean
+# reward lies strictly inside the range):
 #   --algo.dynamic_filtering_enable --algo.dynamic_filtering_range 0 1
-# A run without dynamic sampling can instead take factutil's preset for trainers that keep every
-# group (prior="group" + process_norm="group", docs/method.md §7):
-#   --factutil.preset plain_grpo
+# The published method exactly (the paper's Beta(1/2, 1/2) prior; with dynamic sampling, as its
+# Beta prior rewards every fact of an all-fail group, docs/method.md §7):
+#   --factutil.preset paper
 # Steps: 1. write the prompt dataset; 2. replay one sample rollout against the retriever (no GPU);
 # 3. launch training (GPU). --dry-run skips 2 and prints the launch plan of 3 instead of running it.
 # Any other argument is appended to OpenRLHF's (a repeated option: the last one wins).

@@ -17,14 +17,14 @@
 # options). Everything else is a plain Search-R1-style GRPO command; the data rows name the agent
 # loop (agent_name=factagent).
 #
-# Groups whose rollouts all get the same reward carry no outcome signal, yet the paper's Beta prior
-# still gives their facts a utility (docs/method.md §3, §7). As written this is the paper's plain
-# GRPO. Dynamic sampling (DAPO: drop such groups, refill the batch) is advised when many groups are
+# Groups whose rollouts all get the same reward carry no outcome signal; factutil's default prior
+# (prior="group", docs/method.md §3) gives their facts utility 0, so plain GRPO as written here is
+# safe. Dynamic sampling (DAPO: drop such groups, refill the batch) helps when many groups are
 # uniform (a weak start, hard data); add verl's switch as extra arguments:
 #   algorithm.filter_groups.enable=true algorithm.filter_groups.metric=reward
-# A run without dynamic sampling can instead take factutil's preset for trainers that keep every
-# group (prior="group" + process_norm="group", docs/method.md §7):
-#   +algorithm.factutil.preset=plain_grpo
+# The published method exactly (the paper's Beta(1/2, 1/2) prior; with dynamic sampling, as its
+# Beta prior rewards every fact of an all-fail group, docs/method.md §7):
+#   +algorithm.factutil.preset=paper
 set -euo pipefail
 
 MODEL=${MODEL:-Qwen/Qwen2.5-3B-Instruct}

@@ -57,6 +57,7 @@ METRIC_KEYS = (
     "factutil/process_adv_abs",
     "factutil/clusters_per_group",
     "factutil/shaping_nonzero_share",
+    "factutil/groups_uniform_share",
     "factutil/prepared_unshipped",
     "factutil/prepared_ignored",
     "factutil/prepared_other_device",
@@ -68,7 +69,8 @@ over samples). ``factutil/skipped`` is the warning metric: 1 on rows whose group
 advantages unchanged. With ``prepare_in_workers``, ``factutil/prepared_unshipped`` counts the
 batch's samples whose work did not come from the engine (the step did it) or could not be used
 (their group is skipped) and ``factutil/prepared_ignored`` the facts' work made for another
-embedder or config (the step redid it),
+embedder or config (the step redid it), ``factutil/groups_uniform_share`` the share of the
+batch's groups whose rollouts all scored the same (docs/method.md §3),
 ``factutil/prepared_other_device`` the batch's facts whose vectors came from an engine on another
 kind of device than the trainer's embedder (config ``prepared_device``).
 ``factutil/score_early_used`` is 1 when the batch was scored while OpenRLHF computed the
@@ -192,7 +194,7 @@ class ProcessAdvantagePatch:
         stats = {key: [np.zeros(len(e.advantages)) for e in experiences] for key in METRIC_KEYS}
         batch_stats = dict.fromkeys(
             ("factutil/clusters_per_group", "factutil/shaping_nonzero_share",
-             "factutil/prepared_unshipped", "factutil/prepared_ignored",
+             "factutil/groups_uniform_share", "factutil/prepared_unshipped", "factutil/prepared_ignored",
              "factutil/prepared_other_device", "factutil/score_early_used"),
             0.0,
         )
@@ -290,7 +292,7 @@ class ProcessAdvantagePatch:
         batch_stats["factutil/prepared_unshipped"] = float(batch.unshipped or 0)
         if batch.result is None:
             return rows, groups, None
-        for key in ("clusters_per_group", "shaping_nonzero_share"):
+        for key in ("clusters_per_group", "shaping_nonzero_share", "groups_uniform_share"):
             batch_stats[f"factutil/{key}"] = float(batch.result.metrics.get(key, 0.0))
         for name in ("prepared_ignored", "prepared_other_device"):
             batch_stats[f"factutil/{name}"] = float(

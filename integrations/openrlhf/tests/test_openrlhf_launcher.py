@@ -120,13 +120,13 @@ def run_launcher(ray_tmp: str) -> subprocess.CompletedProcess:
 
 def test_run_script_arguments_parse_with_openrlhf_parser(openrlhf, tmp_path, monkeypatch):
     """The run script's OpenRLHF arguments, plus the optional ones its comments name (dynamic
-    filtering, the plain_grpo preset), pass OpenRLHF 0.11.2's own parser and checks, up to
+    filtering, the paper preset), pass OpenRLHF 0.11.2's own parser and checks, up to
     ``train()`` (which needs GPUs): argparse and every assert before it run for real."""
     script = ROOT / "examples/openrlhf/run_factagent_2wiki.sh"
     optional = [word for line in script.read_text(encoding="utf-8").splitlines()
                 if line.startswith("#   --") for word in shlex.split(line[1:])]
     assert optional == ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0",
-                        "1", "--factutil.preset", "plain_grpo"]
+                        "1", "--factutil.preset", "paper"]
     plan = subprocess.run(
         ["bash", str(script), "--dry-run", *optional],
         check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
@@ -137,7 +137,7 @@ def test_run_script_arguments_parse_with_openrlhf_parser(openrlhf, tmp_path, mon
     assert (tmp_path / "2wiki_prompts.jsonl").read_text(encoding="utf-8").count("\n") == 30
     env_vars = plan["runtime_env"]["env_vars"]
     assert (env_vars["FACTUTIL_OMEGA"], env_vars["FACTUTIL_MODE"]) == ("0.5", "semantic")
-    assert env_vars["FACTUTIL_PRESET"] == "plain_grpo"
+    assert env_vars["FACTUTIL_PRESET"] == "paper"
     command = plan["command"]
     assert command[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
 

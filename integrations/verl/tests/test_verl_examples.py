@@ -61,20 +61,20 @@ def test_the_run_script_composes_against_verls_config(verl_config):
 
 
 def test_the_optional_lines_the_run_script_names_compose(verl_config):
-    """The overrides its comments offer (verl's dynamic sampling; the plain_grpo preset) exist in
+    """The overrides its comments offer (verl's dynamic sampling; the paper preset) exist in
     verl 0.9's config and reach verl and factutil as meant."""
     text = (EXAMPLES / "run_factagent_grpo.sh").read_text(encoding="utf-8")
     optional = [word for line in text.splitlines() if line.startswith("#   ")
                 and "algorithm." in line for word in shlex.split(line[1:])]
     assert optional == ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward",
-                        "+algorithm.factutil.preset=plain_grpo"]
+                        "+algorithm.factutil.preset=paper"]
     config = verl_config(*script_overrides(), *optional)
     assert config.algorithm.filter_groups.enable and config.algorithm.filter_groups.metric == "reward"
     factutil = factutil_config_from_verl(config.algorithm)
-    assert (factutil.preset, factutil.prior, factutil.process_norm) == ("plain_grpo", "group", "group")
+    assert (factutil.preset, factutil.prior, factutil.process_norm) == ("paper", "beta", "none")
     plain = factutil_config_from_verl(verl_config(*script_overrides()).algorithm)
     assert (plain.preset, plain.prior, plain.process_norm, plain.repeat_search_penalty) == (
-        "paper", "beta", "none", -0.01)
+        "default", "group", "none", -0.01)
 
 
 def test_the_readme_lines_are_three_and_compose(verl_config):
