@@ -90,7 +90,7 @@ class EmbeddingCache:
             self._insert(name, texts, vectors)
 
     def _insert(self, name: str, texts: Sequence[str], vectors: Sequence[np.ndarray]) -> None:
-        rows = [np.array(vector, dtype=np.float32, copy=True) for vector in vectors]
+        rows = [vector.copy() for vector in vectors]  # each its own buffer, freed on eviction
         for row in rows:
             row.setflags(write=False)
         with self._lock:
