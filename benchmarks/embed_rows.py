@@ -1,23 +1,20 @@
 """The shape of MiniLM's fixed-shape passes: the batch step's cost against a rollout worker's.
 
-    python benchmarks/embed_rows.py [--shapes 32x512,32x0,8x0] [--every 50] [--json FILE]
+    python benchmarks/embed_rows.py [--rows 32,8] [--every 50] [--json FILE]
 
 Every pass of the embedder has a fixed shape, so a text's vector never depends on the texts
-embedded beside it. A shape ``ROWSxTOKENS`` is ``embedding_batch_size`` x
-``embedding_pass_tokens``: packed (TOKENS > 0, the default 32x512), the texts' tokens lie end to
-end in passes of TOKENS rows (the last filled with zero rows) and only attention runs per text
-length, ROWS texts at a time; unpacked (TOKENS = 0), texts of one token length run together,
-ROWS a pass, a short pass filled with copies (``factutil.embed.fixed_shape_batches``). The fill
-is nearly free when a whole batch's texts are embedded at once, and most of the work when a
-rollout worker embeds one rollout's few texts as it finishes. For each shape, on one thread
-(OpenMP, BLAS and torch):
+embedded beside it: texts of one token length run together, ROWS (``embedding_batch_size``) a
+pass, a short pass filled with copies (``factutil.embed.fixed_shape_batches``). The fill is
+nearly free when a whole batch's texts are embedded at once, and most of the work when a rollout
+worker embeds one rollout's few texts as it finishes. For each row count, on one thread (OpenMP,
+BLAS and torch):
 
 - **batch**: CPU seconds to embed workload L's 4,206 distinct fact texts in one call, as the
   driver's cold step does;
 - **per rollout**: CPU milliseconds per text when every ``--every``-th rollout of L is prepared
   alone (:func:`factutil.prepare.prepare_facts`, one call per rollout);
-- **bits**: whether the vectors equal, bit for bit, those of the first shape, else the largest
-  difference of a vector component from them.
+- **bits**: whether the vectors equal, bit for bit, those of the first row count, else the
+  largest difference of a vector component from them.
 
 CPU seconds (``time.process_time``), not wall time: the figures are meant to compare shapes on a
 machine that other work shares.
@@ -55,18 +52,17 @@ from factutil.prepare import prepare_facts
 def main(argv: list[str] | None = None) -> dict:
     """Measure each row count, print the table, write ``--json``; returns the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="32x512,32x0,8x0",
-                        help="comma list of ROWSxTOKENS (embedding_batch_size x embedding_pass_tokens)")
+    parser.add_argument("--rows", default="32,8",
+                        help="comma list of rows per pass (embedding_batch_size)")
     parser.add_argument("--every", type=int, default=50, help="prepare every N-th rollout of L alone")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     try:
-        shapes = [tuple(int(part) for part in value.split("x")) for value in args.shapes.split(",")]
+        counts = [int(value) for value in args.rows.split(",")]
     except ValueError:
-        parser.error(f"--shapes: expected ROWSxTOKENS items such as 32x512, got {args.shapes!r}")
-    if any(len(shape) != 2 or shape[0] < 1 or shape[1] < 0 for shape in shapes) or args.every < 1:
-        parser.error(f"--shapes needs ROWS >= 1 and TOKENS >= 0, --every >= 1 "
-                     f"(got {args.shapes!r}, {args.every})")
+        parser.error(f"--rows: expected a comma list of integers such as 32,8, got {args.rows!r}")
+    if any(count < 1 for count in counts) or args.every < 1:
+        parser.error(f"--rows needs counts >= 1, --every >= 1 (got {args.rows!r}, {args.every})")
     torch.set_num_threads(1)
     rows = build_workload("L")
     texts = sorted({fact_text(*t) for t in triple_occurrences(rows)})
@@ -74,28 +70,28 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {"texts": len(texts), "rollouts": len(sample), "load_average_1min": [os.getloadavg()[0]],
                     "shapes": {}}
     first = None
-    for rows_per_pass, pass_tokens in shapes:
-        embedder = SentenceTransformerEmbedder(batch_size=rows_per_pass, pass_tokens=pass_tokens)
+    for rows_per_pass in counts:
+        embedder = SentenceTransformerEmbedder(batch_size=rows_per_pass)
         embedder.encode(["warm up the model"])
         start = time.process_time()
         vectors = embedder.encode(texts)
         batch_s = time.process_time() - start
-        config = FactUtilConfig(embedding_batch_size=rows_per_pass, embedding_pass_tokens=pass_tokens)
+        config = FactUtilConfig(embedding_batch_size=rows_per_pass)
         start = time.process_time()
         prepared = [prepare_facts(row, config, embedder=embedder) for row in sample]
         per_rollout_s = time.process_time() - start
         embedded = sum(len(item) for item in prepared)
         if first is None:
             first = vectors
-        report["shapes"][f"{rows_per_pass}x{pass_tokens}"] = {
+        report["shapes"][str(rows_per_pass)] = {
             "batch_cpu_s": batch_s, "per_rollout_cpu_ms_per_text": per_rollout_s / embedded * 1e3,
             "per_rollout_texts": embedded, "bits_equal_to_first": bool(np.array_equal(vectors, first)),
             "max_abs_difference_to_first": float(np.abs(vectors - first).max()),
         }
     report["load_average_1min"].append(os.getloadavg()[0])
-    table = Table(title=f"MiniLM, one thread: pass shapes (L: {len(texts):,} texts; "
+    table = Table(title=f"MiniLM, one thread: rows per pass (L: {len(texts):,} texts; "
                         f"{len(sample)} rollouts prepared alone)", header_style="bold")
-    for column in ("rows x tokens", "batch CPU s", "per rollout CPU ms / text", f"vs {args.shapes.split(',')[0]}"):
+    for column in ("rows", "batch CPU s", "per rollout CPU ms / text", f"vs {counts[0]} rows"):
         table.add_column(column, justify="right")
     for shape, entry in report["shapes"].items():
         same = entry["bits_equal_to_first"]

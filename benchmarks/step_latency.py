@@ -434,7 +434,6 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         "worker_task_wall_s": [wall for _, _, _, wall in results],
         "workers": workers, "backend": backend, "rollouts": len(rows),
         "prepare_chunk": chunk, "embedding_batch_size": batch_rows,
-        "embedding_pass_tokens": config.embedding_pass_tokens,
         "shipped_mb": sum(len(item) for item in rows_bytes) / 2**20,
         "shipped_facts_mb": sum(len(item) for item in facts_bytes) / 2**20,
         "shipped_items": len(rows_bytes),
@@ -455,8 +454,7 @@ def critical_table(entry: dict, threads: int | None) -> Table:
     chunk = {0: "its whole share", 1: "each rollout"}.get(entry["prepare_chunk"], f"{entry['prepare_chunk']} rollouts")
     table = Table(title=f"critical path, size {entry['size']}, backend {entry['backend']}, driver "
                         f"threads {threads or 'all'}, {entry['workers']} Ray workers, one prepare_facts call "
-                        f"per {chunk}, passes of {entry['embedding_batch_size']} texts x "
-                        f"{entry.get('embedding_pass_tokens', 0) or 'unpacked'} tokens (seconds)",
+                        f"per {chunk}, passes of {entry['embedding_batch_size']} texts (seconds)",
                   header_style="bold")
     for column in ("driver does everything (cold) s", "its CPU s", "driver_s (rows shipped)", "its CPU s",
                    "facts' work shipped s", "its CPU s", "warm step s", "driver_s ÷ warm",

@@ -91,15 +91,8 @@ class FactUtilConfig(BaseModel):
     )
     embedding_batch_size: int = Field(
         32, ge=1,
-        description="semantic mode: rows per attention pass (texts of one token length, filled to "
-        "this many rows, so no text's vector depends on its batch); without packing, rows per "
-        "forward pass.",
-    )
-    embedding_pass_tokens: int = Field(
-        512, ge=0,
-        description="semantic mode, minilm backend: tokens per pass of the position-wise layers "
-        "(the texts' tokens end to end, no padding, no copies; 0 = unpacked passes of "
-        "embedding_batch_size rows).",
+        description="semantic mode: rows per forward pass (texts of one token length, filled to "
+        "this many rows, so no text's vector depends on its batch).",
     )
     knn_min_size: int = Field(
         4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."

@@ -10,7 +10,14 @@ import pytest
 
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
-from factutil.embed import OnnxMiniLMEmbedder, StaticEmbedder, distill_static, make_embedder
+from factutil.embed import (
+    OnnxMiniLMEmbedder,
+    StaticEmbedder,
+    default_model_path,
+    make_embedder,
+    minilm_tokenizer,
+)
+from factutil.tools.static_vectors import main as static_vectors_command
 
 TEXTS = [
     "david lynch | place of birth | missoula, montana",
@@ -33,9 +40,7 @@ def test_static_encode_is_the_normalised_mean_of_token_vectors(tmp_path):
     """A hand-made static model: 4-d vectors for a few vocabulary ids of the real tokenizer."""
     import shutil
 
-    from factutil.embed import _minilm_tokenizer, default_model_path
-
-    tokenizer = _minilm_tokenizer()
+    tokenizer = minilm_tokenizer()
     vocab = tokenizer.get_vocab()
     vectors = np.zeros((len(vocab), 4), dtype=np.float32)
     vectors[vocab["paris"]] = [1, 0, 0, 0]
@@ -50,6 +55,13 @@ def test_static_encode_is_the_normalised_mean_of_token_vectors(tmp_path):
                                      [1 / np.sqrt(5), 0, 2 / np.sqrt(5), 0]], atol=1e-6)
 
 
+def test_static_vectors_missing_raise_naming_the_command_that_makes_them(tmp_path):
+    embedder = StaticEmbedder(str(tmp_path / "none"))
+    with pytest.raises(FileNotFoundError, match=r"python -m factutil\.tools\.static_vectors .*none"):
+        embedder.encode(["a | b | c"])
+    assert not (tmp_path / "none").exists()  # nothing distilled behind the caller's back
+
+
 @pytest.mark.slow
 def test_onnx_int8_matches_the_full_model(minilm):
     full = minilm.encode(TEXTS)
@@ -61,8 +73,11 @@ def test_onnx_int8_matches_the_full_model(minilm):
 
 @pytest.mark.slow
 def test_distilled_static_model_keeps_paraphrases_closer_than_unrelated(tmp_path, capsys):
-    path = distill_static(str(tmp_path / "static"), dims=64)
-    # The minute-long first use says what it does (BERT's uncased WordPiece vocabulary: 30,522
+    """``python -m factutil.tools.static_vectors PATH --dims 64`` makes the vectors the static
+    embedder reads."""
+    path = str(tmp_path / "static")
+    static_vectors_command([path, "--dims", "64"])
+    # The minute-long command says what it does (BERT's uncased WordPiece vocabulary: 30,522
     # tokens), shows a bar over the batches and says when it is done.
     err = capsys.readouterr().err
     assert f"factutil: distilling static vectors (30522 tokens) from the bundled MiniLM into {path}" in err

@@ -1194,8 +1194,7 @@ def _embedders(minilm):
         default_static_dir,
     )
 
-    found = [minilm, SentenceTransformerEmbedder(device="cpu", pass_tokens=0),
-             SentenceTransformerEmbedder(device="cpu", pass_tokens=24, batch_size=3),
+    found = [minilm, SentenceTransformerEmbedder(device="cpu", batch_size=3),
              OnnxMiniLMEmbedder(batch_size=4)]
     if Path(default_static_dir(), "vectors.npy").exists():  # distilled once per machine
         found.append(StaticEmbedder())

