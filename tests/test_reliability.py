@@ -1400,3 +1400,17 @@ def test_prefix_negations_never_share_a_cluster_with_the_real_model(minilm):
     result = compute_process_advantages(rows, config,
                                         clusterer=SemanticClusterer(config, embedder=minilm))
     assert [len(c.members) for c in result.clusters] == [1] * (2 * len(PREFIX_NEGATIONS))
+
+
+def test_relation_texts_that_differ_by_inflection_agree():
+    """Unknown relations whose content words agree once an inflection is cut ("launch year" /
+    "launched in") pass the relation filter; "launched in" / "landed in" and opposite relations
+    still differ, and two lexicon relations ("height" / "elevation above sea level") stay apart."""
+    launch = analyze("Apollo 11", "launch year", "1969")
+    assert first_veto(launch, analyze("Apollo 11", "launched in", "1969")) is None
+    assert first_veto(analyze("Apollo 11", "landed in", "1969"),
+                      analyze("Apollo 11", "launched in", "1969")) == (
+        "relation: different relations 'landed in' vs 'launched in'")
+    assert first_veto(analyze("Everest", "height", "8,849 metres"),
+                      analyze("Everest", "elevation", "8849 m")) == (
+        "relation: different relations 'elevation above sea level' vs 'height'")

@@ -253,12 +253,24 @@ def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = 
 
 def _similar_text(a: str, b: str) -> bool:
     """Unknown relation texts agree: ratio >= RELATION_TEXT_CUTOFF, or all content words of one
-    are words of the other ("sold" ~ "records sold"; "in" alone is no content)."""
+    are words of the other once inflections are cut ("sold" ~ "records sold", "launched in" ~
+    "launch year"; "in" alone is no content)."""
     if fuzz.ratio(a, b) >= RELATION_TEXT_CUTOFF:
         return True
-    ta = set(a.split()) - FUNCTION_WORDS
-    tb = set(b.split()) - FUNCTION_WORDS
+    ta = {_stem(word) for word in a.split()} - FUNCTION_WORDS
+    tb = {_stem(word) for word in b.split()} - FUNCTION_WORDS
     return bool(ta and tb) and (ta <= tb or tb <= ta)
+
+
+_INFLECTIONS = ("ing", "ed", "es", "s", "d")
+
+
+def _stem(word: str) -> str:
+    """``word`` less one inflection (-ing, -ed, -es, -s, -d) when 4 letters or more are left."""
+    for ending in _INFLECTIONS:
+        if word.endswith(ending) and len(word) - len(ending) >= 4:
+            return word[: -len(ending)]
+    return word
 
 
 def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
