@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from factutil.errors import error_messages
+from factutil.errors import UNKNOWN_FIELD, error_messages, unknown_field_message
 
 FilterName = Literal["negation", "numeric", "relation", "entity"]
 
@@ -189,6 +190,30 @@ class FactUtilConfig(BaseModel):
         False, description="Also fold Unicode dashes and quotes in answer normalisation (off = SQuAD bytes)."
     )
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unknown_fields_named(cls, data: Any, handler: Any) -> Any:
+        # pydantic says "Extra inputs are not permitted"; name the field and the closest known one
+        # (errors.unknown_field_message, the rule every error path uses), keep every other error.
+        try:
+            return handler(data)
+        except ValidationError as error:
+            items = error.errors(include_url=False)
+            if not any(item["type"] == "extra_forbidden" and len(item["loc"]) == 1 for item in items):
+                raise
+            known = tuple(cls.model_fields)
+            rebuilt = []
+            for item in items:
+                kind: Any = item["type"]
+                if kind == "extra_forbidden" and len(item["loc"]) == 1:
+                    kind = PydanticCustomError(UNKNOWN_FIELD, "{message}", {
+                        "message": unknown_field_message(item["loc"][0], known)})
+                entry = {"type": kind, "loc": item["loc"], "input": item.get("input")}
+                if "ctx" in item and isinstance(kind, str):
+                    entry["ctx"] = item["ctx"]
+                rebuilt.append(entry)
+            raise ValidationError.from_exception_data(error.title, rebuilt) from None
+
     @model_validator(mode="before")
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
@@ -280,12 +305,9 @@ def setting_value(text: str) -> Any:
 
 def error_lines(error: ValidationError, where: Callable[[str], str]) -> str:
     """One ``where(field): message`` line per problem of ``error`` (``field`` as
-    :func:`factutil.errors.field_path` writes it, ``"(line)"`` for the whole value); "did you
-    mean" for a mistyped :class:`FactUtilConfig` field."""
-    known = tuple(FactUtilConfig.model_fields) if error.title == "FactUtilConfig" else ()
-    return "\n".join(
-        f"{where(field)}: {message}" for field, message in error_messages(error, known=known)
-    )
+    :func:`factutil.errors.field_path` writes it, ``"(line)"`` for the whole value); a mistyped
+    :class:`FactUtilConfig` field reads "unknown field 'omgea' (did you mean 'omega'?)"."""
+    return "\n".join(f"{where(field)}: {message}" for field, message in error_messages(error))
 
 
 def config_from_values(

@@ -49,6 +49,17 @@ def field_path(loc: Iterable[Any], whole: str = "(line)") -> str:
     return path or whole
 
 
+def unknown_field_message(name: Any, known: Sequence[str]) -> str:
+    """``unknown field 'omgea' (did you mean 'omega'?)``: the words for a key a model does not
+    have, with the closest of ``known`` (its field names) when one is close enough."""
+    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+    return f"unknown field {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+UNKNOWN_FIELD = "unknown_field"
+"""The error type of a pydantic error already worded by :func:`unknown_field_message`."""
+
+
 def error_messages(
     error: ValidationError, whole: str = "(line)", known: Sequence[str] = ()
 ) -> list[tuple[str, str]]:
@@ -57,7 +68,7 @@ def error_messages(
     The message names the offending value: pydantic's own messages get ``(got VALUE)``; this
     library's validators (``value_error``) already say it, and a missing field has none.
     An action with neither ``action`` nor ``raw`` reads "missing field `action`"; an unknown
-    top-level key gets "did you mean ...?" when one of ``known`` (the model's field names) is close.
+    top-level key of a model whose fields are ``known`` reads as :func:`unknown_field_message`.
     """
     messages = []
     for item in error.errors(include_url=False):
@@ -65,11 +76,9 @@ def error_messages(
         if item["type"] == "union_tag_not_found":  # pydantic: "Unable to extract tag using ..."
             message = ("missing field `action` (one of search, assert, answer, invalid), "
                        "or `raw` model output to parse")
-        if item["type"] not in ("missing", "value_error") and "input" in item:
-            message += f" (got {short(item['input'])})"
         if item["type"] == "extra_forbidden" and len(item["loc"]) == 1 and known:
-            close = difflib.get_close_matches(str(item["loc"][0]), known, n=1, cutoff=0.6)
-            if close:
-                message += f"; did you mean {close[0]!r}?"
+            message = unknown_field_message(item["loc"][0], known)
+        elif item["type"] not in ("missing", "value_error", UNKNOWN_FIELD) and "input" in item:
+            message += f" (got {short(item['input'])})"
         messages.append((field_path(item["loc"], whole), message))
     return messages

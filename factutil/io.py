@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from factutil import errors
-from factutil.config import FactUtilConfig
 from factutil.errors import short
 from factutil.schema import Group, Rollout, group_conflicts
 
@@ -50,14 +49,15 @@ class InputError(ValueError):
         super().__init__("\n".join(str(problem) for problem in problems))
 
 
-_FIELDS_OF = {"FactUtilConfig": tuple(FactUtilConfig.model_fields), "Group": tuple(Group.model_fields)}
-"""The fields of the models that refuse unknown keys, by the title of their ValidationError."""
+_FIELDS_OF = {"Group": tuple(Group.model_fields)}
+"""The fields of the models that refuse unknown keys, by the title of their ValidationError
+(:class:`~factutil.config.FactUtilConfig` words its own)."""
 
 
 def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[str, str]]:
     """(field path, message) for each problem of a pydantic error of an input or config model
-    (:func:`factutil.errors.error_messages`, with "did you mean" for the config's and a group's
-    fields)."""
+    (:func:`factutil.errors.error_messages`; an unknown key of a group dict reads "unknown field
+    'x' (did you mean ...?)", as one of the config does)."""
     return errors.error_messages(error, whole, _FIELDS_OF.get(error.title, ()))
 
 

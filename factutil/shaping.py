@@ -42,25 +42,34 @@ class ProcessRewards:
     empty_store_answer: np.ndarray
 
 
+def potentials(gain: np.ndarray) -> np.ndarray:
+    """Phi of the store after each action: tanh of the running sum of the utility the actions
+    brought into it (docs/method.md §4). The one place Phi is computed.
+
+    Args:
+        gain: float64 (T,) or (R, T), the summed utility of the clusters each action added (0 for
+            an action that added none; :func:`action_gains`), one rollout per row.
+
+    Returns:
+        float64, the shape of ``gain``, values in (-1, 1).
+    """
+    return np.tanh(np.cumsum(np.asarray(gain, dtype=np.float64), axis=-1))
+
+
 def store_potentials(new_clusters: Sequence[np.ndarray], utility: np.ndarray) -> np.ndarray:
-    """Phi of the store after each action: tanh of the running sum of utilities (docs/method.md §4).
+    """:func:`potentials` of one rollout given the clusters each action added.
 
     Args:
         new_clusters: T int arrays, the clusters each action added (each cluster at most once per
-            rollout; sorted, so the sum does not depend on the order of triples in an assert).
+            rollout; summed exactly, so the order of triples in an assert does not matter).
         utility: float64 (K,), u_c of the group's clusters.
 
     Returns:
         float64 (T,), values in (-1, 1).
     """
     utility = np.asarray(utility, dtype=np.float64)
-    total = 0.0
-    potential = np.empty(len(new_clusters), dtype=np.float64)
-    for t, added in enumerate(new_clusters):
-        if len(added):
-            total += cluster_gain(added, utility)
-        potential[t] = np.tanh(total)
-    return potential
+    return potentials(np.array([cluster_gain(added, utility) for added in new_clusters],
+                               dtype=np.float64))
 
 
 def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
@@ -68,7 +77,7 @@ def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
 
     Args:
         potential: float64 (T,) or (R, T), Phi after each action along the last axis
-            (:func:`store_potentials`).
+            (:func:`potentials`).
         gamma: discount in (0, 1]. With gamma = 1 the rewards telescope to Phi(final store).
 
     Returns:
@@ -184,7 +193,7 @@ def process_rewards(
         )
     rows, steps = kinds.shape
     valid = kinds != PAD
-    potential = np.tanh(np.cumsum(gain, axis=1))
+    potential = potentials(gain)
     shaping = np.where(valid, shaping_rewards(potential, gamma), 0.0)
     credit = back_credit(kinds, shaping, alpha)
 

@@ -25,6 +25,7 @@ from factutil.cluster import (
     representatives,
     triple_text,
 )
+from factutil.config import ConfigError, config_from_values
 from factutil.shaping import (
     ANSWER,
     ASSERT,
@@ -143,6 +144,23 @@ def test_config_validation_names_field_and_value():
             FactUtilConfig(**fields)
         assert name in str(error.value)
     assert FactUtilConfig().omega == 0.5 and FactUtilConfig().alpha == 0.2 and FactUtilConfig().epsilon == 0.5
+
+
+def test_a_misspelt_config_field_is_named_with_the_closest_one_in_every_form():
+    """FactUtilConfig(omgea=...), a dict config of the step and the CLI's / adapters' helper all
+    say "unknown field 'omgea' (did you mean 'omega'?)"; a key close to no field is just named;
+    the config's other problems are still listed beside it."""
+    expected = "unknown field 'omgea' (did you mean 'omega'?)"
+    with pytest.raises(ValidationError) as error:
+        FactUtilConfig(omgea=0.3)
+    assert [(e["loc"], e["msg"]) for e in error.value.errors()] == [(("omgea",), expected)]
+    with pytest.raises(ValidationError) as error:
+        compute_process_advantages([], {"mode": "exact", "omgea": 0.3})
+    assert expected in str(error.value)
+    with pytest.raises(ConfigError) as error:
+        config_from_values({"omega": -1, "zzz": 1})
+    assert str(error.value) == ("config: omega: Input should be greater than or equal to 0 (got -1)\n"
+                                "config: zzz: unknown field 'zzz'")
 
 
 def test_group_validation():

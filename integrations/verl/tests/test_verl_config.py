@@ -42,7 +42,7 @@ def test_hydra_overrides_reach_the_config(verl_config):
         ),
         (
             "+algorithm.factutil.omgea=0.3",
-            "algorithm.factutil.omgea: Extra inputs are not permitted (got 0.3)",
+            "algorithm.factutil.omgea: unknown field 'omgea' (did you mean 'omega'?)",
         ),
         (
             "+algorithm.factutil.mode=fuzzy",
