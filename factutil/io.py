@@ -131,7 +131,7 @@ def read_rollouts(
                 problems.extend(validation_problems(error, name, number))
     if progress is not None and unreported:
         progress(unreported)
-    if problems and problems[0].line == 1 and not rollouts:
+    if problems and problems[0].line == 1 and problems[0].field == "(line)" and not rollouts:
         document = _json_document(path)
         if document is not None:  # one line for the file, not one per line of a JSON document
             raise InputError([Problem(name, None, "(file)", (

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         train = build_split(args.train, "train", args.source, args.train_limit)
-        val = build_split(args.val, "test", args.source, args.val_limit)
+        val = build_split(args.val, "val", args.source, args.val_limit)
     except (OSError, ValueError) as error:
         print(f"prepare_data: {error}", file=sys.stderr)
         return 2
