@@ -576,7 +576,7 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
     """The paired comparison, as Markdown: across blocks (final EM against outcome-only and
     against the default), then per block (final EM and gold-fact recall against both)."""
     blocks = [b for b in BLOCKS if any(r["block"] == b for r in rows)]
-    names = list(dict.fromkeys(r["run"] for r in rows))
+    names = [run.name for run in RUNS if any(r["run"] == run.name for r in rows)]
     label = {r["run"]: r["label"] for r in rows}
     lines = [f"Paired over seeds: mean difference of the final held-out EM (or gold-fact recall), "
              f"its {CONFIDENCE:.0%} t interval, and the seeds ahead; *take-off*: seeds reaching "

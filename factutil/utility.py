@@ -285,8 +285,10 @@ def _leave_one_out(
     """
     others = np.zeros(len(success), dtype=np.float64)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if b - a < 2:
+            continue  # no mates: the row reads 0 (``alone`` below)
         values = success[a:b].tolist()
-        for i in range(b - a if b - a > 1 else 0):
+        for i in range(b - a):
             others[a + i] = success_rate(np.asarray(values[:i] + values[i + 1:]))
     pairs = len(pair_row)
     row = pair_row[order]

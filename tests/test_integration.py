@@ -166,6 +166,7 @@ def test_batch_metrics_and_the_one_warning(caplog):
     assert metrics["factutil/utility_spread"] == pytest.approx(
         result.metrics["utility_max"] - result.metrics["utility_min"]
     )
+    assert metrics["factutil/groups_uniform_share"] == 0.0  # y = (1, 0): a mixed group
     assert all(np.isfinite(value) for value in metrics.values())
     assert batch_metrics(BatchScore(None, {}, {}, groups=2)) == {
         "factutil/groups": 2.0, "factutil/groups_scored": 2.0, "factutil/groups_fallback": 0.0
