@@ -1073,16 +1073,16 @@ def test_a_texts_vector_does_not_depend_on_the_texts_beside_it(minilm):
 @pytest.mark.slow
 def test_a_groups_clusters_do_not_depend_on_the_other_groups_of_the_batch(tmp_path, minilm):
     """Group A (two rollouts: [Mount Fuji, located in, Japan] / [Mount Fuji, is located in,
-    Japan], whose similarity 0.99465389... sits near a rounding boundary of the 7th decimal)
-    scored alone and beside group B (one longer fact), ``sim_threshold=0.994654 sim_decimals=7
-    filters=[] key_edges=false`` -> the same clusters (2: 0.9946539 < 0.994654) and the same
+    Japan], whose similarity 0.99465397... sits near a rounding boundary of the 7th decimal)
+    scored alone and beside group B (one longer fact), ``sim_threshold=0.9946541 sim_decimals=7
+    filters=[] key_edges=false`` -> the same clusters (2: 0.9946540 < 0.9946541) and the same
     numbers for A, through the API and the CLI. (Before, B's padding moved A's vectors by ~1e-7
     and A beside B had 1 cluster.)"""
     a = [row(f"a-{i}", uid="a", actions=[{"action": "assert", "triples": [t.split(" | ")]}, RIGHT])
          for i, t in enumerate(FUJI)]
     b = [row("b-0", uid="b", actions=[{"action": "assert", "triples": [
         ["Mount Fuji", "is an active stratovolcano that last", "Japan"]]}, WRONG])]
-    config = FactUtilConfig(sim_threshold=0.994654, sim_decimals=7, filters=[], key_edges=False)
+    config = FactUtilConfig(sim_threshold=0.9946541, sim_decimals=7, filters=[], key_edges=False)
     alone = compute_process_advantages(a, config,
                                        clusterer=SemanticClusterer(config, embedder=minilm))
     beside = compute_process_advantages(a + b, config,
@@ -1091,7 +1091,7 @@ def test_a_groups_clusters_do_not_depend_on_the_other_groups_of_the_batch(tmp_pa
     assert [c.to_dict() for c in beside.clusters if c.uid == "a"] == [
         c.to_dict() for c in alone.clusters]
     assert beside.advantages[:4].tobytes() == alone.advantages.tobytes()
-    flags = ["--set", "sim_threshold=0.994654", "--set", "sim_decimals=7",
+    flags = ["--set", "sim_threshold=0.9946541", "--set", "sim_decimals=7",
              "--set", "filters=[]", "--set", "key_edges=false"]
     counts = []
     for lines in (a, a + b):
