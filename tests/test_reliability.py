@@ -999,7 +999,7 @@ def test_cli_knn_over_near_identical_facts_exits_0(tmp_path, minilm):
     assert "Traceback" not in done.output and done.exception is None
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 194
     done = CliRunner().invoke(app, ["clusters", str(path), "--format", "json", *flags])
-    (cluster,) = json.loads(done.output)
+    (cluster,) = json.loads(done.stdout)
     assert cluster["n"] == 97
 
 
@@ -1035,30 +1035,22 @@ LONG = [("Mount Fuji | is an active stratovolcano that last erupted in 1707 and 
         "The Fuji Five Lakes | lie around | the northern foot of the mountain, in Yamanashi"]
 
 
-def _embedders(minilm):
-    from factutil.embed import (
-        OnnxMiniLMEmbedder,
-        SentenceTransformerEmbedder,
-        StaticEmbedder,
-        default_static_dir,
-    )
+def _embedders(minilm, static_vectors):
+    from factutil.embed import OnnxMiniLMEmbedder, SentenceTransformerEmbedder, StaticEmbedder
 
-    found = [minilm, SentenceTransformerEmbedder(device="cpu", batch_size=3),
-             OnnxMiniLMEmbedder(batch_size=4)]
-    if Path(default_static_dir(), "vectors.npy").exists():  # distilled once per machine
-        found.append(StaticEmbedder())
-    return found
+    return [minilm, SentenceTransformerEmbedder(device="cpu", batch_size=16),
+            OnnxMiniLMEmbedder(batch_size=4), StaticEmbedder(static_vectors)]
 
 
 @pytest.mark.slow
-def test_a_texts_vector_does_not_depend_on_the_texts_beside_it(minilm):
+def test_a_texts_vector_does_not_depend_on_the_texts_beside_it(minilm, static_vectors):
     """The same two texts embedded alone, beside longer texts, in another order, one at a time,
     and through ``embed_unique`` with a cache filled by another batch -> bit-identical vectors,
     with every backend (MiniLM, int8 ONNX, static): a pair's similarity depends on the pair alone
     (docs/decisions.md)."""
     from factutil.embed import EmbeddingCache
 
-    for embedder in _embedders(minilm):
+    for embedder in _embedders(minilm, static_vectors):
         alone = embedder.encode(FUJI)
         batches = [embedder.encode(LONG + FUJI)[2:], embedder.encode(FUJI[::-1] + LONG)[1::-1],
                    np.concatenate([embedder.encode([text]) for text in FUJI]),
@@ -1097,7 +1089,7 @@ def test_a_groups_clusters_do_not_depend_on_the_other_groups_of_the_batch(tmp_pa
     for lines in (a, a + b):
         path = write_lines(tmp_path / "in.jsonl", [json.dumps(line) for line in lines])
         done = CliRunner().invoke(app, ["clusters", str(path), "--format", "json", *flags])
-        counts.append(sum(c["uid"] == "a" for c in json.loads(done.output)))
+        counts.append(sum(c["uid"] == "a" for c in json.loads(done.stdout)))
     assert counts == [2, 2]
 
 
