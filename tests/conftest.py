@@ -1,12 +1,16 @@
-"""Shared fixtures: one real MiniLM embedder per test session, and a cheap algebra-only embedder."""
+"""Shared fixtures: one real MiniLM embedder per test session, the default static vectors, and a
+cheap algebra-only embedder."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 from sklearn.feature_extraction.text import HashingVectorizer
 
-from factutil.embed import SentenceTransformerEmbedder, l2_normalize
+from factutil.embed import SentenceTransformerEmbedder, default_static_dir, l2_normalize
+from factutil.tools.static_vectors import distill_static
 
 
 class CharGramEmbedder:
@@ -31,6 +35,16 @@ def minilm() -> SentenceTransformerEmbedder:
     embedder = SentenceTransformerEmbedder(device="cpu")
     embedder.encode(["warm up"])
     return embedder
+
+
+@pytest.fixture(scope="session")
+def static_vectors() -> str:
+    """The default static vectors' folder (what ``embedding_backend="static"`` reads), distilled
+    there once (about a minute) when missing, as ``python -m factutil.tools.static_vectors``."""
+    path = default_static_dir()
+    if not os.path.exists(os.path.join(path, "vectors.npy")):
+        distill_static(path, progress=False)
+    return path
 
 
 @pytest.fixture

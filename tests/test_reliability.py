@@ -1150,7 +1150,7 @@ def test_cli_knn_over_near_identical_facts_exits_0(tmp_path, minilm):
     assert "Traceback" not in done.output and done.exception is None
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 194
     done = CliRunner().invoke(app, ["clusters", str(path), "--format", "json", *flags])
-    (cluster,) = json.loads(done.output)
+    (cluster,) = json.loads(done.stdout)
     assert cluster["n"] == 97
 
 
@@ -1186,30 +1186,22 @@ LONG = [("Mount Fuji | is an active stratovolcano that last erupted in 1707 and 
         "The Fuji Five Lakes | lie around | the northern foot of the mountain, in Yamanashi"]
 
 
-def _embedders(minilm):
-    from factutil.embed import (
-        OnnxMiniLMEmbedder,
-        SentenceTransformerEmbedder,
-        StaticEmbedder,
-        default_static_dir,
-    )
+def _embedders(minilm, static_vectors):
+    from factutil.embed import OnnxMiniLMEmbedder, SentenceTransformerEmbedder, StaticEmbedder
 
-    found = [minilm, SentenceTransformerEmbedder(device="cpu", batch_size=3),
-             OnnxMiniLMEmbedder(batch_size=4)]
-    if Path(default_static_dir(), "vectors.npy").exists():  # distilled once per machine
-        found.append(StaticEmbedder())
-    return found
+    return [minilm, SentenceTransformerEmbedder(device="cpu", batch_size=16),
+            OnnxMiniLMEmbedder(batch_size=4), StaticEmbedder(static_vectors)]
 
 
 @pytest.mark.slow
-def test_a_texts_vector_does_not_depend_on_the_texts_beside_it(minilm):
+def test_a_texts_vector_does_not_depend_on_the_texts_beside_it(minilm, static_vectors):
     """The same two texts embedded alone, beside longer texts, in another order, one at a time,
     and through ``embed_unique`` with a cache filled by another batch -> bit-identical vectors,
     with every backend (MiniLM, int8 ONNX, static): a pair's similarity depends on the pair alone
     (docs/decisions.md)."""
     from factutil.embed import EmbeddingCache
 
-    for embedder in _embedders(minilm):
+    for embedder in _embedders(minilm, static_vectors):
         alone = embedder.encode(FUJI)
         batches = [embedder.encode(LONG + FUJI)[2:], embedder.encode(FUJI[::-1] + LONG)[1::-1],
                    np.concatenate([embedder.encode([text]) for text in FUJI]),
@@ -1224,16 +1216,16 @@ def test_a_texts_vector_does_not_depend_on_the_texts_beside_it(minilm):
 @pytest.mark.slow
 def test_a_groups_clusters_do_not_depend_on_the_other_groups_of_the_batch(tmp_path, minilm):
     """Group A (two rollouts: [Mount Fuji, located in, Japan] / [Mount Fuji, is located in,
-    Japan], whose similarity 0.99465389... sits near a rounding boundary of the 7th decimal)
-    scored alone and beside group B (one longer fact), ``sim_threshold=0.994654 sim_decimals=7
-    filters=[] key_edges=false`` -> the same clusters (2: 0.9946539 < 0.994654) and the same
+    Japan], whose similarity 0.99465397... sits near a rounding boundary of the 7th decimal)
+    scored alone and beside group B (one longer fact), ``sim_threshold=0.9946541 sim_decimals=7
+    filters=[] key_edges=false`` -> the same clusters (2: 0.9946540 < 0.9946541) and the same
     numbers for A, through the API and the CLI. (Before, B's padding moved A's vectors by ~1e-7
     and A beside B had 1 cluster.)"""
     a = [row(f"a-{i}", uid="a", actions=[{"action": "assert", "triples": [t.split(" | ")]}, RIGHT])
          for i, t in enumerate(FUJI)]
     b = [row("b-0", uid="b", actions=[{"action": "assert", "triples": [
         ["Mount Fuji", "is an active stratovolcano that last", "Japan"]]}, WRONG])]
-    config = FactUtilConfig(sim_threshold=0.994654, sim_decimals=7, filters=[], key_edges=False)
+    config = FactUtilConfig(sim_threshold=0.9946541, sim_decimals=7, filters=[], key_edges=False)
     alone = compute_process_advantages(a, config,
                                        clusterer=SemanticClusterer(config, embedder=minilm))
     beside = compute_process_advantages(a + b, config,
@@ -1242,13 +1234,13 @@ def test_a_groups_clusters_do_not_depend_on_the_other_groups_of_the_batch(tmp_pa
     assert [c.to_dict() for c in beside.clusters if c.uid == "a"] == [
         c.to_dict() for c in alone.clusters]
     assert beside.advantages[:4].tobytes() == alone.advantages.tobytes()
-    flags = ["--set", "sim_threshold=0.994654", "--set", "sim_decimals=7",
+    flags = ["--set", "sim_threshold=0.9946541", "--set", "sim_decimals=7",
              "--set", "filters=[]", "--set", "key_edges=false"]
     counts = []
     for lines in (a, a + b):
         path = write_lines(tmp_path / "in.jsonl", [json.dumps(line) for line in lines])
         done = CliRunner().invoke(app, ["clusters", str(path), "--format", "json", *flags])
-        counts.append(sum(c["uid"] == "a" for c in json.loads(done.output)))
+        counts.append(sum(c["uid"] == "a" for c in json.loads(done.stdout)))
     assert counts == [2, 2]
 
 

@@ -76,7 +76,7 @@ def _run_benchmark(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, d
     return done, json.loads(out.read_text())
 
 
-def test_driver_threads_and_the_growth_section(tmp_path):
+def test_driver_threads_and_the_growth_section(tmp_path, static_vectors):
     done, report = _run_benchmark(tmp_path, "--quick", "--backends", "static", "--driver-threads", "1",
                                   "--growth", "S", "--growth-backend", "static")
     assert report["driver_threads"] == 1 and report["torch_threads"] == 1
@@ -106,7 +106,7 @@ def test_bad_benchmark_arguments_are_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_critical_path_with_two_ray_workers(tmp_path):
+def test_critical_path_with_two_ray_workers(tmp_path, static_vectors):
     done, report = _run_benchmark(tmp_path, "--quick", "--backends", "none", "--driver-threads", "1",
                                   "--critical-path", "--critical-backend", "static", "--workers", "2")
     entry = report["critical_path"]
@@ -183,7 +183,7 @@ def test_batched_process_rewards_equal_each_rollout_alone(rollouts):
 
 
 @pytest.mark.slow
-def test_before_after_times_the_shipped_step_on_both_checkouts(tmp_path):
+def test_before_after_times_the_shipped_step_on_both_checkouts(tmp_path, static_vectors):
     """The ``shipped`` mode runs the driver's step on shipped rows in both workers and compares
     their advantages; with one checkout on both sides they must agree, and so must the ``warm``
     step run on the before side of a pair (``--before-modes``)."""
