@@ -15,7 +15,7 @@ rollout worker embeds one rollout's few texts as it finishes. For each shape, on
 - **batch**: CPU seconds to embed workload L's 4,206 distinct fact texts in one call, as the
   driver's cold step does;
 - **per rollout**: CPU milliseconds per text when every ``--every``-th rollout of L is prepared
-  alone (:func:`factutil.prepare.prepare_facts`, one call per rollout);
+  alone (:func:`factutil.workers.make_work`, one call per rollout, nothing cached);
 - **bits**: whether the vectors equal, bit for bit, those of the first shape, else the largest
   difference of a vector component from them.
 
@@ -47,9 +47,9 @@ from rich.table import Table
 
 from benchmarks.workloads import build_workload, triple_occurrences
 from factutil import FactUtilConfig
-from factutil.cluster import fact_text
+from factutil.cluster import SemanticClusterer, fact_text
 from factutil.embed import SentenceTransformerEmbedder
-from factutil.prepare import prepare_facts
+from factutil.workers import make_work
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> dict:
         batch_s = time.process_time() - start
         config = FactUtilConfig(embedding_batch_size=rows_per_pass, embedding_pass_tokens=pass_tokens)
         start = time.process_time()
-        prepared = [prepare_facts(row, config, embedder=embedder) for row in sample]
+        prepared = [make_work(row, config, SemanticClusterer(config, embedder=embedder))
+                    for row in sample]
         per_rollout_s = time.process_time() - start
         embedded = sum(len(item) for item in prepared)
         if first is None:

@@ -14,7 +14,6 @@ from factutil.api import (
 from factutil.cluster import ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.io import InputError, read_groups, read_rollouts
 from factutil.metrics import exact_match, f1, normalize_answer
-from factutil.prepare import PreparedFacts, load_prepared, prepare_facts
 from factutil.schema import (
     Action,
     AnswerAction,
@@ -28,6 +27,7 @@ from factutil.schema import (
     Triple,
     group_rollouts,
 )
+from factutil.workers import FactWork, make_work
 
 __version__ = "0.1.0"
 
@@ -38,11 +38,11 @@ __all__ = [
     "AssertAction",
     "ClusterRecord",
     "ExactClusterer",
+    "FactWork",
     "FactUtilConfig",
     "Group",
     "InputError",
     "InvalidAction",
-    "PreparedFacts",
     "ProcessAdvantages",
     "RawAction",
     "Rollout",
@@ -54,11 +54,10 @@ __all__ = [
     "exact_match",
     "f1",
     "group_rollouts",
-    "load_prepared",
+    "make_work",
     "make_clusterer",
     "normalize_answer",
     "outcome_advantages",
-    "prepare_facts",
     "process_advantages",
     "read_groups",
     "read_rollouts",

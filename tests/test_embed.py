@@ -101,21 +101,6 @@ def test_rows_per_pass_are_part_of_a_fixed_shape_embedders_name():
     assert OnnxMiniLMEmbedder(batch_size=4).name == onnx.name + " [rows 4]"
 
 
-def test_work_prepared_with_other_rows_per_pass_is_ignored():
-    """A worker configured with embedding_batch_size=8 ships work the default driver ignores."""
-    from factutil.config import FactUtilConfig
-    from factutil.embed import SentenceTransformerEmbedder
-    from factutil.prepare import PreparedFacts
-
-    config = FactUtilConfig(mode="semantic")
-    driver, worker = SentenceTransformerEmbedder(), SentenceTransformerEmbedder(batch_size=8)
-    vectors = np.ones((1, 4), dtype=np.float32)
-    work = PreparedFacts(worker.name, config.triple_template, tuple(config.filters),
-                         config.key_edges, (("a", "b", "c"),), ("a | b | c",), vectors, None)
-    assert work.mismatch(config, driver.name) is not None
-    assert work.mismatch(config, worker.name) is None
-
-
 def test_bad_pass_shapes_are_refused_naming_the_argument():
     from factutil.embed import SentenceTransformerEmbedder
 
