@@ -69,7 +69,8 @@ def shipped_work():
         from factutil.integration import FactPreparer
         clusterer = SemanticClusterer(configs["shipped"])
         preparers = [FactPreparer(configs["shipped"], clusterer=clusterer) for _ in range(2)]
-        work = [preparers[b % 2](row["actions"]) for b, row in enumerate(rows)]
+        work = [preparers[2 * b // len(rows)](row["actions"]) for b, row in enumerate(rows)]
+        work = [item for item in work if len(item)]  # as the adapters: nothing new, nothing shipped
     return work
 
 

@@ -234,7 +234,7 @@ def growth_point(size: str, backend: str) -> dict:
     cold_cpu_s = time.process_time() - cpu
     del clusterer
     preparer = FactPreparer(config, clusterer=cold_clusterer(config, embedder))
-    work = [preparer(row["actions"]) for row in rows]
+    work = [item for item in map(preparer, (row["actions"] for row in rows)) if len(item)]
     driver = cold_clusterer(config, embedder)
     cpu = time.process_time()
     with PeakRSS() as driver_rss:
@@ -315,6 +315,7 @@ class PrepareWorker:
             for start in range(0, len(rollouts), size):
                 make_work(rollouts[start : start + size], self.config, self.clusterer)
         work = [self.preparer(row["actions"]) for row in rollouts]
+        work = [item for item in work if len(item)]  # as the adapters: nothing new, nothing shipped
         return work, time.process_time() - cpu, time.perf_counter() - wall
 
 

@@ -9,8 +9,8 @@ a local Ray with verl's TransferQueue) on workload ``--size`` of ``benchmarks/wo
 span-layout rows (one row per rollout, 256 response tokens, one run of 20 model tokens per action,
 the reward on the last action's last token), each rollout's per-fact work in its extra fields as
 the ``factagent`` loop puts it there (a :class:`factutil.workers.FactWork` from one of
-``--workers`` rollout workers' :class:`factutil.integration.FactPreparer`, each shipping a fact
-once; made beforehand, not timed; its pickled size is reported as ``work_bytes``). Per
+``--workers`` rollout workers' :class:`factutil.integration.FactPreparer` (contiguous shares,
+as verl deals a batch out), each shipping a fact once; made beforehand, not timed; its pickled size is reported as ``work_bytes``). Per
 round and mode (``score_early`` on, then off; a fresh clusterer each time, so no memo carries
 over), the batch is written to TransferQueue, the trainer's old-log-prob step runs with verl's
 actor workers replaced by a wait of ``--old-log-prob-s`` seconds (the driver waits on the actors
@@ -61,8 +61,9 @@ TOKENS, RUN, STRIDE = 256, 20, 30
 
 def verl_fields(rows: list[dict], config: FactUtilConfig,
                 workers: int) -> tuple[list[str], list[dict], int]:
-    """(keys, per-row TransferQueue fields, work bytes) of ``rows`` in the span layout, rollout b
-    made by worker b % ``workers``, with its per-fact work (the facts its worker had not shipped
+    """(keys, per-row TransferQueue fields, work bytes) of ``rows`` in the span layout, the
+    rollouts dealt to ``workers`` in contiguous shares (as verl chunks a batch over its agent-loop
+    workers: a group's rollouts in one share), each with its per-fact work (the facts its worker had not shipped
     before) in its extra fields; the work's size pickled (protocol 5)."""
     clusterer = SemanticClusterer(config)
     make_work(rows, config, clusterer)  # one embedding pass; each rollout's own work below
@@ -78,15 +79,16 @@ def verl_fields(rows: list[dict], config: FactUtilConfig,
         scores[length - 1] = 1.0 if b % 3 else 0.0
         actions = [{"kind": a["action"], **{k: v for k, v in a.items() if k != "action"}}
                    for a in row["actions"]]
-        work = preparers[b % workers](row["actions"])
-        size += len(pickle.dumps(work, protocol=5))
+        work = preparers[b * workers // len(rows)](row["actions"])
+        extra = {"work": work} if len(work) else {}  # as the factagent loop: nothing new, nothing shipped
+        size += len(pickle.dumps(work, protocol=5)) if len(work) else 0
         keys.append(f"{row['uid']}_{row['rollout_id']}_0")
         fields.append({
             "uid": row["uid"], "responses": torch.arange(length, dtype=torch.int64),
             "response_mask": mask[:length].clone(), "rm_scores": scores,
             "extra_fields": {"factutil": {"actions": actions, "question": row["question"],
                                           "golden_answers": row["golden_answers"],
-                                          "work": work}},
+                                          **extra}},
         })
     return keys, fields, size
 

@@ -487,9 +487,12 @@ class FactPreparer:
 
     def text(self, facts: Any) -> str | None:
         """:meth:`__call__`'s work as base64 text of its bytes (:meth:`FactWork.to_bytes`), for
-        fields that must stay JSON (OpenRLHF's payload); :func:`score_batch` takes both forms."""
+        fields that must stay JSON (OpenRLHF's payload; :func:`score_batch` takes both forms):
+        None when it failed, ``""`` when it holds no fact (nothing to ship)."""
         work = self(facts)
-        return None if work is None else base64.b64encode(work.to_bytes()).decode("ascii")
+        if work is None or not len(work):
+            return None if work is None else ""
+        return base64.b64encode(work.to_bytes()).decode("ascii")
 
     def __call__(self, facts: Any) -> FactWork | None:
         """The per-fact work of one rollout's facts that this preparer has not shipped before.
@@ -499,8 +502,9 @@ class FactPreparer:
                 else :func:`~factutil.workers.triples_of` reads.
 
         Returns:
-            a :class:`~factutil.workers.FactWork` (maybe of no fact); None when the work failed
-            (counted in ``failures``, logged once): the trainer's step then does it. Never raises.
+            a :class:`~factutil.workers.FactWork`; of no fact when every fact of the rollout was
+            shipped before (an adapter need not ship it); None when the work failed (counted in
+            ``failures``, logged once): the trainer's step then does it. Never raises.
         """
         try:
             with self._waiting_lock:

@@ -17,6 +17,7 @@ of the embedder that made the vectors.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import zipfile
@@ -39,7 +40,7 @@ from factutil.load import rollout_row
 from factutil.schema import Rollout, coerce_action
 
 __all__ = ["CLUSTERING_FIELDS", "FactWork", "analysis_values", "check_unit", "clustering_fit",
-           "features_from", "fit_differences", "make_work", "triples_of"]
+           "features_from", "fit_differences", "fit_key", "make_work", "triples_of"]
 
 CLUSTERING_FIELDS = (
     "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
@@ -72,8 +73,15 @@ def clustering_fit(config: FactUtilConfig, embedder: str | None = None) -> tuple
     return tuple(fit)
 
 
+def fit_key(fit: Sequence[tuple[str, Any]]) -> str:
+    """The short name of a fit that work carries (a fit is a few hundred bytes, and a trainer
+    ships one work item per rollout): the factutil version and a digest of the whole fit."""
+    digest = hashlib.sha256(json.dumps(list(fit), default=str).encode()).hexdigest()[:16]
+    return f"{dict(fit).get('version')}:{digest}"
+
+
 def _plain(value: Any) -> Any:
-    """A config value as the fit keeps it: sequences as tuples (JSON gives them back as lists)."""
+    """A config value as the fit keeps it: sequences as tuples, compared as one kind."""
     return tuple(_plain(item) for item in value) if isinstance(value, (list, tuple)) else value
 
 
@@ -90,11 +98,11 @@ class FactWork:
     """The per-fact work of n distinct facts (docs/method.md §2.1–§2.4), sorted by their parts.
 
     Attributes:
-        fit: :func:`clustering_fit` of the config and embedder it was made with.
+        fit: :func:`fit_key` of the :func:`clustering_fit` of the config and embedder it was
+            made with.
         device: the kind of device the vectors were made on (``"cpu"``, ``"cuda"`` …); one
             model's vectors from two kinds differ by float rounding (config ``prepared_device``).
         subjects, relations, objects: n str each, the facts' exact parts.
-        texts: n normalised texts (:func:`~factutil.facts.fact_text`).
         vectors: float32 (n, d), L2-normalised, row i for fact i; None in exact mode.
         analyses: per fact its filter analysis as plain values (:func:`analysis_values`); None
             when neither the filters nor key edges need them.
@@ -103,19 +111,17 @@ class FactWork:
         ValueError: fields of different lengths, or vectors that are not float32 (n, d).
     """
 
-    fit: tuple[tuple[str, Any], ...]
+    fit: str
     device: str
     subjects: list[str]
     relations: list[str]
     objects: list[str]
-    texts: list[str]
     vectors: np.ndarray | None
     analyses: list[list[Any]] | None
 
     def __post_init__(self) -> None:
         n = len(self.subjects)
-        sizes = {"relations": len(self.relations), "objects": len(self.objects),
-                 "texts": len(self.texts)}
+        sizes = {"relations": len(self.relations), "objects": len(self.objects)}
         if self.analyses is not None:
             sizes["analyses"] = len(self.analyses)
         for name, size in sizes.items():
@@ -134,7 +140,7 @@ class FactWork:
     def __repr__(self) -> str:
         width = None if self.vectors is None else self.vectors.shape[1]
         return (f"FactWork(facts={len(self)}, dims={width}, device={self.device!r}, "
-                f"analyses={self.analyses is not None}, fit={dict(self.fit)!r:.200})")
+                f"analyses={self.analyses is not None}, fit={self.fit!r})")
 
     @property
     def parts(self) -> list[tuple[str, str, str]]:
@@ -156,7 +162,7 @@ class FactWork:
         """This work as numpy's ``.npz`` (strings as unicode arrays, the fit and the analyses as
         JSON text), for channels that carry only bytes; :meth:`from_bytes` reads it back."""
         arrays = {name: np.array(getattr(self, name), dtype=str)
-                  for name in ("subjects", "relations", "objects", "texts")}
+                  for name in ("subjects", "relations", "objects")}
         head = {"fit": self.fit, "device": self.device, "analyses": self.analyses}
         arrays["head"] = np.array(json.dumps(head, ensure_ascii=False))
         if self.vectors is not None:
@@ -180,14 +186,11 @@ class FactWork:
             if not isinstance(head, dict) or set(head) != {"fit", "device", "analyses"}:
                 raise ValueError("the head is not {fit, device, analyses}")
             fit, device, analyses = head["fit"], head["device"], head["analyses"]
-            if not isinstance(fit, list) or not all(
-                    isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
-                    for pair in fit):
-                raise ValueError(f"the fit is not (name, value) pairs: {short(fit)}")
-            if not isinstance(device, str) or analyses is not None and not isinstance(analyses, list):
-                raise ValueError("device or analyses of the wrong type")
+            if not isinstance(fit, str) or not isinstance(device, str) \
+                    or analyses is not None and not isinstance(analyses, list):
+                raise ValueError("fit, device or analyses of the wrong type")
             strings = {}
-            for name in ("subjects", "relations", "objects", "texts"):
+            for name in ("subjects", "relations", "objects"):
                 column = arrays.pop(name)
                 if column.dtype.kind != "U" or column.ndim != 1:
                     raise ValueError(f"{name} is {column.dtype} {column.shape}, not strings")
@@ -197,8 +200,7 @@ class FactWork:
                 raise ValueError(f"unknown members {sorted(arrays)}")
             if vectors is not None:
                 check_unit(vectors)
-            work = cls(tuple((name, _plain(value)) for name, value in fit), device,
-                       **strings, vectors=vectors, analyses=analyses)
+            work = cls(fit, device, **strings, vectors=vectors, analyses=analyses)
             if analyses is not None:
                 work.features()
         except (ValueError, TypeError, KeyError, OSError, EOFError, RecursionError,
@@ -284,8 +286,8 @@ def make_work(
 ) -> FactWork:
     """The per-fact work of a worker's share of rollouts (docs/method.md §2.1–§2.4).
 
-    The distinct triples (by exact parts) of ``items`` get their normalised texts; in semantic
-    mode their vectors from the embedder the step's clusterer would use, through
+    The distinct triples (by exact parts) of ``items``; in semantic mode their normalised texts'
+    vectors from the embedder the step's clusterer would use, through
     :func:`~factutil.embed.embed_unique` (the same vectors, bit for bit), and, when the filters or
     key edges need them, their analyses (:func:`~factutil.filters.analyze`). Of a rollout only
     the actions the step reads count: those up to the answer and within ``config.max_turns``.
@@ -315,10 +317,10 @@ def make_work(
         raise ValueError(f"make_work: the clusterer was built for another config ({differ})")
     parts = sorted(set(triples_of(items, config.max_turns)))
     subjects, relations, objects = (list(column) for column in zip(*parts)) if parts else ([], [], [])
-    texts = [fact_text(*key, config.triple_template) for key in parts]
     if config.mode == "exact":
-        return FactWork(clustering_fit(config), "cpu", subjects, relations, objects, texts,
+        return FactWork(fit_key(clustering_fit(config)), "cpu", subjects, relations, objects,
                         None, None)
+    texts = [fact_text(*key, config.triple_template) for key in parts]
     embedder = getattr(clusterer, "embedder", None) or config_embedder(config)
     cache = getattr(clusterer, "cache", None)
     vectors = embed_unique(texts, embedder, cache) if parts else np.zeros((0, 0), np.float32)
@@ -326,8 +328,8 @@ def make_work(
     if config.filters or config.key_edges:
         filter_cache = getattr(clusterer, "filter_cache", None) or FilterCache()
         analyses = [analysis_values(analyze(*key, cache=filter_cache)) for key in parts]
-    return FactWork(clustering_fit(config, embedder.name), device_type(embedder), subjects,
-                    relations, objects, texts, vectors, analyses)
+    return FactWork(fit_key(clustering_fit(config, embedder.name)), device_type(embedder),
+                    subjects, relations, objects, vectors, analyses)
 
 
 def triples_of(items: Any, max_turns: int) -> list[tuple[str, str, str]]:

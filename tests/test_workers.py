@@ -20,7 +20,7 @@ from factutil.filters import analyze
 from factutil.integration import score_batch
 from factutil.io import read_rollouts
 from factutil.load import rollout_row
-from factutil.workers import FactWork, clustering_fit, make_work, triples_of
+from factutil.workers import FactWork, clustering_fit, fit_key, make_work, triples_of
 
 from .conftest import CharGramEmbedder
 
@@ -110,7 +110,8 @@ def test_work_for_another_config_is_ignored_and_counted(rows, caplog):
     assert given.metrics["cluster_work_ignored"] == 2
     assert 0 < given.metrics["cluster_work_facts"] < given.metrics["cluster_facts"]
     (message,) = [w for w in given.warnings if "ignored" in w]
-    assert "2 work item(s) ignored" in message and "sim_threshold 0.8, not 0.9" in message
+    assert "2 work item(s) ignored, made for another clustering config" in message
+    assert foreign.fit in message and fitting.fit in message
 
 
 def test_work_of_another_embedder_name_is_ignored():
@@ -133,14 +134,22 @@ def test_the_fit_names_version_mode_and_every_clustering_field():
     # fields that change speed only are not in it
     assert clustering_fit(SEMANTIC.model_copy(update={"cache_max_entries": 5})) == \
         clustering_fit(SEMANTIC)
+    # work carries the version and a digest of the whole fit
+    key = fit_key(clustering_fit(SEMANTIC, "model"))
+    assert key.startswith(fit["version"] + ":") and len(key) == len(fit["version"]) + 17
+    for other in (clustering_fit(SEMANTIC, "another model"),
+                  clustering_fit(SEMANTIC.model_copy(update={"sim_threshold": 0.8}), "model"),
+                  clustering_fit(SEMANTIC.model_copy(update={"filters": ["negation"]}), "model")):
+        assert fit_key(other) != key
 
 
 def test_work_holds_each_distinct_fact_once_sorted_with_its_analysis():
     triples = [["b", "born in", "London"], ["a", "born in", "Paris"], ["b", "born in", "London"]]
     work = make_work(triples, SEMANTIC, _clusterer())
     assert work.parts == [("a", "born in", "Paris"), ("b", "born in", "London")]
-    assert work.texts == ["a | born in | paris", "b | born in | london"]
     assert work.vectors.shape == (2, 512) and work.vectors.dtype == np.float32
+    texts = ["a | born in | paris", "b | born in | london"]
+    assert work.vectors.tobytes() == CharGramEmbedder().encode(texts).tobytes()
     assert work.features() == [analyze(*parts) for parts in work.parts]
     exact = make_work(triples, EXACT)
     assert exact.vectors is None and exact.analyses is None and len(exact) == 2
@@ -168,16 +177,15 @@ def test_pickling_work_round_trips_with_the_vectors_out_of_band(rows):
     assert len(data) < work.vectors.nbytes  # the vectors are not in the pickle's bytes
     back = pickle.loads(data, buffers=buffers)
     assert back.vectors.tobytes() == work.vectors.tobytes()
-    assert (back.fit, back.parts, back.texts, back.analyses) == (
-        work.fit, work.parts, work.texts, work.analyses)
+    assert (back.fit, back.parts, back.analyses) == (work.fit, work.parts, work.analyses)
 
 
 def test_bytes_round_trip(rows):
     work = make_work(rows, SEMANTIC, _clusterer())
     back = FactWork.from_bytes(work.to_bytes())
     assert back.vectors.tobytes() == work.vectors.tobytes()
-    assert (back.fit, back.device, back.parts, back.texts, back.analyses) == (
-        work.fit, work.device, work.parts, work.texts, work.analyses)
+    assert (back.fit, back.device, back.parts, back.analyses) == (
+        work.fit, work.device, work.parts, work.analyses)
     assert back.features() == work.features()
 
 
@@ -206,7 +214,7 @@ def _crafted(form: str, work: FactWork) -> bytes:
         return bytes(flipped)
     arrays = _arrays(work)
     if form == "wrong sizes":
-        arrays["texts"] = arrays["texts"][:-1]
+        arrays["objects"] = arrays["objects"][:-1]
         return _npz(arrays)
     if form == "wrong vector width":
         arrays["vectors"] = arrays["vectors"][:, :-1] * 2
@@ -279,9 +287,9 @@ def test_a_crafted_work_object_is_ignored_too(rows):
     not what they should be is ignored as unreadable bytes are."""
     work = make_work(rows[:6], SEMANTIC, _clusterer())
     bad_analysis = FactWork(work.fit, work.device, work.subjects, work.relations, work.objects,
-                            work.texts, work.vectors, [["x"]] * len(work))
+                            work.vectors, [["x"]] * len(work))
     bad_vectors = FactWork(work.fit, work.device, work.subjects, work.relations, work.objects,
-                           work.texts, work.vectors * 3, work.analyses)
+                           work.vectors * 3, work.analyses)
     plain = _step(rows)
     given = _step(rows, work=[bad_analysis, bad_vectors, "text", 42])
     assert given.advantages.tobytes() == plain.advantages.tobytes()
@@ -289,17 +297,17 @@ def test_a_crafted_work_object_is_ignored_too(rows):
 
 
 def test_inconsistent_fields_are_refused_naming_the_field():
-    with pytest.raises(ValueError, match="texts has 0 entries, subjects 1"):
-        FactWork((), "cpu", ["a"], ["r"], ["o"], [], None, None)
+    with pytest.raises(ValueError, match="objects has 0 entries, subjects 1"):
+        FactWork("fit", "cpu", ["a"], ["r"], [], None, None)
     with pytest.raises(ValueError, match=r"vectors must be float32 \(1, d\), got float64"):
-        FactWork((), "cpu", ["a"], ["r"], ["o"], ["a | r | o"], np.ones((1, 2)), None)
+        FactWork("fit", "cpu", ["a"], ["r"], ["o"], np.ones((1, 2)), None)
 
 
 def test_work_from_another_kind_of_device_is_used_or_ignored_as_the_config_says(rows):
     """prepared_device='any' uses a worker GPU's vectors (counted, one warning); 'same' ignores
     them, so the step is bit-identical to doing it all."""
     work = make_work(rows, SEMANTIC, _clusterer())
-    moved = FactWork(work.fit, "cuda", work.subjects, work.relations, work.objects, work.texts,
+    moved = FactWork(work.fit, "cuda", work.subjects, work.relations, work.objects,
                      work.vectors, work.analyses)
     used = _step(rows, work=moved)
     assert used.metrics["cluster_work_other_device"] == used.metrics["cluster_facts"]

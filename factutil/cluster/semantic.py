@@ -23,6 +23,7 @@ from factutil.cluster.keys import LazyKeys, add_key_edges
 from factutil.cluster.memo import FactMemo
 from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, EmbeddingCache, config_embedder, device_type, embed_unique
+from factutil.facts import fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
 from factutil.linkage import _dense_pairs, _linkage, candidate_pairs
 from factutil.schema import Triple
@@ -31,7 +32,7 @@ from factutil.workers import (
     check_unit,
     clustering_fit,
     features_from,
-    fit_differences,
+    fit_key,
 )
 
 __all__ = ["SemanticClusterer"]
@@ -102,9 +103,10 @@ class SemanticClusterer:
         self.metrics: dict[str, float] = {}
 
     @property
-    def fit(self) -> tuple[tuple[str, Any], ...]:
-        """:func:`~factutil.workers.clustering_fit` of this clusterer's config and embedder."""
-        return clustering_fit(self.config, self.embedder.name)
+    def fit(self) -> str:
+        """The :func:`~factutil.workers.fit_key` of this clusterer's config and embedder: the
+        ``fit`` of the work it takes."""
+        return fit_key(clustering_fit(self.config, self.embedder.name))
 
     def warmup(self) -> None:
         """Load the embedding model and the filters' constant tables (pint's unit registry) now
@@ -149,8 +151,7 @@ class SemanticClusterer:
                     unreadable.append(str(error))
                     continue
             if item.fit != fit:
-                name, mine, theirs = next(iter(fit_differences(item.fit, fit)))
-                ignored[f"{name} {mine!r:.60}, not {theirs!r:.60}"] += 1
+                ignored[f"fit {item.fit!r:.40}, not {fit!r}"] += 1
             elif item.device != device and self.config.prepared_device == "same":
                 ignored[f"device {item.device!r:.20}, not {device!r}"] += 1
             elif len(item):
@@ -172,8 +173,8 @@ class SemanticClusterer:
         self._ignored += ignored.total()
         self._unreadable += len(unreadable)
         if ignored:
-            warn(f"{ignored.total()} work item(s) ignored, made for another config, embedder or "
-                 f"device (their facts are computed here): "
+            warn(f"{ignored.total()} work item(s) ignored, made for another clustering config, "
+                 f"embedder, factutil version or device (their facts are computed here): "
                  + "; ".join(f"{n} with {reason}" for reason, n in sorted(ignored.items())))
         if unreadable:
             warn(f"{len(unreadable)} work item(s) ignored, unreadable (their facts are computed "
@@ -187,8 +188,8 @@ class SemanticClusterer:
 
     def _take(self, items: Sequence[FactWork]) -> None:
         """Put the facts of ``items`` (work that fits) into the caches: each distinct fact's
-        vector (the first item's that has it) into the embedding cache, and its text and
-        analysis into the fact memo unless the memo has them. Everything is checked before
+        vector (the first item's that has it) into the embedding cache under its text, and its
+        text and analysis into the fact memo unless the memo has them. Everything is checked before
         anything is stored.
 
         Raises:
@@ -197,13 +198,11 @@ class SemanticClusterer:
         """
         analyse = bool(self.config.filters) or self.config.key_edges
         parts: list[tuple[str, str, str]] = []
-        texts: list[str] = []
         analyses: list[Any] = []
         for item in items:
             if item.vectors is None or (analyse and item.analyses is None):
                 raise ValueError("work without vectors or analyses")
             parts += zip(item.subjects, item.relations, item.objects)
-            texts += item.texts
             if analyse:
                 analyses += item.analyses
         vectors = np.concatenate([item.vectors for item in items]) if len(items) > 1 \
@@ -213,6 +212,8 @@ class SemanticClusterer:
             first[parts[row]] = row
         rows = list(first.values())
         check_unit(vectors[rows])
+        template = self.config.triple_template
+        texts = {row: fact_text(*parts[row], template) for row in rows}
         records = self.memo.records
         new = [row for row in rows
                if (record := records.get(parts[row])) is None or (analyse and record.features is None)]

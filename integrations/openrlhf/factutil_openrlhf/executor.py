@@ -220,7 +220,9 @@ def make_executor(
                 from factutil.integration import WORK_KEY
 
                 # off the event loop: the engine's other episodes keep generating meanwhile
-                payload[WORK_KEY] = await asyncio.to_thread(preparer.text, payload["actions"])
+                text = await asyncio.to_thread(preparer.text, payload["actions"])
+                if text != "":  # "": every fact was shipped before; None: counted as missing
+                    payload[WORK_KEY] = text
             response[PAYLOAD_KEY] = payload
             return response
 
