@@ -158,6 +158,7 @@ def _compute(
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
     work_metrics = {}
     if work is not None:
+        clock = time.perf_counter()
         add_work = getattr(clusterer, "add_work", None)
         if add_work is not None:
             add_work(work, warn=warn)
@@ -166,6 +167,8 @@ def _compute(
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
                  f"{type(clusterer).__name__} takes none (no add_work method)")
+        timings["work"] = time.perf_counter() - clock
+        clock = time.perf_counter()
     labels = clusterer.cluster_batch(prep.facts)
     timings["cluster"] = time.perf_counter() - clock
 

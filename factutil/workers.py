@@ -51,6 +51,7 @@ CLUSTERING_FIELDS = (
 vectors by float rounding: the embedder's name, part of a work's fit, names its pass shapes)."""
 
 _VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
+_LIST = {list}
 
 
 def _version() -> str:
@@ -263,12 +264,13 @@ def features_from(parts: tuple[str, str, str], values: Any) -> FactFeatures:
     """
     try:
         subject_key, object_key, relation_id, inverse, relation_key, cues, words, quantities = values
-        if not all(isinstance(v, str) for v in (subject_key, object_key, relation_key, *cues,
-                                                 *words)) or not isinstance(inverse, bool) \
-                or not (relation_id is None or isinstance(relation_id, str)):
-            raise TypeError("keys, cues and words must be str, inverse a bool")
+        "".join((subject_key, object_key, relation_key, relation_id or "", *cues, *words))
+        if type(inverse) is not bool or type(cues) is not list or type(words) is not list:
+            raise TypeError("inverse must be a bool, cues and words lists")  # join: all str
         cues = tuple(cues)
-        quantities = tuple(tuple(q) for q in quantities)
+        if type(quantities) is not list or not set(map(type, quantities)) <= _LIST:
+            raise TypeError("quantities must be a list of lists")
+        quantities = tuple(map(tuple, quantities)) if quantities else ()
         hash(quantities)  # a list or mapping inside a quantity raises TypeError
         negated = is_negated(cues)
         return FactFeatures(*parts, subject_key, object_key, relation_id, inverse, negated,

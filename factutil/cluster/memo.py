@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import count
+from itertools import count, islice
 from typing import Any, NamedTuple
 
 from cachetools import LRUCache
@@ -70,15 +70,12 @@ class FactMemo:
 
     def add(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
             features: Sequence[Any] | None) -> None:
-        """Records made elsewhere (a :class:`~factutil.workers.FactWork`'s) for the facts that
-        have none, or none with an analysis when ``features`` are given."""
+        """Records made elsewhere (from a :class:`~factutil.workers.FactWork`) for ``parts``,
+        replacing any they had (the caller passes the facts that have none)."""
         if not self.keep:
             return
-        store = self.records
-        for row, key in enumerate(parts):
-            record = store.get(key)
-            if record is None or (features is not None and record.features is None):
-                feature = features[row] if features is not None else None
-                store[key] = FactRecord(texts[row], feature,
-                                        hash(feature.key) if feature is not None else 0,
-                                        next(self._serials))
+        if features is None:
+            features = [None] * len(parts)
+        hashes = [0 if feature is None else hash(feature.key) for feature in features]
+        self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
+                                           islice(self._serials, len(parts)))))

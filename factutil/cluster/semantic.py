@@ -207,9 +207,7 @@ class SemanticClusterer:
                 analyses += item.analyses
         vectors = np.concatenate([item.vectors for item in items]) if len(items) > 1 \
             else items[0].vectors
-        first = dict.fromkeys(parts)
-        for row in range(len(parts) - 1, -1, -1):
-            first[parts[row]] = row
+        first = dict(zip(reversed(parts), range(len(parts) - 1, -1, -1)))  # each key's first row
         rows = list(first.values())
         check_unit(vectors[rows])
         template = self.config.triple_template
