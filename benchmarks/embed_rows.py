@@ -12,9 +12,9 @@ BLAS and torch):
 - **batch**: CPU seconds to embed workload L's 4,206 distinct fact texts in one call, as the
   driver's cold step does;
 - **per rollout**: CPU milliseconds per text when every ``--every``-th rollout of L is prepared
-  alone (:func:`factutil.prepare.prepare_facts`, one call per rollout);
-- **bits**: whether the vectors equal, bit for bit, those of the first row count, else the
-  largest difference of a vector component from them.
+  alone (:func:`factutil.workers.make_work`, one call per rollout, nothing cached);
+- **bits**: whether the vectors equal, bit for bit, those of the first shape, else the largest
+  difference of a vector component from them.
 
 CPU seconds (``time.process_time``), not wall time: the figures are meant to compare shapes on a
 machine that other work shares.
@@ -44,9 +44,9 @@ from rich.table import Table
 
 from benchmarks.workloads import build_workload, triple_occurrences
 from factutil import FactUtilConfig
-from factutil.cluster import fact_text
+from factutil.cluster import SemanticClusterer, fact_text
 from factutil.embed import SentenceTransformerEmbedder
-from factutil.prepare import prepare_facts
+from factutil.workers import make_work
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> dict:
         batch_s = time.process_time() - start
         config = FactUtilConfig(embedding_batch_size=rows_per_pass)
         start = time.process_time()
-        prepared = [prepare_facts(row, config, embedder=embedder) for row in sample]
+        prepared = [make_work(row, config, SemanticClusterer(config, embedder=embedder))
+                    for row in sample]
         per_rollout_s = time.process_time() - start
         embedded = sum(len(item) for item in prepared)
         if first is None:

@@ -12,14 +12,13 @@ alike), after one untimed warm-up step each. Modes: ``exact``; ``static`` (seman
 static embedding backend, a fresh clusterer each step, so embeddings, filters and linkage are all
 paid every time; a version whose filters memoise at module level has those memos cleared before
 each step, so both start cold); ``minilm`` (the same with MiniLM: minutes per step on a CPU);
-``shipped`` (``static``, every rollout given as a shipped row whose work each checkout made once
-with :func:`factutil.rollout_work.prepare_rollout`, untimed: the trainer driver's step, reading
-the bytes included, with the collector paused as the adapters pause it; checkouts that have
-shipped rows only); ``warm`` (``static`` through one clusterer kept across steps, its memos
+``shipped`` (``static``, a fresh clusterer given every rollout's per-fact work, which each
+checkout made once, untimed, as two rollout workers' :class:`factutil.integration.FactPreparer`
+make it: the trainer driver's step; checkouts that have :mod:`factutil.workers` only); ``warm`` (``static`` through one clusterer kept across steps, its memos
 filled by the untimed warm-up step: the issue's 'warm step' row, the driver doing everything with
 every vector, analysis and checked pair known). ``--before-modes`` runs another mode on the before
 checkout in each pair (a comma list as long as ``--modes``): ``--before <checkout of e7caa28>
---modes shipped --before-modes warm`` times today's driver on shipped rows against the warm step
+--modes shipped --before-modes warm`` times today's driver given the workers' work against the warm step
 of the code whose timings set issue 16's targets, on the same machine at the same moments, so the
 ratio carries those targets over to this machine.
 
@@ -43,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = r"""
-import contextlib, hashlib, importlib.util, json, os, sys, time
+import hashlib, importlib.util, json, os, sys, time
 spec = importlib.util.spec_from_file_location("workloads", sys.argv[1])
 workloads = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(workloads)
@@ -58,22 +57,21 @@ configs = {
     "shipped": FactUtilConfig(mode="semantic", embedding_backend=backend),
     "warm": FactUtilConfig(mode="semantic", embedding_backend=backend),
 }
-shipped = None
+work = None
 warm = None
 
 
-def shipped_rows():
-    # every rollout as a shipped row, its work made once here (untimed), as rollout workers make it
-    global shipped
-    if shipped is None:
+def shipped_work():
+    # every rollout's work made once here (untimed), as two rollout workers' preparers make it
+    global work
+    if work is None:
         from factutil.cluster import SemanticClusterer
-        from factutil.rollout_work import prepare_rollout
+        from factutil.integration import FactPreparer
         clusterer = SemanticClusterer(configs["shipped"])
-        keep = ("uid", "question", "golden_answers", "rollout_id", "reward")
-        shipped = [{**{key: row[key] for key in keep if key in row},
-                    "shipped": prepare_rollout(row["actions"], configs["shipped"],
-                                               clusterer=clusterer)} for row in rows]
-    return shipped
+        preparers = [FactPreparer(configs["shipped"], clusterer=clusterer) for _ in range(2)]
+        work = [preparers[2 * b // len(rows)](row["actions"]) for b, row in enumerate(rows)]
+        work = [item for item in work if len(item)]  # as the adapters: nothing new, nothing shipped
+    return work
 
 
 print(json.dumps({"ready": os.path.dirname(factutil.__file__)}), flush=True)
@@ -81,11 +79,9 @@ result = None
 for line in sys.stdin:
     mode = line.strip()
     result = None  # the previous step's result is freed before the clock starts
-    batch, paused = rows, contextlib.nullcontext()
-    if mode == "shipped":  # the collector paused, as the adapters read shipped work
-        from factutil.result import gc_paused
-        batch, paused = shipped_rows(), gc_paused()
     clusterer = {}
+    if mode == "shipped":
+        clusterer = {"work": shipped_work()}
     if mode == "warm":  # one clusterer for every step: the first (untimed) one fills its memos
         if warm is None:
             from factutil.cluster import SemanticClusterer
@@ -94,8 +90,7 @@ for line in sys.stdin:
     elif hasattr(filters, "clear_caches"):  # a version whose filters memoise at module level
         filters.clear_caches()
     start, cpu = time.perf_counter(), time.process_time()
-    with paused:
-        result = compute_process_advantages(batch, configs[mode], **clusterer)
+    result = compute_process_advantages(rows, configs[mode], **clusterer)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     digest = hashlib.sha256(result.advantages.tobytes()).hexdigest()
     stages = {k: v for k, v in result.metrics.items() if k.startswith("time_")}

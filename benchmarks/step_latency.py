@@ -26,29 +26,26 @@ Prints a table with factutil / floor and naive / factutil, and the peak extra RS
 
 ``--growth S,M,L,XL``: each size in a fresh process (same thread limit), with ``--growth-backend``
 (default ``static``: MiniLM would spend minutes embedding XL's ~37k texts): the cold step's
-seconds, the driver's seconds when every rollout's per-fact work was prepared beforehand
-(:func:`factutil.prepare.prepare_facts`, not timed) and when every rollout came as a shipped row
-(:func:`factutil.rollout_work.prepare_rollout`, not timed; reading the bytes timed), the step's extra RSS (sampled) and the
-process's peak RSS (``ru_maxrss``: interpreter, model, workload and both steps). JSON ``"growth"``.
+seconds, the driver's seconds when every rollout's per-fact work was made beforehand
+(:func:`factutil.workers.make_work`, one rollout at a time, not timed), the step's extra RSS
+(sampled) and the process's peak RSS (``ru_maxrss``: interpreter, model, workload and both steps). JSON ``"growth"``.
 
-``--critical-path``: the L step (``--size``) as a trainer with the per-rollout work in its
+``--critical-path``: the L step (``--size``) as a trainer with the per-fact work in its
 rollout workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each
-holding the ``minilm`` embedder (``--critical-backend``), prepare a share of the rollouts,
-embedding one rollout at a time (as an agent-loop worker would as each finishes;
-``--prepare-chunk N``: N rollouts a call, 0 the whole share at once, as the adapters'
-``FactPreparer`` does for rollouts that wait for it), and return each rollout's work as bytes in
-two forms: its whole per-rollout work (:func:`factutil.rollout_work.prepare_rollout`: the driver
-gets *shipped rows*, no actions) and its facts' work alone
-(:meth:`~factutil.prepare.PreparedFacts.to_bytes`: the driver reads the actions and
-:func:`~factutil.prepare.load_prepared` the facts). The driver runs the step on a cold clusterer
-for each form, alternating. Reports ``driver_s`` (shipped rows: reading and step, wall) and
-``driver_facts_s`` (facts' work shipped), the workers' CPU seconds (``time.process_time`` inside
-each task, summed), the wall seconds of the workers' phase (what it would add to a step if nothing
-else ran beside it), the bytes shipped, and whether the advantages equal, bit for bit, those of
-the driver doing everything itself. Alternating with both, the driver doing everything on a warm
-clusterer (the table's 'warm' row: ``warm_s``), a yardstick of this machine's speed at the time
-of the run: ``driver_over_warm`` compares across machines and days, where seconds do not. JSON
-``"critical_path": {"driver_s", "driver_facts_s", "warm_s", "driver_over_warm", "worker_cpu_s",
+holding the ``minilm`` embedder (``--critical-backend``) in a
+:class:`factutil.integration.FactPreparer`, make each rollout of their share's
+:class:`factutil.workers.FactWork` (the facts that worker had not shipped before), embedding one
+rollout at a time (as an agent-loop worker would as each finishes; ``--prepare-chunk N``: N
+rollouts a call, 0 the whole share at once, as the preparer does for rollouts that wait for it),
+and Ray returns the work objects. The driver runs the step on a cold clusterer given the work
+(``driver_s``, wall), alternating with the driver doing everything on a warm clusterer (the
+table's 'warm' row: ``warm_s``), a yardstick of this machine's speed at the time of the run:
+``driver_over_warm`` compares across machines and days, where seconds do not. Also reported:
+the workers' CPU seconds (``time.process_time`` inside each task, summed), the wall seconds of
+the workers' phase, the work's size pickled (protocol 5: what Ray and verl's TransferQueue move)
+and as ``.npz`` bytes (what OpenRLHF's JSON payload carries, before base64), and whether the
+advantages equal, bit for bit, those of the driver doing everything itself. JSON
+``"critical_path": {"driver_s", "warm_s", "driver_over_warm", "shipped_mb", "worker_cpu_s",
 "worker_wall_s", "workers", "backend", ...}``.
 """
 
@@ -57,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
 import statistics
 import subprocess
@@ -96,6 +94,8 @@ from benchmarks.workloads import SIZES, build_workload, triple_occurrences
 from factutil import FactUtilConfig, Triple, compute_process_advantages, filters
 from factutil.cluster import SemanticClusterer, fact_text, normalize_fact_text, triple_text
 from factutil.embed import make_embedder
+from factutil.integration import FactPreparer
+from factutil.workers import make_work
 
 GROWTH_SIZES = ("S", "M", "L", "XL")
 
@@ -218,11 +218,9 @@ def cold_clusterer(config: FactUtilConfig, embedder) -> SemanticClusterer:
 
 def growth_point(size: str, backend: str) -> dict:
     """One size of the growth table, in this (fresh) process: the cold step, then the driver's
-    step on a new cold clusterer with every rollout's facts prepared beforehand (untimed, one
-    rollout at a time as a rollout worker would). Seconds, MiB."""
+    step on a new cold clusterer given every rollout's per-fact work made beforehand (untimed,
+    one rollout at a time as a rollout worker would). Seconds, MiB."""
     import resource
-
-    from factutil.prepare import prepare_facts
 
     rows = build_workload(size)
     occurrences = triple_occurrences(rows)
@@ -235,35 +233,23 @@ def growth_point(size: str, backend: str) -> dict:
         cold = compute_process_advantages(rows, config, clusterer=clusterer)
     cold_cpu_s = time.process_time() - cpu
     del clusterer
-    prepared = [prepare_facts(row, config, embedder=embedder) for row in rows]
+    preparer = FactPreparer(config, clusterer=cold_clusterer(config, embedder))
+    work = [item for item in map(preparer, (row["actions"] for row in rows)) if len(item)]
     driver = cold_clusterer(config, embedder)
     cpu = time.process_time()
     with PeakRSS() as driver_rss:
-        with_prepared = compute_process_advantages(rows, config, clusterer=driver, prepared=prepared)
+        given = compute_process_advantages(rows, config, clusterer=driver, work=work)
     driver_cpu_s = time.process_time() - cpu
-    from factutil.rollout_work import prepare_rollout
-
-    worker = cold_clusterer(config, embedder)
-    thin = shipped_rows(rows, [prepare_rollout(row["actions"], config, clusterer=worker)
-                               for row in rows])
-    del worker
-    driver = cold_clusterer(config, embedder)
-    with PeakRSS() as rows_rss:
-        with_rows = compute_process_advantages(thin, config, clusterer=driver)
     return {
         "size": size, "groups": len({row["uid"] for row in rows}), "rollouts": len(rows),
         "actions": sum(len(row["actions"]) for row in rows), "triples": len(occurrences),
         "unique_texts": len({normalize_fact_text(" | ".join(t)) for t in occurrences}),
         "backend": backend, "cold_s": cold.metrics["time_total_s"],
         "embed_s": cold.metrics.get("cluster_time_embed_s", 0.0),
-        "driver_s": with_prepared.metrics["time_total_s"], "cold_cpu_s": cold_cpu_s,
+        "driver_s": given.metrics["time_total_s"], "cold_cpu_s": cold_cpu_s,
         "driver_cpu_s": driver_cpu_s,
-        "stages_driver": stage_seconds(with_prepared.metrics),
-        "identical": with_prepared.advantages.tobytes() == cold.advantages.tobytes(),
-        "driver_rows_s": with_rows.metrics["time_total_s"],
-        "stages_driver_rows": stage_seconds(with_rows.metrics),
-        "identical_rows": with_rows.advantages.tobytes() == cold.advantages.tobytes(),
-        "driver_rows_extra_rss_mb": rows_rss.extra_mb,
+        "stages_driver": stage_seconds(given.metrics),
+        "identical": given.advantages.tobytes() == cold.advantages.tobytes(),
         "step_extra_rss_mb": rss.extra_mb, "driver_extra_rss_mb": driver_rss.extra_mb,
         # ru_maxrss is KiB on Linux: the process's peak, model and workload included
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -291,7 +277,7 @@ def growth_table(points: list[dict], threads: int | None) -> Table:
     table = Table(title=f"growth, backend {points[0]['backend']}, driver threads "
                         f"{threads or 'all'} (seconds, MiB)", header_style="bold")
     for column in ("size", "groups × rollouts", "triples", "distinct texts", "cold s", "embed s",
-                   "driver s (prepared)", "its CPU s", "driver µs / triple", "driver s (rows shipped)",
+                   "driver s (work given)", "its CPU s", "driver µs / triple",
                    "identical", "step extra MiB", "peak RSS MiB"):
         table.add_column(column, justify="left" if column == "size" else "right")
     for point in points:
@@ -299,73 +285,47 @@ def growth_table(points: list[dict], threads: int | None) -> Table:
             point["size"], f"{point['groups']:,} × {point['rollouts'] // point['groups']}",
             f"{point['triples']:,}", f"{point['unique_texts']:,}", f"{point['cold_s']:.3f}",
             f"{point['embed_s']:.3f}", f"{point['driver_s']:.3f}", f"{point['driver_cpu_s']:.3f}",
-            f"{point['driver_s'] / point['triples'] * 1e6:.1f}", f"{point['driver_rows_s']:.3f}",
-            "yes" if point["identical"] and point["identical_rows"] else "NO",
+            f"{point['driver_s'] / point['triples'] * 1e6:.1f}",
+            "yes" if point["identical"] else "NO",
             f"{point['step_extra_rss_mb']:.0f}", f"{point['peak_rss_mb']:.0f}",
         )
     return table
 
 
 class PrepareWorker:
-    """A rollout worker's share of the per-rollout work: holds one embedder (loaded once, as an
-    agent-loop worker holds its model) and prepares rollouts one at a time."""
+    """A rollout worker: holds one embedder (loaded once, as an agent-loop worker holds its
+    model) in a :class:`~factutil.integration.FactPreparer`, and makes its share's work."""
 
     def __init__(self, backend: str, rows: int):
-        from factutil.prepare import prepare_facts
-
         self.config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=rows)
-        self.embedder = make_embedder(backend, batch_size=rows)
-        self.embedder.encode(["warm up the model"])
-        # the filters' tables load once per process, like the model
-        prepare_facts([["Warsaw", "is the capital of", "Poland"]], self.config, embedder=self.embedder)
-        self.prepare_facts = prepare_facts
+        embedder = make_embedder(backend, batch_size=rows)
+        embedder.encode(["warm up the model"])
+        self.clusterer = SemanticClusterer(self.config, embedder=embedder)
+        self.clusterer.warmup()  # the filters' tables load once per process, like the model
+        self.preparer = FactPreparer(self.config, clusterer=self.clusterer)
 
-    def prepare(self, rollouts: list[dict], chunk: int) -> tuple[list, list, float, float]:
-        """(each rollout's shipped row bytes, each rollout's shipped facts bytes, CPU seconds,
-        wall seconds) of this share. The rollouts' facts are embedded and analysed ``chunk``
-        rollouts per call (1: each rollout alone, as it finishes; 0: the whole share in one call,
-        as the adapters' ``FactPreparer`` does for the rollouts that wait for it); then every
-        rollout's own work is made from the caches and shipped as its bytes, as the adapters ship
-        it: the whole per-rollout work (:func:`factutil.rollout_work.prepare_rollout` of its
-        actions) and, for the driver that still reads the actions, the facts' work alone."""
-        from factutil.cluster import SemanticClusterer
-        from factutil.rollout_work import prepare_rollout
-
+    def prepare(self, rollouts: list[dict], chunk: int) -> tuple[list, float, float]:
+        """(each rollout's FactWork, CPU seconds, wall seconds) of this share. The rollouts'
+        facts are embedded and analysed ``chunk`` rollouts per call (1: each rollout alone, as it
+        finishes; 0: the whole share in one call, as the preparer does for rollouts that wait
+        for it); every rollout's work then holds the facts this worker had not shipped before."""
         cpu, wall = time.process_time(), time.perf_counter()
-        clusterer = SemanticClusterer(self.config, embedder=self.embedder)
         size = chunk or len(rollouts)
         if size > 1:
-            from factutil.prepare import triples_of
-
             for start in range(0, len(rollouts), size):
-                triples = [t for row in rollouts[start : start + size]
-                           for t in triples_of(row, self.config.max_turns)]
-                self.prepare_facts(triples, self.config, clusterer=clusterer)
-        shipped_rows = [prepare_rollout(row["actions"], self.config, clusterer=clusterer)
-                        for row in rollouts]
-        shipped_facts = [self.prepare_facts(row, self.config, clusterer=clusterer).to_bytes()
-                         for row in rollouts]
-        return shipped_rows, shipped_facts, time.process_time() - cpu, time.perf_counter() - wall
-
-
-def shipped_rows(rows: list[dict], shipped: list[bytes]) -> list[dict]:
-    """The rows as a trainer's driver gives them when every rollout brought its work: uid,
-    question, gold answers, rollout_id and reward from the trainer, ``shipped`` from the worker,
-    no actions (:mod:`factutil.rollout_work`)."""
-    keep = ("uid", "question", "golden_answers", "rollout_id", "reward")
-    return [{**{key: row[key] for key in keep if key in row}, "shipped": data}
-            for row, data in zip(rows, shipped)]
+                make_work(rollouts[start : start + size], self.config, self.clusterer)
+        work = [self.preparer(row["actions"]) for row in rollouts]
+        work = [item for item in work if len(item)]  # as the adapters: nothing new, nothing shipped
+        return work, time.process_time() - cpu, time.perf_counter() - wall
 
 
 def critical_path(rows: list[dict], workers: int, backend: str, reference, reference_cpu_s: float,
                   chunk: int = 1, batch_rows: int = 32, repeat: int = 7) -> dict:
-    """The driver's step when K Ray workers did the per-rollout work (see the module docstring).
+    """The driver's step when K Ray workers made the per-fact work (see the module docstring).
     ``reference``: the cold step of the driver doing everything (its advantages are compared),
-    ``reference_cpu_s`` its CPU seconds.
-    The driver's step runs ``repeat`` times for each shipped form, the two alternating, each on
-    a new cold clusterer; ``driver_s`` is the median with shipped rows, ``driver_facts_s`` with
-    the facts' work alone shipped (the driver reads the actions). A shared machine's noise is
-    larger than this step."""
+    ``reference_cpu_s`` its CPU seconds. The driver's step given the work and the warm step run
+    ``repeat`` times each, alternating, the first each on a new cold clusterer; medians. A
+    shared machine's noise is larger than this step."""
 
     import numpy as np
     import ray
@@ -385,16 +345,11 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         worker_wall_s = time.perf_counter() - phase
     finally:
         ray.shutdown()
-    rows_bytes = [item for share, _, _, _ in results for item in share]
-    facts_bytes = [item for _, share, _, _ in results for item in share]
+    work = [item for share, _, _ in results for item in share]
     config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=batch_rows)
     embedder = make_embedder(backend, batch_size=batch_rows)
     embedder.encode(["warm up the model"])
-    from factutil.prepare import load_prepared
-    from factutil.result import gc_paused
-
-    thin = shipped_rows(rows, rows_bytes)
-    forms = ("rows", "facts", "warm")
+    forms = ("work", "warm")
     runs: dict[str, list[float]] = {form: [] for form in forms}
     cpu_runs: dict[str, list[float]] = {form: [] for form in forms}
     results_of: dict[str, object] = {}
@@ -407,43 +362,37 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         for form in forms:
             driver = warm if form == "warm" else cold_clusterer(config, embedder)
             cpu, wall = time.process_time(), time.perf_counter()
-            with PeakRSS() as rss, gc_paused():  # as the adapters' score_batch reads shipped work
-                if form == "rows":
-                    result = compute_process_advantages(thin, config, clusterer=driver)
-                elif form == "warm":
-                    result = compute_process_advantages(rows, config, clusterer=driver)
-                else:
-                    result = compute_process_advantages(rows, config, clusterer=driver,
-                                                        prepared=load_prepared(facts_bytes))
+            with PeakRSS() as rss:
+                result = compute_process_advantages(
+                    rows, config, clusterer=driver, work=work if form == "work" else None)
             cpu_runs[form].append(time.process_time() - cpu)
-            runs[form].append(time.perf_counter() - wall)  # reading the shipped bytes included
+            runs[form].append(time.perf_counter() - wall)
             results_of[form] = result
             extra_rss[form] = max(extra_rss.get(form, 0.0), rss.extra_mb)
-    result = results_of["rows"]
+    result = results_of["work"]
     identical = {form: r.advantages.tobytes() == reference.advantages.tobytes()
                  for form, r in results_of.items()}
     return {
-        "driver_s": statistics.median(runs["rows"]), "driver_runs_s": runs["rows"],
-        "driver_cpu_s": statistics.median(cpu_runs["rows"]), "driver_cpu_runs_s": cpu_runs["rows"],
-        "driver_facts_s": statistics.median(runs["facts"]), "driver_facts_runs_s": runs["facts"],
-        "driver_facts_cpu_s": statistics.median(cpu_runs["facts"]),
+        "driver_s": statistics.median(runs["work"]), "driver_runs_s": runs["work"],
+        "driver_cpu_s": statistics.median(cpu_runs["work"]), "driver_cpu_runs_s": cpu_runs["work"],
         "warm_s": statistics.median(runs["warm"]), "warm_runs_s": runs["warm"],
-        "driver_over_warm": statistics.median(runs["rows"]) / statistics.median(runs["warm"]),
-        "worker_cpu_s": sum(cpu for _, _, cpu, _ in results),
+        "warm_cpu_s": statistics.median(cpu_runs["warm"]), "warm_cpu_runs_s": cpu_runs["warm"],
+        "driver_over_warm": statistics.median(runs["work"]) / statistics.median(runs["warm"]),
+        "driver_over_warm_cpu": statistics.median(cpu_runs["work"]) / statistics.median(cpu_runs["warm"]),
+        "worker_cpu_s": sum(cpu for _, cpu, _ in results),
         "worker_wall_s": worker_wall_s,
-        "worker_task_wall_s": [wall for _, _, _, wall in results],
+        "worker_task_wall_s": [wall for _, _, wall in results],
         "workers": workers, "backend": backend, "rollouts": len(rows),
         "prepare_chunk": chunk, "embedding_batch_size": batch_rows,
-        "shipped_mb": sum(len(item) for item in rows_bytes) / 2**20,
-        "shipped_facts_mb": sum(len(item) for item in facts_bytes) / 2**20,
-        "shipped_items": len(rows_bytes),
+        "shipped_mb": sum(len(pickle.dumps(item, protocol=5)) for item in work) / 2**20,
+        "shipped_npz_mb": sum(len(item.to_bytes()) for item in work) / 2**20,
+        "shipped_items": len(work),
+        "shipped_facts": sum(len(item) for item in work),
         "ray_start_s": startup_s,
         "embedded_by_driver": int(result.metrics.get("cluster_cache_misses", 0)),
         "stages_driver": stage_seconds(result.metrics),
-        "stages_driver_facts": stage_seconds(results_of["facts"].metrics),
-        "driver_extra_rss_mb": extra_rss["rows"],
-        "identical": identical["rows"],
-        "identical_facts": identical["facts"],
+        "driver_extra_rss_mb": extra_rss["work"],
+        "identical": identical["work"],
         "identical_warm": identical["warm"],
         "reference_cold_s": reference.metrics["time_total_s"],
         "reference_cold_cpu_s": reference_cpu_s,
@@ -453,23 +402,21 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
 def critical_table(entry: dict, threads: int | None) -> Table:
     chunk = {0: "its whole share", 1: "each rollout"}.get(entry["prepare_chunk"], f"{entry['prepare_chunk']} rollouts")
     table = Table(title=f"critical path, size {entry['size']}, backend {entry['backend']}, driver "
-                        f"threads {threads or 'all'}, {entry['workers']} Ray workers, one prepare_facts call "
+                        f"threads {threads or 'all'}, {entry['workers']} Ray workers, one embedding call "
                         f"per {chunk}, passes of {entry['embedding_batch_size']} texts (seconds)",
                   header_style="bold")
-    for column in ("driver does everything (cold) s", "its CPU s", "driver_s (rows shipped)", "its CPU s",
-                   "facts' work shipped s", "its CPU s", "warm step s", "driver_s ÷ warm",
-                   "worker CPU s", "workers' wall s",
-                   "shipped MB (rows / facts)", "texts the driver embedded", "identical"):
+    for column in ("driver does everything (cold) s", "its CPU s", "driver_s (work given)",
+                   "its CPU s", "warm step s", "driver_s ÷ warm", "worker CPU s",
+                   "workers' wall s", "shipped MB (pickled / npz)", "facts shipped",
+                   "texts the driver embedded", "identical"):
         table.add_column(column, justify="right")
     table.add_row(f"{entry['reference_cold_s']:.3f}", f"{entry['reference_cold_cpu_s']:.3f}",
                   f"{entry['driver_s']:.3f}", f"{entry['driver_cpu_s']:.3f}",
-                  f"{entry['driver_facts_s']:.3f}", f"{entry['driver_facts_cpu_s']:.3f}",
                   f"{entry['warm_s']:.3f}", f"{entry['driver_over_warm']:.2f}",
                   f"{entry['worker_cpu_s']:.2f}", f"{entry['worker_wall_s']:.2f}",
-                  f"{entry['shipped_mb']:.1f} / {entry['shipped_facts_mb']:.1f}",
-                  str(entry["embedded_by_driver"]),
-                  "yes" if entry["identical"] and entry["identical_facts"]
-                  and entry["identical_warm"] else "no")
+                  f"{entry['shipped_mb']:.1f} / {entry['shipped_npz_mb']:.1f}",
+                  f"{entry['shipped_facts']:,}", str(entry["embedded_by_driver"]),
+                  "yes" if entry["identical"] and entry["identical_warm"] else "no")
     return table
 
 
@@ -491,7 +438,7 @@ def main() -> None:
                         help="critical path: driver steps per form (median; the forms alternate)")
     parser.add_argument("--critical-backend", default="minilm")
     parser.add_argument("--prepare-chunk", type=int, default=1, metavar="N",
-                        help="rollouts per prepare_facts call in a worker (1: each rollout alone; 0: its whole share)")
+                        help="rollouts per embedding call in a worker (1: each rollout alone; 0: its whole share)")
     parser.add_argument("--embedding-batch-size", type=int, metavar="ROWS",
                         help="the config's embedding_batch_size (rows per fixed-shape pass) for every backend run")
     parser.add_argument("--quick", action="store_true", help="size S, no naive baseline, no quality run")
@@ -626,10 +573,9 @@ def main() -> None:
             args.repeat)}
         console.print(critical_table(report["critical_path"], args.driver_threads))
         entry = report["critical_path"]
-        console.print(f"identical: shipped rows {'yes' if entry['identical'] else 'no'}, shipped "
-                      f"facts' work {'yes' if entry['identical_facts'] else 'no'} (advantages vs "
-                      "the driver doing everything)")
-        console.print("driver stages, rows shipped: " + ", ".join(
+        console.print(f"identical: work given {'yes' if entry['identical'] else 'no'} (advantages "
+                      "vs the driver doing everything)")
+        console.print("driver stages, work given: " + ", ".join(
             f"{name} {seconds:.3f}" for name, seconds in entry["stages_driver"].items()))
     if growth:
         report["growth"] = run_growth(growth, args.growth_backend, args.driver_threads)

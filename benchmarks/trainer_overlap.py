@@ -1,13 +1,16 @@
 """verl's factutil trainer: what the advantage step costs with and without scoring early.
 
     python benchmarks/trainer_overlap.py [--size L] [--backend minilm] [--old-log-prob-s 5]
-                                         [--rounds 3] [--driver-threads 1] [--json FILE]
+                                         [--rounds 3] [--workers 2] [--driver-threads 1]
+                                         [--json FILE]
 
 Runs the real trainer (``trainer.v1.trainer_mode=factutil``, verl's own ``ppo_trainer`` config,
 a local Ray with verl's TransferQueue) on workload ``--size`` of ``benchmarks/workloads.py`` as
 span-layout rows (one row per rollout, 256 response tokens, one run of 20 model tokens per action,
-the reward on the last action's last token), each rollout's work shipped in its extra fields as
-the ``factagent`` loop ships it (made beforehand by ``prepare_rollout``, not timed). Per
+the reward on the last action's last token), each rollout's per-fact work in its extra fields as
+the ``factagent`` loop puts it there (a :class:`factutil.workers.FactWork` from one of
+``--workers`` rollout workers' :class:`factutil.integration.FactPreparer` (contiguous shares,
+as verl deals a batch out), each shipping a fact once; made beforehand, not timed; its pickled size is reported as ``work_bytes``). Per
 round and mode (``score_early`` on, then off; a fresh clusterer each time, so no memo carries
 over), the batch is written to TransferQueue, the trainer's old-log-prob step runs with verl's
 actor workers replaced by a wait of ``--old-log-prob-s`` seconds (the driver waits on the actors
@@ -36,6 +39,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import argparse
 import json
+import pickle
 import statistics
 import time
 from pathlib import Path
@@ -49,19 +53,22 @@ from rich.table import Table
 from benchmarks.workloads import SIZES, build_workload
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
-from factutil.prepare import prepare_facts, triples_of
-from factutil.rollout_work import prepare_rollout
+from factutil.integration import FactPreparer
+from factutil.workers import make_work
 
 TOKENS, RUN, STRIDE = 256, 20, 30
 
 
-def verl_fields(rows: list[dict], config: FactUtilConfig) -> tuple[list[str], list[dict]]:
-    """(keys, per-row TransferQueue fields) of ``rows`` in the span layout, with each rollout's
-    work (its action columns and facts' work) shipped as its bytes."""
+def verl_fields(rows: list[dict], config: FactUtilConfig,
+                workers: int) -> tuple[list[str], list[dict], int]:
+    """(keys, per-row TransferQueue fields, work bytes) of ``rows`` in the span layout, the
+    rollouts dealt to ``workers`` in contiguous shares (as verl chunks a batch over its agent-loop
+    workers: a group's rollouts in one share), each with its per-fact work (the facts its worker had not shipped
+    before) in its extra fields; the work's size pickled (protocol 5)."""
     clusterer = SemanticClusterer(config)
-    every = [t for row in rows for t in triples_of(row, config.max_turns)]
-    prepare_facts(every, config, clusterer=clusterer)  # one embedding pass; each rollout's own below
-    keys, fields = [], []
+    make_work(rows, config, clusterer)  # one embedding pass; each rollout's own work below
+    preparers = [FactPreparer(config, clusterer=clusterer) for _ in range(workers)]
+    keys, fields, size = [], [], 0
     for b, row in enumerate(rows):
         count = len(row["actions"])
         mask = torch.zeros(TOKENS, dtype=torch.int64)
@@ -72,16 +79,18 @@ def verl_fields(rows: list[dict], config: FactUtilConfig) -> tuple[list[str], li
         scores[length - 1] = 1.0 if b % 3 else 0.0
         actions = [{"kind": a["action"], **{k: v for k, v in a.items() if k != "action"}}
                    for a in row["actions"]]
-        shipped = prepare_rollout(row["actions"], config, clusterer=clusterer)
+        work = preparers[b * workers // len(rows)](row["actions"])
+        extra = {"work": work} if len(work) else {}  # as the factagent loop: nothing new, nothing shipped
+        size += len(pickle.dumps(work, protocol=5)) if len(work) else 0
         keys.append(f"{row['uid']}_{row['rollout_id']}_0")
         fields.append({
             "uid": row["uid"], "responses": torch.arange(length, dtype=torch.int64),
             "response_mask": mask[:length].clone(), "rm_scores": scores,
             "extra_fields": {"factutil": {"actions": actions, "question": row["question"],
                                           "golden_answers": row["golden_answers"],
-                                          "prepared": shipped}},
+                                          **extra}},
         })
-    return keys, fields
+    return keys, fields, size
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -92,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--old-log-prob-s", type=float, default=5.0,
                         help="seconds the driver waits on the actors' old log-probs")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="rollout workers making the work")
     parser.add_argument("--driver-threads", type=int, metavar="N")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -116,7 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
     console = Console(width=max(Console().width, 120))
     console.print(f"workload {args.size}: {len(rows)} rollouts; shipping each rollout's per-fact "
                   f"work ({args.backend}) ...")
-    keys, fields = verl_fields(rows, config)
+    keys, fields, work_bytes = verl_fields(rows, config, args.workers)
+    console.print(f"work shipped: {work_bytes / 2**20:.1f} MiB from {args.workers} workers")
 
     def old_log_prob(self, batch, metrics=None):  # the driver waiting on verl's actor workers
         time.sleep(args.old_log_prob_s)
@@ -127,6 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
     report: dict = {"size": args.size, "backend": args.backend, "rollouts": len(rows),
                     "old_log_prob_s": args.old_log_prob_s, "driver_threads": args.driver_threads,
+                    "workers": args.workers, "work_bytes": work_bytes,
                     "load_average_1min": [os.getloadavg()[0]], "modes": {}}
     try:
         trainers = {}

@@ -14,40 +14,23 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from factutil.advantages import process_advantages, segment_normalize, total_advantages
-from factutil.cluster import (
-    Clusterer,
-    ExactClusterer,
-    SemanticClusterer,
-    _prepared_list,
-    make_clusterer,
-)
+from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.columns import prepare
 from factutil.config import FactUtilConfig
 from factutil.load import GroupsInput, load_groups
-from factutil.result import (
-    ActionRecord,
-    ClusterRecord,
-    ProcessAdvantages,
-    Records,
-    RolloutRecord,
-    gc_paused,
-)
+from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
 from factutil.utility import batch_utilities
-
-if TYPE_CHECKING:
-    from factutil.load import GroupRows
-    from factutil.prepare import PreparedFacts
-    from factutil.rollout_work import RolloutWork
+from factutil.workers import FactWork, clustering_fit, fit_differences
 
 __all__ = [
-    "CLUSTERING_FIELDS", "ActionRecord", "ClusterRecord", "ProcessAdvantages", "RolloutRecord",
-    "check_clusterer", "compute_process_advantages", "gc_paused",
+    "ActionRecord", "ClusterRecord", "ProcessAdvantages", "RolloutRecord", "check_clusterer",
+    "compute_process_advantages",
 ]
 
 logger = logging.getLogger("factutil")
@@ -59,7 +42,7 @@ def compute_process_advantages(
     *,
     clusterer: Clusterer | None = None,
     on_invalid_group: str = "raise",
-    prepared: PreparedFacts | Sequence[PreparedFacts] | None = None,
+    work: FactWork | bytes | Sequence[FactWork | bytes | None] | None = None,
 ) -> ProcessAdvantages:
     """Per-action advantages A = A_out + omega * A_proc for a batch of groups (docs/method.md §1–§5).
 
@@ -77,16 +60,15 @@ def compute_process_advantages(
         on_invalid_group: ``"raise"`` (default) raises on the first group that fails validation;
             ``"skip"`` leaves such groups out, lists them in ``skipped`` with the reason and logs a
             warning, so a trainer can fall back to outcome-only advantages for them alone.
-        prepared: per-fact work done elsewhere (:func:`factutil.prepare.prepare_facts`, e.g. in
-            the rollout workers): one :class:`~factutil.prepare.PreparedFacts` or several. The
-            step takes the texts, vectors and analyses it finds there and computes the rest;
-            results are the same bit for bit. Work made for another embedder, template, filters
-            or key edges is ignored with one warning. ``metrics["cluster_prepared_facts"]``
-            counts the facts found, ``cluster_prepared_ignored`` the items ignored and
-            ``cluster_cache_misses`` the texts the model still embedded; vectors made on another
-            kind of device (config ``prepared_device``) are used with one warning and counted in
-            ``cluster_prepared_other_device`` (facts), or with ``"same"`` ignored. Many items
-            (one per rollout): read them with :func:`factutil.prepare.load_prepared`.
+        work: per-fact work made elsewhere (:func:`factutil.workers.make_work`, e.g. in the
+            rollout workers): a :class:`~factutil.workers.FactWork`, its bytes, or a list of
+            them. Work that fits the clusterer (:func:`~factutil.workers.clustering_fit`) goes
+            into its caches (:meth:`~factutil.cluster.SemanticClusterer.add_work`) and the step
+            computes the rest, so results are the same bit for bit. Work that does not fit or
+            cannot be read is ignored with one warning and counted
+            (``metrics["cluster_work_ignored"]``, ``cluster_work_unreadable``; items);
+            ``cluster_work_facts`` counts the step's facts found in it. A clusterer without
+            ``add_work`` (exact mode) ignores all of it.
 
     Returns:
         :class:`ProcessAdvantages`; ``advantages`` is float32 (N,) over all N input actions in
@@ -109,27 +91,15 @@ def compute_process_advantages(
         config = FactUtilConfig.model_validate(dict(config))
     if clusterer is not None:
         check_clusterer(clusterer, config)
-    # A step allocates ~10 objects per action and frees them together; generational collections
-    # in the middle of it cost more than half of validation time, and find no cycles to free.
-    with gc_paused(config.pause_gc):
-        return _compute(groups, config, clusterer, on_invalid_group, prepared)
-
-
-CLUSTERING_FIELDS = (
-    "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
-    "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
-)
-"""The config fields a :class:`~factutil.cluster.SemanticClusterer`'s clusters depend on
-(``embedding_device``, ``embedding_batch_size``, ``embedding_pass_tokens`` and the cache bounds
-change only speed, and vectors by float rounding: the embedder's name, which keys its cache and
-shipped work, names its pass shapes)."""
+    return _compute(groups, config, clusterer, on_invalid_group, work)
 
 
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
     """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
 
-    A passed clusterer does the clustering, so a call whose ``mode`` or :data:`CLUSTERING_FIELDS`
-    differ from the clusterer's would silently cluster by the clusterer's. Clusterers other than
+    A passed clusterer does the clustering, so a call whose clustering fit
+    (:func:`~factutil.workers.clustering_fit`: ``mode`` and, in semantic mode, every field the
+    clusters depend on) differs from the clusterer's would silently cluster by the clusterer's. Clusterers other than
     :class:`~factutil.cluster.ExactClusterer` and :class:`~factutil.cluster.SemanticClusterer`
     carry no config and are not checked.
 
@@ -137,15 +107,13 @@ def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
         ValueError: naming each differing field with the clusterer's and the call's value.
     """
     if isinstance(clusterer, ExactClusterer):
-        mode, own = "exact", None
+        own = clustering_fit(FactUtilConfig(mode="exact"))
     elif isinstance(clusterer, SemanticClusterer):
-        mode, own = "semantic", clusterer.config
+        own = clustering_fit(clusterer.config)
     else:
         return
-    differ = [] if mode == config.mode else [("mode", mode, config.mode)]
-    if own is not None:
-        differ += [(name, getattr(own, name), getattr(config, name)) for name in CLUSTERING_FIELDS
-                   if getattr(own, name) != getattr(config, name)]
+    differ = fit_differences(own, clustering_fit(config))
+    differ = [field for field in differ if field[0] == "mode"] or differ  # a mode names no more
     if differ:
         fields = "; ".join(f"{name}: clusterer {mine!r}, config {theirs!r}"
                            for name, mine, theirs in differ)
@@ -161,7 +129,7 @@ def _compute(
     config: FactUtilConfig,
     clusterer: Clusterer | None,
     on_invalid_group: str,
-    prepared: PreparedFacts | Sequence[PreparedFacts] | None = None,
+    work: Any = None,
 ) -> ProcessAdvantages:
     """The body of :func:`compute_process_advantages` (config already validated)."""
     started = time.perf_counter()
@@ -176,34 +144,32 @@ def _compute(
     if on_invalid_group not in ("raise", "skip"):
         raise ValueError(f"on_invalid_group must be 'raise' or 'skip', got {on_invalid_group!r}")
     batch, skipped = load_groups(groups, skip_invalid=on_invalid_group == "skip")
-    batch, work = _shipped_rows(batch, config, skipped, on_invalid_group == "skip")
     for uid, reason in skipped.items():
         warn(f"group {uid!r} skipped: {reason}")
     timings["load"] = time.perf_counter() - clock
 
     # 1. Outcomes and the fact texts of every rollout (docs/method.md §1, §2.1).
     clock = time.perf_counter()
-    prep = prepare(batch, config, warn, work.columns if work is not None else None)
+    prep = prepare(batch, config, warn)
     timings["prepare"] = time.perf_counter() - clock
 
     # 2. Clusters (docs/method.md §2).
     clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    items = [] if prepared is None else _prepared_list(prepared)
+    work_metrics = {}
     if work is not None:
-        items = [*work.facts, *items]
-    given = _given_work(clusterer, prep, items)
-    if items and given is None:
-        add_prepared = getattr(clusterer, "add_prepared", None)
-        if add_prepared is not None:
-            add_prepared(items, warn=warn)
+        clock = time.perf_counter()
+        add_work = getattr(clusterer, "add_work", None)
+        if add_work is not None:
+            add_work(work, warn=warn)
         else:
-            warn(f"prepared facts ignored: {type(clusterer).__name__} takes none "
-                 f"(no add_prepared method)")
-    if given is not None:
-        labels = clusterer.cluster_given(prep.facts, *given)
-    else:
-        labels = clusterer.cluster_batch(prep.facts)
+            items = [work] if isinstance(work, (FactWork, bytes)) else list(work)
+            work_metrics["work_ignored"] = float(sum(item is not None for item in items))
+            warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
+                 f"{type(clusterer).__name__} takes none (no add_work method)")
+        timings["work"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+    labels = clusterer.cluster_batch(prep.facts)
     timings["cluster"] = time.perf_counter() - clock
 
     # 3. Utilities of every cluster (docs/method.md §3).
@@ -326,82 +292,12 @@ def _compute(
     metrics["searches_repeated"] = float(len(prep.repeated_row))
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
-    metrics.update({f"cluster_{name}": value for name, value in clusterer.metrics.items()})
+    metrics.update({f"cluster_{name}": value
+                    for name, value in {**clusterer.metrics, **work_metrics}.items()})
     records = Records(batch, config, prep, util, a_out, keys, offsets)
     return ProcessAdvantages(
         advantages, columns, keys, offsets, metrics, warnings, skipped, records
     )
-
-
-def _shipped_rows(
-    batch: list[GroupRows], config: FactUtilConfig, skipped: dict[str, str], skip: bool
-) -> tuple[list[GroupRows], RolloutWork | None]:
-    """The shipped rows' work (:func:`factutil.rollout_work.read_rollout_work`), numbered by
-    batch row; a group with a row whose work cannot be used is left out (``skip``: its reason
-    added to ``skipped``) or raises.
-
-    Raises:
-        ValueError: with ``skip`` False, the first such row (group, rollout and reason named).
-    """
-    shipped: dict[int, bytes] = {}
-    keys: dict[int, tuple[str, str]] = {}
-    row = 0
-    for group in batch:
-        for rollout in group.rollouts:
-            data = rollout.get("shipped")
-            if data is not None:
-                shipped[row] = data
-                keys[row] = (group.uid, rollout["rollout_id"])
-            row += 1
-    if not shipped:
-        return batch, None
-    from factutil.rollout_work import read_rollout_work
-
-    work = read_rollout_work(shipped, keys, config)
-    if not work.unreadable:
-        return batch, work
-    bad: dict[str, str] = {}  # uid -> the reason of its first such row
-    for row, reason in sorted(work.unreadable.items()):
-        bad.setdefault(keys[row][0], f"rollout {keys[row][1]!r}: {reason}")
-    if not skip:
-        uid, reason = next(iter(bad.items()))
-        raise ValueError(f"group {uid!r} {reason}")
-    kept: list[GroupRows] = []
-    renumbered: dict[int, Any] = {}
-    row = new = 0
-    for group in batch:
-        size = len(group.rollouts)
-        if group.uid in bad:
-            skipped[group.uid] = bad[group.uid]
-        else:
-            kept.append(group)
-            for offset in range(size):
-                if row + offset in work.columns:
-                    renumbered[new + offset] = work.columns[row + offset]
-            new += size
-        row += size
-    return kept, work._replace(columns=renumbered)
-
-
-def _given_work(
-    clusterer: Clusterer, prep: Any, items: Sequence[PreparedFacts]
-) -> tuple[PreparedFacts, np.ndarray] | None:
-    """The first of ``items`` when it holds the work of every fact of the step and the
-    clusterer can cluster from it alone (:meth:`~factutil.cluster.SemanticClusterer.cluster_given`:
-    the item :meth:`fits` it), with each fact's row in it; else None (the clusterer then takes
-    the items through ``add_prepared`` and computes what is missing). The shipped rows' facts
-    come first, their rows known (``prep.fact_work``)."""
-    if not items or getattr(clusterer, "cluster_given", None) is None \
-            or not clusterer.fits(items[0]):
-        return None
-    rows = prep.fact_work
-    if not len(rows) or int(rows.min()) < 0:
-        position = {parts: index for index, parts in enumerate(items[0].parts)}
-        found = [position.get(fact) for facts in prep.facts for fact in facts]
-        if None in found:
-            return None
-        rows = np.array(found, dtype=np.int64)
-    return items[0], rows
 
 
 def _mean(values: list[float]) -> float:

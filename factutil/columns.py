@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from factutil.config import FactUtilConfig
-from factutil.facts import Fact, distinct_facts, fact_text, normalize_fact_text
+from factutil.facts import Fact, distinct_facts, normalize_fact_text
 from factutil.load import GroupRows
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
 from factutil.shaping import KIND_CODES
@@ -48,37 +48,30 @@ class Prepared:
     reward: list[float]
     success: list[float]
     golds_normalized_empty: int  # gold answers (per group) that normalise to no token
-    occurrence_triples: list[Any]  # (occurrences,): each as written (a row's own list, or a
-    # shipped row's (s, r, o) tuple; a group mixing the two has tuples)
+    occurrence_triples: list[Any]  # (occurrences,): each as written ([s, r, o], the row's own list)
     ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
     reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
-    fact_work: np.ndarray  # int64 (facts,): each fact's row in the shipped facts' table, -1 none
 
 
 class RolloutColumns(NamedTuple):
     """One rollout's share of :class:`Prepared` (docs/method.md §1, §2.1, §5): what its actions
-    say before its group is known. :func:`rollout_columns` reads it from the actions; a rollout
-    worker may ship it instead (:mod:`factutil.rollout_work`), with each occurrence's fact text and
-    its row in the shipped facts' table, so the step never walks that rollout's actions."""
+    say before its group is known, read from them by :func:`rollout_columns`."""
 
     kinds: list[int]  # the kind code of each effective action
     total: int  # all actions, ignored ones included
     occurrence_step: list[int]  # per asserted triple occurrence, its action's step
-    occurrence_triples: list[Any]  # per occurrence, the triple as written ([s, r, o]; shipped: a tuple)
+    occurrence_triples: list[Any]  # per occurrence, the triple as written ([s, r, o])
     repeated_steps: list[int]  # the steps of searches whose query an earlier search had
     answer: str | None
     empty_store_answer: bool  # the answer came while the store was empty
     ignored_kinds: list[int]  # the kind code of each ignored action
     reasons: dict[int, str]  # action index in the rollout -> an invalid action's reason
-    occurrence_texts: list[str] | None = None  # shipped: each occurrence's fact text
-    occurrence_work: list[int] | None = None  # shipped: each occurrence's row in the facts' table
 
 
 def rollout_columns(
     actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str] | None = None
 ) -> RolloutColumns:
-    """One rollout's columns from its validated actions (docs/method.md §1, §5; the one rule, in the
-    trainer's step and in a rollout worker).
+    """One rollout's columns from its validated actions (docs/method.md §1, §5).
 
     The effective actions are those before and including the answer, within ``max_turns``; the
     rest are ignored. A search is repeated when the normalised text of its query
@@ -134,13 +127,10 @@ def rollout_columns(
                           empty_store_answer, ignored_kinds, reasons)
 
 
-def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
-            shipped: Mapping[int, RolloutColumns] | None = None) -> Prepared:
+def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
     """One pass over every rollout: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
 
-    Each rollout's columns come from :func:`rollout_columns`, or from ``shipped`` (batch row ->
-    the columns its worker shipped, read by :func:`factutil.rollout_work.read_rollout_work`).
-    Each group's distinct texts get one representative triple, the smallest ``(subject, relation,
+    Each rollout's columns come from :func:`rollout_columns`. Each group's distinct texts get one representative triple, the smallest ``(subject, relation,
     object)`` sharing the text (:func:`~factutil.facts.distinct_facts`), so no choice depends
     on input order. What the per-item records need beyond the numbers (each
     occurrence's triple as written, the kinds of ignored actions, invalid actions' reasons) is
@@ -148,7 +138,6 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
     """
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     success_rule = config.success
-    shipped = shipped or {}
     kinds: list[int] = []
     occurrences: list[int] = []  # per rollout, its number of triple occurrences
     occurrence_step: list[int] = []
@@ -167,7 +156,6 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
     successes: list[float] = []
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
-    fact_work: list[int] = []
     queries: dict[str, str] = {}
     occurrence_triples: list[list[str]] = []
     ignored_kinds: list[int] = []
@@ -199,32 +187,13 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
             )
         scores: dict[str, tuple[float, float]] = {}
         first_occurrence = len(occurrence_triples)
-        group_texts: list[str] | None = None
-        group_work: list[int] | None = None
-        shipped_rollouts = 0
         for rollout in rollouts:
-            columns = shipped.get(row)
-            if columns is None:
-                columns = rollout_columns(rollout["actions"], max_turns, queries)
-            else:
-                shipped_rollouts += 1
+            columns = rollout_columns(rollout["actions"], max_turns, queries)
             t = len(columns.kinds)
             kinds.extend(columns.kinds)
             count = len(columns.occurrence_step)
             occurrences.append(count)
             occurrence_step.extend(columns.occurrence_step)
-            if columns.occurrence_texts is not None or group_texts is not None:
-                if group_texts is None:  # the group's earlier rollouts were not shipped
-                    earlier = occurrence_triples[first_occurrence:]
-                    group_texts = [fact_text(*parts, template) for parts in earlier]
-                    group_work = [-1] * len(earlier)
-                if columns.occurrence_texts is not None:
-                    group_texts.extend(columns.occurrence_texts)
-                    group_work.extend(columns.occurrence_work)
-                else:
-                    group_texts.extend(fact_text(*parts, template)
-                                       for parts in columns.occurrence_triples)
-                    group_work.extend([-1] * count)
             occurrence_triples.extend(columns.occurrence_triples)
             repeats.append(len(columns.repeated_steps))
             repeated_step.extend(columns.repeated_steps)
@@ -260,15 +229,11 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
             first_action += columns.total
             row += 1
         parts = occurrence_triples[first_occurrence:]
-        if 0 < shipped_rollouts < size:  # lists and tuples: compared as one kind
-            parts = occurrence_triples[first_occurrence:] = [tuple(triple) for triple in parts]
-        texts, chosen, where = distinct_facts(parts, template, fact_count, group_texts)
+        texts, chosen, where = distinct_facts(parts, template, fact_count)
         occurrence_fact.extend(where)
         fact_count += len(texts)
         texts_per_group.append(texts)
         facts_per_group.append([Fact._make(parts[i]) for i in chosen])
-        fact_work.extend([group_work[i] for i in chosen] if group_work is not None
-                         else [-1] * len(chosen))
     return Prepared(
         rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
         lengths=np.asarray(lengths, dtype=np.int64),
@@ -292,5 +257,4 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any,
         occurrence_triples=occurrence_triples,
         ignored_kinds=ignored_kinds,
         reasons=reasons,
-        fact_work=np.asarray(fact_work, dtype=np.int64),
     )

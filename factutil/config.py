@@ -156,11 +156,6 @@ class FactUtilConfig(BaseModel):
         "'group' = r normalised over the group's actions (this library's option).",
     )
     # runtime
-    pause_gc: bool = Field(
-        True,
-        description="Pause Python's cyclic garbage collector during a step (it re-enables after): "
-        "the step builds many short-lived objects and collections in the middle of it are wasted.",
-    )
     report_every: int = Field(
         0, ge=0,
         description="Trainers: write the HTML credit report of every N-th step's batch into the "
@@ -168,10 +163,10 @@ class FactUtilConfig(BaseModel):
     )
     prepare_in_workers: bool | None = Field(
         None,
-        description="Trainers: do each rollout's per-rollout work (action columns, fact texts, "
-        "embeddings, filter analyses) in the rollout workers and ship it with the rollout as a "
-        "shipped row, so the trainer's step only links and scores; None: on in semantic mode, "
-        "off in exact mode (no embedding to ship).",
+        description="Trainers: make the rollouts' per-fact work (fact texts, embeddings, filter "
+        "analyses) in the rollout workers, each fact shipped once per worker, so the trainer's "
+        "step finds it in its clusterer's caches; None: on in semantic mode, off in exact mode "
+        "(no embedding to ship).",
     )
     score_early: bool = Field(
         True,
@@ -185,8 +180,9 @@ class FactUtilConfig(BaseModel):
         description="semantic mode: per-fact work made on another kind of device than the step's "
         "embedder (a worker's GPU, the driver's CPU; their vectors differ by float rounding, "
         "~1e-7). 'any': its vectors are used (the point of a worker's GPU), with one warning and "
-        "the metric prepared_other_device (facts); 'same': it is ignored like work for another "
-        "embedder (prepared_ignored), so the result is bit-identical to the step doing it all.",
+        "the metric cluster_work_other_device (facts); 'same': it is ignored like work for "
+        "another embedder (cluster_work_ignored), so the result is bit-identical to the step "
+        "doing it all.",
     )
     # QA metrics
     fold_unicode: bool = Field(

@@ -56,7 +56,6 @@ def triple_text(triple: Triple | Fact, template: str = DEFAULT_TEMPLATE) -> str:
 
 def distinct_facts(
     parts: Sequence[Sequence[str]], template: str = DEFAULT_TEMPLATE, first: int = 0,
-    texts: Sequence[str] | None = None,
 ) -> tuple[list[str], list[int], list[int]]:
     """The distinct normalised texts of some triples, sorted, each with one representative
     (docs/method.md §2.1): the one rule behind :func:`representatives` and the batch's columns.
@@ -69,16 +68,13 @@ def distinct_facts(
             kind, as they are compared), duplicates allowed.
         template: the triple text template.
         first: the number of the first distinct text (a batch numbers its groups' facts on).
-        texts: each triple's text when already known (shipped by a rollout worker, made by
-            :func:`fact_text` there); None = computed here.
 
     Returns:
         ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
         in ``parts`` of its representative; for each of ``parts``, ``first`` + the position of
         its text.
     """
-    if texts is None:
-        texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
+    texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
     local: dict[str, int] = {}
     best: list[int] = []
     found: list[int] = []

@@ -17,15 +17,11 @@ Everything else is here, once, with no trainer import:
   functions of :mod:`factutil.advantages`, re-exported;
 - :func:`batch_metrics` and :func:`warn_fallback`: the ``factutil/*`` metrics of a step and the
   one warning that names the groups which kept the trainer's advantages;
-- a rollout's work shipped from the rollout workers (docs/decisions.md, ``prepare_in_workers``):
-  :class:`FactPreparer` does it in a worker (:func:`factutil.rollout_work.prepare_rollout`: the
-  rollout's action columns and its facts' texts, vectors and analyses, as bytes), a rollout
-  carries it under :data:`SHIPPED_KEY` (:func:`trainer_rollout`'s ``prepared``), and
-  :func:`score_batch` hands the rollout to the core as a *shipped row* (its work, not its
-  actions), with the same values bit for bit. A rollout whose worker sent nothing is computed by
-  the trainer's step itself; one whose work cannot be read keeps its group on the trainer's
-  advantages (with the reason). An older worker's facts' work alone
-  (:func:`factutil.prepare.prepare_facts`' bytes) is still taken: the step uses what fits.
+- per-fact work made in the rollout workers (docs/decisions.md, ``prepare_in_workers``):
+  :class:`FactPreparer` makes each rollout's :class:`~factutil.workers.FactWork` there (the facts
+  that worker has not shipped before), the rollout's fields carry it under :data:`WORK_KEY`,
+  and :func:`score_batch` hands the batch's items to the core (``work=``), which takes what fits
+  and computes the rest, with the same values bit for bit.
 
 A group that cannot be scored is never a crash and never a NaN: it keeps the trainer's outcome-only
 advantage, is counted in ``factutil/groups_fallback`` and named in one warning per step.
@@ -42,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+from cachetools import LRUCache
 
 from factutil import api
 from factutil.advantages import (
@@ -51,14 +48,16 @@ from factutil.advantages import (
     scatter_to_turns,
     turns_problem,
 )
+from factutil.cluster import make_clusterer
 from factutil.config import FactUtilConfig
 from factutil.load import action_row
 from factutil.metrics import golden_answers_from
 from factutil.result import ProcessAdvantages
+from factutil.workers import FactWork, make_work, triples_of
 
 __all__ = [
     "FIXED_ACTION_KEYS",
-    "SHIPPED_KEY",
+    "WORK_KEY",
     "BatchScore",
     "FactPreparer",
     "Unscorable",
@@ -69,7 +68,6 @@ __all__ = [
     "golden_answers_from",
     "mask_spans",
     "prepares_in_workers",
-    "read_shipped",
     "row_of_fixed_keys",
     "scatter_rows_to_turns",
     "scatter_to_spans",
@@ -102,14 +100,11 @@ class BatchScore(Generic[K]):
             groups whose values they cannot place.
         groups: how many groups the batch has.
         error: the exception of the core call, None when it did not raise.
-        shipped: rollouts whose work came with them and was used (a rollout's work, or an
-            older worker's facts' work that could be read; the core may still ignore facts'
-            work made for another embedder: its ``cluster_prepared_ignored``).
-        unshipped: rollouts that were to bring their work and did not: none came or an older
-            worker's facts' work could not be read (the step computed it), or a rollout's work
-            could not be used (unreadable, made for another ``max_turns``, or holding another
-            number of actions than the trainer's rollout: its group is in ``fallback``).
-        None when no rollout was to bring any.
+        shipped: work items given to the core (the core may still ignore some: its
+            ``cluster_work_ignored`` and ``cluster_work_unreadable``); None when no work was
+            to come.
+        unshipped: items that were to come and did not (a worker's failure: the step computed
+            their facts); None when no work was to come.
     """
 
     result: ProcessAdvantages | None
@@ -129,6 +124,7 @@ def score_batch(
     clusterer: Any = None,
     column: str = "advantage",
     scorer: Callable[..., ProcessAdvantages] | None = None,
+    work: Sequence[Any] | None = None,
 ) -> BatchScore[K]:
     """Score a trainer's batch in one core call; a group that cannot be scored falls back alone.
 
@@ -146,19 +142,11 @@ def score_batch(
             ``"process_advantage"`` (A_proc, for one that adds omega * A_proc to its own).
         scorer: the core call, ``compute_process_advantages`` when None (looked up at call time).
 
-    A rollout dict may hold :data:`SHIPPED_KEY`: the work its rollout worker shipped (bytes or
-    their base64 text; None when the worker sent none). The key is taken out before the core
-    sees the rollout. A rollout's work (:class:`FactPreparer`'s bytes,
-    :func:`factutil.rollout_work.prepare_rollout`) makes the rollout a shipped row: it goes to
-    the core without ``actions`` and with that work under
-    :data:`factutil.rollout_work.SHIPPED_ROW_KEY`, and the core neither validates nor walks its
-    actions. A shipped row whose work the core cannot use makes its group fall back with the
-    core's reason; so does one whose values are not one per action of the trainer's rollout (its
-    ``actions``), so that no adapter scatters them onto the wrong tokens. Facts' work alone (an
-    older worker's :func:`factutil.prepare.prepare_facts` bytes or a
-    :class:`~factutil.prepare.PreparedFacts`) is read and merged by
-    :func:`factutil.prepare.load_prepared` (collector paused, one item per kind of work) and goes
-    to the core as ``prepared``, which takes what fits and computes the rest.
+        work: the batch's per-fact work from its rollout workers, one item per rollout that
+            was to bring some: a :class:`~factutil.workers.FactWork`, its bytes or their base64
+            text (:meth:`FactPreparer.text`), or None (none came); passed on as the core's
+            ``work``. Work that does not fit or cannot be read costs only time: the core
+            computes those facts itself.
 
     Returns:
         :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
@@ -166,12 +154,8 @@ def score_batch(
         every group built is in ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the
         exception; nothing is raised.
     """
-    from factutil.rollout_work import SHIPPED_ROW_KEY
-
     fallback: dict[K, str] = {}
     rollouts: list[Mapping[str, Any]] = []
-    shipped: list[Any] = []  # facts' work alone (older workers) or None, one per rollout
-    rows: list[tuple[K, str, int | None]] = []  # shipped rows: group, rollout_id, trainer's actions
     keys: dict[str, K] = {}
     count = 0
     for key in groups:
@@ -181,33 +165,17 @@ def score_batch(
         except Unscorable as reason:
             fallback[key] = str(reason)
             continue
-        for rollout in members:
-            if SHIPPED_KEY in rollout:
-                rollout = dict(rollout)
-                item = _shipped_form(rollout.pop(SHIPPED_KEY))
-                if _is_rollout_work(item):
-                    actions = rollout.pop("actions", None)
-                    rollout[SHIPPED_ROW_KEY] = bytes(item)
-                    rows.append((key, str(rollout.get("rollout_id")),
-                                 None if actions is None else len(actions)))
-                else:
-                    shipped.append(item)
-            rollouts.append(rollout)
+        rollouts.extend(members)
         keys[str(key)] = key
     score: BatchScore[K] = BatchScore(None, {}, fallback, count)
     if not rollouts:
         return score
     extra: dict[str, Any] = {}
-    if shipped or rows:
-        unreadable: list[int] = []
-        if shipped:
-            from factutil.prepare import load_prepared
-
-            prepared = load_prepared(shipped, unreadable=unreadable, pause_gc=config.pause_gc)
-            if prepared:
-                extra["prepared"] = prepared
-        score.unshipped = sum(item is None for item in shipped) + len(unreadable)
-        score.shipped = len(shipped) + len(rows) - score.unshipped
+    if work is not None:
+        items = [_work_form(item) for item in work]
+        score.unshipped = sum(item is None for item in items)
+        score.shipped = len(items) - score.unshipped
+        extra["work"] = [item for item in items if item is not None]
     call = scorer if scorer is not None else api.compute_process_advantages
     try:
         result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)
@@ -220,44 +188,18 @@ def score_batch(
         fallback[keys.get(uid, uid)] = reason
     score.result = result
     score.values = result.per_rollout(column)
-    if rows:
-        _check_shipped_rows(score, rows)
     return score
 
 
-def _is_rollout_work(item: Any) -> bool:
-    """Whether a shipped item (after :func:`_shipped_form`) is a rollout's work
-    (:func:`factutil.rollout_work.prepare_rollout`'s bytes, by their magic), not facts' work."""
-    from factutil.rollout_work import MAGIC
-
-    return isinstance(item, (bytes, bytearray, memoryview)) and bytes(item[:4]) == MAGIC
-
-
-def _check_shipped_rows(score: BatchScore[Any], rows: Sequence[tuple[Any, str, int | None]]) -> None:
-    """The shipped rows of a scored batch, checked: a row whose group the core skipped for its
-    work (the core's reason names the row's shipped work) or whose values are not one per action
-    of the trainer's rollout moves from ``shipped`` to ``unshipped``; the second also puts its
-    group in ``fallback`` and takes its groups' values out of ``values``."""
-    result = score.result
-    dropped: set[str] = set()
-    for key, rollout_id, actions in rows:
-        uid = str(key)
-        reason = result.skipped.get(uid)
-        if reason is not None:
-            unused = reason.startswith(f"rollout {rollout_id!r}: its shipped")
-        else:
-            values = score.values.get((uid, rollout_id))
-            unused = values is not None and actions is not None and len(values) != actions
-            if unused:
-                score.fallback.setdefault(
-                    key, f"rollout {rollout_id!r}: its shipped work holds {len(values)} "
-                         f"actions, the trainer's rollout {actions}")
-                dropped.add(uid)
-        if unused:
-            score.shipped -= 1
-            score.unshipped += 1
-    if dropped:
-        score.values = {k: v for k, v in score.values.items() if k[0] not in dropped}
+def _work_form(item: Any) -> Any:
+    """A shipped work item as the core takes it: base64 text as its bytes (text that is not
+    base64 as ``b""``, which the core counts unreadable); anything else as it is."""
+    if isinstance(item, str):
+        try:
+            return base64.b64decode(item.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):  # binascii.Error is a ValueError
+            return b""
+    return item
 
 
 def trainer_rollout(
@@ -269,8 +211,6 @@ def trainer_rollout(
     golden_answers: Any,
     actions: list[Any],
     reward: float | None,
-    prepared: Any = None,
-    shipping: bool = False,
 ) -> dict[str, Any]:
     """One rollout dict (docs/method.md §8) from a trainer's values.
 
@@ -282,14 +222,9 @@ def trainer_rollout(
             (:func:`factutil.metrics.golden_answers_from`).
         actions: the rollout's action dicts, in order.
         reward: the outcome reward R; None leaves it to the core (F1 of the answer).
-        prepared: the work the rollout worker shipped (:class:`FactPreparer`'s bytes or their
-            base64 text; an older worker's facts' work; None).
-        shipping: the workers were to ship it (``prepares_in_workers``): the rollout then holds
-            :data:`SHIPPED_KEY` (``prepared``, None counted as missing by :func:`score_batch`).
 
     Returns:
-        ``{"uid", "question", "golden_answers", "rollout_id", "actions"[, "reward"]
-        [, SHIPPED_KEY]}``.
+        ``{"uid", "question", "golden_answers", "rollout_id", "actions"[, "reward"]}``.
 
     Raises:
         Unscorable: no gold answer in ``golden_answers``, or a reward that is not finite.
@@ -309,8 +244,6 @@ def trainer_rollout(
         if not math.isfinite(reward):
             raise Unscorable(f"{name} has a non-finite reward {reward}")
         rollout["reward"] = reward
-    if shipping:
-        rollout[SHIPPED_KEY] = prepared
     return rollout
 
 
@@ -419,9 +352,9 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
         a result, each of its other numeric ``metrics`` as ``factutil/<name>`` (stage times ``time_<stage>_s`` as
         ``factutil/time_<stage>_ms``, in milliseconds) and ``factutil/utility_spread`` (max -
         min utility); when the workers were to ship their work, ``factutil/prepared_shipped``
-        and ``factutil/prepared_unshipped`` (rollouts, :class:`BatchScore`'s ``shipped`` and
-        ``unshipped``) next to the core's ``factutil/cluster_prepared_facts`` and
-        ``cluster_prepared_ignored``.
+        and ``factutil/prepared_unshipped`` (work items, :class:`BatchScore`'s ``shipped`` and
+        ``unshipped``) next to the core's ``factutil/cluster_work_facts``,
+        ``cluster_work_ignored`` and ``cluster_work_unreadable``.
     """
     result, groups, fallback = score.result, score.groups, score.fallback
     metrics: dict[str, float] = {}
@@ -480,71 +413,76 @@ def warn_fallback(
     )
 
 
-SHIPPED_KEY = "prepared"
-"""The key of a rollout dict (and of an adapter's per-row fields) holding the work its rollout
-worker shipped (:class:`FactPreparer`'s bytes or their base64 text)."""
+WORK_KEY = "work"
+"""The key of an adapter's per-rollout fields holding the work its rollout worker made
+(:class:`FactPreparer`'s :class:`~factutil.workers.FactWork`, or its base64 text)."""
 
 
 def prepares_in_workers(config: FactUtilConfig) -> bool:
-    """Whether the rollout workers do the rollouts' work (``config.prepare_in_workers``; None:
-    in semantic mode only, exact mode having no embedding or analysis to ship)."""
+    """Whether the rollout workers make the rollouts' per-fact work (``config.prepare_in_workers``;
+    None: in semantic mode only, exact mode having no embedding or analysis to ship)."""
     if config.prepare_in_workers is not None:
         return bool(config.prepare_in_workers)
     return config.mode == "semantic"
 
 
 class FactPreparer:
-    """The work of rollouts (their action columns and their facts' texts, vectors and analyses),
-    done where they are generated (a rollout worker).
+    """Per-fact work made where rollouts are generated (a rollout worker), one
+    :class:`~factutil.workers.FactWork` per call, with only the facts this preparer has not
+    shipped before.
 
     One per worker process and config: it owns the clusterer whose embedder (loaded on first use,
-    on ``config.embedding_device``: CUDA when the worker has a GPU) and caches every call reuses.
-    Calls may come from several threads; they run one at a time, and the rollouts that arrive
-    while one runs are coalesced: the next call embeds and analyses the new facts of every
-    waiting rollout in one pass (each then finds its own in the caches). On a CPU this matters:
-    every pass has a fixed shape (``embedding_pass_tokens`` tokens, attention over
-    ``embedding_batch_size`` texts of one length), so a rollout's few texts alone cost many times
-    per text what they cost together (benchmarks/README.md). Each
-    rollout's bytes are the same either way (a text's vector never depends on its neighbours).
+    on ``config.embedding_device``: CUDA when the worker has a GPU) and caches every call reuses,
+    and remembers the facts it shipped (an LRU of ``config.cache_max_entries``): the trainer's
+    clusterer keeps them in its caches across steps, and a fact it lacks (evicted, or its item
+    lost) it computes itself, so the numbers never depend on what was shipped. Calls may come
+    from several threads; they run one at a time, and the rollouts that arrive while one runs
+    are coalesced: the next call embeds and analyses the new facts of every waiting rollout in
+    one pass (each then finds its own in the caches). On a CPU this matters: every pass has a
+    fixed shape, so a rollout's few texts alone cost many times per text what they cost together
+    (benchmarks/README.md).
 
     Args:
-        config: the run's :class:`FactUtilConfig` (the trainer's: the work must be made for its
-            template, embedder, filters and key edges, or the trainer ignores it).
+        config: the run's :class:`FactUtilConfig` (the trainer's: work made for another
+            clustering fit is ignored by the trainer).
         log: where a failure is reported (once).
+        clusterer: the clusterer whose embedder and caches to use; None: made from ``config``
+            on the first call.
     """
 
-    def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None):
+    def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None,
+                 clusterer: Any = None):
         self.config = config
         self.log = log or logging.getLogger("factutil")
         self.failures = 0
-        self._clusterer: Any = None
+        self.coalesced = 0  # rollouts whose facts were embedded in another rollout's call
+        self._clusterer: Any = clusterer
+        self._shipped: LRUCache = LRUCache(max(config.cache_max_entries, 1))
         self._lock = threading.Lock()
         self._waiting: list[Any] = []  # rollouts whose call waits for the lock
         self._waiting_lock = threading.Lock()
-        self.coalesced = 0  # rollouts whose facts were embedded in another rollout's call
 
     def text(self, facts: Any) -> str | None:
-        """:meth:`__call__`'s bytes as base64 text, for fields that must stay JSON (OpenRLHF's
-        payload is logged as JSON). :func:`score_batch` takes both forms."""
-        data = self(facts)
-        return None if data is None else base64.b64encode(data).decode("ascii")
+        """:meth:`__call__`'s work as base64 text of its bytes (:meth:`FactWork.to_bytes`), for
+        fields that must stay JSON (OpenRLHF's payload; :func:`score_batch` takes both forms):
+        None when it failed, ``""`` when it holds no fact (nothing to ship)."""
+        work = self(facts)
+        if work is None or not len(work):
+            return None if work is None else ""
+        return base64.b64encode(work.to_bytes()).decode("ascii")
 
-    def __call__(self, facts: Any) -> bytes | None:
-        """The work of one rollout or trajectory as the bytes a shipped row carries
-        (:func:`factutil.rollout_work.prepare_rollout`), to ship in the rollout's fields.
+    def __call__(self, facts: Any) -> FactWork | None:
+        """The per-fact work of one rollout's facts that this preparer has not shipped before.
 
         Args:
-            facts: the rollout's actions (a sequence of action dicts or models, as the worker
-                has them: the work then names no uid or rollout_id and belongs to the row that
-                carries it), or a rollout dict (its uid and rollout_id must be the trainer's).
+            facts: the rollout's actions (action dicts or models), a rollout dict, or anything
+                else :func:`~factutil.workers.triples_of` reads.
 
         Returns:
-            the bytes; None when the work failed (counted in ``failures``, logged once): the
-            trainer's step then does it from the rollout's actions. Never raises.
+            a :class:`~factutil.workers.FactWork`; of no fact when every fact of the rollout was
+            shipped before (an adapter need not ship it); None when the work failed (counted in
+            ``failures``, logged once): the trainer's step then does it. Never raises.
         """
-        from factutil.cluster import make_clusterer
-        from factutil.rollout_work import prepare_rollout
-
         try:
             with self._waiting_lock:
                 self._waiting.append(facts)
@@ -555,7 +493,13 @@ class FactPreparer:
                     waiting, self._waiting = self._waiting, []
                 if len(waiting) > 1:
                     self._warm(waiting)
-                return prepare_rollout(facts, self.config, clusterer=self._clusterer)
+                shipped = self._shipped
+                new = [key for key in dict.fromkeys(triples_of(facts, self.config.max_turns))
+                       if key not in shipped]
+                work = make_work(new, self.config, self._clusterer)
+                for key in new:
+                    shipped[key] = True
+                return work
         except Exception:  # a rollout never fails for work the trainer can redo
             self.failures += 1
             if self.failures == 1:
@@ -566,60 +510,13 @@ class FactPreparer:
     def _warm(self, waiting: list[Any]) -> None:
         """Embed and analyse the facts of every waiting rollout in one call, into the
         clusterer's caches (a rollout that cannot be read is left to its own call)."""
-        from factutil.prepare import prepare_facts, triples_of
-
         parts = []
         for facts in waiting:
             try:
                 parts += triples_of(facts, self.config.max_turns)
             except (TypeError, ValueError):
                 continue
+        parts = [key for key in dict.fromkeys(parts) if key not in self._shipped]
         if parts:
-            prepare_facts(parts, self.config, clusterer=self._clusterer)
+            make_work(parts, self.config, self._clusterer)
             self.coalesced += len(waiting) - 1
-
-
-def _shipped_form(item: Any) -> Any:
-    """A shipped item as :func:`factutil.prepare.load_prepared` reads it: base64 text as its
-    bytes; None, bytes and PreparedFacts as they are; anything else (text that is not base64
-    included) as ``b""``, which is unreadable."""
-    from factutil.prepare import PreparedFacts
-
-    if item is None or isinstance(item, (bytes, bytearray, memoryview, PreparedFacts)):
-        return item
-    if isinstance(item, str):
-        try:
-            return base64.b64decode(item.encode("ascii"), validate=True)
-        except (ValueError, UnicodeEncodeError):  # binascii.Error is a ValueError
-            pass
-    return b""
-
-
-def read_shipped(items: Iterable[Any]) -> tuple[list[Any], int]:
-    """The shipped facts' work of some rollouts (what an older worker ships), read back.
-
-    Args:
-        items: per rollout, :meth:`PreparedFacts.to_bytes` bytes (or their base64 text), a
-            :class:`~factutil.prepare.PreparedFacts`, or None (nothing shipped). A rollout's
-            whole work (:class:`FactPreparer`'s bytes) is not facts' work alone: read it with
-            :func:`factutil.rollout_work.read_rollout_work`.
-
-    Returns:
-        ``(PreparedFacts list, how many items were None or not facts' work that can be read)``.
-    """
-    from factutil.prepare import PreparedFacts
-
-    found: list[Any] = []
-    missing = 0
-    for item in map(_shipped_form, items):
-        if isinstance(item, PreparedFacts):
-            found.append(item)
-            continue
-        try:
-            if isinstance(item, (bytes, bytearray, memoryview)):
-                found.append(PreparedFacts.from_bytes(bytes(item)))
-                continue
-        except ValueError:
-            pass
-        missing += 1
-    return found, missing

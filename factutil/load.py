@@ -103,18 +103,6 @@ class _Rollout(TypedDict):
     metadata: NotRequired[dict[str, Any]]
 
 
-class _ShippedRollout(TypedDict):
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
-
-    uid: _Id
-    question: str
-    golden_answers: Annotated[list[_Text], Field(min_length=1)]
-    rollout_id: _Id
-    shipped: bytes
-    reward: NotRequired[Any]
-    metadata: NotRequired[dict[str, Any]]
-
-
 class _GroupHead(TypedDict):
     __pydantic_config__ = _CLOSED  # type: ignore[misc]
 
@@ -126,7 +114,6 @@ class _GroupHead(TypedDict):
 # The validators themselves: TypeAdapter.validate_python's wrapper costs ~10% at this size.
 _validate_rollout = TypeAdapter(_Rollout).validator.validate_python
 _validate_head = TypeAdapter(_GroupHead).validator.validate_python
-_validate_shipped = TypeAdapter(_ShippedRollout).validator.validate_python
 
 
 @dataclass(slots=True)
@@ -141,9 +128,8 @@ class GroupRows:
             ``rollout_id`` (str), ``reward`` (finite float or None) and ``actions``, a list of
             dicts keyed by ``action``: ``"search"`` with ``query`` (and maybe ``observation``),
             ``"assert"`` with ``triples`` (lists of 3 non-blank str: subject, relation, object),
-            ``"answer"`` with ``answer``, ``"invalid"`` with ``raw`` and ``reason``. A shipped
-            row has ``shipped`` (bytes, :func:`factutil.rollout_work.prepare_rollout`) and no
-            actions (``[]``). Other keys may be present; they mean nothing.
+            ``"answer"`` with ``answer``, ``"invalid"`` with ``raw`` and ``reason``. Other keys
+            may be present; they mean nothing.
     """
 
     uid: str
@@ -360,13 +346,7 @@ def _dict_group(item: Mapping[str, Any]) -> GroupRows | None:
 def _fast_row(item: Any) -> dict[str, Any] | None:
     """The validated copy of a plain rollout dict, or None when the fast tier cannot tell."""
     try:
-        if "actions" in item or item.get("shipped") is None:
-            row = _validate_rollout(item)
-            if row.get("shipped") is not None:  # both: the model words the refusal
-                return None
-        else:  # a shipped row (factutil.rollout_work): no actions to validate here
-            row = _validate_shipped(item)
-            row["actions"] = []
+        row = _validate_rollout(item)
     except ValidationError:
         return None
     reward = row.get("reward")
@@ -423,7 +403,6 @@ def rollout_row(rollout: Rollout) -> dict[str, Any]:
         "rollout_id": rollout.rollout_id,
         "reward": rollout.reward,
         "actions": [action_row(action) for action in rollout.actions],
-        **({"shipped": rollout.shipped} if rollout.shipped is not None else {}),
     }
 
 

@@ -4,9 +4,6 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import Any
@@ -145,20 +142,17 @@ class ProcessAdvantages:
     @cached_property
     def actions(self) -> list[ActionRecord]:
         """One :class:`ActionRecord` per input action, in input order."""
-        with gc_paused(self._records.config.pause_gc):
-            return self._records.actions(self.action_columns)
+        return self._records.actions(self.action_columns)
 
     @cached_property
     def rollouts(self) -> list[RolloutRecord]:
         """One :class:`RolloutRecord` per rollout, in input order."""
-        with gc_paused(self._records.config.pause_gc):
-            return self._records.rollouts()
+        return self._records.rollouts()
 
     @cached_property
     def clusters(self) -> list[ClusterRecord]:
         """:class:`ClusterRecord` per group and cluster id."""
-        with gc_paused(self._records.config.pause_gc):
-            return self._records.clusters()
+        return self._records.clusters()
 
     @property
     def config(self) -> FactUtilConfig:
@@ -199,25 +193,6 @@ class ProcessAdvantages:
         return {
             key: values[bounds[i] : bounds[i + 1]] for i, key in enumerate(self.rollout_keys)
         }
-
-
-
-@contextmanager
-def gc_paused(pause: bool = True) -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (if ``pause`` and it is on), restore it after.
-
-    A step allocates ~10 objects per action and frees them together; generational collections
-    in the middle of it scan the whole heap (a trainer's is large) and find no cycles to free.
-    Adapters wrap their own per-step work in it too (``FactUtilConfig.pause_gc``).
-    """
-    paused = pause and gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 

@@ -94,9 +94,7 @@ class Rollout(BaseModel):
     """One rollout of a group: the input line of docs/method.md §8.
 
     ``reward`` (optional) replaces the computed answer F1 as the outcome reward; it must be a finite
-    number. Keys the model does not know are moved into ``metadata``. A *shipped row* holds
-    ``shipped`` (the bytes of :func:`factutil.rollout_work.prepare_rollout`, made where the rollout
-    was generated) instead of ``actions``; its ``actions`` are then empty.
+    number. Keys the model does not know are moved into ``metadata``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -108,19 +106,12 @@ class Rollout(BaseModel):
     actions: list[Action]
     reward: float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    shipped: bytes | None = Field(default=None, strict=True)
 
     @model_validator(mode="before")
     @classmethod
     def _collect_metadata(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        if data.get("shipped") is not None:
-            # A shipped row (factutil.rollout_work): its worker's bytes stand for its actions.
-            if "actions" in data:
-                raise ValueError("a rollout holds `actions` or `shipped` (its worker's "
-                                 "prepare_rollout bytes), not both")
-            data = {**data, "actions": []}
         known = set(cls.model_fields)
         extra = {key: value for key, value in data.items() if key not in known}
         if not extra:

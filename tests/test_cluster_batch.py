@@ -12,14 +12,12 @@ import pytest
 from factutil.cluster import (
     Fact,
     SemanticClusterer,
-    _add_key_edges,
-    _dense_pairs,
-    _exact_similarity,
-    _linkage,
     candidate_pairs,
     constrained_linkage,
     triple_text,
 )
+from factutil.cluster.keys import add_key_edges
+from factutil.linkage import _dense_pairs, _exact_similarity, _linkage
 from factutil.embed import EmbeddingCache, embed_unique
 from factutil.filters import FILTERS, analyze
 from factutil.schema import FactUtilConfig, Triple
@@ -319,13 +317,13 @@ def test_key_edges_are_exact_under_hash_collisions():
     starts = np.array([0, 5])
     edges = np.array([[0, 2]], dtype=np.int64)  # already a candidate: not added again
     sims = np.array([0.93])
-    honest = _add_key_edges(edges, sims, keys, starts)
-    colliding = _add_key_edges(edges, sims, keys, starts, hashes=np.zeros(len(keys), dtype=np.int64))
+    honest = add_key_edges(edges, sims, keys, starts)
+    colliding = add_key_edges(edges, sims, keys, starts, hashes=np.zeros(len(keys), dtype=np.int64))
     for result in (honest, colliding):
         assert result[0][0].tolist() == [0, 2] and result[1].tolist() == [0.93, 1.0, 1.0, 1.0]
         assert sorted(result[0][1:].tolist()) == [[1, 4], [5, 6], [7, 8]] and result[2] == 3
     # Groups never share key edges: as one group, 0 (the first "k1") links 5 and 6 instead.
-    one_group = _add_key_edges(edges, sims, keys)
+    one_group = add_key_edges(edges, sims, keys)
     assert sorted(one_group[0][1:].tolist()) == [[0, 5], [0, 6], [1, 4], [7, 8]]
 
 

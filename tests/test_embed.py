@@ -117,19 +117,19 @@ def test_rows_per_pass_are_part_of_a_fixed_shape_embedders_name():
     assert OnnxMiniLMEmbedder(batch_size=4).name == onnx.name + " [rows 4]"
 
 
-def test_work_prepared_with_other_rows_per_pass_is_ignored():
-    """A worker configured with embedding_batch_size=8 ships work the default driver ignores."""
+def test_work_made_with_other_rows_per_pass_does_not_fit_the_driver():
+    """A worker configured with embedding_batch_size=8 makes work whose fit differs from the
+    default driver's (its rows per pass are part of the embedder's name), so the driver ignores
+    it; a driver with the same rows per pass takes it."""
     from factutil.config import FactUtilConfig
     from factutil.embed import SentenceTransformerEmbedder
-    from factutil.prepare import PreparedFacts
+    from factutil.workers import clustering_fit
 
     config = FactUtilConfig(mode="semantic")
     driver, worker = SentenceTransformerEmbedder(), SentenceTransformerEmbedder(batch_size=8)
-    vectors = np.ones((1, 4), dtype=np.float32)
-    work = PreparedFacts(worker.name, config.triple_template, tuple(config.filters),
-                         config.key_edges, (("a", "b", "c"),), ("a | b | c",), vectors, None)
-    assert work.mismatch(config, driver.name) is not None
-    assert work.mismatch(config, worker.name) is None
+    assert clustering_fit(config, worker.name) != clustering_fit(config, driver.name)
+    assert clustering_fit(config, worker.name) == clustering_fit(
+        config, SentenceTransformerEmbedder(batch_size=8).name)
 
 
 def test_a_bad_batch_size_is_refused_naming_the_argument():

@@ -10,6 +10,7 @@ from itertools import product
 import pytest
 
 from factutil import FactUtilConfig
+from factutil.workers import make_work
 from factutil import filters as filters_package
 from factutil.cluster import Fact, SemanticClusterer
 from factutil.filters import (
@@ -146,13 +147,13 @@ def test_each_clusterer_owns_its_filter_cache():
     assert first.cluster_batch(facts)[0].tolist() == labels
 
 
-def test_prepared_facts_carry_plain_values_only():
+def test_worker_work_carries_plain_values_only():
     clusterer = SemanticClusterer(FactUtilConfig(), embedder=CharGramEmbedder())
-    item = prepare_facts(TRIPLES, clusterer=clusterer)
-    data = item.to_bytes()
+    item = make_work(TRIPLES, clusterer=clusterer)
+    data = pickle.dumps(item)
     for name in (b"FilterCache", b"functools", b"lru_cache", b"factutil.filters"):
         assert name not in data
-    assert pickle.loads(pickle.dumps(item)).analyses == tuple(analyze(*t) for t in sorted(TRIPLES))
+    assert pickle.loads(data).features() == [analyze(*t) for t in sorted(TRIPLES)]
 
 
 @pytest.mark.parametrize("memo", [True, False])

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from factutil import compute_process_advantages
+from factutil.cluster import SemanticClusterer
 from factutil.integration import (
     BatchScore,
     FactPreparer,
@@ -19,16 +20,14 @@ from factutil.integration import (
     checked_spans,
     fixed_key_row,
     prepares_in_workers,
-    read_shipped,
     row_of_fixed_keys,
     score_batch,
     trainer_rollout,
     warn_fallback,
 )
 from factutil.parse import parse_action
-from factutil.prepare import PreparedFacts, prepare_facts
-from factutil.rollout_work import SHIPPED_ROW_KEY, read_rollout_work
 from factutil.schema import FactUtilConfig
+from factutil.workers import FactWork
 
 EXACT = FactUtilConfig(mode="exact")
 FACT = ["Polish-Russian War", "director", "Xawery Żuławski"]
@@ -193,18 +192,15 @@ def test_prepares_in_workers_follows_the_mode_unless_the_config_says():
     assert prepares_in_workers(FactUtilConfig(prepare_in_workers=False)) is False
 
 
-def test_the_preparer_ships_the_rollouts_work_and_never_fails_the_worker(caplog):
+def test_the_preparer_ships_each_fact_once_and_never_fails_the_worker(caplog):
     preparer = FactPreparer(EXACT)
     actions = _group("0", (1.0, 0.0))[0]["actions"]
-    data = preparer(actions)
-    assert data[:4] == b"FURW"  # a rollout's work (factutil.rollout_work), not facts' work alone
-    text = preparer.text(actions)
-    assert base64.b64decode(text) == data
-    # read back, it holds the rollout's columns and its one fact
-    work = read_rollout_work({0: data}, {0: ("any", "row")}, EXACT)
-    assert work.unreadable == {}
-    assert work.columns[0].total == 3 and work.columns[0].answer == "Xawery Żuławski"
-    assert work.facts[0].parts == (tuple(FACT),)
+    work = preparer(actions)
+    assert isinstance(work, FactWork) and work.parts == [tuple(FACT)]
+    assert len(preparer(actions)) == 0  # shipped before: the trainer's clusterer keeps it
+    other = [{"action": "assert", "triples": [FACT, ["Xawery Żuławski", "mother", "M"]]}]
+    text = preparer.text(other)
+    assert FactWork.from_bytes(base64.b64decode(text)).parts == [("Xawery Żuławski", "mother", "M")]
 
     log = logging.getLogger("factutil.test_integration")
     failing = FactPreparer(EXACT, log)
@@ -213,107 +209,28 @@ def test_the_preparer_ships_the_rollouts_work_and_never_fails_the_worker(caplog)
     assert failing.failures == 2 and len(caplog.records) == 1  # one warning, then counted
 
 
-def test_an_older_workers_facts_work_is_read_back():
-    facts = prepare_facts(_group("0", (1.0, 0.0))[0]["actions"], EXACT).to_bytes()
-    rollout_work = FactPreparer(EXACT)(_group("0", (1.0, 0.0))[0]["actions"])
-    items = [facts, base64.b64encode(facts).decode("ascii"), None, b"junk", "not base64!",
-             PreparedFacts.from_bytes(facts), rollout_work]
-    found, missing = read_shipped(items)
-    assert missing == 4 and len(found) == 3
-    assert all(item.parts == (tuple(FACT),) for item in found)
-
-
-def _shipping(rollouts: list[dict], items: list) -> list[dict]:
-    """The rollouts as trainer_rollout(prepared=item, shipping=True) writes them."""
-    return [{**rollout, "prepared": item} for rollout, item in zip(rollouts, items)]
-
-
-def test_score_batch_scores_shipped_rows_as_the_rollouts_bit_for_bit():
-    """Group "0": a rollout's work as bytes and as base64 text; group "1": an older worker's
-    facts' work and a worker that sent none. Every value is the step's on the actions."""
-    preparer = FactPreparer(EXACT)
+def test_score_batch_passes_the_work_on_and_counts_what_came(char_grams):
+    """Work as an object, as base64 text, a worker that sent none and text that is not base64:
+    every value is the step's without work."""
+    config = FactUtilConfig(mode="semantic")
     zero, one = _group("0", (1.0, 0.0)), _group("1", (0.0, 1.0))
-    facts = prepare_facts(one[0]["actions"], EXACT).to_bytes()
-    given = {
-        "0": _shipping(zero, [preparer(zero[0]["actions"]), preparer.text(zero[1]["actions"])]),
-        "1": _shipping(one, [facts, None]),
-    }
-    seen: list[dict] = []
-
-    def scorer(rollouts, *args, **kwargs):
-        seen.extend(rollouts)
-        return compute_process_advantages(rollouts, *args, **kwargs)
-
-    batch = score_batch(["0", "1"], given.__getitem__, EXACT, scorer=scorer)
+    groups = {"0": zero, "1": one}
+    preparer = FactPreparer(config)
+    preparer._clusterer = SemanticClusterer(config, embedder=char_grams)
+    work = [preparer(zero[0]["actions"]), preparer.text(one[0]["actions"]), None, "not base64!"]
+    batch = score_batch(["0", "1"], groups.__getitem__, config,
+                        clusterer=SemanticClusterer(config, embedder=char_grams), work=work)
     assert batch.fallback == {} and (batch.shipped, batch.unshipped) == (3, 1)
-    # the two shipped rows reached the core as shipped rows: no actions, their work's bytes
-    assert ["actions" in rollout for rollout in seen] == [False, False, True, True]
-    assert seen[1][SHIPPED_ROW_KEY] == base64.b64decode(given["0"][1]["prepared"])
-    assert not any("prepared" in rollout for rollout in seen)
-    # each group's one fact came with its work (group "0" shipped rows, group "1" the older item)
-    assert batch.result.metrics["cluster_prepared_facts"] == 2.0
-    plain = compute_process_advantages(zero + one, EXACT)
-    assert batch.result.advantages.tobytes() == plain.advantages.tobytes()
-    for key, values in plain.per_rollout("advantage").items():
-        assert batch.values[key].tobytes() == values.tobytes()
     metrics = batch_metrics(batch)
     assert (metrics["factutil/prepared_shipped"], metrics["factutil/prepared_unshipped"]) == (3, 1)
-
-
-@pytest.mark.parametrize("damage", ["truncated", "another max_turns", "base64 text cut"])
-def test_a_shipped_row_whose_work_cannot_be_read_makes_only_its_group_fall_back(damage, caplog):
-    preparer = FactPreparer(EXACT)
-    groups = {key: _group(key, (1.0, 0.0)) for key in ("0", "1", "2")}
-    shipped = {key: _shipping(rollouts, [preparer(r["actions"]) for r in rollouts])
-               for key, rollouts in groups.items()}
-    bad = shipped["1"][1]
-    if damage == "truncated":
-        bad["prepared"] = bad["prepared"][:-5]
-    elif damage == "another max_turns":
-        other = EXACT.model_copy(update={"max_turns": 5})  # the trainer's: 8, the default
-        bad["prepared"] = FactPreparer(other)(groups["1"][1]["actions"])
-    else:
-        bad["prepared"] = base64.b64encode(bad["prepared"]).decode("ascii")[:-8]
-
-    batch = score_batch(["0", "1", "2"], shipped.__getitem__, EXACT)
-    assert list(batch.fallback) == ["1"] and batch.error is None
-    assert batch.fallback["1"].startswith("rollout '1': its shipped work")
-    assert ("made for max_turns=5, the step's is 8" in batch.fallback["1"]) == (
-        damage == "another max_turns")
-    assert (batch.shipped, batch.unshipped) == (5, 1)
-    plain = compute_process_advantages(groups["0"] + groups["2"], EXACT)
-    assert set(batch.values) == set(plain.per_rollout())
-    for key, values in plain.per_rollout().items():
-        assert batch.values[key].tobytes() == values.tobytes()
-    metrics = batch_metrics(batch)
-    assert metrics["factutil/groups_fallback"] == 1.0 and metrics["factutil/groups_scored"] == 2.0
-    assert metrics["factutil/prepared_unshipped"] == 1.0
-    assert all(np.isfinite(value) for value in metrics.values())
-    log = logging.getLogger("factutil.test_integration")
-    with caplog.at_level(logging.WARNING, logger=log.name):
-        warn_fallback(log, batch.fallback, "the trainer's advantages", "factutil/groups_fallback")
-    (record,) = [r for r in caplog.records if r.name == log.name]
-    assert "1 group(s)" in record.getMessage() and "its shipped work" in record.getMessage()
-
-
-def test_a_shipped_row_with_another_number_of_actions_falls_back_unscattered():
-    """The worker shipped the work of the rollout's first two actions; the trainer's rollout
-    has three: its values cannot be placed one per action, so its group keeps the trainer's."""
-    preparer = FactPreparer(EXACT)
-    groups = {key: _group(key, (1.0, 0.0)) for key in ("0", "1")}
-    shipped = {key: _shipping(rollouts, [preparer(r["actions"]) for r in rollouts])
-               for key, rollouts in groups.items()}
-    shipped["0"][0]["prepared"] = preparer(groups["0"][0]["actions"][:2])
-
-    batch = score_batch(["0", "1"], shipped.__getitem__, EXACT)
-    assert batch.fallback == {
-        "0": "rollout '0': its shipped work holds 2 actions, the trainer's rollout 3"
-    }
-    assert set(batch.values) == {("1", "0"), ("1", "1")}
-    assert (batch.shipped, batch.unshipped) == (3, 1)
-    plain = compute_process_advantages(groups["1"], EXACT)
-    for key, values in plain.per_rollout().items():
-        assert batch.values[key].tobytes() == values.tobytes()
+    assert metrics["factutil/cluster_work_facts"] == 2  # the one fact, in each group
+    assert metrics["factutil/cluster_work_unreadable"] == 1
+    plain = compute_process_advantages(zero + one, config,
+                                       clusterer=SemanticClusterer(config, embedder=char_grams))
+    assert batch.result.advantages.tobytes() == plain.advantages.tobytes()
+    without = score_batch(["0"], groups.__getitem__, config,
+                          clusterer=SemanticClusterer(config, embedder=char_grams))
+    assert "factutil/prepared_shipped" not in batch_metrics(without)
 
 
 def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams):
@@ -321,8 +238,6 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
     while it runs the other three wait, and the next call embeds their 6 facts in one go. Each
     rollout's bytes equal what a preparer of its own makes."""
     import threading
-
-    from factutil.cluster import SemanticClusterer
 
     config = FactUtilConfig(mode="semantic")
     rollouts = [
@@ -339,7 +254,7 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
         return preparer
 
     alone = [preparer_with(char_grams)(rollout) for rollout in rollouts]
-    assert all(alone)
+    assert all(len(work) == 2 for work in alone)
 
     calls: list[int] = []
     preparer = None
@@ -359,7 +274,7 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
             return char_grams.encode(texts)
 
     preparer = preparer_with(FirstCallWaits())
-    out: dict[int, bytes] = {}
+    out: dict[int, FactWork] = {}
     first = threading.Thread(target=lambda: out.__setitem__(0, preparer(rollouts[0])))
     first.start()
     assert entered.wait(30)  # the first call is embedding (it has taken the waiting list)
@@ -371,4 +286,5 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
         thread.join(30)
     assert calls == [2, 6]  # not [2, 2, 2, 2]
     assert preparer.coalesced == 2  # three rollouts, embedded in one of their calls
-    assert [out[i] for i in range(4)] == alone
+    assert [out[i].parts for i in range(4)] == [work.parts for work in alone]
+    assert all(out[i].vectors.tobytes() == alone[i].vectors.tobytes() for i in range(4))

@@ -87,7 +87,6 @@ def test_driver_threads_and_the_growth_section(tmp_path, static_vectors):
     assert point["triples"] == len(triple_occurrences(small))
     assert point["torch_threads"] == 1  # the child process got the same limit
     assert point["identical"] is True and point["backend"] == "static"
-    assert point["identical_rows"] is True and point["driver_rows_s"] > 0
     assert 0 < point["driver_s"] and 0 < point["cold_s"] and point["peak_rss_mb"] > 50
     assert "growth, backend static, driver threads 1" in done.stdout
 
@@ -113,13 +112,15 @@ def test_critical_path_with_two_ray_workers(tmp_path, static_vectors):
     assert (entry["workers"], entry["backend"], entry["size"]) == (2, "static", "S")
     assert entry["prepare_chunk"] == 1  # by rollout, as an agent-loop worker as each one finishes
     assert entry["rollouts"] == len(build_workload("S"))
-    assert entry["identical"] is True and entry["identical_facts"] is True
-    assert "identical: shipped rows yes, shipped facts' work yes" in done.stdout
+    assert entry["identical"] is True
+    assert "identical: work given yes" in done.stdout
     assert entry["embedded_by_driver"] == 0  # every vector came from the workers
-    assert entry["shipped_mb"] > entry["shipped_facts_mb"] > 0  # rows add the actions' columns
+    assert entry["shipped_mb"] > 0 and entry["shipped_npz_mb"] > 0
+    # each worker ships a fact once: fewer facts than the batch's triple occurrences
+    assert 0 < entry["shipped_facts"] < report["triples"]
     assert len(entry["worker_task_wall_s"]) == 2 and entry["worker_cpu_s"] > 0
     assert entry["worker_wall_s"] >= max(entry["worker_task_wall_s"])
-    assert {"driver_s", "driver_facts_s", "worker_cpu_s", "workers", "backend"} <= set(entry)
+    assert {"driver_s", "warm_s", "worker_cpu_s", "workers", "backend"} <= set(entry)
     assert entry["identical_warm"] is True  # the yardstick computes the same step
     assert entry["driver_over_warm"] == pytest.approx(entry["driver_s"] / entry["warm_s"])
 
@@ -184,7 +185,7 @@ def test_batched_process_rewards_equal_each_rollout_alone(rollouts):
 
 @pytest.mark.slow
 def test_before_after_times_the_shipped_step_on_both_checkouts(tmp_path, static_vectors):
-    """The ``shipped`` mode runs the driver's step on shipped rows in both workers and compares
+    """The ``shipped`` mode runs the driver's step given the workers' work in both and compares
     their advantages; with one checkout on both sides they must agree, and so must the ``warm``
     step run on the before side of a pair (``--before-modes``)."""
     out = tmp_path / "ba.json"
@@ -197,9 +198,9 @@ def test_before_after_times_the_shipped_step_on_both_checkouts(tmp_path, static_
     assert done.returncode == 0, done.stderr[-2000:]
     modes = json.loads(out.read_text())["modes"]
     assert modes["shipped"]["same_advantages"] is True
-    assert modes["shipped"]["digest"] == modes["static"]["digest"]  # shipped rows: the same step
+    assert modes["shipped"]["digest"] == modes["static"]["digest"]  # work given: the same step
     assert len(modes["shipped"]["times"]["before"]) == len(modes["shipped"]["times"]["after"]) == 2
-    # the shipped step read its rows and embedded nothing: its stages are the step's own
+    # the shipped step embedded nothing: its stages are the step's own
     assert modes["shipped"]["stage_medians_s"]["after"]["time_load_s"] > 0
     assert "| shipped |" in done.stdout
     # a pair of two modes: the before checkout's warm step against the after's shipped one (the

@@ -14,13 +14,13 @@ response under ``"factutil"`` (see :data:`factutil_openrlhf.settings.PAYLOAD_KEY
 or ``{"version": 1, "error": "..."}`` when the recorded spans disagree with ``action_ranges``
 (that sample's group then keeps OpenRLHF's advantages).
 
-With ``prepare_in_workers`` (default: on in semantic mode) the executor also does the episode's
-work here, inside the vLLM engine actor, once the episode ends (its action columns, and its
-facts' texts, embeddings on the engine's GPU when it has one and filter analyses:
-:class:`factutil.integration.FactPreparer`, :func:`factutil.rollout_work.prepare_rollout`) and
-adds it to the payload as ``"prepared"`` (base64 text, so the payload stays JSON). It rides with
-the sample to ``compute_advantages_and_returns``, whose step gives the sample to the core as a
-shipped row and only links and scores.
+With ``prepare_in_workers`` (default: on in semantic mode) the executor also makes the episode's
+per-fact work here, inside the vLLM engine actor, once the episode ends (its facts' texts,
+embeddings on the engine's GPU when it has one and filter analyses, for the facts this engine has
+not shipped before: :class:`factutil.integration.FactPreparer`) and adds it to the payload as
+``"work"``: the base64 text of the :class:`factutil.workers.FactWork`'s ``.npz`` bytes, so the
+payload stays JSON. It rides with the sample to ``compute_advantages_and_returns``, whose step
+takes it into its clusterer's caches and computes the rest.
 """
 
 from __future__ import annotations
@@ -217,10 +217,12 @@ def make_executor(
             payload = episode.payload(response.get("action_ranges"))
             preparer = self.factutil_preparer()
             if preparer is not None and "actions" in payload:
-                from factutil.integration import SHIPPED_KEY
+                from factutil.integration import WORK_KEY
 
                 # off the event loop: the engine's other episodes keep generating meanwhile
-                payload[SHIPPED_KEY] = await asyncio.to_thread(preparer.text, payload["actions"])
+                text = await asyncio.to_thread(preparer.text, payload["actions"])
+                if text != "":  # "": every fact was shipped before; None: counted as missing
+                    payload[WORK_KEY] = text
             response[PAYLOAD_KEY] = payload
             return response
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from factutil.integration import (
-    SHIPPED_KEY,
+    WORK_KEY,
     Unscorable,
     prepares_in_workers,
     scatter_to_spans,
@@ -67,12 +67,12 @@ METRIC_KEYS = (
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
 over samples). ``factutil/skipped`` is the warning metric: 1 on rows whose group kept OpenRLHF's
 advantages unchanged. With ``prepare_in_workers``, ``factutil/prepared_unshipped`` counts the
-batch's samples whose work did not come from the engine (the step did it) or could not be used
-(their group is skipped) and ``factutil/prepared_ignored`` the facts' work made for another
-embedder or config (the step redid it), ``factutil/groups_uniform_share`` the share of the
-batch's groups whose rollouts all scored the same (docs/method.md §3),
-``factutil/prepared_other_device`` the batch's facts whose vectors came from an engine on another
-kind of device than the trainer's embedder (config ``prepared_device``).
+batch's samples whose work did not come from the engine, ``factutil/prepared_ignored`` the work
+items made for another config or embedder, or unreadable (the step computed those facts itself:
+the advantages are the same), ``factutil/groups_uniform_share`` the share of the batch's groups
+whose rollouts all scored the same (docs/method.md §3), ``factutil/prepared_other_device`` the
+batch's facts whose vectors came from an engine on another kind of device than the trainer's
+embedder (config ``prepared_device``).
 ``factutil/score_early_used`` is 1 when the batch was scored while OpenRLHF computed the
 log-probs (config ``score_early``) and that result was used."""
 
@@ -141,13 +141,17 @@ class ProcessAdvantagePatch:
     def _score_groups(self, rows: dict[tuple[int, int], dict[str, Any]],
                       groups: dict[int, list[tuple[int, int]]]) -> Any:
         """The core's scoring of the rows' groups (:func:`factutil.integration.score_batch`)."""
-        shipping = prepares_in_workers(self.config)
+        work = None
+        if prepares_in_workers(self.config):
+            work = [row["payload"][WORK_KEY] for row in rows.values()
+                    if isinstance(row["payload"], dict) and WORK_KEY in row["payload"]]
         return score_batch(
             sorted(groups),
-            lambda group: _group_rollouts(group, groups[group], rows, shipping),
+            lambda group: _group_rollouts(group, groups[group], rows),
             self.config,
             clusterer=self.clusterer(),
             column="process_advantage",
+            work=work,
         )
 
     def _early_batch(self, rows: dict[tuple[int, int], dict[str, Any]]) -> Any:
@@ -202,12 +206,9 @@ class ProcessAdvantagePatch:
         deltas: dict[tuple[int, int], np.ndarray] = {}
         # Never crash training for the process term: any failure keeps OpenRLHF's advantages.
         try:
-            from factutil.api import gc_paused
-
-            with gc_paused(config.pause_gc):
-                rows, groups, result = self._score(
-                    maker, experiences, payloads, skipped, batch_stats, deltas
-                )
+            rows, groups, result = self._score(
+                maker, experiences, payloads, skipped, batch_stats, deltas
+            )
         except Exception as error:
             logger.exception("factutil: process advantages failed; OpenRLHF's advantages kept")
             deltas.clear()
@@ -294,10 +295,11 @@ class ProcessAdvantagePatch:
             return rows, groups, None
         for key in ("clusters_per_group", "shaping_nonzero_share", "groups_uniform_share"):
             batch_stats[f"factutil/{key}"] = float(batch.result.metrics.get(key, 0.0))
-        for name in ("prepared_ignored", "prepared_other_device"):
-            batch_stats[f"factutil/{name}"] = float(
-                batch.result.metrics.get(f"cluster_{name}", 0.0)
-            )
+        found = batch.result.metrics
+        batch_stats["factutil/prepared_ignored"] = float(
+            found.get("cluster_work_ignored", 0.0) + found.get("cluster_work_unreadable", 0.0))
+        batch_stats["factutil/prepared_other_device"] = float(
+            found.get("cluster_work_other_device", 0.0))
         deltas.update(
             _group_deltas(batch.values, rows, groups, skipped, experiences, self.config.omega)
         )
@@ -343,11 +345,9 @@ def _group_rollouts(
     group: int,
     keys: list[tuple[int, int]],
     rows: dict[tuple[int, int], dict[str, Any]],
-    shipping: bool = False,
 ) -> list[dict[str, Any]]:
     """The group's samples as factutil rollouts (uid = the GRPO group, rollout_id = the sample
-    index), each with the work its engine shipped when ``shipping``; raises Unscorable
-    for a sample whose payload is missing or malformed."""
+    index); raises Unscorable for a sample whose payload is missing or malformed."""
     rollouts = []
     for key in keys:
         row = rows[key]
@@ -364,8 +364,6 @@ def _group_rollouts(
                 golden_answers=row["label"],
                 actions=row["payload"]["actions"],
                 reward=reward if reward is not None and math.isfinite(reward) else None,
-                prepared=row["payload"].get(SHIPPED_KEY),
-                shipping=shipping,
             )
         )
     return rollouts

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from factutil.api import ProcessAdvantages, compute_process_advantages, gc_paused
+from factutil.api import ProcessAdvantages, compute_process_advantages
 from factutil.cluster import Clusterer, make_clusterer
 from factutil.integration import (
     BatchScore,
@@ -117,9 +117,8 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         started = time.perf_counter()
         metrics: dict[str, float] = {"factutil/batch_fallback": 0.0}
         try:
-            with gc_paused(self.factutil_config.pause_gc):
-                advantages, batch = self._factutil_advantages(inputs, output, mode)
-                result, fallback = batch.result, batch.fallback
+            advantages, batch = self._factutil_advantages(inputs, output, mode)
+            result, fallback = batch.result, batch.fallback
         except Exception:
             logger.exception(
                 "factutil: process advantages failed; the batch keeps TRL's advantages"

@@ -16,15 +16,12 @@ verl hands the trainer one row per *sample*. Two layouts are read:
   explicit spans that run past the row or leave model tokens outside them cannot be placed
   unambiguously, so the group falls back (counted in ``factutil/groups_fallback_turns`` too).
 
-With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) a rollout's rows
-may also hold ``prepared``: the rollout's work its worker did, its action columns and its facts'
-work (the ``factagent`` loop puts it on the last row; :class:`factutil.integration.FactPreparer`).
-The rollout then goes to the core as a shipped row (:func:`factutil.integration.score_batch`),
-whose actions it neither validates nor walks; the core does the work of any rollout that brought
-none (``factutil/prepared_unshipped``) and redoes facts' work made for another embedder
-(``factutil/cluster_prepared_ignored``): the advantages are the same either way. A rollout whose
-work cannot be read, or does not hold one value per row of its trajectory, keeps its group on
-verl's GRPO advantages (``factutil/groups_fallback``; ``factutil/prepared_unshipped`` too).
+With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) a trajectory's
+last row may also hold ``work``: the per-fact work its agent-loop worker made
+(:class:`factutil.integration.FactPreparer`: a :class:`factutil.workers.FactWork` of the facts
+that worker had not shipped before). The batch's items go to the core (``work=``), which takes
+what fits into its clusterer's caches and computes the rest: the advantages are the same either
+way (``factutil/prepared_shipped``, ``prepared_unshipped``, ``cluster_work_*`` count them).
 
 Rows are grouped by verl's ``uid`` (one question), rollouts by trajectory (the ``{uid}_{session}``
 part of verl's V1 row key ``{uid}_{session}_{index}``, else ``trajectory_id``). The outcome reward
@@ -47,11 +44,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from factutil.api import ProcessAdvantages, gc_paused
+from factutil.api import ProcessAdvantages
 from factutil.cluster import Clusterer
 from factutil.integration import (
     FIXED_ACTION_KEYS,
-    SHIPPED_KEY,
+    WORK_KEY,
     Unscorable,
     batch_metrics,
     checked_spans,
@@ -128,10 +125,8 @@ def _group_rollouts(
     keys: Sequence[str],
     infos: Sequence[Mapping[str, Any] | None],
     rewards: np.ndarray,
-    shipping: bool = False,
 ) -> tuple[list[dict[str, Any]], list[_Plan]]:
-    """The docs/method.md §8 rollouts of one group and where their values go; raises Unscorable.
-    With ``shipping`` each rollout carries the work one of its rows brought (or None)."""
+    """The docs/method.md §8 rollouts of one group and where their values go; raises Unscorable."""
     by_trajectory: dict[str, list[int]] = {}
     for row in rows:
         info = infos[row]
@@ -174,11 +169,6 @@ def _group_rollouts(
                 golden_answers=first.get("golden_answers"),
                 actions=actions,
                 reward=float(rewards[ordered[-1]]),
-                prepared=next(
-                    (infos[row][SHIPPED_KEY] for row in ordered if infos[row].get(SHIPPED_KEY) is not None),
-                    None,
-                ),
-                shipping=shipping,
             )
         )
         plans.append(_Plan(uid, trajectory, ordered, span=all(spans), spans=explicit))
@@ -231,87 +221,87 @@ def compute_factagent_advantages(
     Returns:
         :class:`FactAgentAdvantages`; ``advantages`` is float32 (B, T) and finite.
     """
-    with gc_paused(config.pause_gc):  # the batch allocates per row and action
-        started = time.perf_counter()
-        batch_size = len(keys)
-        if not (len(uids) == len(extra_fields) == batch_size == response_mask.shape[0]):
-            raise ValueError(
-                f"batch parts disagree: {batch_size} keys, {len(uids)} uids, {len(extra_fields)} "
-                f"extra_fields, {response_mask.shape[0]} mask rows"
-            )
-        mask = response_mask.detach().to("cpu").numpy().astype(bool)
-        rewards = token_level_rewards.detach().to("cpu").sum(dim=-1).double().numpy()
-        out = torch.zeros(mask.shape, dtype=torch.float32)
-        padding = list(is_padding) if is_padding is not None else [False] * batch_size
-        infos = [_factutil_info(extra) for extra in extra_fields]
-
-        groups: dict[str, list[int]] = {}
-        for row in range(batch_size):
-            if not padding[row]:
-                groups.setdefault(str(uids[row]), []).append(row)
-
-        unplaced: set[str] = set()  # groups whose span-layout action tokens cannot be told apart
-        plans: list[_Plan] = []
-        shipping = prepares_in_workers(config)
-
-        def build(uid: str) -> list[dict[str, Any]]:
-            try:
-                group_rollouts, group_plans = _group_rollouts(
-                    uid, groups[uid], keys, infos, rewards, shipping
-                )
-            except _Unplaceable:
-                unplaced.add(uid)
-                raise
-            plans.extend(group_plans)
-            return group_rollouts
-
-        batch = score_batch(groups, build, config, clusterer=clusterer)
-        fallback, values, result = batch.fallback, batch.values, batch.result
-
-        scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
-        span_plans = [plan for plan in plans if plan.span and plan.uid not in fallback]
-        span_tokens = _turn_tokens(span_plans, values, mask, fallback, unplaced)
-        for plan, tokens in zip(span_plans, span_tokens):
-            if tokens is not None:
-                scored.setdefault(plan.uid, []).append((plan.rows[0], torch.from_numpy(tokens)))
-        for plan in plans:
-            if plan.uid in fallback or plan.span:
-                continue
-            action_values = values.get((plan.uid, plan.rollout_id))
-            try:
-                if action_values is None:
-                    raise Unscorable(f"no result for rollout {plan.rollout_id!r}")
-                if len(action_values) != len(plan.rows):
-                    raise Unscorable(
-                        f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
-                        f"{len(plan.rows)} rows"
-                    )
-                for row, value in zip(plan.rows, action_values):
-                    tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
-                    scored.setdefault(plan.uid, []).append((row, tokens))
-            except (Unscorable, ValueError) as reason:
-                fallback[plan.uid] = str(reason)
-        for uid, writes in scored.items():
-            if uid in fallback:
-                continue
-            if not all(bool(torch.isfinite(tokens).all()) for _, tokens in writes):
-                fallback[uid] = "non-finite advantage"
-                continue
-            for row, tokens in writes:
-                out[row] = tokens.to(torch.float32)
-
-        warn_fallback(
-            logger, fallback, "verl's GRPO advantages", "factutil/groups_fallback",
-            error=batch.error,
+    started = time.perf_counter()
+    batch_size = len(keys)
+    if not (len(uids) == len(extra_fields) == batch_size == response_mask.shape[0]):
+        raise ValueError(
+            f"batch parts disagree: {batch_size} keys, {len(uids)} uids, {len(extra_fields)} "
+            f"extra_fields, {response_mask.shape[0]} mask rows"
         )
-        metrics = batch_metrics(batch)
-        metrics["factutil/groups_fallback_turns"] = float(len(unplaced & fallback.keys()))
-        scored_batch = FactAgentAdvantages(out, metrics, fallback, result)
-        if grpo_advantages is not None:
-            scored_batch.advantages = with_grpo_fallback(scored_batch, grpo_advantages, uids,
-                                                         padding)
-        metrics["factutil/time_adapter_ms"] = 1000.0 * (time.perf_counter() - started)
-        return scored_batch
+    mask = response_mask.detach().to("cpu").numpy().astype(bool)
+    rewards = token_level_rewards.detach().to("cpu").sum(dim=-1).double().numpy()
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    padding = list(is_padding) if is_padding is not None else [False] * batch_size
+    infos = [_factutil_info(extra) for extra in extra_fields]
+
+    groups: dict[str, list[int]] = {}
+    for row in range(batch_size):
+        if not padding[row]:
+            groups.setdefault(str(uids[row]), []).append(row)
+
+    unplaced: set[str] = set()  # groups whose span-layout action tokens cannot be told apart
+    plans: list[_Plan] = []
+    work = None
+    if prepares_in_workers(config):
+        work = [infos[row][WORK_KEY] for row in range(batch_size)
+                if not padding[row] and infos[row] is not None and WORK_KEY in infos[row]]
+
+    def build(uid: str) -> list[dict[str, Any]]:
+        try:
+            group_rollouts, group_plans = _group_rollouts(uid, groups[uid], keys, infos, rewards)
+        except _Unplaceable:
+            unplaced.add(uid)
+            raise
+        plans.extend(group_plans)
+        return group_rollouts
+
+    batch = score_batch(groups, build, config, clusterer=clusterer, work=work)
+    fallback, values, result = batch.fallback, batch.values, batch.result
+
+    scored: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    span_plans = [plan for plan in plans if plan.span and plan.uid not in fallback]
+    span_tokens = _turn_tokens(span_plans, values, mask, fallback, unplaced)
+    for plan, tokens in zip(span_plans, span_tokens):
+        if tokens is not None:
+            scored.setdefault(plan.uid, []).append((plan.rows[0], torch.from_numpy(tokens)))
+    for plan in plans:
+        if plan.uid in fallback or plan.span:
+            continue
+        action_values = values.get((plan.uid, plan.rollout_id))
+        try:
+            if action_values is None:
+                raise Unscorable(f"no result for rollout {plan.rollout_id!r}")
+            if len(action_values) != len(plan.rows):
+                raise Unscorable(
+                    f"rollout {plan.rollout_id!r}: {len(action_values)} values for "
+                    f"{len(plan.rows)} rows"
+                )
+            for row, value in zip(plan.rows, action_values):
+                tokens = torch.from_numpy(mask[row].astype(np.float32)) * float(value)
+                scored.setdefault(plan.uid, []).append((row, tokens))
+        except (Unscorable, ValueError) as reason:
+            fallback[plan.uid] = str(reason)
+    for uid, writes in scored.items():
+        if uid in fallback:
+            continue
+        if not all(bool(torch.isfinite(tokens).all()) for _, tokens in writes):
+            fallback[uid] = "non-finite advantage"
+            continue
+        for row, tokens in writes:
+            out[row] = tokens.to(torch.float32)
+
+    warn_fallback(
+        logger, fallback, "verl's GRPO advantages", "factutil/groups_fallback",
+        error=batch.error,
+    )
+    metrics = batch_metrics(batch)
+    metrics["factutil/groups_fallback_turns"] = float(len(unplaced & fallback.keys()))
+    scored_batch = FactAgentAdvantages(out, metrics, fallback, result)
+    if grpo_advantages is not None:
+        scored_batch.advantages = with_grpo_fallback(scored_batch, grpo_advantages, uids,
+                                                     padding)
+    metrics["factutil/time_adapter_ms"] = 1000.0 * (time.perf_counter() - started)
+    return scored_batch
 
 
 def with_grpo_fallback(

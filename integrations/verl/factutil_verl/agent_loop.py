@@ -14,12 +14,12 @@ action's tokens, and ``extra_fields["factutil"]`` carries ``trajectory_id``, ``s
 ``store_size`` (before the action) and ``retrieval_error``. Register name: ``factagent``; options
 come from the agent-loop YAML (:class:`factutil_verl.config.FactAgentLoopConfig`).
 
-With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also does
-the rollout's work in this worker once the rollout ends (its action columns, and its facts'
-texts, embeddings on the worker's GPU when it has one and filter analyses:
-:class:`factutil.integration.FactPreparer`, :func:`factutil.rollout_work.prepare_rollout`) and
-ships it as bytes in the last row's ``extra_fields["factutil"]["prepared"]``; the trainer's step
-then gives the rollout to the core as a shipped row and only links and scores
+With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also makes
+the rollout's per-fact work in this worker once the rollout ends (its facts' texts, embeddings on
+the worker's GPU when it has one, and filter analyses, for the facts this worker has not shipped
+before: :class:`factutil.integration.FactPreparer`) and puts the
+:class:`factutil.workers.FactWork` in the last row's ``extra_fields["factutil"]["work"]``; Ray
+moves its vectors without copying, and the trainer's step takes it into its clusterer's caches
 (:mod:`factutil_verl.advantage`).
 
 verl's legacy (non-V1) agent-loop worker takes one output per sample: use ``trainer.use_v1=True``.
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from uuid import uuid4
 
-from factutil.integration import SHIPPED_KEY, FactPreparer, prepares_in_workers
+from factutil.integration import WORK_KEY, FactPreparer, prepares_in_workers
 from factutil.parse import parse_action
 from factutil.schema import AnswerAction, AssertAction, SearchAction, Triple
 from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages
@@ -259,6 +259,7 @@ class FactAgentLoop(AgentLoopBase):
                 break
         if self.preparer is not None and outputs:
             # off the event loop: the other rollouts of this worker keep generating meanwhile
-            shipped = await asyncio.to_thread(self.preparer, actions)
-            outputs[-1].extra_fields[EXTRA_KEY][SHIPPED_KEY] = shipped
+            work = await asyncio.to_thread(self.preparer, actions)
+            if work is None or len(work):  # None: the worker failed (counted by the trainer)
+                outputs[-1].extra_fields[EXTRA_KEY][WORK_KEY] = work
         return outputs

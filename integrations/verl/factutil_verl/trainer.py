@@ -71,7 +71,7 @@ class _Inputs:
 
     def same_batch(self, other: _Inputs) -> bool:
         """Whether ``other`` holds the same rows, masks and rewards (the extra fields, the agent
-        loop's actions and shipped work, are not compared: they do not change within a step)."""
+        loop's actions and their workers' work, are not compared: they do not change within a step)."""
         import torch
 
         return (self.keys == other.keys and self.uids == other.uids
@@ -131,7 +131,7 @@ class FactUtilTrainer(PPOTrainerSync):
         self, batch: KVBatchMeta, grpo: bool = False, extra: bool = True
     ) -> tuple[_Inputs, Any]:
         """The batch's scoring inputs from TransferQueue, and verl's GRPO advantages (padded)
-        when ``grpo``; without ``extra`` the rows' extra fields (the actions and shipped work,
+        when ``grpo``; without ``extra`` the rows' extra fields (the actions and their workers' work,
         most of what is read) are left out (``extra_fields`` is then empty)."""
         reward_field = self._reward_field()
         fields = ["uid", "response_mask", reward_field] + (["extra_fields"] if extra else [])
@@ -216,7 +216,7 @@ class FactUtilTrainer(PPOTrainerSync):
                     logger.exception("factutil: scoring early failed; scoring the batch again")
                 metrics["factutil/time_wait_ms"] = 1000.0 * (time.perf_counter() - waited)
             if early_result is not None:
-                # Only what could have changed since is read again (not the actions and shipped
+                # Only what could have changed since is read again (not the actions and workers'
                 # work), and verl's GRPO values only when a row keeps them.
                 keeps_grpo = bool(early_result.fallback) or any(early_inputs.is_padding)
                 inputs, grpo = self._factutil_inputs(batch, grpo=keeps_grpo, extra=False)

@@ -1,0 +1,93 @@
+"""Key edges (docs/method.md §2.3): facts of one group whose filter analyses give them one
+canonical key (e.g. an inverse relation with subject and object swapped) are candidate pairs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LazyKeys", "add_key_edges"]
+
+
+class LazyKeys(Sequence):
+    """``features[i].key`` read on demand (key edges need the keys of a few facts only)."""
+
+    def __init__(self, features: Sequence[Any]):
+        self._features = features
+
+    def __len__(self) -> int:
+        return len(self._features)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._features[index].key
+
+
+def add_key_edges(
+    edges: np.ndarray,
+    sims: np.ndarray,
+    keys: Sequence[Any],
+    starts: np.ndarray | None = None,
+    hashes: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Add an edge of similarity 1.0 between facts of one group whose canonical filter keys are
+    equal (docs/method.md §2.3): from the group's first fact with a key to each later one, unless that
+    pair is already a candidate edge.
+
+    Args:
+        edges: int64 (E, 2), i < j; sims: float64 (E,).
+        keys: n hashable keys, one per fact, the groups contiguous.
+        starts: int64 (G,), each group's first fact; None = one group.
+        hashes: int64 (n,), ``hash(key)`` of each key if known (saves hashing them again).
+
+    Returns:
+        (edges, sims, number of edges added); the added edges come after the given ones.
+    """
+    n = len(keys)
+    if n < 2:
+        return edges, sims, 0
+    if hashes is None:
+        hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=n)
+    group_of = np.zeros(n, dtype=np.int64)
+    if starts is not None and len(starts) > 1:
+        group_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
+    # Facts of one group with one hash are the only candidates: sorted by (group, hash, index),
+    # each run's first fact is linked to the others. Equal hashes almost always mean equal keys;
+    # the keys are compared to be sure, and a run with a collision is grouped exactly.
+    order = np.lexsort((np.arange(n), hashes, group_of))
+    same = (hashes[order][1:] == hashes[order][:-1]) & (group_of[order][1:] == group_of[order][:-1])
+    if not same.any():
+        return edges, sims, 0
+    opens = np.append(True, ~same)
+    run_first = order[np.maximum.accumulate(np.where(opens, np.arange(n), 0))]
+    later = np.flatnonzero(~opens)
+    pairs = list(zip(run_first[later].tolist(), order[later].tolist()))
+    if all(keys[first] == keys[other] for first, other in pairs):
+        extra = pairs
+    else:
+        run_start = np.flatnonzero(opens)
+        run_length = np.diff(np.append(run_start, n))
+        extra = []
+        for start, length in zip(run_start.tolist(), run_length.tolist()):
+            first_of: dict[Any, int] = {}
+            for index in order[start : start + length].tolist():  # ascending within a run
+                first = first_of.setdefault(keys[index], index)
+                if first != index:
+                    extra.append((first, index))
+    if not extra:
+        return edges, sims, 0
+    extra_edges = np.array(extra, dtype=np.int64)
+    if len(edges):
+        known = np.isin(
+            extra_edges[:, 0] * n + extra_edges[:, 1],
+            np.asarray(edges[:, 0], dtype=np.int64) * n + edges[:, 1],
+        )
+        extra_edges = extra_edges[~known]
+    if not len(extra_edges):
+        return edges, sims, 0
+    return (
+        np.concatenate([np.asarray(edges, dtype=np.int64).reshape(-1, 2), extra_edges]),
+        np.concatenate([sims, np.ones(len(extra_edges), dtype=np.float64)]),
+        len(extra_edges),
+    )

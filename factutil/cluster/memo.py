@@ -1,0 +1,81 @@
+"""What a semantic clusterer keeps per fact and per checked pair across steps (docs/method.md §2.1, §2.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import count, islice
+from typing import Any, NamedTuple
+
+from cachetools import LRUCache
+
+from factutil.facts import fact_text
+from factutil.filters import analyze
+
+__all__ = ["FactMemo", "FactRecord"]
+
+
+class FactRecord(NamedTuple):
+    """What the memo keeps per distinct fact (its exact parts)."""
+
+    text: str  # normalised text (docs/method.md §2.1)
+    features: Any  # filter analysis (factutil.filters.FactFeatures), None when not needed
+    key_hash: int  # hash(features.key), 0 without features
+    serial: int  # unique per record for the memo's life: names the fact in the pair memo
+
+
+class FactMemo:
+    """Per fact (keyed by its exact parts: the analysis reads letter case) its text and filter
+    analysis, and per checked pair (keyed by its two records' serials) the name of the filter
+    that vetoed it (``""``: none); each an LRU of at most ``max_entries`` entries.
+
+    The texts depend on the template and the vetoes on the filters, so the memo is valid for one
+    clustering fit (:func:`~factutil.workers.clustering_fit`): :meth:`check` empties it when the
+    fit changes. ``clear()`` empties it.
+    """
+
+    def __init__(self, max_entries: int):
+        self.records: LRUCache = LRUCache(max(max_entries, 1))
+        self.pairs: LRUCache = LRUCache(max(max_entries, 1))
+        self.keep = max_entries > 0
+        self.fit: tuple[Any, ...] | None = None
+        self._serials = count()
+
+    def clear(self) -> None:
+        self.records.clear()
+        self.pairs.clear()
+
+    def check(self, fit: tuple[Any, ...]) -> None:
+        """Empty the memo when ``fit`` is not the one its entries were made for."""
+        if fit != self.fit:
+            self.clear()
+            self.fit = fit
+
+    def records_of(self, parts: Sequence[tuple[str, str, str]], template: str, analyse: bool,
+                   filter_cache: Any) -> list[FactRecord]:
+        """The record of each ``(subject, relation, object)``, made when missing (with
+        ``analyse``, records carry the filter analysis, made through ``filter_cache``)."""
+        store = self.records
+        known = store.get
+        records = []
+        for key in parts:
+            record = known(key)
+            if record is None or (analyse and record.features is None):
+                features = analyze(*key, cache=filter_cache) if analyse else None
+                record = FactRecord(fact_text(*key, template), features,
+                                    hash(features.key) if analyse else 0, next(self._serials))
+                if self.keep:
+                    store[key] = record
+            records.append(record)
+        return records
+
+    def add(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
+            features: Sequence[Any] | None) -> None:
+        """Records made elsewhere (from a :class:`~factutil.workers.FactWork`) for ``parts``,
+        replacing any they had (the caller passes the facts that have none)."""
+        if not self.keep:
+            return
+        if features is None:
+            features = [None] * len(parts)
+        hashes = [0 if feature is None else hash(feature.key) for feature in features]
+        self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
+                                           islice(self._serials, len(parts)))))

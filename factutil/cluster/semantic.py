@@ -1,0 +1,372 @@
+"""Semantic clusters: embeddings, filters, constrained single linkage (docs/method.md §2.2–§2.5).
+
+A triple becomes text through the configured template and is normalised (:mod:`factutil.facts`);
+identical normalised texts are one item before anything else happens. The clusterer works on a
+whole batch at once, so it deduplicates and embeds the texts of every group in one call. Cluster
+ids are canonical: within a group, clusters are numbered by their smallest member text in sorted
+order, so the ids do not depend on the order of rollouts, actions or triples.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from itertools import chain
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from factutil.cluster.keys import LazyKeys, add_key_edges
+from factutil.cluster.memo import FactMemo
+from factutil.config import FactUtilConfig
+from factutil.embed import Embedder, EmbeddingCache, config_embedder, device_type, embed_unique
+from factutil.facts import fact_text
+from factutil.filters import FILTERS, FilterCache, alike, analyze
+from factutil.linkage import _dense_pairs, _linkage, candidate_pairs
+from factutil.schema import Triple
+from factutil.workers import (
+    FactWork,
+    check_unit,
+    clustering_fit,
+    features_from,
+    fit_key,
+)
+
+__all__ = ["SemanticClusterer"]
+
+_logger = logging.getLogger("factutil")
+_PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact
+_UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
+               MemoryError, OverflowError)
+
+
+class SemanticClusterer:
+    """Embedding clusters with negation / numeric / relation vetoes (docs/method.md §2.2–§2.5).
+
+    Per call: every distinct fact text of the batch is embedded once (through the cache); per
+    group, candidate pairs are those with cosine >= ``config.sim_threshold`` (plus pairs whose
+    filter analysis says they are the same fact: equal canonical keys, e.g. an inverse relation
+    with subject and object swapped); the filters in ``config.filters`` are evaluated on demand and
+    memoised per pair; :func:`~factutil.linkage.constrained_linkage` forms the clusters.
+
+    The whole batch is worked at once: the groups of at most ``config.knn_min_size`` facts share
+    one exact pair search, larger ones take :func:`~factutil.linkage.candidate_pairs`' k-NN path,
+    and one linkage runs over all groups. Each group still gets exactly the labels and counts it
+    would get alone, whatever else is in the batch and in whatever order: a pair's similarity
+    depends only on its two vectors, its vetoes only on its two facts (each fact is analysed from
+    its own parts), and the linkage never joins groups.
+
+    State across calls, all owned here and bounded: the :class:`~factutil.embed.EmbeddingCache`
+    (``cache``), each fact's text and analysis and each checked pair's veto (``memo``, a
+    :class:`~factutil.cluster.memo.FactMemo` of ``config.cache_max_entries`` facts and as many
+    pairs), and the filters' memo of parts and entity keys (``filter_cache``). A new clusterer
+    starts with all of them empty. ``metrics`` count the work of the call as if nothing were kept.
+    :meth:`add_work` puts per-fact work made elsewhere into the caches for the next call.
+
+    Args:
+        config: a :class:`FactUtilConfig` (``sim_threshold``, ``filters``, embedding and index
+            fields).
+        embedder: any :class:`~factutil.embed.Embedder`; None = the one ``config.embedding_backend``
+            names (:func:`~factutil.embed.config_embedder`).
+        cache: an :class:`~factutil.embed.EmbeddingCache` to reuse; None creates one bounded by
+            ``config.cache_max_entries`` / ``config.cache_max_bytes``.
+
+    ``metrics`` after each call: facts, texts embedded, cache hits and misses, candidate edges,
+    vetoed pairs per filter, refused merges, the work given (``work_facts``: facts of the call
+    found in it; ``work_ignored``, ``work_unreadable``: items; ``work_other_device``: facts whose
+    vector came from another kind of device), and seconds per stage: ``time_filters_s`` (texts
+    and filter analyses), ``time_embed_s`` (cache look-ups and the model), ``time_candidates_s``
+    (pair search and key edges), ``time_linkage_s`` (vetoes and linkage).
+    """
+
+    def __init__(
+        self,
+        config: FactUtilConfig | None = None,
+        embedder: Embedder | None = None,
+        cache: EmbeddingCache | None = None,
+    ):
+        self.config = config if config is not None else FactUtilConfig(mode="semantic")
+        self.embedder = embedder if embedder is not None else config_embedder(self.config)
+        self.cache = cache if cache is not None else EmbeddingCache(
+            self.config.cache_max_entries, self.config.cache_max_bytes
+        )
+        self.memo = FactMemo(self.config.cache_max_entries)
+        self.filter_cache = FilterCache()
+        # What add_work gave for the next call: the facts' parts, the items ignored or
+        # unreadable, and the parts whose vectors came from another kind of device.
+        self._given: set[tuple[str, str, str]] = set()
+        self._ignored = self._unreadable = 0
+        self._other: set[tuple[str, str, str]] = set()
+        self.metrics: dict[str, float] = {}
+
+    @property
+    def fit(self) -> str:
+        """The :func:`~factutil.workers.fit_key` of this clusterer's config and embedder: the
+        ``fit`` of the work it takes."""
+        return fit_key(clustering_fit(self.config, self.embedder.name))
+
+    def warmup(self) -> None:
+        """Load the embedding model and the filters' constant tables (pint's unit registry) now
+        rather than in the first step; no memo is filled."""
+        self.embedder.encode(["warm up"])
+        if self.config.filters or self.config.key_edges:
+            analyze("warm up", "length", "5 km")  # no cache: loads the tables, memoises nothing
+
+    def add_work(self, work: Any, warn: Callable[[str], None] | None = None) -> None:
+        """Take per-fact work made elsewhere (:func:`factutil.workers.make_work`) for the next
+        :meth:`cluster_batch` call.
+
+        Each item that fits this clusterer (its ``fit`` is this clusterer's :attr:`fit`) puts its
+        facts' texts and analyses into the fact memo and its vectors into the embedding cache;
+        the next call then computes only what is missing, with the same result bit for bit.
+        An item made for another fit is ignored (``work_ignored``), so is one made on another
+        kind of device with ``config.prepared_device="same"``; with ``"any"`` its vectors are
+        used (``work_other_device`` facts: equal to this device's up to float rounding). Bytes
+        that cannot be read and items whose fields are not what they should be are ignored too
+        (``work_unreadable``). Nothing of an ignored item is used, and nothing raises.
+
+        Args:
+            work: a :class:`~factutil.workers.FactWork`, its bytes (:meth:`FactWork.to_bytes`),
+                or a sequence of them (None items are skipped).
+            warn: called once per kind of item ignored, and once when vectors come from another
+                kind of device; None = the ``factutil`` logger's warning.
+        """
+        warn = warn or _logger.warning
+        items = [work] if isinstance(work, (FactWork, bytes, bytearray, memoryview)) else list(work)
+        fit, device = self.fit, device_type(self.embedder)
+        ignored: Counter[str] = Counter()
+        other: Counter[str] = Counter()
+        unreadable: list[str] = []
+        kept = []
+        for item in items:
+            if item is None:
+                continue
+            if not isinstance(item, FactWork):
+                try:
+                    item = FactWork.from_bytes(item)
+                except ValueError as error:
+                    unreadable.append(str(error))
+                    continue
+            if item.fit != fit:
+                ignored[f"fit {item.fit!r:.40}, not {fit!r}"] += 1
+            elif item.device != device and self.config.prepared_device == "same":
+                ignored[f"device {item.device!r:.20}, not {device!r}"] += 1
+            elif len(item):
+                kept.append(item)
+        self.memo.check(clustering_fit(self.config))
+        try:  # the items together; when that fails, each alone, to leave out the bad ones only
+            if kept:
+                self._take(kept)
+        except _UNREADABLE:
+            for item in kept:
+                try:
+                    self._take([item])
+                except _UNREADABLE as error:
+                    unreadable.append(f"{type(error).__name__}: {error!s:.120}")
+        for item in kept:
+            if item.device != device:
+                other[item.device] += 1
+                self._other.update(item.parts)
+        self._ignored += ignored.total()
+        self._unreadable += len(unreadable)
+        if ignored:
+            warn(f"{ignored.total()} work item(s) ignored, made for another clustering config, "
+                 f"embedder, factutil version or device (their facts are computed here): "
+                 + "; ".join(f"{n} with {reason}" for reason, n in sorted(ignored.items())))
+        if unreadable:
+            warn(f"{len(unreadable)} work item(s) ignored, unreadable (their facts are computed "
+                 f"here): {unreadable[0]}")
+        if other:
+            warn(f"{other.total()} work item(s) embedded on another kind of device than this "
+                 f"step's embedder ({device}): "
+                 + "; ".join(f"{n} on {kind}" for kind, n in sorted(other.items()))
+                 + "; their vectors are used and differ from this device's by float rounding "
+                 "(config prepared_device='same' ignores them)")
+
+    def _take(self, items: Sequence[FactWork]) -> None:
+        """Put the facts of ``items`` (work that fits) into the caches: each distinct fact's
+        vector (the first item's that has it) into the embedding cache under its text, and its
+        text and analysis into the fact memo unless the memo has them. Everything is checked before
+        anything is stored.
+
+        Raises:
+            ValueError, TypeError, …: an item without vectors or analyses, vectors that are not
+                finite unit vectors of one width, an analysis that is not one.
+        """
+        analyse = bool(self.config.filters) or self.config.key_edges
+        parts: list[tuple[str, str, str]] = []
+        analyses: list[Any] = []
+        for item in items:
+            if item.vectors is None or (analyse and item.analyses is None):
+                raise ValueError("work without vectors or analyses")
+            parts += zip(item.subjects, item.relations, item.objects)
+            if analyse:
+                analyses += item.analyses
+        vectors = np.concatenate([item.vectors for item in items]) if len(items) > 1 \
+            else items[0].vectors
+        first = dict(zip(reversed(parts), range(len(parts) - 1, -1, -1)))  # each key's first row
+        rows = list(first.values())
+        check_unit(vectors[rows])
+        template = self.config.triple_template
+        texts = {row: fact_text(*parts[row], template) for row in rows}
+        records = self.memo.records
+        new = [row for row in rows
+               if (record := records.get(parts[row])) is None or (analyse and record.features is None)]
+        features = [features_from(parts[row], analyses[row]) for row in new] if analyse else None
+        self.memo.add([parts[row] for row in new], [texts[row] for row in new], features)
+        self.cache.put_many(self.embedder.name, [texts[row] for row in rows], vectors[rows])
+        self._given.update(first)
+
+    def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]]) -> list[np.ndarray]:
+        """Canonical labels per group (see :class:`~factutil.cluster.Clusterer`).
+
+        Args:
+            facts_per_group: per group g, n_g distinct facts (:class:`Triple` or
+                :class:`~factutil.facts.Fact`) in sorted text order
+                (:func:`~factutil.facts.representatives`).
+
+        Returns:
+            per group, int64 (n_g,) canonical labels (views of one array).
+        """
+        config = self.config
+        timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
+        hits, misses = self.cache.hits, self.cache.misses
+
+        # 1-2. Texts, analyses and vectors (docs/method.md §2.1–§2.2, 4). Facts are numbered 0..n-1,
+        # the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
+        clock = time.perf_counter()
+        parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
+        n = len(parts)
+        analyse = bool(config.filters) or config.key_edges
+        self.memo.check(clustering_fit(config))
+        records = self.memo.records_of(parts, config.triple_template, analyse,
+                                       self.filter_cache if analyse else None)
+        texts, features, key_hashes, serials = zip(*records) if n else ((), (), (), ())
+        timings["filters"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        row_of = dict.fromkeys(texts)
+        for row, text in enumerate(row_of):
+            row_of[text] = row
+        vectors = embed_unique(list(row_of), self.embedder, self.cache)
+        rows = np.fromiter(map(row_of.__getitem__, texts), dtype=np.int64, count=n)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        timings["embed"] = time.perf_counter() - clock
+
+        per_group, counts = self._link(facts_per_group, vectors, rows, features, key_hashes,
+                                       serials, timings)
+        given, self._given = self._given, set()
+        other, self._other = self._other, set()
+        self.metrics = {
+            "facts": float(n),
+            "work_facts": float(sum(key in given for key in parts)) if given else 0.0,
+            "work_ignored": float(self._ignored),
+            "work_unreadable": float(self._unreadable),
+            "work_other_device": float(sum(key in other for key in parts)) if other else 0.0,
+            "texts_embedded": float(len(row_of)),
+            "cache_hits": float(self.cache.hits - hits),
+            "cache_misses": float(self.cache.misses - misses),
+            "cache_entries": float(len(self.cache)),
+            **counts,
+        }
+        self._ignored = self._unreadable = 0
+        return per_group
+
+    def _link(
+        self, facts_per_group: Sequence[Sequence[Any]], vectors: np.ndarray, rows: np.ndarray,
+        features: Sequence[Any], key_hashes: Sequence[Any], serials: Sequence[int],
+        timings: dict[str, float],
+    ) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Candidate edges, vetoes and linkage of every group (docs/method.md §2.3–§2.5) from each
+        fact's vector (row ``rows[i]`` of ``vectors``), analysis and key hash; per group its
+        labels, and the counts and stage seconds for ``metrics``."""
+        config = self.config
+        n = len(rows)
+        sizes = np.array([len(facts) for facts in facts_per_group], dtype=np.int64)
+        starts = np.cumsum(sizes) - sizes
+        # 3. Candidate edges (docs/method.md §2.3), in fact numbers.
+        clock = time.perf_counter()
+        dense = sizes <= config.knn_min_size
+        edges, sims = _dense_pairs(
+            vectors, starts[dense], sizes[dense], config.sim_threshold, config.sim_decimals,
+            rows=rows,
+        )
+        found_edges, found_sims = [edges], [sims]
+        for start, size in zip(starts[~dense].tolist(), sizes[~dense].tolist()):
+            group_edges, group_sims = candidate_pairs(
+                vectors[rows[start : start + size]], config.sim_threshold,
+                decimals=config.sim_decimals, dense_max=config.knn_min_size, k=config.knn_k,
+                hnsw_m=config.hnsw_m, hnsw_ef=config.hnsw_ef, seed=config.hnsw_seed,
+            )
+            found_edges.append(group_edges + start)
+            found_sims.append(group_sims)
+        if len(found_edges) > 1:
+            edges, sims = np.concatenate(found_edges), np.concatenate(found_sims)
+        added = 0
+        if config.key_edges and n:
+            edges, sims, added = add_key_edges(
+                edges, sims, LazyKeys(features), starts,
+                hashes=np.fromiter(key_hashes, dtype=np.int64, count=n),
+            )
+        timings["candidates"] = time.perf_counter() - clock
+
+        # 4-5. Vetoes on demand and constrained linkage (docs/method.md §2.4–§2.5).
+        clock = time.perf_counter()
+        veto, vetoes = self._veto(features, serials)
+        labels, linkage = _linkage(n, edges, sims, veto, starts)
+        ends = (starts + sizes).tolist()
+        per_group = [labels[start:end] for start, end in zip(starts.tolist(), ends)]
+        timings["linkage"] = time.perf_counter() - clock
+        return per_group, {
+            "edges": float(len(edges)),
+            "key_edges": float(added),
+            **{name: float(value) for name, value in linkage.items()},
+            **{f"vetoes_{name}": float(value) for name, value in vetoes.items()},
+            **{f"time_{name}_s": value for name, value in timings.items()},
+        }
+
+    def _veto(
+        self, features: Sequence[Any], serials: Sequence[int]
+    ) -> tuple[Callable[[int, int], str | None], dict[str, int]]:
+        """The veto of one call (docs/method.md §2.4) and its per-filter counts.
+
+        ``veto(i, j)`` (i < j, fact numbers) runs the filters of ``config.filters`` in order and
+        returns the name of the first that separates facts i and j, or None (``serials``: each
+        fact's record serial, which keys the pair memo). Within the call each pair is evaluated once and, when vetoed, counted once under that filter; across calls the
+        outcome (the name only, so a long fact's reason text is not kept) stays in the pair memo.
+        """
+        names = tuple(self.config.filters)
+        filter_cache = self.filter_cache
+        enabled = [(name, FILTERS[name]) for name in names]
+        pairs = self.memo.pairs
+        known = pairs.get
+        keep = self.memo.keep
+        vetoes = dict.fromkeys(names, 0)
+        memo: dict[tuple[int, int], str | None] = {}
+
+        def veto(i: int, j: int) -> str | None:
+            if (i, j) in memo:
+                return memo[(i, j)]
+            key = (serials[i] << 40) | serials[j]
+            outcome = known(key)  # a filter's name, "" when none vetoes, None when not known
+            if outcome is None:
+                outcome = ""
+                a, b = features[i], features[j]
+                if enabled and not alike(a, b, filter_cache):  # else no filter can veto
+                    for name, check in enabled:
+                        if check(a, b, filter_cache) is not None:
+                            outcome = name
+                            break
+                if keep:
+                    pairs[key] = outcome
+            if outcome:
+                vetoes[outcome] += 1
+                memo[(i, j)] = outcome
+                return outcome
+            memo[(i, j)] = None
+            return None
+
+        return veto, vetoes

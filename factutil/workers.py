@@ -1,0 +1,419 @@
+"""Per-fact work made where the rollouts are, and the one rule for what a config's clusters depend on.
+
+Everything the clustering step does per fact, rather than per pair or per group, depends on that
+fact alone (docs/method.md §2.1–§2.4): its normalised text, its embedding (a vector never depends
+on the texts embedded with it) and its filter analysis (read from its own parts). A rollout worker
+can therefore do it for its share of rollouts (:func:`make_work`) and hand the result to the
+trainer's step as a :class:`FactWork`: numpy arrays and lists that Ray, verl's TransferQueue and
+pickle (protocol 5: the vectors out of band) move as they are, or, for a channel that carries only
+bytes or JSON, numpy's own ``.npz`` (:meth:`FactWork.to_bytes`). The step
+(:func:`factutil.compute_process_advantages`, ``work=``) puts work that fits into its clusterer's
+caches and computes what is missing, so its results are the same bit for bit.
+
+:func:`clustering_fit` is the one rule for "does this work / clusterer fit this config": the
+factutil version, the mode and every config field the clusters depend on, and for work the name
+of the embedder that made the vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from factutil.actions import Action, AssertAction, Triple
+from factutil.config import FactUtilConfig
+from factutil.embed import config_embedder, device_type, embed_unique
+from factutil.errors import error_messages, short
+from factutil.facts import Fact, fact_text
+from factutil.filters import FactFeatures, FilterCache, analyze
+from factutil.filters.features import fact_key, is_negated, is_symmetric
+from factutil.load import rollout_row
+from factutil.schema import Rollout, coerce_action
+
+__all__ = ["CLUSTERING_FIELDS", "FactWork", "analysis_values", "check_unit", "clustering_fit",
+           "features_from", "fit_differences", "fit_key", "make_work", "triples_of"]
+
+CLUSTERING_FIELDS = (
+    "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
+    "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
+)
+"""The config fields a semantic clusterer's clusters depend on (``embedding_device``,
+``embedding_batch_size``, ``embedding_pass_tokens`` and the cache bounds change only speed, and
+vectors by float rounding: the embedder's name, part of a work's fit, names its pass shapes)."""
+
+_VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
+_LIST = {list}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("factutil")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def clustering_fit(config: FactUtilConfig, embedder: str | None = None) -> tuple[tuple[str, Any], ...]:
+    """What clusters made under ``config`` depend on, as ``(name, value)`` pairs: the factutil
+    version, ``mode`` and, in semantic mode, every field of :data:`CLUSTERING_FIELDS`; with
+    ``embedder`` (an embedder's ``name``) also that name. Two configs (or a config and a
+    clusterer, or a config and some work) fit each other when their fits are equal."""
+    fit: list[tuple[str, Any]] = [("version", _version()), ("mode", config.mode)]
+    if config.mode == "semantic":
+        fit += [(name, _plain(getattr(config, name))) for name in CLUSTERING_FIELDS]
+    if embedder is not None:
+        fit.append(("embedder", embedder))
+    return tuple(fit)
+
+
+def fit_key(fit: Sequence[tuple[str, Any]]) -> str:
+    """The short name of a fit that work carries (a fit is a few hundred bytes, and a trainer
+    ships one work item per rollout): the factutil version and a digest of the whole fit."""
+    digest = hashlib.sha256(json.dumps(list(fit), default=str).encode()).hexdigest()[:16]
+    return f"{dict(fit).get('version')}:{digest}"
+
+
+def _plain(value: Any) -> Any:
+    """A config value as the fit keeps it: sequences as tuples, compared as one kind."""
+    return tuple(_plain(item) for item in value) if isinstance(value, (list, tuple)) else value
+
+
+def fit_differences(mine: Sequence[tuple[str, Any]], theirs: Sequence[tuple[str, Any]]
+                    ) -> list[tuple[str, Any, Any]]:
+    """``(name, mine, theirs)`` for each name whose values differ (a missing one is None)."""
+    a, b = dict(mine), dict(theirs)
+    return [(name, a.get(name), b.get(name)) for name in dict.fromkeys([*a, *b])
+            if a.get(name) != b.get(name)]
+
+
+@dataclass(frozen=True, eq=False)
+class FactWork:
+    """The per-fact work of n distinct facts (docs/method.md §2.1–§2.4), sorted by their parts.
+
+    Attributes:
+        fit: :func:`fit_key` of the :func:`clustering_fit` of the config and embedder it was
+            made with.
+        device: the kind of device the vectors were made on (``"cpu"``, ``"cuda"`` …); one
+            model's vectors from two kinds differ by float rounding (config ``prepared_device``).
+        subjects, relations, objects: n str each, the facts' exact parts.
+        vectors: float32 (n, d), L2-normalised, row i for fact i; None in exact mode.
+        analyses: per fact its filter analysis as plain values (:func:`analysis_values`); None
+            when neither the filters nor key edges need them.
+
+    Raises:
+        ValueError: fields of different lengths, or vectors that are not float32 (n, d).
+    """
+
+    fit: str
+    device: str
+    subjects: list[str]
+    relations: list[str]
+    objects: list[str]
+    vectors: np.ndarray | None
+    analyses: list[list[Any]] | None
+
+    def __post_init__(self) -> None:
+        n = len(self.subjects)
+        sizes = {"relations": len(self.relations), "objects": len(self.objects)}
+        if self.analyses is not None:
+            sizes["analyses"] = len(self.analyses)
+        for name, size in sizes.items():
+            if size != n:
+                raise ValueError(f"FactWork: {name} has {size} entries, subjects {n}")
+        vectors = self.vectors
+        if vectors is not None and (not isinstance(vectors, np.ndarray) or vectors.dtype != np.float32
+                                    or vectors.ndim != 2 or len(vectors) != n):
+            shown = (f"{vectors.dtype} {vectors.shape}" if isinstance(vectors, np.ndarray)
+                     else type(vectors).__name__)
+            raise ValueError(f"FactWork: vectors must be float32 ({n}, d), got {shown}")
+
+    def __len__(self) -> int:
+        return len(self.subjects)
+
+    def __repr__(self) -> str:
+        width = None if self.vectors is None else self.vectors.shape[1]
+        return (f"FactWork(facts={len(self)}, dims={width}, device={self.device!r}, "
+                f"analyses={self.analyses is not None}, fit={self.fit!r})")
+
+    @property
+    def parts(self) -> list[tuple[str, str, str]]:
+        """Each fact's ``(subject, relation, object)``."""
+        return list(zip(self.subjects, self.relations, self.objects))
+
+    def features(self) -> list[FactFeatures]:
+        """Each fact's :class:`~factutil.filters.FactFeatures`, its derived fields made by the
+        rules :func:`~factutil.filters.analyze` uses.
+
+        Raises:
+            ValueError: an analysis that is not the plain values of one (the fact named).
+        """
+        if self.analyses is None:
+            raise ValueError("FactWork: no analyses")
+        return [features_from(parts, values) for parts, values in zip(self.parts, self.analyses)]
+
+    def to_bytes(self) -> bytes:
+        """This work as numpy's ``.npz`` (strings as unicode arrays, the fit and the analyses as
+        JSON text), for channels that carry only bytes; :meth:`from_bytes` reads it back."""
+        arrays = {name: np.array(getattr(self, name), dtype=str)
+                  for name in ("subjects", "relations", "objects")}
+        head = {"fit": self.fit, "device": self.device, "analyses": self.analyses}
+        arrays["head"] = np.array(json.dumps(head, ensure_ascii=False))
+        if self.vectors is not None:
+            arrays["vectors"] = self.vectors
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FactWork:
+        """Read :meth:`to_bytes`' output; nothing runs and every field is checked.
+
+        Raises:
+            ValueError: not such bytes (the message says what was found: truncated or
+                changed bytes, a declared size beyond the data, JSON that is not the head,
+                lengths that disagree, vectors that are not finite unit vectors).
+        """
+        try:
+            arrays = _read_npz(bytes(data))
+            head = json.loads(str(arrays.pop("head")[()]))
+            if not isinstance(head, dict) or set(head) != {"fit", "device", "analyses"}:
+                raise ValueError("the head is not {fit, device, analyses}")
+            fit, device, analyses = head["fit"], head["device"], head["analyses"]
+            if not isinstance(fit, str) or not isinstance(device, str) \
+                    or analyses is not None and not isinstance(analyses, list):
+                raise ValueError("fit, device or analyses of the wrong type")
+            strings = {}
+            for name in ("subjects", "relations", "objects"):
+                column = arrays.pop(name)
+                if column.dtype.kind != "U" or column.ndim != 1:
+                    raise ValueError(f"{name} is {column.dtype} {column.shape}, not strings")
+                strings[name] = column.tolist()
+            vectors = arrays.pop("vectors", None)
+            if arrays:
+                raise ValueError(f"unknown members {sorted(arrays)}")
+            if vectors is not None:
+                check_unit(vectors)
+            work = cls(fit, device, **strings, vectors=vectors, analyses=analyses)
+            if analyses is not None:
+                work.features()
+        except (ValueError, TypeError, KeyError, OSError, EOFError, RecursionError,
+                MemoryError, OverflowError, zipfile.BadZipFile) as error:
+            raise ValueError(f"FactWork.from_bytes: not a FactWork's bytes "
+                             f"({type(error).__name__}: {error!s:.200})") from None
+        return work
+
+
+def _read_npz(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` (no pickle), each member's declared size checked against the
+    bytes it has before anything is allocated."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
+                raise ValueError(f"member {info.filename!r} is compressed or larger than the data")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(member)
+                declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if dtype.hasobject or declared != info.file_size - member.tell():
+                    raise ValueError(f"member {info.filename!r} declares {shape} {dtype} in "
+                                     f"{info.file_size - member.tell()} bytes")
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def check_unit(vectors: np.ndarray) -> None:
+    """Refuse rows that are not finite unit vectors (every embedder's are L2-normalised): a
+    changed value must not reach the similarities as an overflow or a NaN.
+
+    Raises:
+        ValueError: naming the first such row.
+    """
+    if vectors.dtype != np.float32 or vectors.ndim != 2:
+        raise ValueError(f"vectors are {vectors.dtype} {vectors.shape}, not float32 (n, d)")
+    with np.errstate(all="ignore"):
+        norms = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
+    bad = ~(np.abs(norms - 1.0) <= 1e-3)
+    if bad.any():
+        raise ValueError(f"vector {int(np.flatnonzero(bad)[0])} is not a finite unit vector")
+
+
+def analysis_values(f: FactFeatures) -> list[Any]:
+    """A fact's analysis as plain JSON values: the :class:`~factutil.filters.FactFeatures` fields
+    the others do not determine (the parts are kept beside it)."""
+    return [f.subject_key, f.object_key, f.relation_id, f.inverse, f.relation_key,
+            list(f.negation_cues), sorted(f.words), [list(q) for q in f.quantities]]
+
+
+def features_from(parts: tuple[str, str, str], values: Any) -> FactFeatures:
+    """:func:`analysis_values` of the fact ``parts`` read back into its
+    :class:`~factutil.filters.FactFeatures`, the derived fields made by the rules
+    :func:`~factutil.filters.analyze` uses (``is_negated``, ``is_symmetric``, ``fact_key``).
+
+    Raises:
+        ValueError: ``values`` are not the plain values of an analysis (the fact named).
+    """
+    try:
+        subject_key, object_key, relation_id, inverse, relation_key, cues, words, quantities = values
+        "".join((subject_key, object_key, relation_key, relation_id or "", *cues, *words))
+        if type(inverse) is not bool or type(cues) is not list or type(words) is not list:
+            raise TypeError("inverse must be a bool, cues and words lists")  # join: all str
+        cues = tuple(cues)
+        if type(quantities) is not list or not set(map(type, quantities)) <= _LIST:
+            raise TypeError("quantities must be a list of lists")
+        quantities = tuple(map(tuple, quantities)) if quantities else ()
+        hash(quantities)  # a list or mapping inside a quantity raises TypeError
+        negated = is_negated(cues)
+        return FactFeatures(*parts, subject_key, object_key, relation_id, inverse, negated,
+                            quantities, fact_key(relation_key, subject_key, object_key, negated,
+                                                 quantities),
+                            relation_key, is_symmetric(relation_id), cues, frozenset(words))
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"the analysis of {parts!r:.80} is not one ({error!s:.80})") from None
+
+
+def make_work(
+    items: Any,
+    config: FactUtilConfig | Mapping[str, Any] | None = None,
+    clusterer: Any = None,
+) -> FactWork:
+    """The per-fact work of a worker's share of rollouts (docs/method.md §2.1–§2.4).
+
+    The distinct triples (by exact parts) of ``items``; in semantic mode their normalised texts'
+    vectors from the embedder the step's clusterer would use, through
+    :func:`~factutil.embed.embed_unique` (the same vectors, bit for bit), and, when the filters or
+    key edges need them, their analyses (:func:`~factutil.filters.analyze`). Of a rollout only
+    the actions the step reads count: those up to the answer and within ``config.max_turns``.
+
+    Args:
+        items: what :func:`triples_of` reads: a rollout, a list of rollouts, action lists,
+            actions or triples.
+        config: a :class:`FactUtilConfig`, a mapping of its fields, or None: the clusterer's
+            config when one is given, else the defaults.
+        clusterer: a :class:`~factutil.cluster.SemanticClusterer` whose embedder and caches to
+            use (keep one per worker: the model loads once); None builds the config's embedder.
+
+    Raises:
+        TypeError, ValueError: ``items`` holds something that is not a rollout, an action or a
+            triple (named with its index), or the clusterer was built for another config.
+        pydantic.ValidationError: a bad ``config``.
+    """
+    own = getattr(clusterer, "config", None)
+    if config is None:
+        config = own if own is not None else FactUtilConfig()
+    elif not isinstance(config, FactUtilConfig):
+        config = FactUtilConfig.model_validate(dict(config))
+    if own is not None and clustering_fit(own) != clustering_fit(config):
+        differ = "; ".join(f"{name}: clusterer {short(a)}, config {short(b)}"
+                           for name, a, b in fit_differences(clustering_fit(own),
+                                                             clustering_fit(config)))
+        raise ValueError(f"make_work: the clusterer was built for another config ({differ})")
+    parts = sorted(set(triples_of(items, config.max_turns)))
+    subjects, relations, objects = (list(column) for column in zip(*parts)) if parts else ([], [], [])
+    if config.mode == "exact":
+        return FactWork(fit_key(clustering_fit(config)), "cpu", subjects, relations, objects,
+                        None, None)
+    texts = [fact_text(*key, config.triple_template) for key in parts]
+    embedder = getattr(clusterer, "embedder", None) or config_embedder(config)
+    cache = getattr(clusterer, "cache", None)
+    vectors = embed_unique(texts, embedder, cache) if parts else np.zeros((0, 0), np.float32)
+    analyses = None
+    if config.filters or config.key_edges:
+        filter_cache = getattr(clusterer, "filter_cache", None) or FilterCache()
+        analyses = [analysis_values(analyze(*key, cache=filter_cache)) for key in parts]
+    return FactWork(fit_key(clustering_fit(config, embedder.name)), device_type(embedder),
+                    subjects, relations, objects, vectors, analyses)
+
+
+def triples_of(items: Any, max_turns: int) -> list[tuple[str, str, str]]:
+    """The exact ``(subject, relation, object)`` of every triple ``items`` holds, in order.
+
+    ``items`` is a rollout (a :class:`~factutil.schema.Rollout` or a docs/method.md §8 dict,
+    ``actions`` required) or an iterable of rollouts, action lists (each one trajectory), actions
+    (dicts or models, structured or ``{"raw": ...}``: together one trajectory) and triples
+    (:class:`~factutil.schema.Triple`, :class:`~factutil.facts.Fact`, ``[s, r, o]``). Of a
+    trajectory only the asserts before its answer and within ``max_turns`` actions count.
+
+    Raises:
+        ValueError, TypeError: an item that is none of these (its index and value named).
+    """
+    if isinstance(items, Rollout):
+        return _assert_parts(rollout_row(items)["actions"], max_turns)
+    if isinstance(items, Mapping):
+        if "actions" not in items:
+            raise ValueError(f"make_work: a rollout dict needs `actions`, got keys "
+                             f"{short(sorted(map(str, items)))}")
+        try:
+            row = rollout_row(Rollout.model_validate(items))
+        except ValidationError as error:
+            where, message = error_messages(error, whole="rollout")[0]
+            raise ValueError(f"make_work: {where}: {message}") from None
+        return _assert_parts(row["actions"], max_turns)
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TypeError(f"make_work: items must be rollouts, actions or triples, got "
+                        f"{short(items)}")
+    out: list[tuple[str, str, str]] = []
+    actions: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        if isinstance(item, Rollout) or isinstance(item, Mapping) and "actions" in item:
+            out += triples_of(item, max_turns)
+        elif isinstance(item, (Mapping, BaseModel)) and not isinstance(item, Triple):
+            actions.append(_action(item, index))
+        elif isinstance(item, (list, tuple)) and not _is_triple(item) and not isinstance(item, Fact):
+            out += triples_of(item, max_turns)
+        else:
+            out.append(_parts(item, index))
+    return out + _assert_parts(actions, max_turns) if actions else out
+
+
+def _is_triple(item: Sequence[Any]) -> bool:
+    return len(item) == 3 and all(isinstance(part, str) for part in item)
+
+
+def _action(item: Any, index: int) -> dict[str, Any]:
+    """One action item as its row form (``{"action": ..., "triples": [[s, r, o], ...]}``)."""
+    try:
+        action = _VALIDATE_ACTIONS([coerce_action(item)])[0]
+    except ValidationError as error:
+        where, message = error_messages(error)[0]  # "[0].triples": the one item's index first
+        raise ValueError(f"make_work: items[{index}]{where.removeprefix('[0]')}: {message}") from None
+    if isinstance(action, AssertAction):
+        return {"action": "assert", "triples": [[t.subject, t.relation, t.object]
+                                                for t in action.triples]}
+    return {"action": action.action}
+
+
+def _parts(item: Any, index: int) -> tuple[str, str, str]:
+    """A triple item's exact (subject, relation, object), validated as :class:`Triple` is."""
+    if isinstance(item, (Triple, Fact)):
+        return (item.subject, item.relation, item.object)
+    if isinstance(item, (list, tuple)) and _is_triple(item) and all(part.strip() for part in item):
+        return (item[0], item[1], item[2])
+    try:
+        triple = Triple.model_validate(item)
+    except ValidationError as error:
+        where, message = error_messages(error, whole="")[0]
+        raise ValueError(f"make_work: items[{index}]{'.' + where if where else ''}: "
+                         f"{message}") from None
+    return (triple.subject, triple.relation, triple.object)
+
+
+def _assert_parts(actions: Sequence[Mapping[str, Any]], max_turns: int) -> list[tuple[str, str, str]]:
+    """The triples of the asserts the step reads: before the answer, within max_turns."""
+    out: list[tuple[str, str, str]] = []
+    for action in actions[:max_turns]:
+        kind = action["action"]
+        if kind == "assert":
+            out.extend(tuple(triple) for triple in action["triples"])
+        elif kind == "answer":
+            break
+    return out
