@@ -47,7 +47,7 @@ CLUSTERING_FIELDS = (
     "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
 )
 """The config fields a semantic clusterer's clusters depend on (``embedding_device``,
-``embedding_batch_size``, ``embedding_pass_tokens`` and the cache bounds change only speed, and
+``embedding_batch_size`` and the cache bounds change only speed, and
 vectors by float rounding: the embedder's name, part of a work's fit, names its pass shapes)."""
 
 _VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python

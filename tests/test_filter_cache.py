@@ -31,7 +31,6 @@ from factutil.filters import (
     vetoes,
 )
 from factutil.filters import cache as cache_module
-from factutil.prepare import prepare_facts
 from tests.conftest import CharGramEmbedder
 
 TRIPLES = [

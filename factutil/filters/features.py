@@ -92,7 +92,7 @@ def analyze(subject: str, relation: str, object: str, cache: Any = None) -> Fact
 
 
 # The fields of a FactFeatures that follow from the others: one rule each, for :func:`analyze`
-# and for the shipped form, which writes only the others (factutil.prepared_bytes).
+# and for the workers' work, which carries only the others (factutil.workers).
 
 
 def is_negated(cues: tuple[str, ...]) -> bool:
