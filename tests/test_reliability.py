@@ -114,10 +114,13 @@ def test_empty_group_is_a_validation_error_naming_rollouts():
 
 
 def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
-    """G = 1 -> A_out = 0 exactly, warning "has one rollout"; process rewards (0.2F, 0.8F, 0)
-    with F = tanh(-0.25) are the process advantages by default, and under process_norm="group"
-    still normalise over the rollout's 3 actions (they sum to 0)."""
-    result = compute_process_advantages([row()], EXACT)
+    """G = 1 -> A_out = 0 exactly, warning "has one rollout"; under the paper's prior the process
+    rewards (0.2F, 0.8F, 0) with F = tanh(-0.25) are the process advantages, and under
+    process_norm="group" still normalise over the rollout's 3 actions (they sum to 0); under the
+    default prior a group of one (every rollout the same success) gets no shaping."""
+    assert [a.process_reward for a in compute_process_advantages([row()], EXACT).actions] == [
+        0.0, 0.0, 0.0]
+    result = compute_process_advantages([row()], FactUtilConfig(mode="exact", preset="paper"))
     assert [r.outcome_advantage for r in result.rollouts] == [0.0]
     assert result.warnings == ["group 'q' has one rollout: outcome advantage 0 (no baseline)"]
     assert result.metrics["groups_single_rollout"] == 1.0
@@ -125,7 +128,8 @@ def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
     f = math.tanh(-0.25)
     assert [a.process_reward for a in result.actions] == pytest.approx([0.2 * f, 0.8 * f, 0.0])
     assert [a.process_advantage for a in result.actions] == pytest.approx([0.2 * f, 0.8 * f, 0.0])
-    normalised = compute_process_advantages([row()], FactUtilConfig(mode="exact", process_norm="group"))
+    normalised = compute_process_advantages(
+        [row()], FactUtilConfig(mode="exact", preset="paper", process_norm="group"))
     assert math.fsum(a.process_advantage for a in normalised.actions) == pytest.approx(0.0, abs=1e-12)
 
 

@@ -40,7 +40,7 @@ from tests.test_worked_example import EXPECTED, EXPECTED_CLUSTERS, T1, T3, T4, W
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "out"
-WORKED_CONFIG = FactUtilConfig(mode="exact")
+WORKED_CONFIG = FactUtilConfig(mode="exact", preset="paper")  # the worked example's published form
 # Phi of the store after each action of the worked example, in input order, by hand: r1 stores
 # c1 (u = 5/12) at its first assert and re-asserts it; r2 stores nothing; r3 stores c0 and c2
 # (-1/12 each) at once; q2's s1 stores one cluster of u = -1/4.
@@ -298,7 +298,7 @@ def test_cli_without_matplotlib_says_how_to_install_it(worked_file, tmp_path):
     code = (
         "import sys; sys.modules['matplotlib'] = None; from factutil.cli import main; "
         f"sys.argv = ['factutil', 'report', {str(worked_file)!r}, '-o', {str(tmp_path / 'r.html')!r},"
-        " '--set', 'mode=exact']; main()"
+        " '--set', 'mode=exact', '--set', 'preset=paper']; main()"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -318,11 +318,11 @@ def _factutil(*args: str, **kwargs) -> subprocess.CompletedProcess:
 
 def test_cli_report_writes_the_page(worked_file, tmp_path):
     target = tmp_path / "sub" / "report.html"
-    done = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact")
+    done = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact", "--set", "preset=paper")
     assert done.returncode == 0, done.stderr
     assert f"wrote {target}" in done.stdout and "2 of 2 questions in full" in done.stdout
     assert_tables_match_the_worked_example(target.read_text(encoding="utf-8"))
-    one = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact",
+    one = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact", "--set", "preset=paper",
                     "--uid", "q2")
     assert one.returncode == 0 and "1 of 2 questions" in one.stdout
     assert {uid for uid, _ in read_tables(target.read_text(encoding="utf-8")).clusters} == {"q2"}
@@ -330,7 +330,7 @@ def test_cli_report_writes_the_page(worked_file, tmp_path):
 
 def test_cli_report_bad_arguments_exit_2_with_one_line(worked_file, tmp_path):
     target = tmp_path / "report.html"
-    done = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact",
+    done = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact", "--set", "preset=paper",
                      "--uid", "nope")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     # (the line before is the warning of q2's single rollout, from the logger)
@@ -351,7 +351,7 @@ def test_cli_report_gold_flag_adds_the_auc(worked_file, tmp_path):
     gold = tmp_path / "gold.json"
     gold.write_text(json.dumps({"q1": {"gold": [["France", "capital", "Paris"]]}}), encoding="utf-8")
     target = tmp_path / "report.html"
-    done = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact",
+    done = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact", "--set", "preset=paper",
                      "--gold", str(gold))
     assert done.returncode == 0, done.stderr
     assert 'id="auc">1.000<' in target.read_text(encoding="utf-8")
@@ -389,7 +389,7 @@ def _run_with_terminal_stderr(args: list[str]) -> tuple[int, str]:
 
 @pytest.mark.parametrize("command", ["score", "clusters", "report"])
 def test_progress_bar_on_a_terminal_and_quiet_in_a_pipe(command, worked_file, tmp_path):
-    args = [command, str(worked_file), "--set", "mode=exact"]
+    args = [command, str(worked_file), "--set", "mode=exact", "--set", "preset=paper"]
     if command != "clusters":
         args += ["-o", str(tmp_path / ("out.html" if command == "report" else "out.jsonl"))]
     status, drawn = _run_with_terminal_stderr(args)
