@@ -49,7 +49,8 @@ def default_static_dir() -> str:
     """Where :class:`StaticEmbedder` looks for its vectors by default (and where
     ``python -m factutil.tools.static_vectors`` writes them): ``$FACTUTIL_CACHE`` or
     ``~/.cache/factutil``, then ``static-minilm-256``."""
-    root = os.environ.get("FACTUTIL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "factutil")
+    root = (os.environ.get("FACTUTIL_CACHE")
+            or os.path.join(os.path.expanduser("~"), ".cache", "factutil"))
     return os.path.join(root, "static-minilm-256")
 
 

@@ -146,7 +146,8 @@ def embed_unique(
         encoded = np.asarray(embedder.encode(readable), dtype=np.float32)
         if encoded.ndim != 2 or encoded.shape[0] != len(missing):
             raise ValueError(
-                f"embedder {embedder.name!r} returned shape {encoded.shape} for {len(missing)} texts"
+                f"embedder {embedder.name!r} returned shape {encoded.shape} for {len(missing)} "
+                f"texts"
             )
         for position, vector in zip(missing, encoded):
             vectors[position] = vector

