@@ -10,10 +10,13 @@ call, and the result (:mod:`factutil.result`) builds its records from the column
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -91,7 +94,25 @@ def compute_process_advantages(
         config = FactUtilConfig.model_validate(dict(config))
     if clusterer is not None:
         check_clusterer(clusterer, config)
-    return _compute(groups, config, clusterer, on_invalid_group, work)
+    with _collector_paused(config.pause_gc):
+        return _compute(groups, config, clusterer, on_invalid_group, work)
+
+
+@contextmanager
+def _collector_paused(pause: bool) -> Iterator[None]:
+    """Python's cyclic garbage collector paused for a step run on the main thread (``pause``
+    and the collector on), restored after. A step allocates ~10 objects per action and frees
+    them together; collections in the middle of it traverse the clusterer's memos and find no
+    cycles to free. Never from another thread: a trainer's early-scoring thread switching the
+    collector would race with the trainer's own code (benchmarks/README.md has the cost)."""
+    paused = pause and threading.current_thread() is threading.main_thread() and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:

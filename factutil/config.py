@@ -156,6 +156,13 @@ class FactUtilConfig(BaseModel):
         "'group' = r normalised over the group's actions (this library's option).",
     )
     # runtime
+    pause_gc: bool = Field(
+        True,
+        description="Pause Python's cyclic garbage collector during a step called on the main "
+        "thread (it re-enables after; never from another thread, such as a trainer's early "
+        "scoring): the step builds many short-lived objects and collections in the middle of it "
+        "are wasted.",
+    )
     report_every: int = Field(
         0, ge=0,
         description="Trainers: write the HTML credit report of every N-th step's batch into the "

@@ -431,16 +431,12 @@ class FactPreparer:
     :class:`~factutil.workers.FactWork` per call, with only the facts this preparer has not
     shipped before.
 
-    One per worker process and config: it owns the clusterer whose embedder (loaded on first use,
-    on ``config.embedding_device``: CUDA when the worker has a GPU) and caches every call reuses,
-    and remembers the facts it shipped (an LRU of ``config.cache_max_entries``): the trainer's
-    clusterer keeps them in its caches across steps, and a fact it lacks (evicted, or its item
-    lost) it computes itself, so the numbers never depend on what was shipped. Calls may come
-    from several threads; they run one at a time, and the rollouts that arrive while one runs
-    are coalesced: the next call embeds and analyses the new facts of every waiting rollout in
-    one pass (each then finds its own in the caches). On a CPU this matters: every pass has a
-    fixed shape, so a rollout's few texts alone cost many times per text what they cost together
-    (benchmarks/README.md).
+    One per worker process and config: it owns the clusterer (its embedder loads on first use, on
+    ``config.embedding_device``) and remembers the facts it shipped (an LRU of
+    ``config.cache_max_entries``): the trainer's clusterer keeps them across steps, and computes
+    any it lacks, so the numbers never depend on what was shipped. Calls from several threads
+    run one at a time; the rollouts that wait meanwhile are embedded together by the next call
+    (a fixed-shape pass costs a rollout's few texts alone many times more per text).
 
     Args:
         config: the run's :class:`FactUtilConfig` (the trainer's: work made for another

@@ -159,6 +159,24 @@ class FactWork:
             raise ValueError("FactWork: no analyses")
         return [features_from(parts, values) for parts, values in zip(self.parts, self.analyses)]
 
+    @classmethod
+    def of(cls, item: Any) -> FactWork:
+        """``item`` as a FactWork: a FactWork as it is, the mapping of its fields (what a
+        msgpack channel such as verl's TransferQueue gives back for one), or its bytes
+        (:meth:`from_bytes`).
+
+        Raises:
+            ValueError: none of these (the message says what was found).
+        """
+        if isinstance(item, cls):
+            return item
+        if isinstance(item, Mapping):
+            try:
+                return cls(**item)
+            except TypeError as error:
+                raise ValueError(f"FactWork.of: not a FactWork's fields ({error})") from None
+        return cls.from_bytes(item)
+
     def to_bytes(self) -> bytes:
         """This work as numpy's ``.npz`` (strings as unicode arrays, the fit and the analyses as
         JSON text), for channels that carry only bytes; :meth:`from_bytes` reads it back."""

@@ -288,3 +288,28 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
     assert preparer.coalesced == 2  # three rollouts, embedded in one of their calls
     assert [out[i].parts for i in range(4)] == [work.parts for work in alone]
     assert all(out[i].vectors.tobytes() == alone[i].vectors.tobytes() for i in range(4))
+
+
+def test_the_step_never_switches_the_collector_from_another_thread(monkeypatch):
+    """A trainer's early-scoring thread must not race with the trainer on gc.isenabled(): only a
+    step on the main thread pauses the collector (and restores it)."""
+    import gc
+    import threading
+
+    switches: list[tuple[str, str]] = []
+    monkeypatch.setattr(gc, "disable", lambda: switches.append(
+        ("disable", threading.current_thread().name)))
+    monkeypatch.setattr(gc, "enable", lambda: switches.append(
+        ("enable", threading.current_thread().name)))
+    rollouts = _group("0", (1.0, 0.0))
+    thread = threading.Thread(target=compute_process_advantages, args=(rollouts, EXACT),
+                              name="early")
+    thread.start()
+    thread.join(60)
+    assert switches == []
+    compute_process_advantages(rollouts, EXACT)
+    main = threading.main_thread().name
+    assert switches == [("disable", main), ("enable", main)]
+    switches.clear()
+    compute_process_advantages(rollouts, EXACT.model_copy(update={"pause_gc": False}))
+    assert switches == []

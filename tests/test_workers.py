@@ -180,6 +180,19 @@ def test_pickling_work_round_trips_with_the_vectors_out_of_band(rows):
     assert (back.fit, back.parts, back.analyses) == (work.fit, work.parts, work.analyses)
 
 
+def test_work_as_the_mapping_of_its_fields_is_taken(rows):
+    """msgpack channels (verl's TransferQueue) give a dataclass back as the mapping of its
+    fields; the step takes that as the work itself."""
+    alone = _step(rows)
+    work = make_work(rows, SEMANTIC, _clusterer())
+    fields = {name: getattr(work, name) for name in
+              ("fit", "device", "subjects", "relations", "objects", "vectors", "analyses")}
+    given = _step(rows, work=[fields, {**fields, "extra": 1}])
+    assert given.advantages.tobytes() == alone.advantages.tobytes()
+    assert given.metrics["cluster_work_facts"] == alone.metrics["cluster_facts"]
+    assert given.metrics["cluster_work_unreadable"] == 1  # an unknown field
+
+
 def test_bytes_round_trip(rows):
     work = make_work(rows, SEMANTIC, _clusterer())
     back = FactWork.from_bytes(work.to_bytes())

@@ -130,7 +130,8 @@ class SemanticClusterer:
 
         Args:
             work: a :class:`~factutil.workers.FactWork`, its bytes (:meth:`FactWork.to_bytes`),
-                or a sequence of them (None items are skipped).
+                or a sequence of them or of the mappings of their fields (what a msgpack channel
+                such as verl's TransferQueue gives back; None items are skipped).
             warn: called once per kind of item ignored, and once when vectors come from another
                 kind of device; None = the ``factutil`` logger's warning.
         """
@@ -144,12 +145,11 @@ class SemanticClusterer:
         for item in items:
             if item is None:
                 continue
-            if not isinstance(item, FactWork):
-                try:
-                    item = FactWork.from_bytes(item)
-                except ValueError as error:
-                    unreadable.append(str(error))
-                    continue
+            try:
+                item = FactWork.of(item)
+            except ValueError as error:
+                unreadable.append(str(error))
+                continue
             if item.fit != fit:
                 ignored[f"fit {item.fit!r:.40}, not {fit!r}"] += 1
             elif item.device != device and self.config.prepared_device == "same":
