@@ -172,10 +172,11 @@ def score_batch(
         return score
     extra: dict[str, Any] = {}
     if work is not None:
-        items = [_work_form(item) for item in work]
+        items = list(work)
         score.unshipped = sum(item is None for item in items)
         score.shipped = len(items) - score.unshipped
-        extra["work"] = [item for item in items if item is not None]
+        # "" is a preparer's text for a rollout whose facts all went out before: nothing to read.
+        extra["work"] = [_work_form(item) for item in items if item is not None and item != ""]
     call = scorer if scorer is not None else api.compute_process_advantages
     try:
         result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)

@@ -343,9 +343,9 @@ def test_no_method_step_imports_the_tools():
     import factutil
 
     package = Path(factutil.__file__).resolve().parent
-    steps = ["metrics", "cluster", "linkage", "utility", "shaping", "advantages"]
+    steps = ["metrics", "linkage", "utility", "shaping", "advantages", "workers"]
     files = [package / f"{name}.py" for name in steps] + sorted(
-        path for folder in ("embed", "filters") for path in (package / folder).glob("*.py"))
+        path for folder in ("cluster", "embed", "filters") for path in (package / folder).glob("*.py"))
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = (
