@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 
-def _linkage(
+def batch_linkage(
     n: int,
     edges: np.ndarray,
     similarity: np.ndarray,
@@ -156,7 +156,7 @@ def constrained_linkage(
         (labels int64 (n,) canonical, counts) where counts has ``merges``, ``refused`` (edges
         whose clusters a veto kept apart) and ``veto_checks`` (pairs checked).
     """
-    return _linkage(n, edges, similarity, veto)
+    return batch_linkage(n, edges, similarity, veto)
 
 
 def _similarity_margin(dims: int, decimals: int) -> float:
@@ -190,7 +190,7 @@ def _exact_similarity(
     return np.round(out, decimals, out=out)
 
 
-def _dense_pairs(
+def dense_pairs(
     vectors: np.ndarray,
     starts: np.ndarray,
     sizes: np.ndarray,
@@ -254,7 +254,7 @@ def _all_pairs(
     vectors: np.ndarray, threshold: float, decimals: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every pair of one group with similarity >= ``threshold``, exactly, sorted by (i, j)."""
-    edges, sims = _dense_pairs(
+    edges, sims = dense_pairs(
         vectors, np.zeros(1, dtype=np.int64), np.array([len(vectors)]), threshold, decimals
     )
     order = np.lexsort((edges[:, 1], edges[:, 0]))
@@ -274,7 +274,7 @@ def candidate_pairs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of facts whose cosine similarity is at least ``threshold`` (inclusive), docs/method.md §2.3.
 
-    Up to ``dense_max`` vectors every pair is considered (:func:`_dense_pairs`: float32 blocks,
+    Up to ``dense_max`` vectors every pair is considered (:func:`dense_pairs`: float32 blocks,
     then the near ones exactly); above it an hnswlib inner-product index (M = ``hnsw_m``,
     ef_construction = ef = max(``hnsw_ef``, k + 1), fixed ``seed``, one thread so the graph is
     deterministic) gives each vector's ``k`` nearest neighbours. ``k`` >= n - 1 asks for every

@@ -17,7 +17,7 @@ from factutil.cluster import (
     triple_text,
 )
 from factutil.cluster.keys import add_key_edges
-from factutil.linkage import _dense_pairs, _exact_similarity, _linkage
+from factutil.linkage import _exact_similarity, batch_linkage, dense_pairs
 from factutil.embed import EmbeddingCache, embed_unique
 from factutil.filters import FILTERS, analyze
 from factutil.schema import FactUtilConfig, Triple
@@ -296,7 +296,7 @@ def test_batched_linkage_equals_the_reference_per_group():
     def veto(i, j):
         return "x" if (i, j) in vetoed else None
 
-    labels, counts = _linkage(n, edges[shuffle], sims[shuffle], veto, starts)
+    labels, counts = batch_linkage(n, edges[shuffle], sims[shuffle], veto, starts)
     expected_counts = {"merges": 0, "refused": 0, "veto_checks": 0}
     for start, size in zip(starts.tolist(), sizes.tolist()):
         inside = (edges[:, 0] >= start) & (edges[:, 0] < start + size)
@@ -351,9 +351,9 @@ def test_dense_pairs_in_small_blocks_equal_one_block():
     vectors = (np.repeat(centres, 10, axis=0) + 0.3 * rng.normal(size=(120, 16))).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     starts, sizes = np.array([0, 7, 7, 50]), np.array([7, 0, 43, 70])
-    whole = _dense_pairs(vectors, starts, sizes, 0.8, 4)
+    whole = dense_pairs(vectors, starts, sizes, 0.8, 4)
     for max_block in (1, 100, 2000):  # bands of rows, and several groups per block
-        blocked = _dense_pairs(vectors, starts, sizes, 0.8, 4, max_block=max_block)
+        blocked = dense_pairs(vectors, starts, sizes, 0.8, 4, max_block=max_block)
         order_a = np.lexsort((whole[0][:, 1], whole[0][:, 0]))
         order_b = np.lexsort((blocked[0][:, 1], blocked[0][:, 0]))
         assert blocked[0][order_b].tolist() == whole[0][order_a].tolist()

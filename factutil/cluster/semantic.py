@@ -25,7 +25,7 @@ from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, EmbeddingCache, config_embedder, device_type, embed_unique
 from factutil.facts import fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
-from factutil.linkage import _dense_pairs, _linkage, candidate_pairs
+from factutil.linkage import batch_linkage, candidate_pairs, dense_pairs
 from factutil.schema import Triple
 from factutil.workers import (
     FactWork,
@@ -290,7 +290,7 @@ class SemanticClusterer:
         # 3. Candidate edges (docs/method.md §2.3), in fact numbers.
         clock = time.perf_counter()
         dense = sizes <= config.knn_min_size
-        edges, sims = _dense_pairs(
+        edges, sims = dense_pairs(
             vectors, starts[dense], sizes[dense], config.sim_threshold, config.sim_decimals,
             rows=rows,
         )
@@ -316,7 +316,7 @@ class SemanticClusterer:
         # 4-5. Vetoes on demand and constrained linkage (docs/method.md §2.4–§2.5).
         clock = time.perf_counter()
         veto, vetoes = self._veto(features, serials)
-        labels, linkage = _linkage(n, edges, sims, veto, starts)
+        labels, linkage = batch_linkage(n, edges, sims, veto, starts)
         ends = (starts + sizes).tolist()
         per_group = [labels[start:end] for start, end in zip(starts.tolist(), ends)]
         timings["linkage"] = time.perf_counter() - clock
