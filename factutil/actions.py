@@ -26,7 +26,7 @@ from factutil.errors import short
 TRIPLE_PARTS = ("subject", "relation", "object")
 
 
-def _reject_blank(value: str, field: str) -> str:
+def reject_blank(value: str, field: str) -> str:
     if not value.strip():
         raise ValueError(f"{field} must not be empty or whitespace, got {value!r}")
     return value
@@ -60,7 +60,7 @@ class Triple(BaseModel):
     @field_validator("subject", "relation", "object")
     @classmethod
     def _not_blank(cls, value: str, info: Any) -> str:
-        return _reject_blank(value, info.field_name)
+        return reject_blank(value, info.field_name)
 
     def as_list(self) -> list[str]:
         """The triple as ``[subject, relation, object]`` (the file form of docs/method.md §8)."""
@@ -144,7 +144,7 @@ class RawAction(BaseModel):
     observation: str | None = None
 
 
-def _assert_content_problem(item: dict[str, Any]) -> str | None:
+def assert_content_problem(item: dict[str, Any]) -> str | None:
     """Why a structured ``assert`` is an invalid *action* (docs/method.md §1), or None.
 
     An assert with no triple or with an empty part is the agent's format error, penalised like any

@@ -44,7 +44,7 @@ the answer or as a triple part is kept as the model wrote it (``42`` -> ``"42"``
 converted with ``str()``. ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON: the action is
 invalid ("not JSON: NaN is not a JSON value"). A boolean, null, list or object there is invalid; a
 query and an action name must be strings. Assert content follows
-:func:`factutil.actions._assert_content_problem` ("assert with no triple", "triple 1 has 2 parts,
+:func:`factutil.actions.assert_content_problem` ("assert with no triple", "triple 1 has 2 parts,
 expected 3", "triple 0 has an empty object"), which is consulted first.
 
 Several actions in one response
@@ -93,7 +93,7 @@ from factutil.actions import (
     InvalidAction,
     SearchAction,
     Triple,
-    _assert_content_problem,
+    assert_content_problem,
 )
 from factutil.errors import short
 from factutil.scan import (
@@ -328,7 +328,7 @@ def _assert(triples: Any) -> AssertAction:
         triples = list(triples)
     if not isinstance(triples, list):
         raise Rejected(f"assert facts are not a list: {short(triples, 40)}")
-    problem = _assert_content_problem({"triples": triples})
+    problem = assert_content_problem({"triples": triples})
     if problem is not None:
         raise Rejected(problem)
     return AssertAction(triples=[_triple(triple, index) for index, triple in enumerate(triples)])

@@ -32,8 +32,8 @@ from factutil.actions import (  # noqa: F401  (the action models stay importable
     RawAction,
     SearchAction,
     Triple,
-    _assert_content_problem,
-    _reject_blank,
+    assert_content_problem,
+    reject_blank,
 )
 
 # The configuration lives in factutil.config; its names stay importable from here.
@@ -66,7 +66,7 @@ def coerce_action(item: Any) -> Any:
         raw = RawAction.model_validate(item)
         return parse_action(raw.raw, observation=raw.observation)
     if item.get("action") == "assert":
-        problem = _assert_content_problem(item)
+        problem = assert_content_problem(item)
         if problem is not None:
             return InvalidAction(
                 raw=_item_text(item), reason=problem

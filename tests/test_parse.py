@@ -22,7 +22,7 @@ from factutil.schema import (
     Rollout,
     SearchAction,
     Triple,
-    _assert_content_problem,
+    assert_content_problem,
 )
 
 OBS = "Paris is the capital of France."
@@ -354,7 +354,7 @@ def test_malformed_json_with_an_action_key():
     ],
 )
 def test_assert_reasons_agree_with_schema(facts):
-    problem = _assert_content_problem({"facts": facts})
+    problem = assert_content_problem({"facts": facts})
     assert problem is not None
     text = json.dumps({"action": "assert", "facts": facts})
     assert parse_action(text) == invalid(text, problem)
