@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 from typing_extensions import NotRequired, TypedDict
 
-from factutil.io import InputError, Problem, error_messages, group_problems
+from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
 from factutil.schema import (
     AnswerAction,
     AssertAction,
@@ -163,8 +163,6 @@ def load_groups(
         TypeError: an item is not a Group, Rollout or mapping.
     """
     if isinstance(groups, (str, os.PathLike)):
-        from factutil.io import read_groups
-
         return [group_rows(group) for group in read_groups(groups)], {}
     if isinstance(groups, Group):
         return [group_rows(groups)], {}
