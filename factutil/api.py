@@ -29,7 +29,7 @@ from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
 from factutil.utility import batch_utilities
-from factutil.workers import FactWork, clustering_fit, fit_differences
+from factutil.workers import FactWork, clusterer_mismatch, clustering_fit
 
 __all__ = [
     "ActionRecord", "ClusterRecord", "ProcessAdvantages", "RolloutRecord", "check_clusterer",
@@ -133,11 +133,8 @@ def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
         own = clustering_fit(clusterer.config)
     else:
         return
-    differ = fit_differences(own, clustering_fit(config))
-    differ = [field for field in differ if field[0] == "mode"] or differ  # a mode names no more
-    if differ:
-        fields = "; ".join(f"{name}: clusterer {mine!r}, config {theirs!r}"
-                           for name, mine, theirs in differ)
+    fields = clusterer_mismatch(own, config)
+    if fields:
         raise ValueError(
             f"the clusterer was built for another clustering config ({fields}); build it from "
             f"this config (factutil.cluster.make_clusterer(config)) or pass the config it was "

@@ -39,8 +39,9 @@ from factutil.filters.features import fact_key, is_negated, is_symmetric
 from factutil.load import rollout_row
 from factutil.schema import Rollout, coerce_action
 
-__all__ = ["CLUSTERING_FIELDS", "FactWork", "analysis_values", "check_unit", "clustering_fit",
-           "features_from", "fit_differences", "fit_key", "make_work", "triples_of"]
+__all__ = ["CLUSTERING_FIELDS", "FactWork", "analysis_values", "check_unit", "clusterer_mismatch",
+           "clustering_fit", "features_from", "fit_key", "make_work",
+           "triples_of"]
 
 CLUSTERING_FIELDS = (
     "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
@@ -86,12 +87,16 @@ def _plain(value: Any) -> Any:
     return tuple(_plain(item) for item in value) if isinstance(value, (list, tuple)) else value
 
 
-def fit_differences(mine: Sequence[tuple[str, Any]], theirs: Sequence[tuple[str, Any]]
-                    ) -> list[tuple[str, Any, Any]]:
-    """``(name, mine, theirs)`` for each name whose values differ (a missing one is None)."""
-    a, b = dict(mine), dict(theirs)
-    return [(name, a.get(name), b.get(name)) for name in dict.fromkeys([*a, *b])
-            if a.get(name) != b.get(name)]
+def clusterer_mismatch(own: Sequence[tuple[str, Any]], config: FactUtilConfig) -> str | None:
+    """Why a clusterer whose :func:`clustering_fit` is ``own`` cannot cluster for ``config``:
+    ``"name: clusterer X, config Y; ..."`` for each differing field (only ``mode`` when the modes
+    differ: it names no more), or None when they fit."""
+    a, b = dict(own), dict(clustering_fit(config))
+    differ = [(name, a.get(name), b.get(name)) for name in dict.fromkeys([*a, *b])
+              if a.get(name) != b.get(name)]  # a name one side lacks: None there
+    differ = [field for field in differ if field[0] == "mode"] or differ
+    return "; ".join(f"{name}: clusterer {mine!r}, config {theirs!r}"
+                     for name, mine, theirs in differ) or None
 
 
 @dataclass(frozen=True, eq=False)
@@ -330,10 +335,8 @@ def make_work(
         config = own if own is not None else FactUtilConfig()
     elif not isinstance(config, FactUtilConfig):
         config = FactUtilConfig.model_validate(dict(config))
-    if own is not None and clustering_fit(own) != clustering_fit(config):
-        differ = "; ".join(f"{name}: clusterer {short(a)}, config {short(b)}"
-                           for name, a, b in fit_differences(clustering_fit(own),
-                                                             clustering_fit(config)))
+    differ = None if own is None else clusterer_mismatch(clustering_fit(own), config)
+    if differ:
         raise ValueError(f"make_work: the clusterer was built for another config ({differ})")
     parts = sorted(set(triples_of(items, config.max_turns)))
     subjects, relations, objects = (list(column) for column in zip(*parts)) if parts else ([], [], [])
