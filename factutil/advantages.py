@@ -112,22 +112,6 @@ def segment_normalize(
     return out
 
 
-def outcome_advantages(
-    rewards: np.ndarray, eps: float = 1e-6, norm_by_std: bool = True
-) -> np.ndarray:
-    """GRPO outcome advantage of each rollout of one group (docs/method.md §5).
-
-    Args:
-        rewards: float (G,) outcome rewards R_i.
-        eps: see :func:`group_normalize`.
-        norm_by_std: divide by the group's std + eps.
-
-    Returns:
-        float64 (G,). A group of one rollout, or whose rollouts all score the same, gets zeros.
-    """
-    return group_normalize(rewards, eps=eps, by_std=norm_by_std)
-
-
 def process_advantages(
     process_rewards: np.ndarray, eps: float = 1e-6, mode: str = "none"
 ) -> np.ndarray:

@@ -14,39 +14,8 @@ Normalisation (default, ``fold_unicode=False``) is byte for byte the reference o
 ``an``, ``the`` (regex ``\\b(a|an|the)\\b``) with a space; split on whitespace and join with one
 space. So ``"U.S."`` -> ``"us"`` and ``"The  Beatles!"`` -> ``"beatles"``.
 
-Decisions where the references are silent or where this library departs from them:
-
-- **yes / no / no answer (HotpotQA).** For one gold answer, F1 is 0 when the normalised prediction
-  is ``"yes"``, ``"no"`` or ``"noanswer"`` and differs from the normalised gold, and also when the
-  normalised gold is one of those three and differs from the normalised prediction. So "no" never
-  earns partial credit against "no way", nor "yes" against "yes sir". EM is unaffected (those
-  cases are not equal strings anyway). With several gold answers the rule applies to each, then
-  the maximum is taken.
-- **Empty prediction.** A prediction that is empty, whitespace-only or normalises to no tokens
-  (``"the"``, ``"!!!"``) scores EM 0 and F1 0, whatever the gold (docs/method.md §1: an empty prediction
-  scores 0). SQuAD's EM would give 1 for ``""`` against gold ``"the"``, since both normalise to
-  ``""``; this library does not, so a model cannot earn reward by answering nothing.
-- **Gold that normalises to no tokens** but is not blank (``"The"``, ``"!!!"``). It is accepted,
-  and EM compares normalised strings as SQuAD does; but the only prediction equal to ``""`` is an
-  empty one, which scores 0. F1 is 0 when either side has no tokens (SQuAD v1.1: no common
-  token -> 0). Such a gold therefore scores 0 against every prediction; other gold answers of
-  the same list still count in the maximum. The score stays SQuAD's, but such a gold is almost
-  always a data problem (the band "The The"), so :func:`golds_normalized_empty` finds them and
-  scoring warns once per gold answer and group (metric ``golds_normalized_empty``).
-- **Blank gold, or no gold.** A gold answer that is empty or whitespace-only, or an empty list of
-  gold answers, raises ``ValueError`` naming ``golden_answers`` and the value: it is a data error,
-  never silently scored (the file loader reports these too).
-- **Unicode folding** (``fold_unicode=True``, off by default because the references do not do it).
-  Before the SQuAD steps: (1) Unicode NFKC, which among much else turns fullwidth and small forms
-  into their plain characters (``－`` U+FF0D and ``﹣`` U+FE63 -> ``-``, ``﹘`` U+FE58 -> ``—``,
-  ``＇`` U+FF07 -> ``'``, ``＂`` U+FF02 -> ``"``), ligatures into letters (``ﬁ`` -> ``fi``),
-  no-break spaces into spaces, and ``″``/``‴`` into two/three ``′``; then (2) the table
-  :data:`UNICODE_FOLDS`: the dashes U+2010 ‐, U+2011 ‑, U+2012 ‒, U+2013 –, U+2014 —, U+2015 ―,
-  U+2212 −, U+2E3A ⸺, U+2E3B ⸻ -> ``-``; the single quotes and primes U+2018 ‘, U+2019 ’,
-  U+201A ‚, U+201B ‛, U+2032 ′, U+2035 ‵, U+02BC ʼ -> ``'``; the double quotes U+201C “,
-  U+201D ”, U+201E „, U+201F ‟ -> ``"``. As ``-``, ``'`` and ``"`` are ASCII punctuation, the
-  SQuAD step then drops them: "Jean–Pierre" and "Jean-Pierre" both become ``"jeanpierre"``.
-  Nothing else is folded: accents stay (``"Ramírez"`` != ``"Ramirez"``), as do guillemets.
+The edge cases where the references are silent (empty prediction, token-less or blank gold,
+``fold_unicode``) are docs/method.md §1, "Answer metrics".
 
 Beside the scores: :func:`outcome` (R and y of a rollout, the empty-store rule),
 :func:`outcome_reward` (the same rule for one finished rollout, as every trainer adapter applies
@@ -84,7 +53,7 @@ _DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e3a\u2e3b"
 _SINGLE_QUOTES = "\u2018\u2019\u201a\u201b\u2032\u2035\u02bc"
 _DOUBLE_QUOTES = "\u201c\u201d\u201e\u201f"
 
-#: Characters that ``fold_unicode=True`` maps to ASCII after NFKC (see the module docstring).
+#: Characters that ``fold_unicode=True`` maps to ASCII after NFKC (docs/method.md §1).
 UNICODE_FOLDS: dict[str, str] = {
     **dict.fromkeys(_DASHES, "-"),
     **dict.fromkeys(_SINGLE_QUOTES, "'"),
@@ -104,7 +73,7 @@ def normalize_answer(text: str, fold_unicode: bool = False) -> str:
     Args:
         text: the answer text.
         fold_unicode: if True, apply NFKC and then :data:`UNICODE_FOLDS` before the SQuAD steps
-            (module docstring). If False (default) the result equals the reference
+            (docs/method.md §1). If False (default) the result equals the reference
             ``normalize_answer`` of SQuAD v1.1 ``evaluate-v1.1.py`` for every string.
 
     Returns:
@@ -133,7 +102,7 @@ def qa_scores(
 
     Each text is normalised once. Sources: SQuAD v1.1 ``evaluate-v1.1.py`` (``exact_match_score``,
     ``f1_score``, ``metric_max_over_ground_truths``) and HotpotQA ``hotpot_evaluate_v1.py``
-    (yes/no/no-answer rule); docs/method.md §1. The module docstring gives the rules for empty
+    (yes/no/no-answer rule); docs/method.md §1. docs/method.md §1 gives the rules for empty
     predictions, token-less golds and ``fold_unicode``.
 
     Args:
@@ -178,7 +147,7 @@ def golds_normalized_empty(
     """The gold answers that normalise to no tokens ("The The", "A", "!!!"), each once, in order.
 
     No prediction can match such a gold (an answer that normalises to nothing scores 0), so it
-    scores 0 against every answer: the module docstring's rule, kept for SQuAD compatibility;
+    scores 0 against every answer: the rule of docs/method.md §1, kept for SQuAD compatibility;
     callers warn about them.
 
     Args:
@@ -200,7 +169,7 @@ def exact_match(
     """1.0 if the normalised prediction equals any normalised gold answer, else 0.0.
 
     Source: SQuAD v1.1 ``exact_match_score`` with the max over gold answers; an empty
-    prediction scores 0.0 (module docstring). Arguments and errors as :func:`qa_scores`.
+    prediction scores 0.0 (docs/method.md §1). Arguments and errors as :func:`qa_scores`.
     """
     return qa_scores(prediction, golden_answers, fold_unicode)[0]
 
@@ -210,7 +179,7 @@ def f1(prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool 
 
     Source: SQuAD v1.1 ``f1_score`` (multiset token overlap, precision and recall over the
     normalised tokens) with HotpotQA's yes/no/no-answer rule, maximised over the gold answers;
-    an empty prediction scores 0.0 (module docstring). Arguments and errors as
+    an empty prediction scores 0.0 (docs/method.md §1). Arguments and errors as
     :func:`qa_scores`.
     """
     return qa_scores(prediction, golden_answers, fold_unicode)[1]
@@ -224,16 +193,7 @@ def _token_f1(
     ):
         return 0.0
     gold_tokens = normalized_gold.split()
-    # the size of the two token multisets' intersection (the reference's Counter & Counter):
-    # for the short answers of QA, matching token by token is quicker than two Counters
-    if len(prediction_tokens) * len(gold_tokens) <= 256:
-        unmatched, num_same = list(gold_tokens), 0
-        for token in prediction_tokens:
-            if token in unmatched:
-                unmatched.remove(token)
-                num_same += 1
-    else:
-        num_same = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
+    num_same = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
     if num_same == 0:
         return 0.0
     precision = num_same / len(prediction_tokens)

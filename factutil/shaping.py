@@ -14,7 +14,6 @@ shaping reward of action t is F_t = gamma * Phi(S_t) - Phi(S_{t-1}).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,22 +53,6 @@ def potentials(gain: np.ndarray) -> np.ndarray:
         float64, the shape of ``gain``, values in (-1, 1).
     """
     return np.tanh(np.cumsum(np.asarray(gain, dtype=np.float64), axis=-1))
-
-
-def store_potentials(new_clusters: Sequence[np.ndarray], utility: np.ndarray) -> np.ndarray:
-    """:func:`potentials` of one rollout given the clusters each action added.
-
-    Args:
-        new_clusters: T int arrays, the clusters each action added (each cluster at most once per
-            rollout; summed exactly, so the order of triples in an assert does not matter).
-        utility: float64 (K,), u_c of the group's clusters.
-
-    Returns:
-        float64 (T,), values in (-1, 1).
-    """
-    utility = np.asarray(utility, dtype=np.float64)
-    return potentials(np.array([cluster_gain(added, utility) for added in new_clusters],
-                               dtype=np.float64))
 
 
 def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
@@ -211,57 +194,3 @@ def process_rewards(
         potential=np.where(valid, potential, 0.0),
         empty_store_answer=empty_store_answer,
     )
-
-
-def rollout_process_rewards(
-    kinds: np.ndarray,
-    new_clusters: Sequence[np.ndarray],
-    utility: np.ndarray,
-    repeated_search: np.ndarray,
-    *,
-    gamma: float = 1.0,
-    alpha: float = 0.2,
-    invalid_penalty: float = -0.1,
-    repeat_search_penalty: float = -0.01,
-    empty_store_answer_penalty: float = -0.1,
-) -> ProcessRewards:
-    """All process reward parts of one rollout's effective actions (docs/method.md §4).
-
-    Args:
-        kinds: int (T,) action codes.
-        new_clusters: T int arrays, the clusters each action brought into the store.
-        utility: float64 (K,) cluster utilities of the group.
-        repeated_search: bool (T,), True on a search whose normalised query repeats an earlier one.
-        gamma, alpha, *_penalty: see :func:`process_rewards`.
-
-    Returns:
-        :class:`ProcessRewards` with (T,) arrays.
-    """
-    kinds = np.asarray(kinds)
-    repeated_search = np.asarray(repeated_search, dtype=bool)
-    if len(new_clusters) != len(kinds) or repeated_search.shape != kinds.shape:
-        raise ValueError(
-            f"kinds, new_clusters and repeated_search must have one entry per action, got "
-            f"{len(kinds)}, {len(new_clusters)} and {len(repeated_search)}"
-        )
-    utility = np.asarray(utility, dtype=np.float64)
-    counts = np.array([len(a) for a in new_clusters], dtype=np.int64)
-    clusters = np.concatenate(
-        [np.asarray(a, dtype=np.int64) for a in new_clusters] or [np.zeros(0, dtype=np.int64)]
-    )
-    pair_step = np.repeat(np.arange(len(kinds), dtype=np.int64), counts)
-    gain, added = action_gains(
-        np.zeros(len(pair_step), dtype=np.int64), pair_step, utility[clusters], 1, len(kinds)
-    )
-    parts = process_rewards(
-        kinds[None, :], gain, added, repeated_search[None, :],
-        gamma=gamma, alpha=alpha, invalid_penalty=invalid_penalty,
-        repeat_search_penalty=repeat_search_penalty,
-        empty_store_answer_penalty=empty_store_answer_penalty,
-    )
-    return ProcessRewards(*(getattr(parts, name)[0] for name in ProcessRewards.__dataclass_fields__))
-
-
-def cluster_gain(added: Sequence[int], utility: np.ndarray) -> float:
-    """Summed utility of the clusters an action added, summed exactly (order never matters)."""
-    return math.fsum(utility[int(c)] for c in added)

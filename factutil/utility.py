@@ -43,28 +43,6 @@ class PriorRiskWarning(UserWarning):
     under ``prior="beta"`` has at least half of its groups failing in every rollout."""
 
 
-@dataclass(frozen=True)
-class ClusterUtilities:
-    """Per-cluster statistics of one group (docs/method.md §3). Arrays have shape (K,).
-
-    Attributes:
-        n: int64, rollouts whose store held the cluster.
-        s: float64, summed success of those rollouts.
-        mean: float64, posterior mean success m_c.
-        utility: float64, u_c = m_c - baseline, in (-1, 1).
-        baseline: the group's mean success p-bar.
-        rollout_utility: float64 (G, K), the utility rollout i's shaping reads for cluster c
-            (u_c, or its leave-one-out value; 0 where rollout i never held c).
-    """
-
-    n: np.ndarray
-    s: np.ndarray
-    mean: np.ndarray
-    utility: np.ndarray
-    baseline: float
-    rollout_utility: np.ndarray
-
-
 def success_rate(success: np.ndarray) -> float:
     """The group's mean success p-bar, summed exactly (``math.fsum``) so order never matters.
 
@@ -310,60 +288,3 @@ def _leave_one_out(
     pair_utility = np.empty(pairs, dtype=np.float64)
     pair_utility[order] = np.where(alone, 0.0, value)
     return pair_utility
-
-
-def cluster_utilities(
-    membership: np.ndarray,
-    success: np.ndarray,
-    epsilon: float = 0.5,
-    prior: Prior = "group",
-    utility_from: UtilityFrom = "group",
-) -> ClusterUtilities:
-    """Beta-smoothed success of each cluster relative to the group (docs/method.md §3).
-
-    The one-group face of :func:`batch_utilities`: rollouts count in the order given (callers pass
-    them in rollout_id order).
-
-    Args:
-        membership: bool array (G, K); ``membership[i, c]`` is True when rollout i's store ever
-            held a member of cluster c (a rollout counts once).
-        success: float array (G,), y_i in [0, 1].
-        epsilon: prior strength, > 0.
-        prior: ``"group"`` (mean p-bar) or ``"beta"`` (Beta(epsilon, epsilon), the paper's);
-            see :func:`smoothed_utilities`.
-        utility_from: ``"group"`` or ``"loo"``; see :func:`batch_utilities`.
-
-    Returns:
-        :class:`ClusterUtilities`.
-
-    Raises:
-        ValueError: on mismatched shapes, y outside [0, 1] or non-finite, epsilon <= 0, or an
-            unknown prior or utility.
-    """
-    membership = np.asarray(membership, dtype=bool)
-    success = np.asarray(success, dtype=np.float64)
-    if membership.ndim != 2 or success.ndim != 1 or membership.shape[0] != success.shape[0]:
-        raise ValueError(
-            f"membership must be (G, K) and success (G,), got {membership.shape} and {success.shape}"
-        )
-    if not np.all(np.isfinite(success)) or np.any(success < 0.0) or np.any(success > 1.0):
-        raise ValueError(f"success must lie in [0, 1], got {success.tolist()}")
-    if not (epsilon > 0.0 and math.isfinite(epsilon)):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    if prior not in ("beta", "group"):
-        raise ValueError(f"prior must be 'beta' or 'group', got {prior!r}")
-    baseline = success_rate(success)
-    rows, clusters = np.nonzero(membership)  # one occurrence per (rollout, cluster), step 0
-    clusters_total = membership.shape[1]
-    batch = batch_utilities(
-        [np.arange(clusters_total, dtype=np.int64)], rows.astype(np.int64),
-        np.zeros(len(rows), dtype=np.int64), clusters.astype(np.int64), success,
-        np.arange(len(success), dtype=np.int64), np.zeros(1, dtype=np.int64), epsilon, prior,
-        utility_from=utility_from,
-    )
-    rollout_utility = np.zeros(membership.shape, dtype=np.float64)
-    rollout_utility[batch.pair_row, batch.pair_cluster] = batch.pair_utility
-    return ClusterUtilities(
-        n=batch.n, s=batch.s, mean=batch.mean, utility=batch.utility, baseline=baseline,
-        rollout_utility=rollout_utility,
-    )

