@@ -6,79 +6,10 @@ cannot read, an :class:`~factutil.schema.InvalidAction` holding the raw text and
 never raises for a ``str`` input: a format error is a penalised action, not a crash of training.
 The input is only the model's response; no prompt is ever read. Finding the candidate actions in
 the text (the JSON scanner, tag pairing, the depth-guarded loader) is :mod:`factutil.scan`; this
-module holds the rules below and turns each candidate into an action.
+module turns each candidate into an action.
 
-Forms accepted
---------------
-JSON objects with an ``"action"`` key, anywhere in the text (inside code fences, between prose)::
-
-    {"action": "search", "query": "..."}
-    {"action": "assert", "facts": [["s", "r", "o"], ...]}     # or "triples"; a triple may also be
-                                                              # {"subject", "relation", "object"}
-    {"action": "answer", "answer": "..."}
-
-JSON is decoded as ``json.loads(strict=False)`` decodes it: a real newline or tab inside a string
-(LLMs emit them) is kept. A trailing comma before ``}`` or ``]`` is tolerated by dropping it
-(outside strings) before decoding, so it never changes what the rest means. A single-quoted Python
-dict is read with :func:`ast.literal_eval` when ``json`` fails (never ``eval``). The action name is matched case-insensitively after stripping; other keys of the object
-(``"thought"``, even ``"observation"``) are dropped: the observation comes only from the caller.
-An object is found by a balanced-brace scanner that honours ``"..."`` and ``'...'`` strings and
-backslash escapes, so braces inside strings never end an object early.
-
-Tags: ``<search>query</search>``, ``<answer>text</answer>``, ``<assert>content</assert>``
-(tag names case-insensitive). The content of ``<assert>`` is either
-
-- JSON (or a Python literal): a list of triples, one triple (a 3-list or a dict), or an object with
-  ``facts``/``triples``; optionally inside a ````` code fence; or
-- one triple per line, as ``s | r | o`` or ``(s, r, o)``; a line may start with a bullet (``-``,
-  ``*``, ``•``, ``1.``); a parenthesised line is read as a Python tuple first, so quoted parts may
-  hold commas (``("Paris, France", "is in", "Europe")``), else it is split on commas. A line may
-  also be a JSON list.
-
-Values
-------
-Queries, answers and triple parts are stripped of surrounding whitespace. An empty or whitespace
-query is invalid; an empty answer is a valid ``AnswerAction(answer="")``. A JSON number given as
-the answer or as a triple part is kept as the model wrote it (``42`` -> ``"42"``, ``2.50`` ->
-``"2.50"``, ``1e3`` -> ``"1e3"``: EM compares the digits written); in a Python literal it is
-converted with ``str()``. ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON: the action is
-invalid ("not JSON: NaN is not a JSON value"). A boolean, null, list or object there is invalid; a
-query and an action name must be strings. Assert content follows
-:func:`factutil.actions.assert_content_problem` ("assert with no triple", "triple 1 has 2 parts,
-expected 3", "triple 0 has an empty object"), which is consulted first.
-
-Several actions in one response
--------------------------------
-Every *complete* action in the text is a candidate: a closed tag pair, or a closed ``{...}`` whose
-top level has an ``"action"`` key. Candidates are taken left to right and one that starts inside an
-earlier candidate is part of it (a tag inside a JSON string, JSON inside a tag's content), so they
-never overlap. Then:
-
-1. if some candidate is a valid answer, the **last valid answer** wins;
-2. otherwise the **last candidate** decides, valid or not (e.g. a final empty ``<search></search>``
-   makes the response invalid).
-
-Incomplete pieces are not candidates. A ``{`` with a top-level ``"action"`` key that never closes is
-*truncated JSON*: it swallows the rest of the text (nothing after it counts, unless it sits inside a
-tag pair that opened before it), and the response is invalid ("truncated JSON: unterminated
-string") unless a complete action precedes it. Tags pair
-like XML: a close tag closes the most recent open tag of its name; an open tag never closed is
-ignored (a model often *mentions* ``<search>`` in prose) and is reported as "unclosed <answer> tag"
-only when no complete action exists. A pair whose content holds another action tag is one invalid
-candidate ("nested <search> tag inside <answer>"). When nothing is found the reason is the first
-failure in the text, or "no action found".
-
-Limits
-------
-Nesting deeper than :data:`MAX_DEPTH` levels is refused before ``json``/``ast`` see it ("JSON
-nested deeper than 100 levels"), so 10,000-deep input returns invalid, never ``RecursionError``.
-Scanning is linear: an object met outside a string is scanned once, whatever frame met it; a
-``{`` inside a string of an unclosed object gets a scan of its own (a stray ``{`` or apostrophe in
-prose must not hide a later action), and the total scanning work is capped at three times the
-text's count of brace, bracket and quote characters (a pathological text is read only as far as the
-cap). JSON scanning is skipped outright when no ``"action":`` key occurs. Regular expressions here
-have no nested quantifiers. A megabyte of text parses in well under a second, a pathological
-megabyte (all ``{``) in about one. Lone surrogates and other odd Unicode pass through unchanged.
+Every rule (forms accepted, values, several actions in one response, limits) is in
+docs/parsing.md.
 """
 
 from __future__ import annotations
@@ -128,7 +59,7 @@ def parse_action(text: str, observation: str | None = None) -> ParsedAction:
         A ``SearchAction``, ``AssertAction`` or ``AnswerAction``; or ``InvalidAction(raw=text,
         reason=...)`` with a short reason ("no action found", "truncated JSON: unterminated
         object", "unknown action 'lookup'", "search with an empty query", ...). The accepted forms
-        and the rule for several actions in one text are in the module docstring.
+        and the rule for several actions in one text are in docs/parsing.md.
 
     Raises:
         TypeError: ``text`` is not a ``str``, or ``observation`` is neither a ``str`` nor None.

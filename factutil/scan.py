@@ -6,7 +6,7 @@ backslash escapes, linear in the text, its work capped at three times the text's
 bracket and quote characters), and the ``<search>``/``<assert>``/``<answer>`` tag pairs (paired
 like XML; tags inside a JSON action are text). :func:`load` reads one JSON value, else a Python
 literal, with the nesting guard of :data:`MAX_DEPTH`. The rules they implement are stated once,
-in :mod:`factutil.parse`'s docstring.
+in docs/parsing.md.
 """
 
 from __future__ import annotations
