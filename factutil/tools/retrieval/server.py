@@ -1,7 +1,6 @@
 """The BM25 index and Search-R1's ``POST /retrieve`` HTTP server over it (``factutil serve``).
 
-The API, the reply shapes and the limits on requests are in the package docstring
-(:mod:`factutil.tools.retrieval`).
+The API, the reply shapes and the limits on requests are in docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -111,7 +110,7 @@ def retrieve_reply(
 
     Returns:
         ``{"result": [[{"document": DOC, "score": s}, ...], ...]}`` with scores, or
-        ``{"result": [[DOC, ...], ...]}`` without (see the module docstring).
+        ``{"result": [[DOC, ...], ...]}`` without (docs/retrieval.md).
     """
     topk = request.topk or default_topk
     result: list[list[Any]] = []
@@ -258,8 +257,8 @@ def make_server(
 ) -> ThreadingHTTPServer:
     """An HTTP server for ``retriever`` (not started: call ``serve_forever``, e.g. in a thread).
 
-    One thread per connection (keep-alive); the limits and answers to bad requests are in the
-    module docstring.
+    One thread per connection (keep-alive); the limits and answers to bad requests are in
+    docs/retrieval.md.
 
     Args:
         host: the address to bind; 127.0.0.1 by default (this machine only).
