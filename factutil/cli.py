@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 import yaml
 from rich.console import Console
@@ -31,6 +32,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from factutil import __version__
 from factutil.api import ProcessAdvantages, compute_process_advantages
@@ -54,7 +56,31 @@ from factutil.report import (
 from factutil.report.plots import matplotlib_missing
 from factutil.schema import input_json_schema
 
+
+class _Help:
+    """Help that reads as a command line: option values by name, no Python types, no braces."""
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""  # a flag takes no value
+        return option
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
+class _Command(_Help, TyperCommand):
+    pass
+
+
+class _Group(_Help, TyperGroup):
+    pass
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     help="Dense per-step credit for search agents (FactAgent): score rollouts, show clusters.",
@@ -75,7 +101,7 @@ def _print_version(value: bool) -> None:
 def _main(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_print_version, is_eager=True,
+        typer.Option("--version", callback=_print_version, is_eager=True, metavar="",
                      help="Print the version and exit."),
     ] = False,
 ) -> None:
@@ -161,11 +187,11 @@ def _score(
 
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML or JSON file of config fields.")
+    Path | None, typer.Option("--config", "-c", metavar="FILE", help="YAML or JSON file of config fields.")
 ]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override one config field: key=value (repeatable)."),
+    typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override one config field: key=value (repeatable)."),
 ]
 
 
@@ -203,18 +229,17 @@ def summary_table(result: ProcessAdvantages) -> Table:
     return table
 
 
-@app.command(context_settings=EXTRA_WORDS)
+@app.command(cls=_Command, context_settings=EXTRA_WORDS)
 def score(
     ctx: typer.Context,
-    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Per-action JSONL to write.")],
+    input: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Rollouts, JSONL (docs/method.md §8).")],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.jsonl", help="Per-action JSONL to write.")],
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
     """Write one line of credit per action (docs/method.md §8) and print a summary table.
 
-    A missing output folder is created, and the command says so; the file gets the usual mode
-    of a new file (0666 less the umask).
+    A missing output folder is created (the command says so); the file gets the usual mode of a new file.
     """
     with progress_bar() as progress:
         result = _score(ctx, input, config, set_, progress)
@@ -242,11 +267,11 @@ def _advancing(progress: Progress, task: Any, rows: Any) -> Any:
     progress.update(task, completed=count)
 
 
-@app.command(context_settings=EXTRA_WORDS)
+@app.command(cls=_Command, context_settings=EXTRA_WORDS)
 def clusters(
     ctx: typer.Context,
-    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
-    format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    input: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Rollouts, JSONL (docs/method.md §8).")],
+    format: Annotated[str, typer.Option("--format", "-f", metavar="table|json", help="table or json.")] = "table",
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
@@ -259,40 +284,43 @@ def clusters(
     if format == "json":
         typer.echo(json_line([record.to_dict() for record in result.clusters]))
         return
-    table = Table(title="fact clusters", header_style="bold")
-    for column in ("uid", "cluster", "members", "n", "s", "mean", "utility"):
-        table.add_column(column, justify="right" if column in ("n", "s", "mean", "utility") else "left")
-    for record in result.clusters:
-        members = "\n".join(" | ".join(member) for member in record.members)
-        table.add_row(
-            record.uid, str(record.cluster_id), members, str(record.n), f"{record.s:g}",
-            f"{record.mean:.3f}", f"{record.utility:+.3f}",
-        )
-    console.print(table)
+    # One table per question, its uid in the title; a member is one line (cut to the width: the
+    # json format has every member in full), so a narrow terminal or a pipe stays readable.
+    for uid in dict.fromkeys(record.uid for record in result.clusters):
+        table = Table(title=f"uid {uid}", title_justify="left", header_style="bold", expand=True)
+        for column in ("cluster", "n", "s", "mean", "utility"):
+            table.add_column(column, justify="right", no_wrap=True)
+        table.add_column("members", no_wrap=True, overflow="ellipsis", ratio=1)
+        for record in (r for r in result.clusters if r.uid == uid):
+            members = "\n".join(" | ".join(member) for member in record.members)
+            table.add_row(str(record.cluster_id), str(record.n), f"{record.s:g}",
+                          f"{record.mean:.3f}", f"{record.utility:+.3f}", members)
+        console.print(table)
 
 
-@app.command(context_settings=EXTRA_WORDS)
+@app.command(cls=_Command, context_settings=EXTRA_WORDS)
 def report(
     ctx: typer.Context,
-    input: Annotated[Path, typer.Argument(help="Rollouts, JSONL (docs/method.md §8).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")],
+    input: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Rollouts, JSONL (docs/method.md §8).")],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.html", help="HTML file to write.")],
     config: ConfigOption = None,
     set_: SetOption = None,
     uid: Annotated[
-        list[str] | None, typer.Option("--uid", help="Show only this question (repeatable).")
+        list[str] | None, typer.Option("--uid", metavar="UID", help="Show only this question (repeatable).")
     ] = None,
     max_groups: Annotated[
         int,
-        typer.Option(min=0, help="Questions shown in full, widest utility spread first; 0: all."),
+        typer.Option(min=0, metavar="N", help="Questions shown in full, widest utility spread first; 0: all."),
     ] = DEFAULT_MAX_GROUPS,
     gold: Annotated[
         Path | None,
-        typer.Option(help="Gold evidence per uid (JSON: uid -> triples, or -> {gold: triples}): "
+        typer.Option(metavar="GOLD.json", help="Gold evidence per uid (JSON: uid -> triples, or -> {gold: triples}): "
                           "marks gold clusters, adds gold vs distractor utilities and their AUC."),
     ] = None,
 ) -> None:
-    """Write a self-contained HTML credit report: summary, plots, and every question's clusters
-    and rollouts with their credit (opens from disk; no script, no network)."""
+    """Write a self-contained HTML credit report of the rollouts' credit.
+
+    The page holds a summary, plots, and every question's clusters and rollouts with their credit; it opens from disk (no script, no network)."""
     try:
         gold_triples = load_gold(gold) if gold is not None else None
     except GoldError as error:
@@ -325,9 +353,9 @@ def report(
     )
 
 
-@app.command()
+@app.command(cls=_Command)
 def schema(
-    what: Annotated[str, typer.Option(help="input (one JSONL line) or config.")] = "input",
+    what: Annotated[str, typer.Option(metavar="input|config", help="input (one JSONL line) or config.")] = "input",
 ) -> None:
     """Print the JSON Schema of the input line (docs/method.md §8) or of the configuration."""
     if what == "input":
@@ -339,22 +367,22 @@ def schema(
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
-@app.command()
+@app.command(cls=_Command)
 def serve(
     corpus: Annotated[
         Path | None,
-        typer.Option(help="JSON array or JSONL of {title, text} or {id, contents}; default: 2Wiki."),
+        typer.Option(metavar="FILE", help="JSON array or JSONL of {title, text} or {id, contents}; default: 2Wiki."),
     ] = None,
-    host: Annotated[str, typer.Option(help="Address to bind (this machine only by default).")] = (
+    host: Annotated[str, typer.Option(metavar="HOST", help="Address to bind (this machine only by default).")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8000,
+    port: Annotated[int, typer.Option(metavar="PORT", help="TCP port; 0 picks a free one.")] = 8000,
     topk: Annotated[
-        int, typer.Option(min=1, help="Passages per query when a request gives no topk.")
+        int, typer.Option(min=1, metavar="K", help="Passages per query when a request gives no topk.")
     ] = 3,
     request_timeout: Annotated[
         float,
-        typer.Option(min=0.001, help="Seconds a client may stay silent mid-request (then 408)."),
+        typer.Option(min=0.001, metavar="SECONDS", help="Seconds a client may stay silent mid-request (then 408)."),
     ] = 10.0,
 ) -> None:
     """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""

@@ -83,6 +83,27 @@ def test_clusters_table_and_json(rollouts):
     assert runner.invoke(app, ["clusters", str(rollouts), "--format", "xml"]).exit_code == 2
 
 
+def test_clusters_table_fits_80_columns_with_the_full_uid(rollouts):
+    """Piped at 80 columns: the uid is whole (it titles its question's table) and each member
+    stays on one line."""
+    table = runner.invoke(app, ["clusters", str(rollouts), "--set", "mode=exact"],
+                          env={"COLUMNS": "80"})
+    lines = table.output.splitlines()
+    assert "uid q" in [line.strip() for line in lines]
+    assert max(len(line) for line in lines) <= 80
+    assert sum("France | capital | Paris" in line for line in lines) == 1
+
+
+def test_help_shows_values_by_name_not_python_types():
+    for command in ("score", "clusters", "report", "schema", "serve"):
+        text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "100"}).output
+        for python_type in ("<list[str]>", "<bool>", "<int", "<float", "<str>", "<text>", "{IN.jsonl}"):
+            assert python_type not in text, (command, python_type)
+    score = runner.invoke(app, ["score", "--help"], env={"COLUMNS": "100"}).output
+    assert "score [OPTIONS] IN.jsonl" in " ".join(score.split())
+    assert "KEY=VALUE" in score and "OUT.jsonl" in score
+
+
 def test_schema_describes_the_input_line():
     result = runner.invoke(app, ["schema"])
     schema = json.loads(result.output)
