@@ -219,6 +219,30 @@ def test_page_shows_the_summary_config_and_warnings(worked):
         assert f">{share}<" in html
 
 
+def test_all_settings_link_lands_on_an_open_config_table(worked):
+    """The header's "all settings" link points at #config, which is a section shown open (a
+    collapsed <details> would hide what the link promises; the page has no script to open it)."""
+    html = build_report(worked, ReportInputs(source="worked.jsonl"))
+    assert ("a", "#config") in _attributes(html, ("href",))
+    tags = [tag for tag, value in _attributes(html, ("id",)) if value == "config"]
+    assert tags == ["section"]
+    assert "<details" not in html.split('id="config"')[1].split("</section>")[0]
+
+
+def test_potential_band_is_the_median_and_quartiles_per_step_by_hand():
+    from factutil.report.plots import potential_band
+
+    # Three rollouts: Phi after each action; an ended rollout keeps its last Phi.
+    # step 0: 0, 0, 0; step 1: 0.2, 0.4, -0.2; step 2: 0.2 (kept), 0.6, 0 ; step 3: 0.2, 0.6, 0.1
+    low, median, high, count = potential_band([[0.2], [0.4, 0.6], [-0.2, 0.0, 0.1]])
+    assert count == 3
+    assert median == pytest.approx([0.0, 0.2, 0.2, 0.2])
+    # numpy's linear percentiles of three values a <= b <= c: p25 = (a + b) / 2, p75 = (b + c) / 2
+    assert low == pytest.approx([0.0, 0.0, 0.1, 0.15])
+    assert high == pytest.approx([0.0, 0.3, 0.4, 0.4])
+    assert potential_band([]) is None
+
+
 # --- which questions are shown --------------------------------------------------------------
 
 

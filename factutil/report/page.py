@@ -302,7 +302,7 @@ def _figures(
     potential: list[float], offsets: list[int], rows: list[int], shown: int,
 ) -> dict[str, str]:
     """The three plots: utilities and advantages of the whole batch; the potential of the
-    rollouts of the questions shown (a line each; a batch of thousands would be a blur)."""
+    rollouts of the questions shown (median and band per outcome)."""
     utilities = [cluster.utility for cluster in result.clusters]
     auc = evidence_auc(labels, utilities) if labels is not None else None
     columns = result.action_columns

@@ -96,16 +96,15 @@ def utility_histogram(
         values = list(utilities)
         low = min([*values, -0.1])
         high = max([*values, 0.1])
-        bins = [low + (high - low) * k / 30 for k in range(31)]
+        bins = [low + (high - low) * k / 20 for k in range(21)]
         known = labels is not None and any(label is not None for label in labels)
         if known:
             gold = [u for u, label in zip(values, labels) if label is True]
             other = [u for u, label in zip(values, labels) if label is False]
-            # Densities: the two kinds differ in number (few gold facts, many distractors).
-            axis.hist(other, bins=bins, density=True, color=DISTRACTOR, alpha=0.55,
-                      label=f"distractor ({len(other)})")
-            axis.hist(gold, bins=bins, density=True, color=GOLD, alpha=0.7,
-                      label=f"gold evidence ({len(gold)})")
+            # Densities: the two kinds differ in number (few gold facts, many distractors); bars
+            # side by side in each bin, so no overlap reads as a third colour.
+            axis.hist([other, gold], bins=bins, density=True, color=[DISTRACTOR, GOLD],
+                      label=[f"distractor ({len(other)})", f"gold evidence ({len(gold)})"])
             axis.legend(frameon=False, fontsize=8, title="clusters", title_fontsize=8)
             title = "Cluster utility: gold evidence vs distractors"
             if auc is not None:
@@ -149,13 +148,34 @@ def advantage_by_kind(values: Mapping[str, Mapping[str, Sequence[float]]]) -> st
         return _svg(figure, "advantage")
 
 
+def potential_band(
+    curves: Sequence[Sequence[float]],
+) -> tuple[list[float], list[float], list[float], int] | None:
+    """The 25th percentile, median and 75th percentile of Phi at each step over ``curves``.
+
+    Each curve starts at Phi(empty) = 0 and a curve that has ended keeps its last value, so all
+    have the length of the longest plus one. Returns ``(low, median, high, count)``, lists of
+    floats, or None without curves.
+    """
+    import numpy as np
+
+    if not curves:
+        return None
+    steps = max(len(curve) for curve in curves) + 1
+    rows = [[0.0, *map(float, curve)] for curve in curves]
+    grid = np.array([row + [row[-1]] * (steps - len(row)) for row in rows])
+    low, median, high = np.percentile(grid, [25, 50, 75], axis=0)
+    return low.tolist(), median.tolist(), high.tolist(), len(curves)
+
+
 def potential_lines(
     curves: Sequence[Sequence[float]], succeeded: Sequence[bool], whose: str = ""
 ) -> str:
-    """Phi of each rollout's store over its steps, one line per rollout, coloured by outcome.
+    """Phi of the rollouts' stores over their steps: per outcome, the median and the band from the
+    25th to the 75th percentile (a rollout that has ended keeps its last Phi).
 
     Args:
-        curves: per rollout, Phi after each of its actions (the line starts at Phi(empty) = 0).
+        curves: per rollout, Phi after each of its actions (each starts at Phi(empty) = 0).
         succeeded: per rollout, whether it succeeded (y >= 0.5).
         whose: added to the title (which rollouts these are).
 
@@ -166,17 +186,19 @@ def potential_lines(
 
     with matplotlib.rc_context(_RC):
         figure, (axis,) = _figure()
-        for flag in (False, True):  # successes drawn on top
-            for curve, ok in zip(curves, succeeded):
-                if ok is flag:
-                    axis.plot(range(len(curve) + 1), [0.0, *curve], drawstyle="steps-post",
-                              color=POSITIVE if ok else NEGATIVE, alpha=0.3, linewidth=1.0)
-        axis.plot([], [], color=POSITIVE, label=f"succeeded ({sum(map(bool, succeeded))})")
-        axis.plot([], [], color=NEGATIVE, label=f"failed ({len(succeeded) - sum(map(bool, succeeded))})")
+        for flag, colour, name in ((False, NEGATIVE, "failed"), (True, POSITIVE, "succeeded")):
+            band = potential_band([c for c, ok in zip(curves, succeeded) if bool(ok) is flag])
+            if band is None:
+                continue
+            low, median, high, count = band
+            x = range(len(median))
+            axis.fill_between(x, low, high, step="post", color=colour, alpha=0.2, linewidth=0)
+            axis.plot(x, median, drawstyle="steps-post", color=colour, linewidth=1.6,
+                      label=f"{name} ({count}): median, 25–75 %")
         axis.axhline(0.0, color="black", linewidth=0.6)
         axis.set_ylim(-1.0, 1.0)
         axis.set_xlabel("actions taken")
         axis.set_ylabel("potential Φ of the store")
-        axis.set_title(f"Potential Φ = tanh(Σ u_c) over each rollout{whose}")
+        axis.set_title(f"Potential Φ = tanh(Σ u_c) over the rollouts{whose}")
         axis.legend(frameon=False, fontsize=8, loc="lower left")
         return _svg(figure, "potential")
