@@ -889,7 +889,7 @@ def _merge(paths: Sequence[Path], out: Path, target_em: float, compact_results: 
         "runs": [asdict(r) for r in RUNS if r.name in names],
         "seeds": sorted({result["seed"] for result in results}),
         "wall_s": sum(report["wall_s"] for report in reports),
-        "merged_from": [str(path) for path in paths],
+        "merged_from": [f"{Path(path).parent.name}/{Path(path).name}" for path in paths],  # no machine paths
         "results": results,
     }
     return _write_report(merged, out, target_em)
