@@ -308,6 +308,11 @@ def _compute(
     metrics["groups_uniform_share"] = util.groups_uniform / len(batch) if batch else 0.0
     metrics["prior_group"] = float(config.prior == "group")  # which prior ran: 0 beta, 1 group
     metrics["searches_repeated"] = float(len(prep.repeated_row))
+    if config.facts == "retrieved":
+        metrics["observations_unsplit"] = float(prep.observations_unsplit)
+        if prep.observations_unsplit:
+            warn(f"{prep.observations_unsplit} search observation(s) matched no passage layout "
+                 "(docs/method.md §9) and count as one passage each")
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value

@@ -18,6 +18,7 @@ from factutil.config import FactUtilConfig
 from factutil.facts import Fact, distinct_facts, normalize_fact_text
 from factutil.load import GroupRows
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
+from factutil.passages import passage_key, passage_parts, passages_of, split_passages
 from factutil.shaping import KIND_CODES
 
 
@@ -51,6 +52,7 @@ class Prepared:
     occurrence_triples: list[Any]  # (occurrences,): each as written ([s, r, o], the row's own list)
     ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
     reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
+    observations_unsplit: int = 0  # facts="retrieved": observations taken as one passage
 
 
 class RolloutColumns(NamedTuple):
@@ -66,21 +68,27 @@ class RolloutColumns(NamedTuple):
     empty_store_answer: bool  # the answer came while the store was empty
     ignored_kinds: list[int]  # the kind code of each ignored action
     reasons: dict[int, str]  # action index in the rollout -> an invalid action's reason
+    unsplit: int = 0  # observations no passage layout split (facts="retrieved")
 
 
 def rollout_columns(
-    actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str] | None = None
+    actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str] | None = None,
+    retrieved: bool = False,
 ) -> RolloutColumns:
-    """One rollout's columns from its validated actions (docs/method.md §1, §5).
+    """One rollout's columns from its validated actions (docs/method.md §1, §5, §9).
 
     The effective actions are those before and including the answer, within ``max_turns``; the
     rest are ignored. A search is repeated when the normalised text of its query
     (:func:`~factutil.facts.normalize_fact_text`) is that of an earlier search of the rollout.
+    With ``retrieved`` the facts are the passages of each search's observation (its
+    ``passages`` when given, else :func:`~factutil.passages.split_passages`), at the search's
+    step, as :func:`~factutil.passages.passage_parts`; asserts bring none.
 
     Args:
         actions: the rollout's action rows (:attr:`factutil.load.GroupRows.rollouts`).
         max_turns: ``FactUtilConfig.max_turns``.
         queries: a memo of normalised queries to share between calls (None: this call's own).
+        retrieved: ``FactUtilConfig.facts == "retrieved"``.
     """
     queries = {} if queries is None else queries
     kinds: list[int] = []
@@ -93,15 +101,28 @@ def rollout_columns(
     answer = None
     empty_store_answer = False
     t = 0
+    unsplit = 0
     for action in actions[:max_turns]:
         kind = action["action"]
         kinds.append(KIND_CODES[kind])
         if kind == "assert":
-            store_empty = False
-            triples = action["triples"]
-            steps.extend([t] * len(triples))
-            triples_written.extend(triples)
+            if not retrieved:
+                store_empty = False
+                triples = action["triples"]
+                steps.extend([t] * len(triples))
+                triples_written.extend(triples)
         elif kind == "search":
+            if retrieved:
+                given = action.get("passages")
+                if given is not None:
+                    passages = passages_of(given)
+                else:
+                    passages, cut = split_passages(action.get("observation") or "")
+                    unsplit += cut
+                if passages:
+                    store_empty = False
+                    steps.extend([t] * len(passages))
+                    triples_written.extend(passage_parts(passage) for passage in passages)
             query = action["query"]
             normalized = queries.get(query)
             if normalized is None:
@@ -124,7 +145,7 @@ def rollout_columns(
         if actions[u]["action"] == "invalid":
             reasons[u] = actions[u]["reason"]
     return RolloutColumns(kinds, len(actions), steps, triples_written, repeated, answer,
-                          empty_store_answer, ignored_kinds, reasons)
+                          empty_store_answer, ignored_kinds, reasons, unsplit)
 
 
 def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
@@ -137,6 +158,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     kept too, so the records are built from these columns, never by walking the input again.
     """
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
+    retrieved = config.facts == "retrieved"
+    unsplit = 0
     success_rule = config.success
     kinds: list[int] = []
     occurrences: list[int] = []  # per rollout, its number of triple occurrences
@@ -188,7 +211,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         scores: dict[str, tuple[float, float]] = {}
         first_occurrence = len(occurrence_triples)
         for rollout in rollouts:
-            columns = rollout_columns(rollout["actions"], max_turns, queries)
+            columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved)
+            unsplit += columns.unsplit
             t = len(columns.kinds)
             kinds.extend(columns.kinds)
             count = len(columns.occurrence_step)
@@ -214,8 +238,9 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                 if found is None:
                     found = scores[answer] = qa_scores(answer, golds, fold_unicode=fold)
                 em, f1 = found
-            reward, success = outcome(
-                em, f1, answered=answer is not None, empty_store=columns.empty_store_answer,
+            reward, success = outcome(  # retrieved: the store is not the agent's, R stays
+                em, f1, answered=answer is not None,
+                empty_store=columns.empty_store_answer and not retrieved,
                 given=rollout.get("reward"), success=success_rule,
             )
             answers.append(answer)
@@ -229,7 +254,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             first_action += columns.total
             row += 1
         parts = occurrence_triples[first_occurrence:]
-        texts, chosen, where = distinct_facts(parts, template, fact_count)
+        texts, chosen, where = distinct_facts(parts, template, fact_count,
+                                              passage_key if retrieved else None)
         occurrence_fact.extend(where)
         fact_count += len(texts)
         texts_per_group.append(texts)
@@ -257,4 +283,5 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         occurrence_triples=occurrence_triples,
         ignored_kinds=ignored_kinds,
         reasons=reasons,
+        observations_unsplit=unsplit,
     )

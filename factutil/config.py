@@ -55,10 +55,17 @@ class FactUtilConfig(BaseModel):
     group_size: int | None = Field(
         None, ge=1, description="Expected rollouts per group (G, 6 in the paper); None accepts any."
     )
+    facts: Literal["asserted", "retrieved"] = Field(
+        "asserted",
+        description="What a fact is: 'asserted' = the triples of assert actions (the paper's); "
+        "'retrieved' = the passages each search's observation brought (docs/method.md §9; no "
+        "FactAgent prompt needed; mode defaults to 'exact' there).",
+    )
     # §2 clusters
     mode: Literal["exact", "semantic"] = Field(
         "semantic",
-        description="Clustering: 'semantic' (embeddings + filters) or 'exact' (the paper's ablation).",
+        description="Clustering: 'semantic' (embeddings + filters) or 'exact' (the paper's ablation); "
+        "'exact' when facts='retrieved' and mode is not given.",
     )
     triple_template: str = Field(
         "{subject} | {relation} | {object}", description="Text of a triple before normalisation."
@@ -226,6 +233,8 @@ class FactUtilConfig(BaseModel):
         # A preset fills the fields it names; a field given explicitly wins over it.
         if isinstance(data, Mapping) and data.get("preset") in PRESETS:
             data = {**PRESETS[data["preset"]], **data}
+        if isinstance(data, Mapping) and data.get("facts") == "retrieved" and "mode" not in data:
+            data = {**data, "mode": "exact"}  # passages are clustered by identity unless asked
         return data
 
     @field_validator("filters", mode="before")

@@ -9,7 +9,7 @@ Inside the method steps a triple is a :class:`Fact`, a plain named tuple.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
@@ -56,6 +56,7 @@ def triple_text(triple: Triple | Fact, template: str = DEFAULT_TEMPLATE) -> str:
 
 def distinct_facts(
     parts: Sequence[Sequence[str]], template: str = DEFAULT_TEMPLATE, first: int = 0,
+    key: Callable[[Sequence[str]], str] | None = None,
 ) -> tuple[list[str], list[int], list[int]]:
     """The distinct normalised texts of some triples, sorted, each with one representative
     (docs/method.md §2.1): the one rule behind :func:`representatives` and the batch's columns.
@@ -68,13 +69,18 @@ def distinct_facts(
             kind, as they are compared), duplicates allowed.
         template: the triple text template.
         first: the number of the first distinct text (a batch numbers its groups' facts on).
+        key: the text of a fact's parts, when not its template text (a retrieved passage's
+            identity, :func:`factutil.passages.passage_key`).
 
     Returns:
         ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
         in ``parts`` of its representative; for each of ``parts``, ``first`` + the position of
         its text.
     """
-    texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
+    if key is None:
+        texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
+    else:
+        texts = [key(part) for part in parts]
     local: dict[str, int] = {}
     best: list[int] = []
     found: list[int] = []

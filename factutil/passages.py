@@ -1,0 +1,124 @@
+"""A search's observation as passages: the facts of ``facts="retrieved"`` (docs/method.md §9).
+
+:func:`split_passages` reads the layouts retrievers hand to search agents:
+
+- Search-R1's ``Doc i(Title: T) text`` (also ``Doc i (Title: T) text``, the layout of
+  ``factutil serve``'s client), one passage per ``Doc`` line and the lines after it;
+- numbered passages, each starting a line: ``[1] text``, ``1. text``, ``1) text``;
+- passages separated by blank lines.
+
+An observation none of these splits is one passage (:attr:`Passages.unsplit` says so, and the
+step counts it). A passage's identity (:func:`passage_key`) is its id when the input gives one,
+else its normalised title and text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from factutil.facts import normalize_fact_text
+
+__all__ = ["Passage", "Passages", "passage_key", "passage_parts", "passages_of", "split_passages"]
+
+# "Doc 3(Title: "Paris (film)") text": the title ends at the first ")" followed by a space or
+# the line's end, so parentheses inside a title stay in it.
+_DOC = re.compile(r"^[ \t]*Doc[ \t]+\d+[ \t]*\(Title:[ \t]*(.*?)\)(?=\s|$)[ \t]*", re.MULTILINE)
+_NUMBERED = re.compile(r"^[ \t]*(?:\[\d{1,3}\]|\d{1,3}[.)])[ \t]+", re.MULTILINE)
+_BLANK = re.compile(r"\n[ \t]*\n")
+
+
+class Passage(NamedTuple):
+    """One retrieved passage: its id (``""`` when the input gives none), title and text."""
+
+    id: str
+    title: str
+    text: str
+
+
+class Passages(NamedTuple):
+    """The passages of one observation, and whether no layout split it (one passage then)."""
+
+    passages: list[Passage]
+    unsplit: bool
+
+
+def split_passages(observation: str) -> Passages:
+    """The passages of a search's observation (docs/method.md §9).
+
+    Args:
+        observation: the retriever's text as the agent read it.
+
+    Returns:
+        :class:`Passages`. Blank passages are dropped; an observation that is blank gives none,
+        one that no layout splits gives itself as the one passage (``unsplit`` True).
+    """
+    docs = list(_DOC.finditer(observation))
+    if docs:
+        passages = []
+        for k, match in enumerate(docs):
+            end = docs[k + 1].start() if k + 1 < len(docs) else len(observation)
+            title = match.group(1).strip().strip('"').strip()
+            passages.append(Passage("", title, observation[match.end():end].strip()))
+        return Passages([p for p in passages if p.text or p.title], False)
+    pieces = _numbered(observation)
+    if len(pieces) < 2:
+        pieces = [piece.strip() for piece in _BLANK.split(observation) if piece.strip()]
+    if len(pieces) > 1:
+        return Passages([Passage("", "", piece) for piece in pieces], False)
+    text = observation.strip()
+    return Passages([Passage("", "", text)] if text else [], bool(text))
+
+
+def _numbered(observation: str) -> list[str]:
+    """The pieces of ``[1] …`` / ``1. …`` / ``1) …`` passages, when the observation starts with one."""
+    starts = [match.start() for match in _NUMBERED.finditer(observation)]
+    if not starts or observation[: starts[0]].strip():
+        return []
+    bounds = [*starts, len(observation)]
+    pieces = [_NUMBERED.sub("", observation[a:b], count=1).strip() for a, b in zip(bounds, bounds[1:])]
+    return [piece for piece in pieces if piece]
+
+
+def passages_of(given: Sequence[Any]) -> list[Passage]:
+    """Passages an input lists explicitly (a search's ``passages``): each a string (its text) or a
+    mapping with ``text`` or ``contents`` and optional ``id`` and ``title``.
+
+    Search-R1's ``contents`` form (``'"Title"\\ntext'``) is split into title and text.
+
+    Raises:
+        ValueError: an item that is neither, naming its index.
+    """
+    passages = []
+    for index, item in enumerate(given):
+        if isinstance(item, str):
+            passages.append(Passage("", "", item.strip()))
+            continue
+        if not isinstance(item, Mapping):
+            raise ValueError(f"passages[{index}] must be a string or an object, got {item!r}")
+        title = str(item.get("title") or "")
+        text = item.get("text")
+        if text is None and isinstance(item.get("contents"), str):
+            head, _, rest = item["contents"].partition("\n")
+            title, text = title or head.strip().strip('"'), rest
+        if not isinstance(text, str):
+            raise ValueError(f"passages[{index}] needs a text (or contents) string, got {item!r}")
+        identity = item.get("id")
+        passages.append(Passage("" if identity is None else str(identity), title.strip(), text.strip()))
+    return passages
+
+
+def passage_parts(passage: Passage) -> list[str]:
+    """A passage as the three parts a fact has (docs/method.md §9): ``[title, "id:<id>" or "",
+    text]``, so the clusterers and records take it as they take a triple."""
+    return [passage.title, f"id:{passage.id}" if passage.id else "", passage.text]
+
+
+def passage_key(parts: Sequence[str]) -> str:
+    """A passage's identity as text, from :func:`passage_parts`: ``id:<id>`` when it has an id,
+    else its title and text normalised as docs/method.md §2.1 normalises a fact."""
+    title, tag, text = parts
+    if tag:
+        return tag
+    return normalize_fact_text(f"{title} | {text}" if title else text)

@@ -1,0 +1,151 @@
+"""facts="retrieved": the passages a search brought are the facts (docs/method.md §9).
+
+Values worked by hand from docs/method.md §3–§5.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from factutil import FactUtilConfig, compute_process_advantages
+from factutil.cli import app
+from factutil.passages import Passage, passage_key, passage_parts, passages_of, split_passages
+
+QUESTION = "Who is the mother of the director of film Polish-Russian War?"
+GOLD = ["Małgorzata Braunek"]
+P1 = ('Doc 1(Title: "Xawery Żuławski") Xawery Żuławski is a Polish film director, son of '
+      "Małgorzata Braunek.")
+P3 = 'Doc {k}(Title: "Polish-Russian War (film)") Polish-Russian War is a 2009 Polish film.'
+P2 = 'Doc {k}(Title: "Paris") Paris is the capital of France.'
+
+
+def _search_r1(rollout_id: str, turns: list[tuple[str, str]], answer: str) -> dict:
+    """A Search-R1 rollout: raw model turns, each search with the retriever's observation."""
+    actions = [{"raw": f"<think>look it up</think><search>{query}</search>", "observation": obs}
+               for query, obs in turns]
+    actions.append({"raw": f"<think>done</think><answer>{answer}</answer>"})
+    return {"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": rollout_id,
+            "actions": actions}
+
+
+# a (right): search 1 brings P1 and P3, search 2 brings P1 again; b (right): P3, then P1;
+# c (wrong): P3 and P2.
+ROLLOUTS = [
+    _search_r1("a", [("director of Polish-Russian War", P1 + "\n" + P3.format(k=2)),
+                     ("Xawery Zulawski mother", P1)], "Małgorzata Braunek"),
+    _search_r1("b", [("Polish-Russian War film", P3.format(k=1)),
+                     ("Xawery Żuławski", P1)], "Małgorzata Braunek"),
+    _search_r1("c", [("Polish-Russian War director", P3.format(k=1) + "\n" + P2.format(k=2))],
+               "Paris"),
+]
+
+
+def test_shaping_lands_on_the_search_that_first_retrieved_a_passage_of_the_successful_rollouts():
+    result = compute_process_advantages(ROLLOUTS, FactUtilConfig(facts="retrieved"))
+    # y = (1, 1, 0), p-bar = 2/3, prior "group", epsilon 0.5: u = sum(y - p-bar) / (n + 1).
+    # P1 held by a and b: (1/3 + 1/3) / 3 = 2/9. P3 held by all three: 0. P2 by c alone:
+    # (-2/3) / 2 = -1/3.
+    u1, u3, u2 = 2 / 9, 0.0, -1 / 3
+    shaping = result.per_rollout("shaping")
+    assert shaping[("q", "a")].tolist() == pytest.approx([math.tanh(u1 + u3), 0.0, 0.0], abs=1e-12)
+    # b's first search brought only P3, which every rollout holds: no credit.
+    assert shaping[("q", "b")].tolist() == pytest.approx([0.0, math.tanh(u1), 0.0], abs=1e-12)
+    assert shaping[("q", "c")].tolist() == pytest.approx([math.tanh(u2), 0.0], abs=1e-12)
+    # the search is the action that gained: nothing is sent back, nothing penalised
+    assert not result.action_columns["back_credit"].any()
+    assert not result.action_columns["penalty"].any()
+    by_text = {member[0]: cluster.utility for cluster in result.clusters
+               for member in cluster.members}
+    assert by_text == pytest.approx({"Xawery Żuławski": u1, "Polish-Russian War (film)": u3,
+                                     "Paris": u2}, abs=1e-12)
+    assert result.metrics["observations_unsplit"] == 0
+
+
+def test_the_cli_scores_a_search_r1_file_with_facts_retrieved(tmp_path):
+    source = tmp_path / "search_r1.jsonl"
+    source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROLLOUTS),
+                      encoding="utf-8")
+    out = tmp_path / "credit.jsonl"
+    done = CliRunner().invoke(app, ["score", str(source), "-o", str(out), "--set", "facts=retrieved"])
+    assert done.exit_code == 0, done.output
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    searches = [(line["rollout_id"], line["step"], line["shaping"]) for line in lines
+                if line["action"] == "search"]
+    # (P3's utility is 0 up to rounding: 1/3 + 1/3 - 2/3 in floats)
+    assert [(rid, step) for rid, step, value in searches if value > 1e-9] == [("a", 0), ("b", 1)]
+    assert [(rid, step) for rid, step, value in searches if abs(value) < 1e-9] == [("a", 1), ("b", 0)]
+    assert [(rid, step) for rid, step, value in searches if value < -1e-9] == [("c", 0)]
+
+
+def test_asserted_facts_ignore_observations_and_retrieved_facts_ignore_asserts():
+    rollout = {"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": "a",
+               "actions": [{"action": "search", "query": "x", "observation": P1},
+                           {"action": "assert", "triples": [["a", "b", "c"]]},
+                           {"action": "answer", "answer": "Małgorzata Braunek"}]}
+    other = {**rollout, "rollout_id": "b", "actions": [{"action": "answer", "answer": "no"}]}
+    asserted = compute_process_advantages([rollout, other], FactUtilConfig(mode="exact"))
+    retrieved = compute_process_advantages([rollout, other], FactUtilConfig(facts="retrieved"))
+    assert [c.members for c in asserted.clusters] == [[["a", "b", "c"]]]
+    assert [c.members for c in retrieved.clusters] == [
+        [["Xawery Żuławski", "", "Xawery Żuławski is a Polish film director, son of "
+                                 "Małgorzata Braunek."]]]
+    # under "retrieved" the credit of the fact is the search's, under "asserted" the assert's
+    assert retrieved.per_rollout("shaping")[("q", "a")][0] > 0
+    assert asserted.per_rollout("shaping")[("q", "a")][0] == 0
+    # b answered with nothing retrieved: penalised, but its outcome reward is not zeroed
+    # (the store is not the agent's under "retrieved")
+    assert retrieved.per_rollout("penalty")[("q", "b")].tolist() == [-0.1]
+
+
+def test_retrieved_facts_cluster_by_identity_by_default():
+    assert FactUtilConfig(facts="retrieved").mode == "exact"
+    assert FactUtilConfig(facts="retrieved", mode="semantic").mode == "semantic"
+    assert FactUtilConfig().facts == "asserted" and FactUtilConfig().mode == "semantic"
+
+
+def test_search_r1_and_factutil_observation_layouts_split_into_passages():
+    search_r1 = ('Doc 1(Title: "Paris (film)") Paris is a 2008 film.\nIt stars Juliette Binoche.\n'
+                 'Doc 2(Title: "Juliette Binoche") Juliette Binoche is an actress.\n')
+    assert split_passages(search_r1) == ([
+        Passage("", "Paris (film)", "Paris is a 2008 film.\nIt stars Juliette Binoche."),
+        Passage("", "Juliette Binoche", "Juliette Binoche is an actress.")], False)
+    served = "Doc 1 (Title: Paris) Paris is in France.\nDoc 2 (Title: Lyon) Lyon too."
+    assert [p.title for p in split_passages(served).passages] == ["Paris", "Lyon"]
+    assert [p.text for p in split_passages("[1] one\n[2] two").passages] == ["one", "two"]
+    assert [p.text for p in split_passages("1. one\n2) two\n").passages] == ["one", "two"]
+    assert [p.text for p in split_passages("one\n\n  \ntwo").passages] == ["one", "two"]
+    # no layout: the observation is one passage, and says so
+    assert split_passages(" No documents found. ") == ([Passage("", "", "No documents found.")], True)
+    assert split_passages("") == ([], False)
+    # a number inside prose is no numbered layout
+    assert split_passages("In 1990. it rained").unsplit
+
+
+def test_explicit_passages_and_their_identity():
+    given = ["plain text", {"id": 7, "contents": '"Title"\nBody text'},
+             {"id": "d9", "title": "T", "text": "t"}]
+    assert passages_of(given) == [Passage("", "", "plain text"), Passage("7", "Title", "Body text"),
+                                  Passage("d9", "T", "t")]
+    with pytest.raises(ValueError, match=r"passages\[0\]"):
+        passages_of([3])
+    with pytest.raises(ValueError, match=r"passages\[1\] needs a text"):
+        passages_of(["a", {"id": 1}])
+    # an id decides identity; without one, the normalised title and text do
+    assert passage_key(passage_parts(Passage("7", "A", "x"))) == "id:7"
+    assert passage_key(passage_parts(Passage("", "A", "Some  TEXT"))) == "a | some text"
+    assert passage_key(passage_parts(Passage("", "", "Some text"))) == "some text"
+
+
+def test_an_observation_no_layout_splits_is_one_passage_counted_and_warned():
+    rollout = {"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": "a",
+               "actions": [{"action": "search", "query": "x", "observation": "free text answer"},
+                           {"action": "answer", "answer": "x"}]}
+    result = compute_process_advantages([rollout, {**rollout, "rollout_id": "b"}],
+                                        FactUtilConfig(facts="retrieved"))
+    assert result.metrics["observations_unsplit"] == 2
+    assert any("matched no passage layout" in w for w in result.warnings)
+    assert [c.members for c in result.clusters] == [[["", "", "free text answer"]]]
