@@ -45,6 +45,7 @@ from factutil.config import (
 )
 from factutil.io import InputError, json_line, read_groups, write_jsonl
 from factutil.metrics import golds_normalized_empty
+from factutil.passages import passage_label
 from factutil.report import (
     DEFAULT_MAX_GROUPS,
     GoldError,
@@ -286,13 +287,15 @@ def clusters(
         return
     # One table per question, its uid in the title; a member is one line (cut to the width: the
     # json format has every member in full), so a narrow terminal or a pipe stays readable.
+    retrieved = result.config.facts == "retrieved"
     for uid in dict.fromkeys(record.uid for record in result.clusters):
         table = Table(title=f"uid {uid}", title_justify="left", header_style="bold", expand=True)
         for column in ("cluster", "n", "s", "mean", "utility"):
             table.add_column(column, justify="right", no_wrap=True)
         table.add_column("members", no_wrap=True, overflow="ellipsis", ratio=1)
         for record in (r for r in result.clusters if r.uid == uid):
-            members = "\n".join(" | ".join(member) for member in record.members)
+            members = "\n".join(passage_label(member) if retrieved else " | ".join(member)
+                                 for member in record.members)
             table.add_row(str(record.cluster_id), str(record.n), f"{record.s:g}",
                           f"{record.mean:.3f}", f"{record.utility:+.3f}", members)
         console.print(table)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from factutil.facts import normalize_fact_text
 
-__all__ = ["Passage", "Passages", "passage_key", "passage_parts", "passages_of", "split_passages"]
+__all__ = ["Passage", "Passages", "passage_key", "passage_label", "passage_parts", "passages_of", "split_passages"]
 
 # "Doc 3(Title: "Paris (film)") text": the title ends at the first ")" followed by a space or
 # the line's end, so parentheses inside a title stay in it.
@@ -122,3 +122,12 @@ def passage_key(parts: Sequence[str]) -> str:
     if tag:
         return tag
     return normalize_fact_text(f"{title} | {text}" if title else text)
+
+
+def passage_label(parts: Sequence[str], width: int = 160) -> str:
+    """A passage's parts as one line to show: ``Title: text`` cut to ``width`` characters of text,
+    with ``[id:...]`` when it has an id."""
+    title, tag, text = parts
+    body = " ".join(text.split())
+    body = body[:width] + "…" if len(body) > width else body
+    return (f"{title}: " if title else "") + body + (f" [{tag}]" if tag else "")

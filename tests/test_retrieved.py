@@ -149,3 +149,21 @@ def test_an_observation_no_layout_splits_is_one_passage_counted_and_warned():
     assert result.metrics["observations_unsplit"] == 2
     assert any("matched no passage layout" in w for w in result.warnings)
     assert [c.members for c in result.clusters] == [[["", "", "free text answer"]]]
+
+
+def test_the_report_and_the_clusters_table_show_passages(tmp_path):
+    from factutil.report import ReportInputs, build_report
+
+    result = compute_process_advantages(ROLLOUTS, FactUtilConfig(facts="retrieved"))
+    html = build_report(result, ReportInputs(source="search_r1.jsonl"))
+    assert "passages (as retrieved)" in html
+    assert "Xawery Żuławski: Xawery Żuławski is a Polish film director" in html
+    assert "members (as the rollouts wrote them)" not in html
+    source = tmp_path / "search_r1.jsonl"
+    source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROLLOUTS),
+                      encoding="utf-8")
+    table = CliRunner().invoke(app, ["clusters", str(source), "--set", "facts=retrieved"],
+                               env={"COLUMNS": "200"})
+    assert table.exit_code == 0
+    assert "Paris: Paris is the capital of France." in table.output
+    assert " | " not in table.output.split("members")[1]

@@ -21,6 +21,7 @@ from factutil import __version__
 from factutil.api import ClusterRecord, ProcessAdvantages
 from factutil.config import FactUtilConfig
 from factutil.io import write_atomic
+from factutil.passages import passage_label
 from factutil.report import plots
 from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
 
@@ -159,7 +160,7 @@ def report_context(
     for g in shown:
         groups.append(_group_view(
             result.groups[g], first_row[g], by_uid.get(result.groups[g].uid, []), actions,
-            rollouts, potential, offsets, scale, labels is not None,
+            rollouts, potential, offsets, scale, labels is not None, config.facts == "retrieved",
         ))
         if progress is not None:
             progress(1)
@@ -186,6 +187,7 @@ def report_context(
             if name.startswith("time_") and name.endswith("_s")
         ],
         "config": _config_rows(config),
+        "retrieved": config.facts == "retrieved",
         "key_config": [
             ("mode", config.mode), ("prior", config.prior), ("success", config.success),
             ("Ω", f"{config.omega:g}"), ("α", f"{config.alpha:g}"),
@@ -333,7 +335,7 @@ def _figures(
 def _group_view(
     group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
     actions: list[Any], rollouts: list[Any], potential: list[float], offsets: list[int],
-    scale: float, gold_known: bool,
+    scale: float, gold_known: bool, retrieved: bool = False,
 ) -> dict[str, Any]:
     utility_of = {cluster.cluster_id: cluster.utility for cluster, _ in clusters}
     gold_of = {cluster.cluster_id: label for cluster, label in clusters}
@@ -342,7 +344,8 @@ def _group_view(
     for cluster, label in ordered:
         cluster_rows.append({
             "id": cluster.cluster_id,
-            "members": [" | ".join(member) for member in cluster.members[:MEMBERS_SHOWN]],
+            "members": [passage_label(member) if retrieved else " | ".join(member)
+                        for member in cluster.members[:MEMBERS_SHOWN]],
             "members_left": max(0, len(cluster.members) - MEMBERS_SHOWN),
             "n": cluster.n,
             "s": Number(cluster.s, signed=False),
