@@ -123,6 +123,7 @@ RUNS = (
     RunSpec("paper", "preset=paper (Beta prior)", {"preset": "paper"}),
     RunSpec("plain_grpo", "preset=plain_grpo", {"preset": "plain_grpo"}),
     RunSpec("loo", "utility=loo (prior=group)", {"utility": "loo"}),
+    RunSpec("retrieved", "facts=retrieved (passages)", {"facts": "retrieved"}),
     RunSpec("omega_0.3", "paper, Ω=0.3", {"preset": "paper", "omega": 0.3}),
     RunSpec("omega_0.7", "paper, Ω=0.7", {"preset": "paper", "omega": 0.7}),
     RunSpec("no_back_credit", "paper, α=0 (no back-credit)", {"preset": "paper", "alpha": 0.0}),
