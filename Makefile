@@ -27,7 +27,7 @@ venv: $(VENV)/.torch
 demo: venv
 	$(BIN)/pip install --quiet -e '.[examples]'
 	$(BIN)/factutil score examples/data/2wiki_rollouts.jsonl -o out/2wiki_scored.jsonl
-	$(BIN)/python examples/credit_check.py examples/data/2wiki_rollouts.jsonl --modes exact,semantic --plot out/2wiki_utility.png
+	$(BIN)/python examples/credit_check.py examples/data/2wiki_rollouts.jsonl --modes exact,semantic --passages --plot out/2wiki_utility.png
 	$(BIN)/factutil report examples/data/2wiki_rollouts.jsonl -o out/2wiki_report.html --gold examples/data/2wiki_gold.json
 
 # Chromium (Debian's package) for the test that opens the HTML report in a headless browser. CI

@@ -6,16 +6,20 @@ evidence triple of its question (any letter case or wording listed in ``2wiki_go
 separating them (1.0: every gold cluster above every distractor; 0.5: chance): *pooled* over all
 clusters of the sample, and *within-group*, over the (gold, distractor) pairs of one question only —
 the comparison a policy update makes, since utilities are relative to each group's success rate.
-Each clustering mode runs under each prior (``FactUtilConfig.prior``). Optionally saves a
-histogram of both utility distributions.
+Each clustering mode runs under each prior (``FactUtilConfig.prior``). With ``--passages`` it
+also scores the retrieved passages as the facts (``facts="retrieved"``, docs/method.md §9): a
+passage is *gold* when its title is a supporting paragraph of its question (``supporting_facts``
+of ``2wiki_dev_compositional30_evidences.jsonl``). Optionally saves a histogram of both utility
+distributions.
 
     python examples/credit_check.py examples/data/2wiki_rollouts.jsonl [--modes exact,semantic]
-        [--priors beta,group] [--set key=value ...] [--plot FILE]
+        [--priors beta,group] [--passages] [--set key=value ...] [--plot FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -64,6 +68,11 @@ def main() -> None:
                         help="priors of cluster success to compare (FactUtilConfig.prior)")
     parser.add_argument("--config", type=Path)
     parser.add_argument("--set", dest="sets", action="append", default=[])
+    parser.add_argument("--passages", action="store_true",
+                        help="also score the retrieved passages as facts (facts=retrieved)")
+    parser.add_argument("--evidences", type=Path,
+                        help="2Wiki records with supporting_facts (default: "
+                             "2wiki_dev_compositional30_evidences.jsonl beside the rollouts)")
     parser.add_argument("--plot", type=Path, help="save utility histograms (PNG) here")
     args = parser.parse_args()
     gold_path = args.gold or args.rollouts.with_name("2wiki_gold.json")
@@ -75,27 +84,41 @@ def main() -> None:
     for column in columns:
         table.add_column(column, justify="left" if column in ("mode", "prior", "clusters") else "right")
     results = {}
-    for mode in args.modes.split(","):
-        for prior in args.priors.split(","):
-            config = load_config(args.config, [*args.sets, f"mode={mode}", f"prior={prior}"])
-            result = compute_process_advantages(args.rollouts, config)
+    runs = [("asserted", mode, prior) for mode in args.modes.split(",")
+            for prior in args.priors.split(",")]
+    supporting = {}
+    if args.passages:
+        runs += [("retrieved", "exact", prior) for prior in args.priors.split(",")]
+        evidences = args.evidences or args.rollouts.with_name("2wiki_dev_compositional30_evidences.jsonl")
+        for line in evidences.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            supporting[record["_id"]] = {title for title, _ in record["supporting_facts"]}
+    for facts, mode, prior in runs:
+        config = load_config(args.config, [*args.sets, f"facts={facts}", f"mode={mode}",
+                                           f"prior={prior}"])
+        result = compute_process_advantages(args.rollouts, config)
+        if facts == "retrieved":  # a passage is gold when its title is a supporting paragraph
+            labels = [any(member[0] in supporting[cluster.uid] for member in cluster.members)
+                      if cluster.uid in supporting else None for cluster in result.clusters]
+            mode = "passages"
+        else:
             labels = gold_labels(result.clusters, gold_by_uid, config.triple_template)
-            utilities = [cluster.utility for cluster in result.clusters]
-            gold = [u for u, label in zip(utilities, labels) if label is True]
-            distractor = [u for u, label in zip(utilities, labels) if label is False]
-            auc = evidence_auc(labels, utilities)
-            within = within_group_auc(labels, utilities, [c.uid for c in result.clusters])
-            results[f"{mode}, prior={prior}"] = (gold, distractor, auc)
-            for name, values in (("gold evidence", gold), ("distractor", distractor)):
-                first = name == "gold evidence"
-                table.add_row(
-                    mode if first else "", prior if first else "", name, str(len(values)),
-                    f"{statistics.fmean(values):+.3f}", f"{statistics.median(values):+.3f}",
-                    f"{sum(v > 0 for v in values) / len(values):.0%}",
-                    f"{auc:.3f}" if first else "",
-                    (f"{within:.3f}" if within is not None else "—") if first else "",
-                    f"{result.metrics['time_total_s']:.2f}" if first else "",
-                )
+        utilities = [cluster.utility for cluster in result.clusters]
+        gold = [u for u, label in zip(utilities, labels) if label is True]
+        distractor = [u for u, label in zip(utilities, labels) if label is False]
+        auc = evidence_auc(labels, utilities)
+        within = within_group_auc(labels, utilities, [c.uid for c in result.clusters])
+        results[f"{mode}, prior={prior}"] = (gold, distractor, auc)
+        for name, values in (("gold evidence", gold), ("distractor", distractor)):
+            first = name == "gold evidence"
+            table.add_row(
+                mode if first else "", prior if first else "", name, str(len(values)),
+                f"{statistics.fmean(values):+.3f}", f"{statistics.median(values):+.3f}",
+                f"{sum(v > 0 for v in values) / len(values):.0%}",
+                f"{auc:.3f}" if first else "",
+                (f"{within:.3f}" if within is not None else "—") if first else "",
+                f"{result.metrics['time_total_s']:.2f}" if first else "",
+            )
     console = Console(width=max(Console().width, 132))
     console.print(table)
     console.print("AUC pooled: probability that a gold-evidence cluster has higher utility than a "
