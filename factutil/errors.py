@@ -49,11 +49,17 @@ def field_path(loc: Iterable[Any], whole: str = "(line)") -> str:
     return path or whole
 
 
+def close_match(name: Any, known: Sequence[str]) -> str | None:
+    """The one of ``known`` closest to ``name`` (difflib) when it is close enough, else None."""
+    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def unknown_field_message(name: Any, known: Sequence[str]) -> str:
     """``unknown field 'omgea' (did you mean 'omega'?)``: the words for a key a model does not
     have, with the closest of ``known`` (its field names) when one is close enough."""
-    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
-    return f"unknown field {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    close = close_match(name, known)
+    return f"unknown field {name!r}" + (f" (did you mean {close!r}?)" if close else "")
 
 
 UNKNOWN_FIELD = "unknown_field"

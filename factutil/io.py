@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from factutil import errors
 from factutil.errors import short
-from factutil.schema import Group, Rollout, group_conflicts
+from factutil.schema import Group, Rollout, group_conflicts, group_key
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,12 @@ def read_rollouts(
                 problems.append(
                     Problem(name, number, "(line)", f"expected a JSON object, got {type(data).__name__}")
                 )
+                continue
+            key = group_key(data)
+            if key is not None:
+                problems.append(Problem(name, number, key, (
+                    f"a group dict (key {key!r}); a file holds one rollout per line (docs/method.md "
+                    f"§8), group dicts are Python input")))
                 continue
             try:
                 rollouts.append((number, Rollout.model_validate(data)))

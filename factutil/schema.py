@@ -38,7 +38,7 @@ from factutil.actions import (  # noqa: F401  (the action models stay importable
 
 # The configuration lives in factutil.config; its names stay importable from here.
 from factutil.config import PRESETS, FactUtilConfig, FilterName  # noqa: F401
-from factutil.errors import short
+from factutil.errors import close_match, short
 from factutil.parse import parse_action
 
 
@@ -167,6 +167,18 @@ GROUP_FIELDS = ("uid", "question", "golden_answers")
 """The fields a group and each of its rollouts share."""
 
 
+def group_key(item: Mapping[str, Any]) -> str | None:
+    """The key that makes a mapping a group dict (docs/method.md §8), or None for a rollout mapping:
+    ``rollouts``, or, in a mapping with no ``actions``, a key that is no rollout field and is a near
+    miss of ``rollouts`` (``rolouts``: the group model then refuses it, naming ``rollouts``)."""
+    if "rollouts" in item:
+        return "rollouts"
+    if "actions" in item:
+        return None
+    return next((key for key in item
+                 if key not in Rollout.model_fields and close_match(key, ("rollouts",))), None)
+
+
 def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
     """A group dict with its shared fields filled in both directions (docs/method.md §8, group-dict form).
 
@@ -267,7 +279,7 @@ class Group(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _fill_from_rollouts(cls, data: Any) -> Any:
-        return fill_group_fields(data) if isinstance(data, dict) else data
+        return fill_group_fields(dict(data)) if isinstance(data, Mapping) else data
 
     @field_validator("golden_answers")
     @classmethod

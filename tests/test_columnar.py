@@ -32,11 +32,11 @@ from factutil.cluster import (
     triple_text,
 )
 from factutil.metrics import qa_scores
-from factutil.schema import AnswerAction, AssertAction, SearchAction
+from factutil.io import read_groups
+from factutil.schema import AnswerAction, AssertAction, Rollout, SearchAction, group_rollouts
 from factutil.shaping import KIND_CODES
 from tests.conftest import CharGramEmbedder
 from tests.reference import cluster_utilities, outcome_advantages, rollout_process_rewards
-from tests.test_load import reference_as_groups
 from tests.test_properties import batches, config_fields
 
 SAMPLE = "examples/data/2wiki_rollouts.jsonl"
@@ -45,7 +45,8 @@ SAMPLE = "examples/data/2wiki_rollouts.jsonl"
 def reference(groups, config, clusterer):
     """Per group, per rollout: the method's chain (docs/method.md §1–§5) with the public step functions. Returns
     (advantages float64 per input action, per-action process advantage, cluster utilities per group)."""
-    batch, _ = reference_as_groups(groups)
+    batch = read_groups(groups) if isinstance(groups, str) else group_rollouts(
+        Rollout.model_validate(row) for row in groups)
     work = []
     for group in batch:
         rollouts = []
