@@ -159,13 +159,12 @@ def assert_content_problem(item: dict[str, Any]) -> str | None:
         if isinstance(triple, (list, tuple)):
             if len(triple) != 3:
                 return f"triple {index} has {len(triple)} parts, expected 3"
-            parts = dict(zip(TRIPLE_PARTS, triple))
-        elif isinstance(triple, dict):
             parts = triple
+        elif isinstance(triple, dict):
+            parts = [triple.get(name) for name in TRIPLE_PARTS]
         else:
             return None
-        for name in TRIPLE_PARTS:
-            part = parts.get(name)
+        for name, part in zip(TRIPLE_PARTS, parts):
             if isinstance(part, str) and not part.strip():
                 return f"triple {index} has an empty {name}"
     return None

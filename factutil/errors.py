@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-
 _SHOWN = reprlib.Repr()  # keyword arguments need Python 3.12
 _SHOWN.maxlevel = 3
 _SHOWN.maxtuple = _SHOWN.maxlist = _SHOWN.maxarray = _SHOWN.maxdict = 4

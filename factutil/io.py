@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from factutil import errors
 from factutil.errors import short
-from factutil.schema import Group, Rollout, group_conflicts, group_key
+from factutil.schema import Group, Rollout, group_conflicts, group_key, group_rollouts
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def read_rollouts(
             raise InputError([Problem(name, None, "(file)", (
                 f"a JSON document (one {document}), not JSON Lines: expected one rollout object "
                 f"per line (docs/method.md §8)"))])
-    problems.extend(_group_problems(name, rollouts))
+    problems.extend(group_problems(rollouts, lambda n: (name, n), lambda n: f"line {n}"))
     if problems:
         raise InputError(problems)
     return rollouts
@@ -158,11 +158,6 @@ def _json_document(path: str | os.PathLike) -> str | None:
     except (ValueError, RecursionError):  # not one document (or not UTF-8): the lines' problems stand
         return None
     return {dict: "object", list: "array"}.get(type(value))
-
-
-def _group_problems(name: str, rollouts: list[tuple[int, Rollout]]) -> list[Problem]:
-    """Problems between lines of one uid: repeated rollout_id, differing gold or question."""
-    return group_problems(rollouts, lambda number: (name, number), lambda number: f"line {number}")
 
 
 def group_problems(
@@ -201,11 +196,7 @@ def read_groups(
     Raises:
         InputError: every problem of the file (see :func:`read_rollouts`).
     """
-    rollouts = read_rollouts(path, progress)
-    by_uid: dict[str, list[Rollout]] = {}
-    for _, rollout in rollouts:
-        by_uid.setdefault(rollout.uid, []).append(rollout)
-    return [Group.from_rollouts(members) for members in by_uid.values()]
+    return group_rollouts(rollout for _, rollout in read_rollouts(path, progress))
 
 
 def json_line(row: Any) -> str:

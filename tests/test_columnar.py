@@ -31,8 +31,8 @@ from factutil.cluster import (
     representatives,
     triple_text,
 )
-from factutil.metrics import qa_scores
 from factutil.io import read_groups
+from factutil.metrics import qa_scores
 from factutil.schema import AnswerAction, AssertAction, Rollout, SearchAction, group_rollouts
 from factutil.shaping import KIND_CODES
 from tests.conftest import CharGramEmbedder

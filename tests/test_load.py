@@ -358,8 +358,8 @@ def test_cli_score_names_a_misspelt_rollouts_key(tmp_path):
     result = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "out.jsonl")])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"{path}:1: rolouts: a group dict (key 'rolouts'); a file holds one rollout per line "
-        f"(docs/method.md §8), group dicts are Python input"]
+        (f"{path}:1: rolouts: a group dict (key 'rolouts'); a file holds one rollout per line "
+         f"(docs/method.md §8), group dicts are Python input")]
 
 
 def test_given_models_are_not_validated_again_but_their_group_is():
