@@ -150,10 +150,13 @@ class _Where:
                  if isinstance(get(key), str) and get(key)]
         return self.name(position) + (f" ({', '.join(known)})" if known else "")
 
-    def problems(self, error: ValidationError, position: int | None, item: Any, whole: str) -> list[Problem]:
+    def problems(
+        self, error: ValidationError, position: int | None, item: Any, whole: str
+    ) -> list[Problem]:
         """The models' error for one item, one problem per line, under the item's label."""
         label = self.label(position, item)
-        return [Problem(label, None, field, message) for field, message in error_messages(error, whole)]
+        return [Problem(label, None, field, message)
+                for field, message in error_messages(error, whole)]
 
 
 def _group_dict(item: Any, where: _Where) -> Group:
@@ -235,7 +238,8 @@ def action_row(action: Any) -> dict[str, Any]:
     """
     kind = getattr(action, "action", None)  # the discriminator: isinstance on models is slow
     if kind == "assert":
-        return {"action": "assert", "triples": [[t.subject, t.relation, t.object] for t in action.triples]}
+        return {"action": "assert",
+                "triples": [[t.subject, t.relation, t.object] for t in action.triples]}
     fields = _ROW_FIELDS.get(kind) if isinstance(kind, str) else None
     if fields is None:
         raise TypeError(f"expected an action model, got {type(action).__name__}")
