@@ -58,8 +58,8 @@ def load_groups(
         groups: a JSONL path (docs/method.md §8), a :class:`Group`, a group or rollout mapping, or an
             iterable of Groups, Rollouts, group dicts (``rollouts`` key) and rollout dicts;
             loose rollouts are gathered by ``uid`` in order of first appearance. A mapping with
-            no ``actions`` whose key is a near miss of ``rollouts`` (``rolouts``) is a group dict,
-            refused for its unknown key. Never mutated.
+            neither ``actions`` nor ``rollout_id`` whose key is a near miss of ``rollouts``
+            (``rolouts``) is a group dict, refused for its unknown key. Never mutated.
         skip_invalid: leave out a group that fails validation instead of raising.
 
     Returns:

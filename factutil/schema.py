@@ -169,11 +169,12 @@ GROUP_FIELDS = ("uid", "question", "golden_answers")
 
 def group_key(item: Mapping[str, Any]) -> str | None:
     """The key that makes a mapping a group dict (docs/method.md §8), or None for a rollout mapping:
-    ``rollouts``, or, in a mapping with no ``actions``, a key that is no rollout field and is a near
-    miss of ``rollouts`` (``rolouts``: the group model then refuses it, naming ``rollouts``)."""
+    ``rollouts``, or, in a mapping with neither ``actions`` nor ``rollout_id``, a key that is no
+    rollout field and is a near miss of ``rollouts`` (``rolouts``: the group model then refuses
+    it, naming ``rollouts``)."""
     if "rollouts" in item:
         return "rollouts"
-    if "actions" in item:
+    if "actions" in item or "rollout_id" in item:
         return None
     return next((key for key in item
                  if key not in Rollout.model_fields and close_match(key, ("rollouts",))), None)

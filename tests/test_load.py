@@ -334,7 +334,8 @@ def test_group_shapes():
 def test_misspelt_rollouts_key_is_an_unknown_key_with_did_you_mean(tmp_path):
     """A group dict with ``rolouts`` for ``rollouts`` -> the unknown key named, with the key it
     resembles, through load_groups and compute_process_advantages; a rollout dict (it has
-    ``actions``) with such a key keeps it in its metadata, as any unknown rollout key."""
+    ``actions`` or ``rollout_id``) with such a key keeps it in its metadata, as any unknown
+    rollout key, or is refused for what it lacks."""
     group = {"uid": "q", "question": "What is the capital of France?", "golden_answers": ["Paris"],
              "rolouts": [{"rollout_id": "q-0", "actions": [SEARCH, ASSERT, RIGHT]}]}
     lines = ["groups[0] (uid 'q'): rollouts: Field required",
@@ -346,6 +347,9 @@ def test_misspelt_rollouts_key_is_an_unknown_key_with_did_you_mean(tmp_path):
         load_groups(group)
     assert str(caught.value).splitlines() == [line.replace("groups[0]", "groups") for line in lines]
     assert one_rollout(row(rolouts=[]))["rollout_id"] == "q-0"
+    no_actions = {k: v for k, v in row(rollout=1).items() if k != "actions"}
+    error = refused([no_actions], "actions: Field required")
+    assert str(error) == "groups[0] (uid 'q', rollout_id 'q-0'): actions: Field required"
 
 
 def test_cli_score_names_a_misspelt_rollouts_key(tmp_path):
