@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -209,17 +208,19 @@ def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def group_conflicts(rollouts: Sequence[Any], head: Any | None = None) -> list[tuple[int, str, int | None]]:
+def group_conflicts(
+    rollouts: Sequence[Rollout], head: Group | None = None
+) -> list[tuple[int, str, int | None]]:
     """Where rollouts break the group rule (docs/method.md §1, §8): the one check every reader applies.
 
     The rollouts of one ``uid`` form a group: they share ``question`` and ``golden_answers``, and no
-    two share a ``rollout_id``. Rollouts and ``head`` are models or dicts (read by attribute or key).
+    two share a ``rollout_id``.
 
     Args:
         rollouts: the rollouts to check, in order.
-        head: the group's own ``uid``, ``question`` and ``golden_answers`` (a :class:`Group` or a
-            dict), which every rollout must match; None: the rollouts may hold several uids, and
-            each uid's first rollout is the reference of the others.
+        head: the group, whose ``uid``, ``question`` and ``golden_answers`` every rollout must
+            match; None: the rollouts may hold several uids, and each uid's first rollout is the
+            reference of the others.
 
     Returns:
         ``(i, field, j)`` for each broken rule, by rollout i and then in the order uid,
@@ -228,37 +229,31 @@ def group_conflicts(rollouts: Sequence[Any], head: Any | None = None) -> list[tu
         ``"question"`` (it differs from rollout j's, or from the head's when j is None).
         Empty when the rollouts are consistent.
     """
-    if not rollouts:
-        return []
-    get = operator.getitem if isinstance(rollouts[0], Mapping) else getattr
-    if head is not None:
-        head_get = operator.getitem if isinstance(head, Mapping) else getattr
-        uid, question, golden = (head_get(head, key) for key in GROUP_FIELDS)
     conflicts: list[tuple[int, str, int | None]] = []
     ids: dict[tuple[str, str], int] = {}
     first: dict[str, int] = {}
     for index, rollout in enumerate(rollouts):
-        rollout_uid = get(rollout, "uid")
-        if head is not None and rollout_uid != uid:
+        rollout_uid = rollout.uid
+        if head is not None and rollout_uid != head.uid:
             conflicts.append((index, "uid", None))
-        key = (rollout_uid, get(rollout, "rollout_id"))
+        key = (rollout_uid, rollout.rollout_id)
         if key in ids:
             conflicts.append((index, "rollout_id", ids[key]))
         else:
             ids[key] = index
         if head is not None:
             reference: int | None = None
-            ref_question, ref_golden = question, golden
+            ref_question, ref_golden = head.question, head.golden_answers
         elif rollout_uid not in first:
             first[rollout_uid] = index
             continue
         else:
             reference = first[rollout_uid]
-            ref_question = get(rollouts[reference], "question")
-            ref_golden = get(rollouts[reference], "golden_answers")
-        if get(rollout, "golden_answers") != ref_golden:
+            ref_question = rollouts[reference].question
+            ref_golden = rollouts[reference].golden_answers
+        if rollout.golden_answers != ref_golden:
             conflicts.append((index, "golden_answers", reference))
-        if get(rollout, "question") != ref_question:
+        if rollout.question != ref_question:
             conflicts.append((index, "question", reference))
     return conflicts
 
