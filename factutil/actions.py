@@ -86,12 +86,40 @@ class _ActionBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
 
 
+class PassageItem(BaseModel):
+    """One passage a search lists (docs/method.md §9): its ``text`` (or Search-R1's ``contents``,
+    ``'"Title"\ntext'``), optional ``id`` and ``title``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str | int | None = None
+    title: str = ""
+    text: str | None = None
+    contents: str | None = None
+
+    @model_validator(mode="after")
+    def _has_text(self) -> PassageItem:
+        if self.text is None and self.contents is None:
+            raise ValueError("a passage needs a text (or contents) string")
+        return self
+
+
 class SearchAction(_ActionBase):
-    """``search``: a retrieval query and, optionally, the retriever's observation (docs/method.md §1)."""
+    """``search``: a retrieval query and, optionally, the retriever's observation and the passages it
+    held (docs/method.md §1, §9; read only under ``facts="retrieved"``)."""
 
     action: Literal["search"] = "search"
     query: str
     observation: str | None = None
+    passages: list[PassageItem] | None = None
+
+    @field_validator("passages", mode="before")
+    @classmethod
+    def _text_passages(cls, value: Any) -> Any:
+        # a passage given as a string is its text
+        if isinstance(value, list):
+            return [{"text": item} if isinstance(item, str) else item for item in value]
+        return value
 
 
 class AssertAction(_ActionBase):

@@ -243,8 +243,12 @@ def action_row(action: Any) -> dict[str, Any]:
     fields = _ROW_FIELDS.get(kind) if isinstance(kind, str) else None
     if fields is None:
         raise TypeError(f"expected an action model, got {type(action).__name__}")
-    return {name: getattr(action, name) for name in fields}
+    row = {name: getattr(action, name) for name in fields}
+    if kind == "search" and action.passages is not None:  # listed passages (facts="retrieved")
+        row["passages"] = action.passages
+    return row
 
 
-_ROW_FIELDS = {kind: tuple(model.model_fields) for kind, model in (
-    ("search", SearchAction), ("answer", AnswerAction), ("invalid", InvalidAction))}
+_ROW_FIELDS = {kind: tuple(name for name in model.model_fields if name != "passages")
+               for kind, model in (("search", SearchAction), ("answer", AnswerAction),
+                                   ("invalid", InvalidAction))}

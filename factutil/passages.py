@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel
+
 from factutil.facts import normalize_fact_text
 
 __all__ = ["Passage", "Passages", "passage_key", "passage_label", "passage_parts", "passages_of", "split_passages"]
@@ -82,8 +84,9 @@ def _numbered(observation: str) -> list[str]:
 
 
 def passages_of(given: Sequence[Any]) -> list[Passage]:
-    """Passages an input lists explicitly (a search's ``passages``): each a string (its text) or a
-    mapping with ``text`` or ``contents`` and optional ``id`` and ``title``.
+    """Passages an input lists explicitly (a search's ``passages``): each a string (its text), a
+    mapping with ``text`` or ``contents`` and optional ``id`` and ``title``, or such a model
+    (:class:`factutil.actions.PassageItem`).
 
     Search-R1's ``contents`` form (``'"Title"\\ntext'``) is split into title and text.
 
@@ -95,6 +98,8 @@ def passages_of(given: Sequence[Any]) -> list[Passage]:
         if isinstance(item, str):
             passages.append(Passage("", "", item.strip()))
             continue
+        if isinstance(item, BaseModel):  # factutil.actions.PassageItem, validated already
+            item = {name: value for name, value in item if value is not None}
         if not isinstance(item, Mapping):
             raise ValueError(f"passages[{index}] must be a string or an object, got {item!r}")
         title = str(item.get("title") or "")

@@ -167,3 +167,36 @@ def test_the_report_and_the_clusters_table_show_passages(tmp_path):
     assert table.exit_code == 0
     assert "Paris: Paris is the capital of France." in table.output
     assert " | " not in table.output.split("members")[1]
+
+
+def test_a_search_may_list_its_passages_and_an_id_decides_identity():
+    def rollout(rollout_id, passages, answer):
+        return {"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": rollout_id,
+                "actions": [{"action": "search", "query": "q " + rollout_id, "passages": passages},
+                            {"action": "answer", "answer": answer}]}
+    # a and b (right) hold passage 17 under two texts (one id: one fact); c (wrong) holds d2.
+    rows = [rollout("a", [{"id": 17, "contents": '"Xawery Żuławski"\nXawery is her son.'}],
+                    "Małgorzata Braunek"),
+            rollout("b", [{"id": "17", "title": "Xawery Żuławski", "text": "another cut"}],
+                    "Małgorzata Braunek"),
+            rollout("c", ["a passage without id"], "Paris")]
+    result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    assert sorted(c.n for c in result.clusters) == [1, 2]
+    # p-bar = 2/3; id 17 held by a and b: (1/3 + 1/3) / (2 + 1) = 2/9
+    shaping = result.per_rollout("shaping")
+    assert shaping[("q", "a")][0] == pytest.approx(math.tanh(2 / 9), abs=1e-12)
+    assert shaping[("q", "b")][0] == pytest.approx(math.tanh(2 / 9), abs=1e-12)
+    # the observation is not read when the passages are listed
+    listed = rollout("a", ["x"], "y")
+    listed["actions"][0]["observation"] = P1
+    single = compute_process_advantages([listed], FactUtilConfig(facts="retrieved"))
+    assert [c.members for c in single.clusters] == [[["", "", "x"]]]
+
+
+def test_a_listed_passage_without_text_is_an_error_naming_it():
+    from factutil import InputError
+
+    row = {"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": "a",
+           "actions": [{"action": "search", "query": "x", "passages": [{"id": 3}]}]}
+    with pytest.raises(InputError, match=r"actions\[0\]\.passages\[0\]: a passage needs a text"):
+        compute_process_advantages([row], FactUtilConfig(facts="retrieved"))
