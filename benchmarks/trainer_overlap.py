@@ -9,7 +9,7 @@ a local Ray with verl's TransferQueue) on workload ``--size`` of ``benchmarks/wo
 span-layout rows (one row per rollout, 256 response tokens, one run of 20 model tokens per action,
 the reward on the last action's last token), each rollout's per-fact work in its extra fields as
 the ``factagent`` loop puts it there (a :class:`factutil.workers.FactWork` from one of
-``--workers`` rollout workers' :class:`factutil.integration.FactPreparer` (contiguous shares,
+``--workers`` rollout workers' :class:`factutil.preparer.FactPreparer` (contiguous shares,
 as verl deals a batch out), each shipping a fact once; made beforehand, not timed; its pickled size is reported as ``work_bytes``). Per
 round and mode (``score_early`` on, then off; a fresh clusterer each time, so no memo carries
 over), the batch is written to TransferQueue, the trainer's old-log-prob step runs with verl's
@@ -53,7 +53,7 @@ from rich.table import Table
 from benchmarks.workloads import SIZES, build_workload
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
-from factutil.integration import FactPreparer
+from factutil.preparer import FactPreparer
 from factutil.workers import make_work
 
 TOKENS, RUN, STRIDE = 256, 20, 30

@@ -1,27 +1,23 @@
-"""What every trainer adapter shares: one batch call with per-group fallback, and its glue.
+"""What every trainer adapter shares: one step object, one batch call with per-group fallback.
 
 An adapter (verl, OpenRLHF, TRL, or a new one) keeps only what its trainer decides: where the
 rollouts, rewards and token spans of a batch are, and how the values go back onto its tensors.
 Everything else is here, once, with no trainer import:
 
+- :class:`TrainerStep`: a run's clusterer (kept across steps), early scoring in one background
+  thread (:meth:`~TrainerStep.start` / :meth:`~TrainerStep.take` by input key), the report
+  writer, the step counter and the step's own ``factutil/*`` metrics;
 - :func:`score_batch`: turn each group into rollout dicts (a group that cannot be, raising
   :class:`Unscorable`, keeps the trainer's own advantages), call
-  :func:`factutil.compute_process_advantages` once for the batch, and return each rollout's
-  per-action values with every group that fell back and why;
-- :func:`trainer_rollout`: one rollout dict from a trainer's values (gold answers from any
-  trainer value by :func:`factutil.metrics.golden_answers_from`, a reward that must be finite);
-- action rows: :func:`action_row` (the core's dict form of a parsed action, what rollouts carry)
-  and :func:`fixed_key_row` / :func:`row_of_fixed_keys` (the same action with the same keys
-  always, for trainers that store per-row fields column by column);
-- token spans: :func:`checked_spans` (``[start, end)`` pairs a rollout recorded) and the scatter
-  functions of :mod:`factutil.advantages`, re-exported;
-- :func:`batch_metrics` and :func:`warn_fallback`: the ``factutil/*`` metrics of a step and the
-  one warning that names the groups which kept the trainer's advantages;
-- per-fact work made in the rollout workers (docs/decisions.md, ``prepare_in_workers``):
-  :class:`FactPreparer` makes each rollout's :class:`~factutil.workers.FactWork` there (the facts
-  that worker has not shipped before), the rollout's fields carry it under :data:`WORK_KEY`,
-  and :func:`score_batch` hands the batch's items to the core (``work=``), which takes what fits
-  and computes the rest, with the same values bit for bit.
+  :func:`factutil.compute_process_advantages` once for the batch (with the rollout workers'
+  :mod:`factutil.preparer` work, when they made some), and return each rollout's per-action
+  values with every group that fell back and why;
+- :func:`trainer_rollout`: one rollout dict from a trainer's values;
+- action rows: :func:`action_row` and :func:`fixed_key_row` / :func:`row_of_fixed_keys` (the
+  same action with the same keys always, for trainers that store fields column by column);
+- token spans: :func:`checked_spans` and the scatter functions of :mod:`factutil.advantages`;
+- :func:`batch_metrics` and :func:`warn_fallback`: the batch's ``factutil/*`` metrics and the
+  one warning that names the groups which kept the trainer's advantages.
 
 A group that cannot be scored is never a crash and never a NaN: it keeps the trainer's outcome-only
 advantage, is counted in ``factutil/groups_fallback`` and named in one warning per step.
@@ -32,13 +28,14 @@ from __future__ import annotations
 import base64
 import logging
 import math
-import threading
+import os
+import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import numpy as np
-from cachetools import LRUCache
 
 from factutil import api
 from factutil.advantages import (
@@ -48,18 +45,17 @@ from factutil.advantages import (
     scatter_to_turns,
     turns_problem,
 )
-from factutil.cluster import make_clusterer
+from factutil.cluster import Clusterer, make_clusterer
 from factutil.config import FactUtilConfig
 from factutil.load import action_row
 from factutil.metrics import golden_answers_from
+from factutil.report import ReportWriter
 from factutil.result import ProcessAdvantages
-from factutil.workers import FactWork, make_work, triples_of
 
 __all__ = [
     "FIXED_ACTION_KEYS",
-    "WORK_KEY",
     "BatchScore",
-    "FactPreparer",
+    "TrainerStep",
     "Unscorable",
     "action_row",
     "batch_metrics",
@@ -67,7 +63,6 @@ __all__ = [
     "fixed_key_row",
     "golden_answers_from",
     "mask_spans",
-    "prepares_in_workers",
     "row_of_fixed_keys",
     "scatter_rows_to_turns",
     "scatter_to_spans",
@@ -79,6 +74,7 @@ __all__ = [
 ]
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 
 class Unscorable(Exception):
@@ -100,11 +96,8 @@ class BatchScore(Generic[K]):
             groups whose values they cannot place.
         groups: how many groups the batch has.
         error: the exception of the core call, None when it did not raise.
-        shipped: work items given to the core (the core may still ignore some: its
-            ``cluster_work_ignored`` and ``cluster_work_unreadable``); None when no work was
-            to come.
-        unshipped: items that were to come and did not (a worker's failure: the step computed
-            their facts); None when no work was to come.
+        shipped, unshipped: work items given to the core, and those that were to come and did
+            not (the step computed their facts); None when no work was to come.
     """
 
     result: ProcessAdvantages | None
@@ -123,7 +116,6 @@ def score_batch(
     *,
     clusterer: Any = None,
     column: str = "advantage",
-    scorer: Callable[..., ProcessAdvantages] | None = None,
     work: Sequence[Any] | None = None,
 ) -> BatchScore[K]:
     """Score a trainer's batch in one core call; a group that cannot be scored falls back alone.
@@ -140,13 +132,10 @@ def score_batch(
         column: the ``action_columns`` key returned per rollout: ``"advantage"`` (A = A_out +
             omega * A_proc, for a trainer whose advantages are replaced) or
             ``"process_advantage"`` (A_proc, for one that adds omega * A_proc to its own).
-        scorer: the core call, ``compute_process_advantages`` when None (looked up at call time).
-
-        work: the batch's per-fact work from its rollout workers, one item per rollout that
-            was to bring some: a :class:`~factutil.workers.FactWork`, its bytes or their base64
-            text (:meth:`FactPreparer.text`), or None (none came); passed on as the core's
-            ``work``. Work that does not fit or cannot be read costs only time: the core
-            computes those facts itself.
+        work: one item per rollout whose worker was to make some: a
+            :class:`~factutil.workers.FactWork`, its bytes or their base64 text
+            (:meth:`factutil.preparer.FactPreparer.text`), or None (none came); the core's
+            ``work``: what does not fit or cannot be read, the core computes itself.
 
     Returns:
         :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
@@ -177,9 +166,8 @@ def score_batch(
         score.shipped = len(items) - score.unshipped
         # "" is a preparer's text for a rollout whose facts all went out before: nothing to read.
         extra["work"] = [_work_form(item) for item in items if item is not None and item != ""]
-    call = scorer if scorer is not None else api.compute_process_advantages
     try:
-        result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)
+        result = api.compute_process_advantages(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)
     except Exception as error:  # noqa: BLE001 - a bad batch never stops training
         score.error = error
         for key in keys.values():
@@ -215,17 +203,9 @@ def trainer_rollout(
 ) -> dict[str, Any]:
     """One rollout dict (docs/method.md §8) from a trainer's values.
 
-    Args:
-        name: how the fallback reason names the rollout (``"row 3"``, ``"trajectory 'q_0'"``).
-        uid: the group's key as a string; rollout_id: the rollout's, unique in its group.
-        question: the question (any value; its text is used, None gives ``""``).
-        golden_answers: any trainer value holding the gold answers
-            (:func:`factutil.metrics.golden_answers_from`).
-        actions: the rollout's action dicts, in order.
-        reward: the outcome reward R; None leaves it to the core (F1 of the answer).
-
-    Returns:
-        ``{"uid", "question", "golden_answers", "rollout_id", "actions"[, "reward"]}``.
+    ``name`` names the rollout in a fallback reason (``"row 3"``); ``question`` may be any value
+    (None gives ``""``); ``golden_answers`` any value
+    :func:`factutil.metrics.golden_answers_from` reads; ``reward`` None leaves R to the core.
 
     Raises:
         Unscorable: no gold answer in ``golden_answers``, or a reward that is not finite.
@@ -253,18 +233,9 @@ FIXED_ACTION_KEYS = ("kind", "query", "triples", "answer", "error")
 
 
 def fixed_key_row(action: Any) -> dict[str, Any]:
-    """A parsed action with the same keys always (for trainers that store fields per column).
-
-    Args:
-        action: a search, assert, answer or invalid action model.
-
-    Returns:
-        ``{"kind": "search"|"assert"|"answer"|"invalid", "query": str|None,
-        "triples": [[s, r, o], ...]|None, "answer": str|None, "error": str|None}``.
-
-    Raises:
-        TypeError: ``action`` is not an action model.
-    """
+    """A parsed action model with the same keys always (for trainers that store fields per
+    column): ``{"kind", "query", "triples", "answer", "error"}``, None where the kind has none.
+    Raises TypeError for anything but an action model."""
     row = action_row(action)
     fields: dict[str, Any] = dict.fromkeys(FIXED_ACTION_KEYS)
     kind = row["action"]
@@ -309,16 +280,8 @@ def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
 def checked_spans(given: Any, actions: int) -> np.ndarray:
     """A rollout's recorded ``[start, end)`` token spans, one per action, checked.
 
-    Args:
-        given: a sequence of ``[start, end)`` pairs of ints.
-        actions: how many actions the rollout has.
-
-    Returns:
-        int64 (actions, 2).
-
-    Raises:
-        ValueError: not pairs of ints with ``0 <= start <= end``, another count than
-            ``actions``, or spans out of order or overlapping (the message says which).
+    Returns int64 (actions, 2). Raises ValueError (the message says which): not pairs of ints
+    with ``0 <= start <= end``, another count than ``actions``, out of order or overlapping.
     """
     pairs = list(given) if isinstance(given, (list, tuple)) else None
     if pairs is None or not all(
@@ -350,12 +313,9 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
 
     Returns:
         ``factutil/groups``, ``groups_scored``, ``groups_fallback`` (the trainer's groups); with
-        a result, each of its other numeric ``metrics`` as ``factutil/<name>`` (stage times ``time_<stage>_s`` as
-        ``factutil/time_<stage>_ms``, in milliseconds) and ``factutil/utility_spread`` (max -
-        min utility); when the workers were to ship their work, ``factutil/prepared_shipped``
-        and ``factutil/prepared_unshipped`` (work items, :class:`BatchScore`'s ``shipped`` and
-        ``unshipped``) next to the core's ``factutil/cluster_work_facts``,
-        ``cluster_work_ignored`` and ``cluster_work_unreadable``.
+        a result, its numeric ``metrics`` as ``factutil/<name>`` (``time_<stage>_s`` as
+        ``time_<stage>_ms``) and ``utility_spread`` (max - min utility); with work to come,
+        ``prepared_shipped`` and ``prepared_unshipped`` (:class:`BatchScore`'s counts).
     """
     result, groups, fallback = score.result, score.groups, score.fallback
     metrics: dict[str, float] = {}
@@ -385,7 +345,6 @@ def warn_fallback(
     log: logging.Logger,
     fallback: Mapping[Any, str],
     kept: str,
-    metric: str,
     *,
     every: str | None = None,
     error: BaseException | None = None,
@@ -396,8 +355,8 @@ def warn_fallback(
         log: the adapter's logger.
         fallback: group -> reason (nothing is logged when empty and ``every`` is None).
         kept: what they kept (``"verl's GRPO advantages"``).
-        metric: the metric that counts them (``"factutil/groups_fallback"``).
-        every: when the whole batch kept them, why (the message then says "every group").
+        every: when the whole batch kept them, why (the message then says "every group" and
+            names ``factutil/batch_fallback``, else ``factutil/groups_fallback``).
         error: the exception behind the fallback, logged with its traceback.
     """
     if not fallback and every is None:
@@ -407,113 +366,132 @@ def warn_fallback(
         "factutil: %s kept %s (%s): %s%s",
         "every group" if every is not None else f"{len(fallback)} group(s)",
         kept,
-        metric,
+        "factutil/batch_fallback" if every is not None else "factutil/groups_fallback",
         every if every is not None else "; ".join(reasons[:3]),
         " ..." if every is None and len(reasons) > 3 else "",
         exc_info=error,
     )
 
 
-WORK_KEY = "work"
-"""The key of an adapter's per-rollout fields holding the work its rollout worker made
-(:class:`FactPreparer`'s :class:`~factutil.workers.FactWork`, or its base64 text)."""
+class TrainerStep:
+    """What one training run's factutil steps share, the same for every adapter.
 
-
-def prepares_in_workers(config: FactUtilConfig) -> bool:
-    """Whether the rollout workers make the rollouts' per-fact work (``config.prepare_in_workers``;
-    None: in semantic mode only, exact mode having no embedding or analysis to ship)."""
-    if config.prepare_in_workers is not None:
-        return bool(config.prepare_in_workers)
-    return config.mode == "semantic"
-
-
-class FactPreparer:
-    """Per-fact work made where rollouts are generated (a rollout worker), one
-    :class:`~factutil.workers.FactWork` per call, with only the facts this preparer has not
-    shipped before.
-
-    One per worker process and config: it owns the clusterer (its embedder loads on first use, on
-    ``config.embedding_device``) and remembers the facts it shipped (an LRU of
-    ``config.cache_max_entries``): the trainer's clusterer keeps them across steps, and computes
-    any it lacks, so the numbers never depend on what was shipped. Calls from several threads
-    run one at a time; the rollouts that wait meanwhile are embedded together by the next call
-    (a fixed-shape pass costs a rollout's few texts alone many times more per text).
+    - :attr:`clusterer`: made from ``config`` on first use and kept across steps (its caches);
+    - early scoring: :meth:`start` runs a scoring in one background thread while the trainer
+      does other work, :meth:`take` returns its value when the step's inputs are those it
+      started from. That thread never switches the garbage collector (the core pauses it only
+      on the main thread);
+    - :meth:`finish`: counts the step, hands its result to the report writer (:attr:`reports`,
+      made on the first report, ``report_every``; a report never fails a step) and returns the
+      step's own metrics, beside :func:`batch_metrics` of its :class:`BatchScore`.
 
     Args:
-        config: the run's :class:`FactUtilConfig` (the trainer's: work made for another
-            clustering fit is ignored by the trainer).
-        log: where a failure is reported (once).
-        clusterer: the clusterer whose embedder and caches to use; None: made from ``config``
-            on the first call.
+        config: the run's parameters.
+        run_folder: reports go to ``<run_folder>/factutil_reports/``; an adapter that learns
+            the folder later sets the attribute before its first :meth:`finish`.
+        log: the adapter's logger.
+
+    Attributes:
+        steps: steps finished; reports: the report writer, None before the first report.
+        early_used: whether the last :meth:`take` returned the early value.
+        wait_s: seconds the last :meth:`take` waited for the early scoring (None: none started).
     """
 
-    def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None,
-                 clusterer: Any = None):
+    def __init__(self, config: FactUtilConfig, run_folder: str | os.PathLike = ".",
+                 log: logging.Logger | None = None):
         self.config = config
+        self.run_folder = run_folder
         self.log = log or logging.getLogger("factutil")
-        self.failures = 0
-        self.coalesced = 0  # rollouts whose facts were embedded in another rollout's call
-        self._clusterer: Any = clusterer
-        self._shipped: LRUCache = LRUCache(max(config.cache_max_entries, 1))
-        self._lock = threading.Lock()
-        self._waiting: list[Any] = []  # rollouts whose call waits for the lock
-        self._waiting_lock = threading.Lock()
+        self.steps = 0
+        self.reports: ReportWriter | None = None
+        self.early_used = False
+        self.wait_s: float | None = None
+        self._clusterer: Clusterer | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._early: tuple[Any, Future] | None = None
 
-    def text(self, facts: Any) -> str | None:
-        """:meth:`__call__`'s work as base64 text of its bytes (:meth:`FactWork.to_bytes`), for
-        fields that must stay JSON (OpenRLHF's payload; :func:`score_batch` takes both forms):
-        None when it failed, ``""`` when it holds no fact (nothing to ship)."""
-        work = self(facts)
-        if work is None or not len(work):
-            return None if work is None else ""
-        return base64.b64encode(work.to_bytes()).decode("ascii")
+    @property
+    def clusterer(self) -> Clusterer:
+        """The run's clusterer (made on first use)."""
+        if self._clusterer is None:
+            self._clusterer = make_clusterer(self.config)
+        return self._clusterer
 
-    def __call__(self, facts: Any) -> FactWork | None:
-        """The per-fact work of one rollout's facts that this preparer has not shipped before.
+    def score(self, groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, Any]]], *,
+              column: str = "advantage", work: Sequence[Any] | None = None) -> BatchScore[K]:
+        """:func:`score_batch` with the run's config and clusterer."""
+        return score_batch(groups, build, self.config, clusterer=self.clusterer, column=column,
+                           work=work)
+
+    def start(self, key: Any, score: Callable[[], T]) -> None:
+        """Run ``score()`` in the background thread, for the :meth:`take` of an equal ``key``
+        (the step's inputs, compared with ``==``); forgets an earlier start. Never raises: a
+        failure to start leaves the scoring to :meth:`take`."""
+        self._early = None
+        try:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
+            self._early = (key, self._pool.submit(score))
+        except Exception:  # noqa: BLE001 - take scores instead
+            self.log.warning("factutil: could not start scoring early", exc_info=True)
+
+    def take(self, key: Any, score: Callable[[], T]) -> T:
+        """The value :meth:`start` computed when it started from ``key``; else ``score()`` now.
+
+        An early scoring that failed, or whose key differs (the batch changed since), costs one
+        warning and is done again now; ``score()``'s own errors are raised.
+        """
+        early, self._early = self._early, None
+        self.early_used, self.wait_s = False, None
+        if early is not None:
+            waited = time.perf_counter()
+            try:
+                value = early[1].result()
+                same = bool(early[0] == key)
+            except Exception:  # noqa: BLE001 - scored again below
+                self.log.warning("factutil: scoring early failed; scoring the batch now",
+                                 exc_info=True)
+                same = False
+            else:
+                if not same:
+                    self.log.warning("factutil: the batch changed after it was scored early; "
+                                     "scoring it again")
+            self.wait_s = time.perf_counter() - waited
+            if same:
+                self.early_used = True
+                return value
+        return score()
+
+    def finish(self, result: ProcessAdvantages | None, started: float, *, failed: bool = False,
+               step: int | None = None) -> dict[str, float]:
+        """End a step: count it, hand ``result`` to the report writer, return the step's metrics.
 
         Args:
-            facts: the rollout's actions (action dicts or models), a rollout dict, or anything
-                else :func:`~factutil.workers.triples_of` reads.
+            result: the step's scored batch; None when nothing was scored.
+            started: ``time.perf_counter()`` when the adapter's step began.
+            failed: whether the whole batch kept the trainer's advantages.
+            step: the trainer's step number (1-based) naming the report; None: :attr:`steps`.
 
         Returns:
-            a :class:`~factutil.workers.FactWork`; of no fact when every fact of the rollout was
-            shipped before (an adapter need not ship it); None when the work failed (counted in
-            ``failures``, logged once): the trainer's step then does it. Never raises.
+            ``factutil/batch_fallback`` (1.0 when ``failed``), ``factutil/score_early_used``,
+            ``factutil/time_wait_ms`` (after an early scoring), ``factutil/report_failures``
+            (with ``report_every``) and ``factutil/time_trainer_ms`` (since ``started``).
         """
-        try:
-            with self._waiting_lock:
-                self._waiting.append(facts)
-            with self._lock:
-                if self._clusterer is None:
-                    self._clusterer = make_clusterer(self.config)
-                with self._waiting_lock:
-                    waiting, self._waiting = self._waiting, []
-                if len(waiting) > 1:
-                    self._warm(waiting)
-                shipped = self._shipped
-                new = [key for key in dict.fromkeys(triples_of(facts, self.config.max_turns))
-                       if key not in shipped]
-                work = make_work(new, self.config, self._clusterer)
-                for key in new:
-                    shipped[key] = True
-                return work
-        except Exception:  # a rollout never fails for work the trainer can redo
-            self.failures += 1
-            if self.failures == 1:
-                self.log.warning("factutil: a rollout's work failed in the rollout worker; the "
-                                 "trainer's step does it instead", exc_info=True)
-            return None
-
-    def _warm(self, waiting: list[Any]) -> None:
-        """Embed and analyse the facts of every waiting rollout in one call, into the
-        clusterer's caches (a rollout that cannot be read is left to its own call)."""
-        parts = []
-        for facts in waiting:
+        self.steps += 1
+        metrics = {"factutil/batch_fallback": float(failed),
+                   "factutil/score_early_used": float(self.early_used)}
+        if self.wait_s is not None:
+            metrics["factutil/time_wait_ms"] = 1000.0 * self.wait_s
+        self.early_used, self.wait_s = False, None
+        if self.config.report_every:
             try:
-                parts += triples_of(facts, self.config.max_turns)
-            except (TypeError, ValueError):
-                continue
-        parts = [key for key in dict.fromkeys(parts) if key not in self._shipped]
-        if parts:
-            make_work(parts, self.config, self._clusterer)
-            self.coalesced += len(waiting) - 1
+                if self.reports is None:
+                    self.reports = ReportWriter.for_run(self.run_folder, self.config.report_every)
+                self.reports.submit(result, self.steps if step is None else step)
+                metrics["factutil/report_failures"] = float(self.reports.failures)
+            except Exception:  # noqa: BLE001 - a report must never fail a training step
+                self.log.warning("factutil: the credit report could not be started; training "
+                                 "goes on without it", exc_info=True)
+                metrics["factutil/report_failures"] = 1.0
+        metrics["factutil/time_trainer_ms"] = 1000.0 * (time.perf_counter() - started)
+        return metrics

@@ -116,7 +116,7 @@ def test_missing_damaged_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
     payloads[0]["work"] = None  # this engine's preparer failed
     payloads[1]["work"] = payloads[1]["work"][:-12]  # cut short in transit
     other = SEMANTIC.model_copy(update={"sim_threshold": 0.5})
-    from factutil.integration import FactPreparer
+    from factutil.preparer import FactPreparer
 
     payloads[2]["work"] = FactPreparer(other).text(payloads[2]["actions"])
 
