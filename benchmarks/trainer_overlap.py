@@ -53,6 +53,7 @@ from rich.table import Table
 from benchmarks.workloads import SIZES, build_workload
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
+from factutil.integration import TrainerStep
 from factutil.preparer import FactPreparer
 from factutil.workers import make_work
 
@@ -155,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
                  "response_len": len(f["responses"])} for f in fields]
         for _ in range(args.rounds):
             for early, trainer in trainers.items():
-                trainer.factutil_clusterer = None  # a new step's facts: nothing memoised
+                # a new run's clusterer: nothing memoised from the round before
+                trainer.factutil_step = TrainerStep(trainer.factutil_config)
                 meta = tq.kv_batch_put(keys=keys, partition_id="train",
                                        fields=list_of_dict_to_tensordict(fields), tags=tags)
                 metrics: dict[str, float] = {}

@@ -432,7 +432,7 @@ class TrainerStep:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
             self._early = (key, self._pool.submit(score))
-        except Exception:  # noqa: BLE001 - take scores instead
+        except Exception:  # take scores instead
             self.log.warning("factutil: could not start scoring early", exc_info=True)
 
     def take(self, key: Any, score: Callable[[], T]) -> T:
@@ -448,7 +448,7 @@ class TrainerStep:
             try:
                 value = early[1].result()
                 same = bool(early[0] == key)
-            except Exception:  # noqa: BLE001 - scored again below
+            except Exception:  # scored again below
                 self.log.warning("factutil: scoring early failed; scoring the batch now",
                                  exc_info=True)
                 same = False
@@ -489,7 +489,7 @@ class TrainerStep:
                     self.reports = ReportWriter.for_run(self.run_folder, self.config.report_every)
                 self.reports.submit(result, self.steps if step is None else step)
                 metrics["factutil/report_failures"] = float(self.reports.failures)
-            except Exception:  # noqa: BLE001 - a report must never fail a training step
+            except Exception:  # a report must never fail a training step
                 self.log.warning("factutil: the credit report could not be started; training "
                                  "goes on without it", exc_info=True)
                 metrics["factutil/report_failures"] = 1.0

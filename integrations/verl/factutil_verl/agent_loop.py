@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from uuid import uuid4
 
-from factutil.preparer import WORK_KEY, FactPreparer, prepares_in_workers
 from factutil.parse import parse_action
+from factutil.preparer import WORK_KEY, FactPreparer, prepares_in_workers
 from factutil.schema import AnswerAction, AssertAction, SearchAction, Triple
 from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages
 from factutil.tools.retrieval import RetrievalClient
