@@ -2,25 +2,12 @@
 
 An adapter (verl, OpenRLHF, TRL, or a new one) keeps only what its trainer decides: where the
 rollouts, rewards and token spans of a batch are, and how the values go back onto its tensors.
-Everything else is here, once, with no trainer import:
-
-- :class:`TrainerStep`: a run's clusterer (kept across steps), early scoring in one background
-  thread (:meth:`~TrainerStep.start` / :meth:`~TrainerStep.take` by input key), the report
-  writer, the step counter and the step's own ``factutil/*`` metrics;
-- :func:`score_batch`: turn each group into rollout dicts (a group that cannot be, raising
-  :class:`Unscorable`, keeps the trainer's own advantages), call
-  :func:`factutil.compute_process_advantages` once for the batch (with the rollout workers'
-  :mod:`factutil.preparer` work, when they made some), and return each rollout's per-action
-  values with every group that fell back and why;
-- :func:`trainer_rollout`: one rollout dict from a trainer's values;
-- action rows: :func:`action_row` and :func:`fixed_key_row` / :func:`row_of_fixed_keys` (the
-  same action with the same keys always, for trainers that store fields column by column);
-- token spans: :func:`checked_spans` and the scatter functions of :mod:`factutil.advantages`;
-- :func:`batch_metrics` and :func:`warn_fallback`: the batch's ``factutil/*`` metrics and the
-  one warning that names the groups which kept the trainer's advantages.
-
-A group that cannot be scored is never a crash and never a NaN: it keeps the trainer's outcome-only
-advantage, is counted in ``factutil/groups_fallback`` and named in one warning per step.
+Everything else is here, once, with no trainer import: :class:`TrainerStep` (the run's
+clusterer, early scoring, report writer and step metrics), :func:`score_batch` (one core call;
+a group that cannot be scored keeps the trainer's own advantages, is counted in
+``factutil/groups_fallback`` and named in :func:`warn_fallback`'s one warning, never a crash or
+a NaN), :func:`trainer_rollout`, the action rows, :func:`checked_spans` and the span scatters of
+:mod:`factutil.advantages`, and :func:`batch_metrics`.
 """
 
 from __future__ import annotations
@@ -33,6 +20,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -49,37 +37,21 @@ from factutil.cluster import Clusterer, make_clusterer
 from factutil.config import FactUtilConfig
 from factutil.load import action_row
 from factutil.metrics import golden_answers_from
-from factutil.report import ReportWriter
+from factutil.report.writer import FOLDER, ReportWriter
 from factutil.result import ProcessAdvantages
 
-__all__ = [
-    "FIXED_ACTION_KEYS",
-    "BatchScore",
-    "TrainerStep",
-    "Unscorable",
-    "action_row",
-    "batch_metrics",
-    "checked_spans",
-    "fixed_key_row",
-    "golden_answers_from",
-    "mask_spans",
-    "row_of_fixed_keys",
-    "scatter_rows_to_turns",
-    "scatter_to_spans",
-    "scatter_to_turns",
-    "score_batch",
-    "trainer_rollout",
-    "turns_problem",
-    "warn_fallback",
-]
+__all__ = ["FIXED_ACTION_KEYS", "BatchScore", "TrainerStep", "Unscorable", "action_row",
+           "batch_metrics", "checked_spans", "fixed_key_row", "golden_answers_from", "mask_spans",
+           "row_of_fixed_keys", "scatter_rows_to_turns", "scatter_to_spans", "scatter_to_turns",
+           "score_batch", "trainer_rollout", "turns_problem", "warn_fallback"]
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 
 class Unscorable(Exception):
-    """A group that cannot be scored: it keeps the trainer's own advantages. The message says
-    why (it is the group's fallback reason)."""
+    """A group that cannot be scored: it keeps the trainer's own advantages (the message is the
+    group's fallback reason)."""
 
 
 @dataclass
@@ -87,17 +59,14 @@ class BatchScore(Generic[K]):
     """What :func:`score_batch` returns.
 
     Attributes:
-        result: the core's result for the groups that were scored; None when none was or the
-            call failed.
-        values: ``(uid, rollout_id)`` -> float64 per-action values of the column asked for, in
-            action order (views into ``result``); empty when ``result`` is None.
-        fallback: group key -> why that group keeps the trainer's advantages (its build raised
-            :class:`Unscorable`, the core skipped it, or the call failed). Adapters add the
-            groups whose values they cannot place.
-        groups: how many groups the batch has.
+        result: the core's result for the scored groups; None when none was or the call failed.
+        values: ``(uid, rollout_id)`` -> float64 per-action values of the column asked for.
+        fallback: group key -> why it keeps the trainer's advantages (its build raised
+            :class:`Unscorable`, the core skipped it, the call failed, or the adapter could not
+            place its values). groups: how many groups the batch has.
         error: the exception of the core call, None when it did not raise.
-        shipped, unshipped: work items given to the core, and those that were to come and did
-            not (the step computed their facts); None when no work was to come.
+        shipped, unshipped: work items given to the core, and those that did not come (the
+            step computed their facts); None when no work was to come.
     """
 
     result: ProcessAdvantages | None
@@ -109,39 +78,26 @@ class BatchScore(Generic[K]):
     unshipped: int | None = None
 
 
-def score_batch(
-    groups: Iterable[K],
-    build: Callable[[K], Sequence[Mapping[str, Any]]],
-    config: FactUtilConfig,
-    *,
-    clusterer: Any = None,
-    column: str = "advantage",
-    work: Sequence[Any] | None = None,
-) -> BatchScore[K]:
+def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, Any]]],
+                config: FactUtilConfig, *, clusterer: Any = None, column: str = "advantage",
+                work: Sequence[Any] | None = None) -> BatchScore[K]:
     """Score a trainer's batch in one core call; a group that cannot be scored falls back alone.
 
     Args:
-        groups: the batch's group keys (any hashable: a uid string, a group number), in the order
-            the rollouts go to the core.
-        build: ``build(key)`` -> that group's rollout dicts (docs/method.md §8; each ``uid``
-            must be ``str(key)``, e.g. from :func:`trainer_rollout`); raises :class:`Unscorable`
-            for a group that cannot be scored.
-        config: the method's parameters.
-        clusterer: passed on to :func:`factutil.compute_process_advantages` (reuse one across
-            steps to keep its caches).
-        column: the ``action_columns`` key returned per rollout: ``"advantage"`` (A = A_out +
-            omega * A_proc, for a trainer whose advantages are replaced) or
-            ``"process_advantage"`` (A_proc, for one that adds omega * A_proc to its own).
+        groups: the batch's group keys (any hashable), in the order the rollouts go to the core.
+        build: ``build(key)`` -> that group's rollout dicts (each ``uid`` is ``str(key)``, e.g.
+            from :func:`trainer_rollout`); raises :class:`Unscorable` for a group that cannot be.
+        config, clusterer: the core's (reuse one clusterer across steps: its caches).
+        column: the ``action_columns`` key returned per rollout: ``"advantage"`` (A, for a
+            trainer whose advantages are replaced) or ``"process_advantage"`` (A_proc, for one
+            that adds omega * A_proc to its own).
         work: one item per rollout whose worker was to make some: a
-            :class:`~factutil.workers.FactWork`, its bytes or their base64 text
-            (:meth:`factutil.preparer.FactPreparer.text`), or None (none came); the core's
-            ``work``: what does not fit or cannot be read, the core computes itself.
+            :class:`~factutil.workers.FactWork`, its bytes or base64 text, or None (none came).
 
     Returns:
-        :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
-        fails its validation is in ``fallback`` with the core's reason. When the core call raises,
-        every group built is in ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the
-        exception; nothing is raised.
+        :class:`BatchScore`; a group the core skips (``on_invalid_group="skip"``) is in
+        ``fallback`` with its reason. Never raises: when the core call does, every group is in
+        ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the exception.
     """
     fallback: dict[K, str] = {}
     rollouts: list[Mapping[str, Any]] = []
@@ -167,7 +123,8 @@ def score_batch(
         # "" is a preparer's text for a rollout whose facts all went out before: nothing to read.
         extra["work"] = [_work_form(item) for item in items if item is not None and item != ""]
     try:
-        result = api.compute_process_advantages(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)
+        result = api.compute_process_advantages(rollouts, config, clusterer=clusterer,
+                                                on_invalid_group="skip", **extra)
     except Exception as error:  # noqa: BLE001 - a bad batch never stops training
         score.error = error
         for key in keys.values():
@@ -191,16 +148,8 @@ def _work_form(item: Any) -> Any:
     return item
 
 
-def trainer_rollout(
-    *,
-    name: str,
-    uid: str,
-    rollout_id: str,
-    question: Any,
-    golden_answers: Any,
-    actions: list[Any],
-    reward: float | None,
-) -> dict[str, Any]:
+def trainer_rollout(*, name: str, uid: str, rollout_id: str, question: Any, golden_answers: Any,
+                    actions: list[Any], reward: float | None) -> dict[str, Any]:
     """One rollout dict (docs/method.md §8) from a trainer's values.
 
     ``name`` names the rollout in a fallback reason (``"row 3"``); ``question`` may be any value
@@ -238,30 +187,16 @@ def fixed_key_row(action: Any) -> dict[str, Any]:
     Raises TypeError for anything but an action model."""
     row = action_row(action)
     fields: dict[str, Any] = dict.fromkeys(FIXED_ACTION_KEYS)
-    kind = row["action"]
-    fields["kind"] = kind
-    if kind == "search":
-        fields["query"] = row["query"]
-    elif kind == "assert":
-        fields["triples"] = row["triples"]
-    elif kind == "answer":
-        fields["answer"] = row["answer"]
-    else:
-        fields["error"] = row["reason"]
+    fields["kind"] = kind = row["action"]
+    name = {"search": "query", "assert": "triples", "answer": "answer"}.get(kind)
+    fields[name or "error"] = row[name or "reason"]
     return fields
 
 
 def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The action dict (docs/method.md §8 item) of a :func:`fixed_key_row` dict.
-
-    A known kind whose field is missing or of the wrong type is an invalid action (the agent's
-    format error, penalised like any other); an ``assert`` with an empty part becomes one through
-    the core's own input rules.
-
-    Raises:
-        Unscorable: ``fields`` is not a mapping or names no known kind (a data error: the
-            group falls back).
-    """
+    """The action dict of a :func:`fixed_key_row` dict. A known kind whose field is missing or
+    of the wrong type is an invalid action (the agent's format error, penalised like any other).
+    Raises :class:`Unscorable` when ``fields`` is not a mapping or names no known kind."""
     if not isinstance(fields, Mapping):
         raise Unscorable(f"action must be a mapping, got {type(fields).__name__}")
     kind = fields.get("kind")
@@ -291,16 +226,13 @@ def checked_spans(given: Any, actions: int) -> np.ndarray:
         and 0 <= pair[0] <= pair[1]
         for pair in pairs
     ):
-        raise ValueError(
-            f"spans must be [start, end) pairs of ints with 0 <= start <= end, got {given!r}"[:300]
-        )
+        raise ValueError(f"spans must be [start, end) pairs of ints with 0 <= start <= end, "
+                         f"got {given!r}"[:300])
     if len(pairs) != actions:
         raise ValueError(f"{len(pairs)} spans for {actions} actions")
     spans = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     if np.any(spans[1:, 0] < spans[:-1, 1]):
-        raise ValueError(
-            f"spans must be in order and must not overlap, got {spans.tolist()}"
-        )
+        raise ValueError(f"spans must be in order and must not overlap, got {spans.tolist()}")
     return spans
 
 
@@ -328,9 +260,8 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
                 metrics[f"factutil/{name[:-2]}_ms"] = 1000.0 * float(value)
             else:
                 metrics[f"factutil/{name}"] = float(value)
-        metrics["factutil/utility_spread"] = float(
-            found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
-        )
+        spread = found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
+        metrics["factutil/utility_spread"] = float(spread)
     if score.shipped is not None:
         metrics["factutil/prepared_shipped"] = float(score.shipped)
         metrics["factutil/prepared_unshipped"] = float(score.unshipped or 0)
@@ -341,24 +272,11 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
     return {name: value if math.isfinite(value) else 0.0 for name, value in metrics.items()}
 
 
-def warn_fallback(
-    log: logging.Logger,
-    fallback: Mapping[Any, str],
-    kept: str,
-    *,
-    every: str | None = None,
-    error: BaseException | None = None,
-) -> None:
-    """The step's one warning naming the groups that kept the trainer's advantages.
-
-    Args:
-        log: the adapter's logger.
-        fallback: group -> reason (nothing is logged when empty and ``every`` is None).
-        kept: what they kept (``"verl's GRPO advantages"``).
-        every: when the whole batch kept them, why (the message then says "every group" and
-            names ``factutil/batch_fallback``, else ``factutil/groups_fallback``).
-        error: the exception behind the fallback, logged with its traceback.
-    """
+def warn_fallback(log: logging.Logger, fallback: Mapping[Any, str], kept: str, *,
+                  every: str | None = None, error: BaseException | None = None) -> None:
+    """The step's one warning naming the groups (``fallback``: group -> reason; none, nothing
+    logged) that kept ``kept`` (``"verl's GRPO advantages"``); with ``every`` (why), the whole
+    batch kept them. ``error``, the exception behind it, is logged with its traceback."""
     if not fallback and every is None:
         return
     reasons = [f"group {group!r}: {reason}" for group, reason in sorted(fallback.items())]
@@ -374,27 +292,14 @@ def warn_fallback(
 
 
 class TrainerStep:
-    """What one training run's factutil steps share, the same for every adapter.
+    """What one training run's factutil steps share, the same for every adapter: the
+    :attr:`clusterer` (made on first use, kept across steps), early scoring in one background
+    thread (:meth:`start`, :meth:`take`; the core never switches the garbage collector from it),
+    the report writer (:attr:`reports`, made on the first report) and :meth:`finish`.
 
-    - :attr:`clusterer`: made from ``config`` on first use and kept across steps (its caches);
-    - early scoring: :meth:`start` runs a scoring in one background thread while the trainer
-      does other work, :meth:`take` returns its value when the step's inputs are those it
-      started from. That thread never switches the garbage collector (the core pauses it only
-      on the main thread);
-    - :meth:`finish`: counts the step, hands its result to the report writer (:attr:`reports`,
-      made on the first report, ``report_every``; a report never fails a step) and returns the
-      step's own metrics, beside :func:`batch_metrics` of its :class:`BatchScore`.
-
-    Args:
-        config: the run's parameters.
-        run_folder: reports go to ``<run_folder>/factutil_reports/``; an adapter that learns
-            the folder later sets the attribute before its first :meth:`finish`.
-        log: the adapter's logger.
-
-    Attributes:
-        steps: steps finished; reports: the report writer, None before the first report.
-        early_used: whether the last :meth:`take` returned the early value.
-        wait_s: seconds the last :meth:`take` waited for the early scoring (None: none started).
+    ``run_folder``: reports go to ``<run_folder>/factutil_reports/`` (an adapter that learns it
+    later sets the attribute). ``early_used``, ``wait_s``: whether the last :meth:`take` used
+    the early score, and how long it waited for it (None: none was started).
     """
 
     def __init__(self, config: FactUtilConfig, run_folder: str | os.PathLike = ".",
@@ -412,7 +317,6 @@ class TrainerStep:
 
     @property
     def clusterer(self) -> Clusterer:
-        """The run's clusterer (made on first use)."""
         if self._clusterer is None:
             self._clusterer = make_clusterer(self.config)
         return self._clusterer
@@ -424,9 +328,8 @@ class TrainerStep:
                            work=work)
 
     def start(self, key: Any, score: Callable[[], T]) -> None:
-        """Run ``score()`` in the background thread, for the :meth:`take` of an equal ``key``
-        (the step's inputs, compared with ``==``); forgets an earlier start. Never raises: a
-        failure to start leaves the scoring to :meth:`take`."""
+        """Run ``score()`` in the background thread for the :meth:`take` of an equal ``key`` (the
+        step's inputs, compared with ``==``); forgets an earlier start. Never raises."""
         self._early = None
         try:
             if self._pool is None:
@@ -436,11 +339,9 @@ class TrainerStep:
             self.log.warning("factutil: could not start scoring early", exc_info=True)
 
     def take(self, key: Any, score: Callable[[], T]) -> T:
-        """The value :meth:`start` computed when it started from ``key``; else ``score()`` now.
-
-        An early scoring that failed, or whose key differs (the batch changed since), costs one
-        warning and is done again now; ``score()``'s own errors are raised.
-        """
+        """The value :meth:`start` computed when it started from ``key``, else ``score()`` now
+        (one warning when the early scoring failed or its key differs); raises what
+        ``score()`` raises."""
         early, self._early = self._early, None
         self.early_used, self.wait_s = False, None
         if early is not None:
@@ -464,19 +365,12 @@ class TrainerStep:
 
     def finish(self, result: ProcessAdvantages | None, started: float, *, failed: bool = False,
                step: int | None = None) -> dict[str, float]:
-        """End a step: count it, hand ``result`` to the report writer, return the step's metrics.
-
-        Args:
-            result: the step's scored batch; None when nothing was scored.
-            started: ``time.perf_counter()`` when the adapter's step began.
-            failed: whether the whole batch kept the trainer's advantages.
-            step: the trainer's step number (1-based) naming the report; None: :attr:`steps`.
-
-        Returns:
-            ``factutil/batch_fallback`` (1.0 when ``failed``), ``factutil/score_early_used``,
-            ``factutil/time_wait_ms`` (after an early scoring), ``factutil/report_failures``
-            (with ``report_every``) and ``factutil/time_trainer_ms`` (since ``started``).
-        """
+        """End a step: count it, hand ``result`` (None: nothing scored) to the report writer
+        under ``step`` (the trainer's, 1-based; None: :attr:`steps`), and return the step's
+        metrics: ``factutil/batch_fallback`` (1.0 when ``failed``: the whole batch kept the
+        trainer's advantages), ``score_early_used``, ``time_wait_ms`` (after an early start),
+        ``report_failures`` (with ``report_every``), ``time_trainer_ms`` (since ``started``,
+        a ``time.perf_counter()``)."""
         self.steps += 1
         metrics = {"factutil/batch_fallback": float(failed),
                    "factutil/score_early_used": float(self.early_used)}
@@ -486,7 +380,8 @@ class TrainerStep:
         if self.config.report_every:
             try:
                 if self.reports is None:
-                    self.reports = ReportWriter.for_run(self.run_folder, self.config.report_every)
+                    self.reports = ReportWriter(Path(self.run_folder) / FOLDER,
+                                                self.config.report_every)
                 self.reports.submit(result, self.steps if step is None else step)
                 metrics["factutil/report_failures"] = float(self.reports.failures)
             except Exception:  # a report must never fail a training step

@@ -1,12 +1,6 @@
-"""Per-fact work made in the rollout workers (docs/decisions.md, ``prepare_in_workers``).
-
-:class:`FactPreparer` makes each rollout's :class:`~factutil.workers.FactWork` where the rollout
-is generated (the facts that worker has not shipped before); the adapter's per-rollout fields
-carry it under :data:`WORK_KEY`, and :func:`factutil.integration.score_batch` hands the batch's
-items to the core (``work=``), which takes what fits and computes the rest, with the same values
-bit for bit. It sits above :mod:`factutil.workers` because it owns a clusterer
-(:func:`factutil.cluster.make_clusterer`), whose semantic kind reads that module.
-"""
+"""The rollout workers' side of :mod:`factutil.workers` (``prepare_in_workers``): a
+:class:`FactPreparer` per worker makes each rollout's work, carried under :data:`WORK_KEY` to
+:func:`factutil.integration.score_batch`. Above workers.py: it owns a clusterer, which reads it."""
 
 from __future__ import annotations
 
@@ -23,7 +17,6 @@ from factutil.workers import FactWork, make_work, triples_of
 
 __all__ = ["WORK_KEY", "FactPreparer", "prepares_in_workers"]
 
-
 WORK_KEY = "work"
 """The key of an adapter's per-rollout fields holding the work its rollout worker made
 (:class:`FactPreparer`'s :class:`~factutil.workers.FactWork`, or its base64 text)."""
@@ -38,23 +31,16 @@ def prepares_in_workers(config: FactUtilConfig) -> bool:
 
 
 class FactPreparer:
-    """Per-fact work made where rollouts are generated (a rollout worker), one
-    :class:`~factutil.workers.FactWork` per call, with only the facts this preparer has not
-    shipped before.
+    """A rollout worker's per-fact work, one :class:`~factutil.workers.FactWork` per call with
+    only the facts this preparer has not shipped before (an LRU of ``config.cache_max_entries``:
+    the trainer's clusterer keeps them across steps and computes any it lacks, so the numbers
+    never depend on what was shipped).
 
-    One per worker process and config: it owns the clusterer (its embedder loads on first use, on
-    ``config.embedding_device``) and remembers the facts it shipped (an LRU of
-    ``config.cache_max_entries``): the trainer's clusterer keeps them across steps, and computes
-    any it lacks, so the numbers never depend on what was shipped. Calls from several threads
-    run one at a time; the rollouts that wait meanwhile are embedded together by the next call
-    (a fixed-shape pass costs a rollout's few texts alone many times more per text).
-
-    Args:
-        config: the run's :class:`FactUtilConfig` (the trainer's: work made for another
-            clustering fit is ignored by the trainer).
-        log: where a failure is reported (once).
-        clusterer: the clusterer whose embedder and caches to use; None: made from ``config``
-            on the first call.
+    One per worker process and config (the trainer's: work for another fit is ignored there).
+    It owns ``clusterer`` (None: made on the first call). Calls from several threads run one at
+    a time; the rollouts that wait meanwhile are embedded together by the next call (a
+    fixed-shape pass costs a rollout's few texts alone many times more per text). ``log``
+    reports a failure once.
     """
 
     def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None,
@@ -70,26 +56,17 @@ class FactPreparer:
         self._waiting_lock = threading.Lock()
 
     def text(self, facts: Any) -> str | None:
-        """:meth:`__call__`'s work as base64 text of its bytes (:meth:`FactWork.to_bytes`), for
-        fields that must stay JSON (OpenRLHF's payload; :func:`~factutil.integration.score_batch` takes both forms):
-        None when it failed, ``""`` when it holds no fact (nothing to ship)."""
+        """:meth:`__call__`'s work as base64 text of its bytes, for fields that must stay JSON
+        (OpenRLHF's payload): None when it failed, ``""`` when it holds no fact."""
         work = self(facts)
         if work is None or not len(work):
             return None if work is None else ""
         return base64.b64encode(work.to_bytes()).decode("ascii")
 
     def __call__(self, facts: Any) -> FactWork | None:
-        """The per-fact work of one rollout's facts that this preparer has not shipped before.
-
-        Args:
-            facts: the rollout's actions (action dicts or models), a rollout dict, or anything
-                else :func:`~factutil.workers.triples_of` reads.
-
-        Returns:
-            a :class:`~factutil.workers.FactWork`; of no fact when every fact of the rollout was
-            shipped before (an adapter need not ship it); None when the work failed (counted in
-            ``failures``, logged once): the trainer's step then does it. Never raises.
-        """
+        """The work of the facts of ``facts`` (anything :func:`~factutil.workers.triples_of`
+        reads) not shipped before; of no fact when all were (nothing to ship); None when it
+        failed (counted in ``failures``, logged once: the trainer's step does it). Never raises."""
         try:
             with self._waiting_lock:
                 self._waiting.append(facts)
