@@ -13,7 +13,7 @@ static embedding backend, a fresh clusterer each step, so embeddings, filters an
 paid every time; a version whose filters memoise at module level has those memos cleared before
 each step, so both start cold); ``minilm`` (the same with MiniLM: minutes per step on a CPU);
 ``shipped`` (``static``, a fresh clusterer given every rollout's per-fact work, which each
-checkout made once, untimed, as two rollout workers' :class:`factutil.integration.FactPreparer`
+checkout made once, untimed, as two rollout workers' :class:`factutil.preparer.FactPreparer`
 make it: the trainer driver's step; checkouts that have :mod:`factutil.workers` only); ``warm`` (``static`` through one clusterer kept across steps, its memos
 filled by the untimed warm-up step: the issue's 'warm step' row, the driver doing everything with
 every vector, analysis and checked pair known). ``--before-modes`` runs another mode on the before
@@ -66,7 +66,7 @@ def shipped_work():
     global work
     if work is None:
         from factutil.cluster import SemanticClusterer
-        from factutil.integration import FactPreparer
+        from factutil.preparer import FactPreparer
         clusterer = SemanticClusterer(configs["shipped"])
         preparers = [FactPreparer(configs["shipped"], clusterer=clusterer) for _ in range(2)]
         work = [preparers[2 * b // len(rows)](row["actions"]) for b, row in enumerate(rows)]

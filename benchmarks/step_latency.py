@@ -33,7 +33,7 @@ seconds, the driver's seconds when every rollout's per-fact work was made before
 ``--critical-path``: the L step (``--size``) as a trainer with the per-fact work in its
 rollout workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each
 holding the ``minilm`` embedder (``--critical-backend``) in a
-:class:`factutil.integration.FactPreparer`, make each rollout of their share's
+:class:`factutil.preparer.FactPreparer`, make each rollout of their share's
 :class:`factutil.workers.FactWork` (the facts that worker had not shipped before), embedding one
 rollout at a time (as an agent-loop worker would as each finishes; ``--prepare-chunk N``: N
 rollouts a call, 0 the whole share at once, as the preparer does for rollouts that wait for it),
@@ -94,7 +94,7 @@ from benchmarks.workloads import SIZES, build_workload, triple_occurrences
 from factutil import FactUtilConfig, Triple, compute_process_advantages, filters
 from factutil.cluster import SemanticClusterer, fact_text, normalize_fact_text, triple_text
 from factutil.embed import make_embedder
-from factutil.integration import FactPreparer
+from factutil.preparer import FactPreparer
 from factutil.workers import make_work
 
 GROWTH_SIZES = ("S", "M", "L", "XL")
@@ -294,7 +294,7 @@ def growth_table(points: list[dict], threads: int | None) -> Table:
 
 class PrepareWorker:
     """A rollout worker: holds one embedder (loaded once, as an agent-loop worker holds its
-    model) in a :class:`~factutil.integration.FactPreparer`, and makes its share's work."""
+    model) in a :class:`~factutil.preparer.FactPreparer`, and makes its share's work."""
 
     def __init__(self, backend: str, rows: int):
         self.config = FactUtilConfig(embedding_backend=backend, embedding_batch_size=rows)

@@ -9,7 +9,7 @@ a local Ray with verl's TransferQueue) on workload ``--size`` of ``benchmarks/wo
 span-layout rows (one row per rollout, 256 response tokens, one run of 20 model tokens per action,
 the reward on the last action's last token), each rollout's per-fact work in its extra fields as
 the ``factagent`` loop puts it there (a :class:`factutil.workers.FactWork` from one of
-``--workers`` rollout workers' :class:`factutil.integration.FactPreparer` (contiguous shares,
+``--workers`` rollout workers' :class:`factutil.preparer.FactPreparer` (contiguous shares,
 as verl deals a batch out), each shipping a fact once; made beforehand, not timed; its pickled size is reported as ``work_bytes``). Per
 round and mode (``score_early`` on, then off; a fresh clusterer each time, so no memo carries
 over), the batch is written to TransferQueue, the trainer's old-log-prob step runs with verl's
@@ -53,7 +53,8 @@ from rich.table import Table
 from benchmarks.workloads import SIZES, build_workload
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
-from factutil.integration import FactPreparer
+from factutil.integration import TrainerStep
+from factutil.preparer import FactPreparer
 from factutil.workers import make_work
 
 TOKENS, RUN, STRIDE = 256, 20, 30
@@ -155,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
                  "response_len": len(f["responses"])} for f in fields]
         for _ in range(args.rounds):
             for early, trainer in trainers.items():
-                trainer.factutil_clusterer = None  # a new step's facts: nothing memoised
+                # a new run's clusterer: nothing memoised from the round before
+                trainer.factutil_step = TrainerStep(trainer.factutil_config)
                 meta = tq.kv_batch_put(keys=keys, partition_id="train",
                                        fields=list_of_dict_to_tensordict(fields), tags=tags)
                 metrics: dict[str, float] = {}

@@ -1,30 +1,13 @@
-"""What every trainer adapter shares: one batch call with per-group fallback, and its glue.
+"""What every trainer adapter shares: one step object, one batch call with per-group fallback.
 
 An adapter (verl, OpenRLHF, TRL, or a new one) keeps only what its trainer decides: where the
 rollouts, rewards and token spans of a batch are, and how the values go back onto its tensors.
-Everything else is here, once, with no trainer import:
-
-- :func:`score_batch`: turn each group into rollout dicts (a group that cannot be, raising
-  :class:`Unscorable`, keeps the trainer's own advantages), call
-  :func:`factutil.compute_process_advantages` once for the batch, and return each rollout's
-  per-action values with every group that fell back and why;
-- :func:`trainer_rollout`: one rollout dict from a trainer's values (gold answers from any
-  trainer value by :func:`factutil.metrics.golden_answers_from`, a reward that must be finite);
-- action rows: :func:`action_row` (the core's dict form of a parsed action, what rollouts carry)
-  and :func:`fixed_key_row` / :func:`row_of_fixed_keys` (the same action with the same keys
-  always, for trainers that store per-row fields column by column);
-- token spans: :func:`checked_spans` (``[start, end)`` pairs a rollout recorded) and the scatter
-  functions of :mod:`factutil.advantages`, re-exported;
-- :func:`batch_metrics` and :func:`warn_fallback`: the ``factutil/*`` metrics of a step and the
-  one warning that names the groups which kept the trainer's advantages;
-- per-fact work made in the rollout workers (docs/decisions.md, ``prepare_in_workers``):
-  :class:`FactPreparer` makes each rollout's :class:`~factutil.workers.FactWork` there (the facts
-  that worker has not shipped before), the rollout's fields carry it under :data:`WORK_KEY`,
-  and :func:`score_batch` hands the batch's items to the core (``work=``), which takes what fits
-  and computes the rest, with the same values bit for bit.
-
-A group that cannot be scored is never a crash and never a NaN: it keeps the trainer's outcome-only
-advantage, is counted in ``factutil/groups_fallback`` and named in one warning per step.
+Everything else is here, once, with no trainer import: :class:`TrainerStep` (the run's
+clusterer, early scoring, report writer and step metrics), :func:`score_batch` (one core call;
+a group that cannot be scored keeps the trainer's own advantages, is counted in
+``factutil/groups_fallback`` and named in :func:`warn_fallback`'s one warning, never a crash or
+a NaN), :func:`trainer_rollout`, the action rows, :func:`checked_spans` and the span scatters of
+:mod:`factutil.advantages`, and :func:`batch_metrics`.
 """
 
 from __future__ import annotations
@@ -32,13 +15,15 @@ from __future__ import annotations
 import base64
 import logging
 import math
-import threading
+import os
+import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
-from cachetools import LRUCache
 
 from factutil import api
 from factutil.advantages import (
@@ -48,42 +33,25 @@ from factutil.advantages import (
     scatter_to_turns,
     turns_problem,
 )
-from factutil.cluster import make_clusterer
+from factutil.cluster import Clusterer, make_clusterer
 from factutil.config import FactUtilConfig
 from factutil.load import action_row
 from factutil.metrics import golden_answers_from
+from factutil.report.writer import FOLDER, ReportWriter
 from factutil.result import ProcessAdvantages
-from factutil.workers import FactWork, make_work, triples_of
 
-__all__ = [
-    "FIXED_ACTION_KEYS",
-    "WORK_KEY",
-    "BatchScore",
-    "FactPreparer",
-    "Unscorable",
-    "action_row",
-    "batch_metrics",
-    "checked_spans",
-    "fixed_key_row",
-    "golden_answers_from",
-    "mask_spans",
-    "prepares_in_workers",
-    "row_of_fixed_keys",
-    "scatter_rows_to_turns",
-    "scatter_to_spans",
-    "scatter_to_turns",
-    "score_batch",
-    "trainer_rollout",
-    "turns_problem",
-    "warn_fallback",
-]
+__all__ = ["FIXED_ACTION_KEYS", "BatchScore", "TrainerStep", "Unscorable", "action_row",
+           "batch_metrics", "checked_spans", "fixed_key_row", "golden_answers_from", "mask_spans",
+           "row_of_fixed_keys", "scatter_rows_to_turns", "scatter_to_spans", "scatter_to_turns",
+           "score_batch", "trainer_rollout", "turns_problem", "warn_fallback"]
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 
 class Unscorable(Exception):
-    """A group that cannot be scored: it keeps the trainer's own advantages. The message says
-    why (it is the group's fallback reason)."""
+    """A group that cannot be scored: it keeps the trainer's own advantages (the message is the
+    group's fallback reason)."""
 
 
 @dataclass
@@ -91,20 +59,14 @@ class BatchScore(Generic[K]):
     """What :func:`score_batch` returns.
 
     Attributes:
-        result: the core's result for the groups that were scored; None when none was or the
-            call failed.
-        values: ``(uid, rollout_id)`` -> float64 per-action values of the column asked for, in
-            action order (views into ``result``); empty when ``result`` is None.
-        fallback: group key -> why that group keeps the trainer's advantages (its build raised
-            :class:`Unscorable`, the core skipped it, or the call failed). Adapters add the
-            groups whose values they cannot place.
-        groups: how many groups the batch has.
+        result: the core's result for the scored groups; None when none was or the call failed.
+        values: ``(uid, rollout_id)`` -> float64 per-action values of the column asked for.
+        fallback: group key -> why it keeps the trainer's advantages (its build raised
+            :class:`Unscorable`, the core skipped it, the call failed, or the adapter could not
+            place its values). groups: how many groups the batch has.
         error: the exception of the core call, None when it did not raise.
-        shipped: work items given to the core (the core may still ignore some: its
-            ``cluster_work_ignored`` and ``cluster_work_unreadable``); None when no work was
-            to come.
-        unshipped: items that were to come and did not (a worker's failure: the step computed
-            their facts); None when no work was to come.
+        shipped, unshipped: work items given to the core, and those that did not come (the
+            step computed their facts); None when no work was to come.
     """
 
     result: ProcessAdvantages | None
@@ -116,43 +78,26 @@ class BatchScore(Generic[K]):
     unshipped: int | None = None
 
 
-def score_batch(
-    groups: Iterable[K],
-    build: Callable[[K], Sequence[Mapping[str, Any]]],
-    config: FactUtilConfig,
-    *,
-    clusterer: Any = None,
-    column: str = "advantage",
-    scorer: Callable[..., ProcessAdvantages] | None = None,
-    work: Sequence[Any] | None = None,
-) -> BatchScore[K]:
+def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, Any]]],
+                config: FactUtilConfig, *, clusterer: Any = None, column: str = "advantage",
+                work: Sequence[Any] | None = None) -> BatchScore[K]:
     """Score a trainer's batch in one core call; a group that cannot be scored falls back alone.
 
     Args:
-        groups: the batch's group keys (any hashable: a uid string, a group number), in the order
-            the rollouts go to the core.
-        build: ``build(key)`` -> that group's rollout dicts (docs/method.md §8; each ``uid``
-            must be ``str(key)``, e.g. from :func:`trainer_rollout`); raises :class:`Unscorable`
-            for a group that cannot be scored.
-        config: the method's parameters.
-        clusterer: passed on to :func:`factutil.compute_process_advantages` (reuse one across
-            steps to keep its caches).
-        column: the ``action_columns`` key returned per rollout: ``"advantage"`` (A = A_out +
-            omega * A_proc, for a trainer whose advantages are replaced) or
-            ``"process_advantage"`` (A_proc, for one that adds omega * A_proc to its own).
-        scorer: the core call, ``compute_process_advantages`` when None (looked up at call time).
-
-        work: the batch's per-fact work from its rollout workers, one item per rollout that
-            was to bring some: a :class:`~factutil.workers.FactWork`, its bytes or their base64
-            text (:meth:`FactPreparer.text`), or None (none came); passed on as the core's
-            ``work``. Work that does not fit or cannot be read costs only time: the core
-            computes those facts itself.
+        groups: the batch's group keys (any hashable), in the order the rollouts go to the core.
+        build: ``build(key)`` -> that group's rollout dicts (each ``uid`` is ``str(key)``, e.g.
+            from :func:`trainer_rollout`); raises :class:`Unscorable` for a group that cannot be.
+        config, clusterer: the core's (reuse one clusterer across steps: its caches).
+        column: the ``action_columns`` key returned per rollout: ``"advantage"`` (A, for a
+            trainer whose advantages are replaced) or ``"process_advantage"`` (A_proc, for one
+            that adds omega * A_proc to its own).
+        work: one item per rollout whose worker was to make some: a
+            :class:`~factutil.workers.FactWork`, its bytes or base64 text, or None (none came).
 
     Returns:
-        :class:`BatchScore`. The core runs with ``on_invalid_group="skip"``, so a group that
-        fails its validation is in ``fallback`` with the core's reason. When the core call raises,
-        every group built is in ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the
-        exception; nothing is raised.
+        :class:`BatchScore`; a group the core skips (``on_invalid_group="skip"``) is in
+        ``fallback`` with its reason. Never raises: when the core call does, every group is in
+        ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the exception.
     """
     fallback: dict[K, str] = {}
     rollouts: list[Mapping[str, Any]] = []
@@ -177,9 +122,9 @@ def score_batch(
         score.shipped = len(items) - score.unshipped
         # "" is a preparer's text for a rollout whose facts all went out before: nothing to read.
         extra["work"] = [_work_form(item) for item in items if item is not None and item != ""]
-    call = scorer if scorer is not None else api.compute_process_advantages
     try:
-        result = call(rollouts, config, clusterer=clusterer, on_invalid_group="skip", **extra)
+        result = api.compute_process_advantages(rollouts, config, clusterer=clusterer,
+                                                on_invalid_group="skip", **extra)
     except Exception as error:  # noqa: BLE001 - a bad batch never stops training
         score.error = error
         for key in keys.values():
@@ -203,29 +148,13 @@ def _work_form(item: Any) -> Any:
     return item
 
 
-def trainer_rollout(
-    *,
-    name: str,
-    uid: str,
-    rollout_id: str,
-    question: Any,
-    golden_answers: Any,
-    actions: list[Any],
-    reward: float | None,
-) -> dict[str, Any]:
+def trainer_rollout(*, name: str, uid: str, rollout_id: str, question: Any, golden_answers: Any,
+                    actions: list[Any], reward: float | None) -> dict[str, Any]:
     """One rollout dict (docs/method.md §8) from a trainer's values.
 
-    Args:
-        name: how the fallback reason names the rollout (``"row 3"``, ``"trajectory 'q_0'"``).
-        uid: the group's key as a string; rollout_id: the rollout's, unique in its group.
-        question: the question (any value; its text is used, None gives ``""``).
-        golden_answers: any trainer value holding the gold answers
-            (:func:`factutil.metrics.golden_answers_from`).
-        actions: the rollout's action dicts, in order.
-        reward: the outcome reward R; None leaves it to the core (F1 of the answer).
-
-    Returns:
-        ``{"uid", "question", "golden_answers", "rollout_id", "actions"[, "reward"]}``.
+    ``name`` names the rollout in a fallback reason (``"row 3"``); ``question`` may be any value
+    (None gives ``""``); ``golden_answers`` any value
+    :func:`factutil.metrics.golden_answers_from` reads; ``reward`` None leaves R to the core.
 
     Raises:
         Unscorable: no gold answer in ``golden_answers``, or a reward that is not finite.
@@ -253,44 +182,21 @@ FIXED_ACTION_KEYS = ("kind", "query", "triples", "answer", "error")
 
 
 def fixed_key_row(action: Any) -> dict[str, Any]:
-    """A parsed action with the same keys always (for trainers that store fields per column).
-
-    Args:
-        action: a search, assert, answer or invalid action model.
-
-    Returns:
-        ``{"kind": "search"|"assert"|"answer"|"invalid", "query": str|None,
-        "triples": [[s, r, o], ...]|None, "answer": str|None, "error": str|None}``.
-
-    Raises:
-        TypeError: ``action`` is not an action model.
-    """
+    """A parsed action model with the same keys always (for trainers that store fields per
+    column): ``{"kind", "query", "triples", "answer", "error"}``, None where the kind has none.
+    Raises TypeError for anything but an action model."""
     row = action_row(action)
     fields: dict[str, Any] = dict.fromkeys(FIXED_ACTION_KEYS)
-    kind = row["action"]
-    fields["kind"] = kind
-    if kind == "search":
-        fields["query"] = row["query"]
-    elif kind == "assert":
-        fields["triples"] = row["triples"]
-    elif kind == "answer":
-        fields["answer"] = row["answer"]
-    else:
-        fields["error"] = row["reason"]
+    fields["kind"] = kind = row["action"]
+    name = {"search": "query", "assert": "triples", "answer": "answer"}.get(kind)
+    fields[name or "error"] = row[name or "reason"]
     return fields
 
 
 def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The action dict (docs/method.md §8 item) of a :func:`fixed_key_row` dict.
-
-    A known kind whose field is missing or of the wrong type is an invalid action (the agent's
-    format error, penalised like any other); an ``assert`` with an empty part becomes one through
-    the core's own input rules.
-
-    Raises:
-        Unscorable: ``fields`` is not a mapping or names no known kind (a data error: the
-            group falls back).
-    """
+    """The action dict of a :func:`fixed_key_row` dict. A known kind whose field is missing or
+    of the wrong type is an invalid action (the agent's format error, penalised like any other).
+    Raises :class:`Unscorable` when ``fields`` is not a mapping or names no known kind."""
     if not isinstance(fields, Mapping):
         raise Unscorable(f"action must be a mapping, got {type(fields).__name__}")
     kind = fields.get("kind")
@@ -309,16 +215,8 @@ def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
 def checked_spans(given: Any, actions: int) -> np.ndarray:
     """A rollout's recorded ``[start, end)`` token spans, one per action, checked.
 
-    Args:
-        given: a sequence of ``[start, end)`` pairs of ints.
-        actions: how many actions the rollout has.
-
-    Returns:
-        int64 (actions, 2).
-
-    Raises:
-        ValueError: not pairs of ints with ``0 <= start <= end``, another count than
-            ``actions``, or spans out of order or overlapping (the message says which).
+    Returns int64 (actions, 2). Raises ValueError (the message says which): not pairs of ints
+    with ``0 <= start <= end``, another count than ``actions``, out of order or overlapping.
     """
     pairs = list(given) if isinstance(given, (list, tuple)) else None
     if pairs is None or not all(
@@ -328,16 +226,13 @@ def checked_spans(given: Any, actions: int) -> np.ndarray:
         and 0 <= pair[0] <= pair[1]
         for pair in pairs
     ):
-        raise ValueError(
-            f"spans must be [start, end) pairs of ints with 0 <= start <= end, got {given!r}"[:300]
-        )
+        raise ValueError(f"spans must be [start, end) pairs of ints with 0 <= start <= end, "
+                         f"got {given!r}"[:300])
     if len(pairs) != actions:
         raise ValueError(f"{len(pairs)} spans for {actions} actions")
     spans = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     if np.any(spans[1:, 0] < spans[:-1, 1]):
-        raise ValueError(
-            f"spans must be in order and must not overlap, got {spans.tolist()}"
-        )
+        raise ValueError(f"spans must be in order and must not overlap, got {spans.tolist()}")
     return spans
 
 
@@ -350,12 +245,9 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
 
     Returns:
         ``factutil/groups``, ``groups_scored``, ``groups_fallback`` (the trainer's groups); with
-        a result, each of its other numeric ``metrics`` as ``factutil/<name>`` (stage times ``time_<stage>_s`` as
-        ``factutil/time_<stage>_ms``, in milliseconds) and ``factutil/utility_spread`` (max -
-        min utility); when the workers were to ship their work, ``factutil/prepared_shipped``
-        and ``factutil/prepared_unshipped`` (work items, :class:`BatchScore`'s ``shipped`` and
-        ``unshipped``) next to the core's ``factutil/cluster_work_facts``,
-        ``cluster_work_ignored`` and ``cluster_work_unreadable``.
+        a result, its numeric ``metrics`` as ``factutil/<name>`` (``time_<stage>_s`` as
+        ``time_<stage>_ms``) and ``utility_spread`` (max - min utility); with work to come,
+        ``prepared_shipped`` and ``prepared_unshipped`` (:class:`BatchScore`'s counts).
     """
     result, groups, fallback = score.result, score.groups, score.fallback
     metrics: dict[str, float] = {}
@@ -368,9 +260,8 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
                 metrics[f"factutil/{name[:-2]}_ms"] = 1000.0 * float(value)
             else:
                 metrics[f"factutil/{name}"] = float(value)
-        metrics["factutil/utility_spread"] = float(
-            found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
-        )
+        spread = found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
+        metrics["factutil/utility_spread"] = float(spread)
     if score.shipped is not None:
         metrics["factutil/prepared_shipped"] = float(score.shipped)
         metrics["factutil/prepared_unshipped"] = float(score.unshipped or 0)
@@ -381,25 +272,11 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
     return {name: value if math.isfinite(value) else 0.0 for name, value in metrics.items()}
 
 
-def warn_fallback(
-    log: logging.Logger,
-    fallback: Mapping[Any, str],
-    kept: str,
-    metric: str,
-    *,
-    every: str | None = None,
-    error: BaseException | None = None,
-) -> None:
-    """The step's one warning naming the groups that kept the trainer's advantages.
-
-    Args:
-        log: the adapter's logger.
-        fallback: group -> reason (nothing is logged when empty and ``every`` is None).
-        kept: what they kept (``"verl's GRPO advantages"``).
-        metric: the metric that counts them (``"factutil/groups_fallback"``).
-        every: when the whole batch kept them, why (the message then says "every group").
-        error: the exception behind the fallback, logged with its traceback.
-    """
+def warn_fallback(log: logging.Logger, fallback: Mapping[Any, str], kept: str, *,
+                  every: str | None = None, error: BaseException | None = None) -> None:
+    """The step's one warning naming the groups (``fallback``: group -> reason; none, nothing
+    logged) that kept ``kept`` (``"verl's GRPO advantages"``); with ``every`` (why), the whole
+    batch kept them. ``error``, the exception behind it, is logged with its traceback."""
     if not fallback and every is None:
         return
     reasons = [f"group {group!r}: {reason}" for group, reason in sorted(fallback.items())]
@@ -407,113 +284,109 @@ def warn_fallback(
         "factutil: %s kept %s (%s): %s%s",
         "every group" if every is not None else f"{len(fallback)} group(s)",
         kept,
-        metric,
+        "factutil/batch_fallback" if every is not None else "factutil/groups_fallback",
         every if every is not None else "; ".join(reasons[:3]),
         " ..." if every is None and len(reasons) > 3 else "",
         exc_info=error,
     )
 
 
-WORK_KEY = "work"
-"""The key of an adapter's per-rollout fields holding the work its rollout worker made
-(:class:`FactPreparer`'s :class:`~factutil.workers.FactWork`, or its base64 text)."""
+class TrainerStep:
+    """What one training run's factutil steps share, the same for every adapter: the
+    :attr:`clusterer` (made on first use, kept across steps), early scoring in one background
+    thread (:meth:`start`, :meth:`take`; the core never switches the garbage collector from it),
+    the report writer (:attr:`reports`, made on the first report) and :meth:`finish`.
 
-
-def prepares_in_workers(config: FactUtilConfig) -> bool:
-    """Whether the rollout workers make the rollouts' per-fact work (``config.prepare_in_workers``;
-    None: in semantic mode only, exact mode having no embedding or analysis to ship)."""
-    if config.prepare_in_workers is not None:
-        return bool(config.prepare_in_workers)
-    return config.mode == "semantic"
-
-
-class FactPreparer:
-    """Per-fact work made where rollouts are generated (a rollout worker), one
-    :class:`~factutil.workers.FactWork` per call, with only the facts this preparer has not
-    shipped before.
-
-    One per worker process and config: it owns the clusterer (its embedder loads on first use, on
-    ``config.embedding_device``) and remembers the facts it shipped (an LRU of
-    ``config.cache_max_entries``): the trainer's clusterer keeps them across steps, and computes
-    any it lacks, so the numbers never depend on what was shipped. Calls from several threads
-    run one at a time; the rollouts that wait meanwhile are embedded together by the next call
-    (a fixed-shape pass costs a rollout's few texts alone many times more per text).
-
-    Args:
-        config: the run's :class:`FactUtilConfig` (the trainer's: work made for another
-            clustering fit is ignored by the trainer).
-        log: where a failure is reported (once).
-        clusterer: the clusterer whose embedder and caches to use; None: made from ``config``
-            on the first call.
+    ``run_folder``: reports go to ``<run_folder>/factutil_reports/`` (an adapter that learns it
+    later sets the attribute). ``early_used``, ``wait_s``: whether the last :meth:`take` used
+    the early score, and how long it waited for it (None: none was started).
     """
 
-    def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None,
-                 clusterer: Any = None):
+    def __init__(self, config: FactUtilConfig, run_folder: str | os.PathLike = ".",
+                 log: logging.Logger | None = None):
         self.config = config
+        self.run_folder = run_folder
         self.log = log or logging.getLogger("factutil")
-        self.failures = 0
-        self.coalesced = 0  # rollouts whose facts were embedded in another rollout's call
-        self._clusterer: Any = clusterer
-        self._shipped: LRUCache = LRUCache(max(config.cache_max_entries, 1))
-        self._lock = threading.Lock()
-        self._waiting: list[Any] = []  # rollouts whose call waits for the lock
-        self._waiting_lock = threading.Lock()
+        self.steps = 0
+        self.reports: ReportWriter | None = None
+        self.early_used = False
+        self.wait_s: float | None = None
+        self._clusterer: Clusterer | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._early: tuple[Any, Future] | None = None
 
-    def text(self, facts: Any) -> str | None:
-        """:meth:`__call__`'s work as base64 text of its bytes (:meth:`FactWork.to_bytes`), for
-        fields that must stay JSON (OpenRLHF's payload; :func:`score_batch` takes both forms):
-        None when it failed, ``""`` when it holds no fact (nothing to ship)."""
-        work = self(facts)
-        if work is None or not len(work):
-            return None if work is None else ""
-        return base64.b64encode(work.to_bytes()).decode("ascii")
+    @property
+    def clusterer(self) -> Clusterer:
+        if self._clusterer is None:
+            self._clusterer = make_clusterer(self.config)
+        return self._clusterer
 
-    def __call__(self, facts: Any) -> FactWork | None:
-        """The per-fact work of one rollout's facts that this preparer has not shipped before.
+    def score(self, groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, Any]]], *,
+              column: str = "advantage", work: Sequence[Any] | None = None) -> BatchScore[K]:
+        """:func:`score_batch` with the run's config and clusterer."""
+        return score_batch(groups, build, self.config, clusterer=self.clusterer, column=column,
+                           work=work)
 
-        Args:
-            facts: the rollout's actions (action dicts or models), a rollout dict, or anything
-                else :func:`~factutil.workers.triples_of` reads.
-
-        Returns:
-            a :class:`~factutil.workers.FactWork`; of no fact when every fact of the rollout was
-            shipped before (an adapter need not ship it); None when the work failed (counted in
-            ``failures``, logged once): the trainer's step then does it. Never raises.
-        """
+    def start(self, key: Any, score: Callable[[], T]) -> None:
+        """Run ``score()`` in the background thread for the :meth:`take` of an equal ``key`` (the
+        step's inputs, compared with ``==``); forgets an earlier start. Never raises."""
+        self._early = None
         try:
-            with self._waiting_lock:
-                self._waiting.append(facts)
-            with self._lock:
-                if self._clusterer is None:
-                    self._clusterer = make_clusterer(self.config)
-                with self._waiting_lock:
-                    waiting, self._waiting = self._waiting, []
-                if len(waiting) > 1:
-                    self._warm(waiting)
-                shipped = self._shipped
-                new = [key for key in dict.fromkeys(triples_of(facts, self.config.max_turns))
-                       if key not in shipped]
-                work = make_work(new, self.config, self._clusterer)
-                for key in new:
-                    shipped[key] = True
-                return work
-        except Exception:  # a rollout never fails for work the trainer can redo
-            self.failures += 1
-            if self.failures == 1:
-                self.log.warning("factutil: a rollout's work failed in the rollout worker; the "
-                                 "trainer's step does it instead", exc_info=True)
-            return None
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
+            self._early = (key, self._pool.submit(score))
+        except Exception:  # take scores instead
+            self.log.warning("factutil: could not start scoring early", exc_info=True)
 
-    def _warm(self, waiting: list[Any]) -> None:
-        """Embed and analyse the facts of every waiting rollout in one call, into the
-        clusterer's caches (a rollout that cannot be read is left to its own call)."""
-        parts = []
-        for facts in waiting:
+    def take(self, key: Any, score: Callable[[], T]) -> T:
+        """The value :meth:`start` computed when it started from ``key``, else ``score()`` now
+        (one warning when the early scoring failed or its key differs); raises what
+        ``score()`` raises."""
+        early, self._early = self._early, None
+        self.early_used, self.wait_s = False, None
+        if early is not None:
+            waited = time.perf_counter()
             try:
-                parts += triples_of(facts, self.config.max_turns)
-            except (TypeError, ValueError):
-                continue
-        parts = [key for key in dict.fromkeys(parts) if key not in self._shipped]
-        if parts:
-            make_work(parts, self.config, self._clusterer)
-            self.coalesced += len(waiting) - 1
+                value = early[1].result()
+                same = bool(early[0] == key)
+            except Exception:  # scored again below
+                self.log.warning("factutil: scoring early failed; scoring the batch now",
+                                 exc_info=True)
+                same = False
+            else:
+                if not same:
+                    self.log.warning("factutil: the batch changed after it was scored early; "
+                                     "scoring it again")
+            self.wait_s = time.perf_counter() - waited
+            if same:
+                self.early_used = True
+                return value
+        return score()
+
+    def finish(self, result: ProcessAdvantages | None, started: float, *, failed: bool = False,
+               step: int | None = None) -> dict[str, float]:
+        """End a step: count it, hand ``result`` (None: nothing scored) to the report writer
+        under ``step`` (the trainer's, 1-based; None: :attr:`steps`), and return the step's
+        metrics: ``factutil/batch_fallback`` (1.0 when ``failed``: the whole batch kept the
+        trainer's advantages), ``score_early_used``, ``time_wait_ms`` (after an early start),
+        ``report_failures`` (with ``report_every``), ``time_trainer_ms`` (since ``started``,
+        a ``time.perf_counter()``)."""
+        self.steps += 1
+        metrics = {"factutil/batch_fallback": float(failed),
+                   "factutil/score_early_used": float(self.early_used)}
+        if self.wait_s is not None:
+            metrics["factutil/time_wait_ms"] = 1000.0 * self.wait_s
+        self.early_used, self.wait_s = False, None
+        if self.config.report_every:
+            try:
+                if self.reports is None:
+                    self.reports = ReportWriter(Path(self.run_folder) / FOLDER,
+                                                self.config.report_every)
+                self.reports.submit(result, self.steps if step is None else step)
+                metrics["factutil/report_failures"] = float(self.reports.failures)
+            except Exception:  # a report must never fail a training step
+                self.log.warning("factutil: the credit report could not be started; training "
+                                 "goes on without it", exc_info=True)
+                metrics["factutil/report_failures"] = 1.0
+        metrics["factutil/time_trainer_ms"] = 1000.0 * (time.perf_counter() - started)
+        return metrics

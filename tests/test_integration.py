@@ -1,5 +1,6 @@
-"""factutil.integration: the surface every trainer adapter calls (batch score with per-group
-fallback, rollouts from trainer values, action rows, spans, metrics, the one warning)."""
+"""factutil.integration: the surface every trainer adapter calls (the step object, batch score
+with per-group fallback, rollouts from trainer values, action rows, spans, metrics, the one
+warning), and factutil.preparer, the rollout workers' side."""
 
 from __future__ import annotations
 
@@ -13,19 +14,19 @@ from factutil import compute_process_advantages
 from factutil.cluster import SemanticClusterer
 from factutil.integration import (
     BatchScore,
-    FactPreparer,
+    TrainerStep,
     Unscorable,
     action_row,
     batch_metrics,
     checked_spans,
     fixed_key_row,
-    prepares_in_workers,
     row_of_fixed_keys,
     score_batch,
     trainer_rollout,
     warn_fallback,
 )
 from factutil.parse import parse_action
+from factutil.preparer import FactPreparer, prepares_in_workers
 from factutil.schema import FactUtilConfig
 from factutil.workers import FactWork
 
@@ -75,11 +76,14 @@ def test_score_batch_scores_the_good_groups_once_and_names_each_fallback():
     assert right[0] > 0 and right[0] == pytest.approx(-wrong[0])
 
 
-def test_score_batch_never_raises_when_the_core_call_does():
+def test_score_batch_never_raises_when_the_core_call_does(monkeypatch):
+    import factutil.api
+
     def broken(*args, **kwargs):
         raise MemoryError("simulated")
 
-    batch = score_batch(["a", "b"], lambda key: _group(key, (1.0, 0.0)), EXACT, scorer=broken)
+    monkeypatch.setattr(factutil.api, "compute_process_advantages", broken)
+    batch = score_batch(["a", "b"], lambda key: _group(key, (1.0, 0.0)), EXACT)
     assert batch.result is None and batch.values == {}
     assert isinstance(batch.error, MemoryError)
     assert batch.fallback == {
@@ -172,17 +176,17 @@ def test_batch_metrics_and_the_one_warning(caplog):
     }
     log = logging.getLogger("factutil.test_integration")
     with caplog.at_level(logging.WARNING, logger=log.name):
-        warn_fallback(log, {}, "the trainer's advantages", "factutil/groups_fallback")
+        warn_fallback(log, {}, "the trainer's advantages")
         assert caplog.records == []
         reasons = {3: "c", 1: "a", 4: "d", 2: "b"}
-        warn_fallback(log, reasons, "the trainer's advantages", "factutil/groups_fallback")
-        warn_fallback(log, {}, "the trainer's advantages", "factutil/skipped", every="boom")
+        warn_fallback(log, reasons, "the trainer's advantages")
+        warn_fallback(log, {}, "the trainer's advantages", every="boom")
     first, second = (r.getMessage() for r in caplog.records)
     assert first == (
         "factutil: 4 group(s) kept the trainer's advantages (factutil/groups_fallback): "
         "group 1: a; group 2: b; group 3: c ..."
     )
-    assert second == "factutil: every group kept the trainer's advantages (factutil/skipped): boom"
+    assert second == "factutil: every group kept the trainer's advantages (factutil/batch_fallback): boom"
 
 
 def test_prepares_in_workers_follows_the_mode_unless_the_config_says():
@@ -312,4 +316,90 @@ def test_the_step_never_switches_the_collector_from_another_thread(monkeypatch):
     assert switches == [("disable", main), ("enable", main)]
     switches.clear()
     compute_process_advantages(rollouts, EXACT.model_copy(update={"pause_gc": False}))
+    assert switches == []
+
+
+def _two_groups(key: str) -> list[dict]:
+    return _group(key, (1.0, 0.0) if key == "0" else (0.0, 1.0))
+
+
+def test_the_step_keeps_one_clusterer_and_scores_as_score_batch_does():
+    step = TrainerStep(EXACT)
+    assert step.clusterer is step.clusterer
+    batch = step.score(["0", "1"], _two_groups, column="process_advantage")
+    alone = score_batch(["0", "1"], _two_groups, EXACT, column="process_advantage")
+    assert batch.values.keys() == alone.values.keys()
+    assert all(batch.values[key].tobytes() == alone.values[key].tobytes() for key in alone.values)
+
+
+def test_take_returns_the_early_score_only_for_the_same_key(caplog):
+    """Started from key "step 1": take("step 1") returns that score without scoring again;
+    take("step 2") scores now (one warning) and gives what score_batch gives directly."""
+    step = TrainerStep(EXACT, log=logging.getLogger("factutil.test_step"))
+    alone = score_batch(["0", "1"], _two_groups, EXACT)
+
+    def never():
+        raise AssertionError("scored again although the early score was for these inputs")
+
+    step.start("step 1", lambda: step.score(["0", "1"], _two_groups))
+    taken = step.take("step 1", never)
+    assert step.early_used and step.wait_s is not None
+    assert all(taken.values[key].tobytes() == alone.values[key].tobytes() for key in alone.values)
+
+    step.start("step 1", lambda: step.score(["0"], _two_groups))  # another batch
+    with caplog.at_level(logging.WARNING, logger="factutil.test_step"):
+        now = step.take("step 2", lambda: step.score(["0", "1"], _two_groups))
+    assert not step.early_used and set(now.values) == set(alone.values)
+    assert all(now.values[key].tobytes() == alone.values[key].tobytes() for key in alone.values)
+    assert [r.getMessage() for r in caplog.records] == [
+        "factutil: the batch changed after it was scored early; scoring it again"]
+    assert step.take("step 3", lambda: "now") == "now" and step.wait_s is None  # none started
+
+
+def test_a_failed_early_scoring_is_done_now_with_one_warning(caplog):
+    step = TrainerStep(EXACT, log=logging.getLogger("factutil.test_step"))
+
+    def broken():
+        raise MemoryError("simulated")
+
+    step.start("step 1", broken)
+    with caplog.at_level(logging.WARNING, logger="factutil.test_step"):
+        assert step.take("step 1", lambda: "scored now") == "scored now"
+    assert [r.getMessage() for r in caplog.records] == [
+        "factutil: scoring early failed; scoring the batch now"]
+    assert not step.early_used
+    metrics = step.finish(None, 0.0)
+    assert metrics["factutil/score_early_used"] == 0.0 and "factutil/time_wait_ms" in metrics
+    assert step.steps == 1 and "factutil/report_failures" not in metrics  # report_every 0
+
+
+def test_a_failing_report_never_fails_the_step(tmp_path, caplog):
+    """A run folder that is a file: the writer's thread fails, counted; a folder that cannot
+    even make a writer: one warning, counted. finish returns its metrics either way."""
+    result = compute_process_advantages(_two_groups("0"), EXACT)
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the run folder should be", encoding="utf-8")
+    config = EXACT.model_copy(update={"report_every": 1})
+    step = TrainerStep(config, blocker)
+    first = step.finish(result, 0.0)
+    assert step.reports.wait(60) and step.reports.failures == 1
+    assert first["factutil/batch_fallback"] == 0.0 and first["factutil/time_trainer_ms"] > 0
+    assert step.finish(result, 0.0, failed=True)["factutil/batch_fallback"] == 1.0
+    assert step.reports.wait(60) and step.reports.failures == 2
+    broken = TrainerStep(config, None, log=logging.getLogger("factutil.test_step"))
+    with caplog.at_level(logging.WARNING, logger="factutil.test_step"):
+        assert broken.finish(result, 0.0)["factutil/report_failures"] == 1.0
+    assert len([r for r in caplog.records if r.name == "factutil.test_step"]) == 1
+
+
+def test_the_steps_early_thread_never_switches_the_collector(monkeypatch):
+    import gc
+    import threading
+
+    switches: list[str] = []
+    monkeypatch.setattr(gc, "disable", lambda: switches.append(threading.current_thread().name))
+    monkeypatch.setattr(gc, "enable", lambda: switches.append(threading.current_thread().name))
+    step = TrainerStep(EXACT)
+    step.start("step 1", lambda: step.score(["0", "1"], _two_groups))
+    assert step.take("step 1", lambda: None).result is not None and step.early_used
     assert switches == []

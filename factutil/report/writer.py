@@ -1,7 +1,7 @@
 """Reports from a running trainer: every N steps, in a background thread, never failing the step.
 
-Both trainer adapters (verl, OpenRLHF) hold one :class:`ReportWriter` and call
-:meth:`ReportWriter.submit` with each step's result; the adapter adds no logic of its own.
+A trainer's :class:`factutil.integration.TrainerStep` holds one (in ``<run>/``:data:`FOLDER`)
+and calls :meth:`ReportWriter.submit` with each step's result.
 """
 
 from __future__ import annotations
@@ -57,13 +57,6 @@ class ReportWriter:
         self.skipped = 0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-
-    @classmethod
-    def for_run(
-        cls, run_folder: str | os.PathLike, every: int, *, max_groups: int = DEFAULT_MAX_GROUPS
-    ) -> ReportWriter:
-        """The writer of a training run: reports go to ``<run_folder>/factutil_reports/``."""
-        return cls(Path(run_folder) / FOLDER, every, max_groups=max_groups)
 
     def due(self, step: int) -> bool:
         """True when step ``step`` (1-based, as trainers count) should get a report."""

@@ -17,7 +17,7 @@ or ``{"version": 1, "error": "..."}`` when the recorded spans disagree with ``ac
 With ``prepare_in_workers`` (default: on in semantic mode) the executor also makes the episode's
 per-fact work here, inside the vLLM engine actor, once the episode ends (its facts' texts,
 embeddings on the engine's GPU when it has one and filter analyses, for the facts this engine has
-not shipped before: :class:`factutil.integration.FactPreparer`) and adds it to the payload as
+not shipped before: :class:`factutil.preparer.FactPreparer`) and adds it to the payload as
 ``"work"``: the base64 text of the :class:`factutil.workers.FactWork`'s ``.npz`` bytes, so the
 payload stays JSON. It rides with the sample to ``compute_advantages_and_returns``, whose step
 takes it into its clusterer's caches and computes the rest.
@@ -179,10 +179,10 @@ def make_executor(
             self._factutil_prepare = prepare
 
         def factutil_preparer(self) -> Any:
-            """The engine's :class:`factutil.integration.FactPreparer`; None when it ships none
+            """The engine's :class:`factutil.preparer.FactPreparer`; None when it ships none
             (or the run's config cannot be read here: the trainer's step then does the work)."""
             if self._factutil_preparer is None and self._factutil_prepare is not False:
-                from factutil.integration import FactPreparer, prepares_in_workers
+                from factutil.preparer import FactPreparer, prepares_in_workers
 
                 try:
                     config = as_config(requested_config())
@@ -217,7 +217,7 @@ def make_executor(
             payload = episode.payload(response.get("action_ranges"))
             preparer = self.factutil_preparer()
             if preparer is not None and "actions" in payload:
-                from factutil.integration import WORK_KEY
+                from factutil.preparer import WORK_KEY
 
                 # off the event loop: the engine's other episodes keep generating meanwhile
                 text = await asyncio.to_thread(preparer.text, payload["actions"])

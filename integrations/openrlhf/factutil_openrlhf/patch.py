@@ -26,21 +26,21 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
 
 from factutil.integration import (
-    WORK_KEY,
+    BatchScore,
+    TrainerStep,
     Unscorable,
-    prepares_in_workers,
+    batch_metrics,
     scatter_to_spans,
-    score_batch,
     trainer_rollout,
     warn_fallback,
 )
+from factutil.preparer import WORK_KEY, prepares_in_workers
 from factutil_openrlhf.settings import PAYLOAD_KEY, as_config
 
 logger = logging.getLogger("factutil.openrlhf")
@@ -51,37 +51,18 @@ PATCHED = "__factutil_patched__"
 WHITENING_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline")
 """Estimators whose advantages OpenRLHF whitens over the batch after computing them."""
 
-METRIC_KEYS = (
-    "factutil/skipped",
-    "factutil/actions",
-    "factutil/process_adv_abs",
-    "factutil/clusters_per_group",
-    "factutil/shaping_nonzero_share",
-    "factutil/groups_uniform_share",
-    "factutil/prepared_unshipped",
-    "factutil/prepared_ignored",
-    "factutil/prepared_other_device",
-    "factutil/score_early_used",
-    "factutil/time_s",
-)
+METRIC_KEYS = ("factutil/skipped", "factutil/actions", "factutil/process_adv_abs")
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
-over samples). ``factutil/skipped`` is the warning metric: 1 on rows whose group kept OpenRLHF's
-advantages unchanged. With ``prepare_in_workers``, ``factutil/prepared_unshipped`` counts the
-batch's samples whose work did not come from the engine, ``factutil/prepared_ignored`` the work
-items made for another config or embedder, or unreadable (the step computed those facts itself:
-the advantages are the same), ``factutil/groups_uniform_share`` the share of the batch's groups
-whose rollouts all scored the same (docs/method.md §3), ``factutil/prepared_other_device`` the
-batch's facts whose vectors came from an engine on another kind of device than the trainer's
-embedder (config ``prepared_device``).
-``factutil/score_early_used`` is 1 when the batch was scored while OpenRLHF computed the
-log-probs (config ``score_early``) and that result was used."""
+over samples): 1 on rows whose group kept OpenRLHF's advantages, the row's actions, its mean
+|omega * A_proc|. The step's ``factutil/*`` metrics (:func:`factutil.integration.batch_metrics`
+and :meth:`factutil.integration.TrainerStep.finish`, the names verl and TRL log) are added too,
+the same value on every sample."""
 
 
 class ProcessAdvantagePatch:
-    """The state the patched ``compute_advantages_and_returns`` uses: config, clusterer, and
-    the report writer (``FACTUTIL_REPORT_EVERY=N``: every N-th call, i.e. training step, writes
-    the batch's HTML credit report to ``<--ckpt.output_dir>/factutil_reports/`` in a background
-    thread; see :class:`factutil.report.ReportWriter`).
+    """The state the patched methods use: the run's :class:`factutil.integration.TrainerStep`
+    (config, clusterer, early scoring, the report writer: ``FACTUTIL_REPORT_EVERY=N`` writes
+    every N-th step's HTML credit report to ``<--ckpt.output_dir>/factutil_reports/``).
 
     Args:
         config: a ``factutil.FactUtilConfig``, a mapping of its fields, or None for the
@@ -94,21 +75,8 @@ class ProcessAdvantagePatch:
 
     def __init__(self, config: Any = None):
         self.config = as_config(config)
-        self._clusterer = None
+        self.step = TrainerStep(self.config, log=logger)
         self._warned: set[str] = set()
-        self.steps = 0
-        self.reports = None
-        # score_early: one thread; the rows it scores and the future of their scoring.
-        self._pool: ThreadPoolExecutor | None = None
-        self._early: tuple[dict[tuple[int, int], dict[str, Any]], Future] | None = None
-
-    def clusterer(self):
-        """One clusterer for the whole run, so its state (an embedding cache) is reused."""
-        if self._clusterer is None:
-            from factutil.cluster import make_clusterer
-
-            self._clusterer = make_clusterer(self.config)
-        return self._clusterer
 
     def warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -116,12 +84,11 @@ class ProcessAdvantagePatch:
             logger.warning(message)
 
     def start_early(self, maker: Any, experiences: Sequence[Any]) -> None:
-        """Start scoring ``experiences`` in a background thread (config ``score_early``), before
-        OpenRLHF computes their log-probs; :meth:`add_process_advantages` uses the result when
-        the rows it is given are the same (sample indices, rewards, prompts, labels, the very
-        payloads), else scores again. Nothing starts when no sample carries a payload or a
+        """Start scoring ``experiences`` in the step's background thread (config
+        ``score_early``), before OpenRLHF computes their log-probs, keyed by their rows (sample
+        indices, rewards, prompts, labels, payloads): :meth:`add_process_advantages` takes that
+        score when its rows are the same. Nothing starts when no sample carries a payload or a
         reward is not known yet (a reward model scores during the log-probs). Never raises."""
-        self._early = None
         if not self.config.score_early:
             return
         try:
@@ -132,48 +99,23 @@ class ProcessAdvantagePatch:
             rows, groups = _collect_rows(experiences, payloads, n)
             if any(row["reward"] is None for row in rows.values()):
                 return
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
-            self._early = (rows, self._pool.submit(self._score_groups, rows, groups))
+            self.step.start(_rows_key(rows), lambda: self._score_groups(rows, groups))
         except Exception:
             logger.exception("factutil: could not start scoring early; the advantage step will")
 
     def _score_groups(self, rows: dict[tuple[int, int], dict[str, Any]],
-                      groups: dict[int, list[tuple[int, int]]]) -> Any:
-        """The core's scoring of the rows' groups (:func:`factutil.integration.score_batch`)."""
+                      groups: dict[int, list[tuple[int, int]]]) -> BatchScore[int]:
+        """The core's scoring of the rows' groups (:meth:`TrainerStep.score`)."""
         work = None
         if prepares_in_workers(self.config):
             work = [row["payload"][WORK_KEY] for row in rows.values()
                     if isinstance(row["payload"], dict) and WORK_KEY in row["payload"]]
-        return score_batch(
+        return self.step.score(
             sorted(groups),
             lambda group: _group_rollouts(group, groups[group], rows),
-            self.config,
-            clusterer=self.clusterer(),
             column="process_advantage",
             work=work,
         )
-
-    def _early_batch(self, rows: dict[tuple[int, int], dict[str, Any]]) -> Any:
-        """The batch scored early, when it scored exactly these rows; else None."""
-        early, self._early = self._early, None
-        if early is None:
-            return None
-        try:
-            batch = early[1].result()
-        except Exception:
-            logger.exception("factutil: scoring early failed; scoring the batch again")
-            return None
-        fields = ("index", "reward", "prompt", "label")
-        same = early[0].keys() == rows.keys() and all(
-            all(early[0][key][name] == rows[key][name] for name in fields)
-            and early[0][key]["payload"] is rows[key]["payload"]
-            for key in rows
-        )
-        if not same:
-            logger.warning("factutil: the batch changed after it was scored early; scoring it again")
-            return None
-        return batch
 
     def add_process_advantages(self, maker: Any, experiences: Sequence[Any], payloads: list[Any]) -> None:
         """Add omega * A_proc on each action's tokens of ``experiences`` (in place). Never raises.
@@ -193,31 +135,20 @@ class ProcessAdvantagePatch:
         advantage bit-identical.
         """
         started = time.perf_counter()
-        self.steps += 1
         config = self.config
         stats = {key: [np.zeros(len(e.advantages)) for e in experiences] for key in METRIC_KEYS}
-        batch_stats = dict.fromkeys(
-            ("factutil/clusters_per_group", "factutil/shaping_nonzero_share",
-             "factutil/groups_uniform_share", "factutil/prepared_unshipped", "factutil/prepared_ignored",
-             "factutil/prepared_other_device", "factutil/score_early_used"),
-            0.0,
-        )
-        skipped: dict[int, str] = {}
-        deltas: dict[tuple[int, int], np.ndarray] = {}
+        metrics: dict[str, float] = {}
+        result = failure = None
         # Never crash training for the process term: any failure keeps OpenRLHF's advantages.
         try:
-            rows, groups, result = self._score(
-                maker, experiences, payloads, skipped, batch_stats, deltas
-            )
+            rows, groups, batch, deltas = self._score(maker, experiences, payloads)
         except Exception as error:
             logger.exception("factutil: process advantages failed; OpenRLHF's advantages kept")
-            deltas.clear()
             for values in stats["factutil/skipped"]:
                 values[:] = 1.0
-            skipped = {}
-            failure = f"all groups: {type(error).__name__}: {error}"
+            failure, skipped = f"all groups: {type(error).__name__}: {error}", {}
         else:
-            failure = None
+            skipped, result = batch.fallback, batch.result
             # Only now, with every group's term computed, is any advantage touched.
             for (i, r), delta in deltas.items():
                 values = rows[(i, r)]["values"]
@@ -234,46 +165,26 @@ class ProcessAdvantagePatch:
                 if group in skipped:
                     for i, r in keys:
                         stats["factutil/skipped"][i][r] = 1.0
-            if result is not None and config.report_every:
-                self._report(maker, result)
-        warn_fallback(logger, skipped, "OpenRLHF's advantages", "factutil/skipped", every=failure)
-        elapsed = time.perf_counter() - started
+            metrics = batch_metrics(batch)
+        warn_fallback(logger, skipped, "OpenRLHF's advantages", every=failure)
+        if config.report_every and self.step.reports is None:
+            ckpt = getattr(maker.strategy.args, "ckpt", None)
+            self.step.run_folder = getattr(ckpt, "output_dir", None) or "."
+        metrics.update(self.step.finish(result, started, failed=failure is not None))
         for i, experience in enumerate(experiences):
+            rows_of = len(experience.advantages)
             for key in METRIC_KEYS:
-                values = stats[key][i]
-                if key in batch_stats:
-                    values[:] = batch_stats[key]
-                elif key == "factutil/time_s":
-                    values[:] = elapsed
-                experience.info[key] = torch.tensor(values, dtype=torch.float32)
+                experience.info[key] = torch.tensor(stats[key][i], dtype=torch.float32)
+            for key, value in metrics.items():
+                experience.info[key] = torch.full((rows_of,), value, dtype=torch.float32)
 
-
-    def _report(self, maker: Any, result: Any) -> None:
-        """Hand the step's result to the report writer (made on first use); never raises."""
-        try:
-            if self.reports is None:
-                from factutil.report import ReportWriter
-
-                ckpt = getattr(maker.strategy.args, "ckpt", None)
-                folder = getattr(ckpt, "output_dir", None) or "."
-                self.reports = ReportWriter.for_run(folder, self.config.report_every)
-            self.reports.submit(result, self.steps)
-        except Exception:  # noqa: BLE001 - a report must never fail a training step
-            self.warn_once("report", "factutil: the credit report could not be started; "
-                           "training goes on without it")
-
-    def _score(
-        self,
-        maker: Any,
-        experiences: Sequence[Any],
-        payloads: list[Any],
-        skipped: dict[int, str],
-        batch_stats: dict[str, float],
-        deltas: dict[tuple[int, int], np.ndarray],
-    ) -> tuple[dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]], Any]:
-        """Group the rows, score them with the core, fill ``deltas`` (float32 (T-1,) per row),
-        ``skipped`` (group -> reason) and ``batch_stats``. Touches no advantage. Returns the
-        rows, the groups and the core's result (None when nothing was scored)."""
+    def _score(self, maker: Any, experiences: Sequence[Any], payloads: list[Any]) -> tuple[
+        dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]],
+        BatchScore[int], dict[tuple[int, int], np.ndarray],
+    ]:
+        """Group the rows and score them (the early score when the rows are those it read);
+        the rows, the groups, the score (its ``fallback`` completed with the groups whose spans
+        do not fit) and each row's float32 (T-1,) term. Touches no advantage."""
         args = maker.strategy.args
         n = int(args.rollout.n_samples_per_prompt)
         estimator = getattr(maker, "advantage_estimator", None) or args.algo.advantage.estimator
@@ -285,25 +196,18 @@ class ProcessAdvantagePatch:
                 "to unit-variance advantages (group_norm, rloo or dr_grpo keep GRPO's scale)",
             )
         rows, groups = _collect_rows(experiences, payloads, n)
-        batch = self._early_batch(rows)
-        batch_stats["factutil/score_early_used"] = float(batch is not None)
-        if batch is None:
-            batch = self._score_groups(rows, groups)
-        skipped.update(batch.fallback)
-        batch_stats["factutil/prepared_unshipped"] = float(batch.unshipped or 0)
-        if batch.result is None:
-            return rows, groups, None
-        for key in ("clusters_per_group", "shaping_nonzero_share", "groups_uniform_share"):
-            batch_stats[f"factutil/{key}"] = float(batch.result.metrics.get(key, 0.0))
-        found = batch.result.metrics
-        batch_stats["factutil/prepared_ignored"] = float(
-            found.get("cluster_work_ignored", 0.0) + found.get("cluster_work_unreadable", 0.0))
-        batch_stats["factutil/prepared_other_device"] = float(
-            found.get("cluster_work_other_device", 0.0))
-        deltas.update(
-            _group_deltas(batch.values, rows, groups, skipped, experiences, self.config.omega)
-        )
-        return rows, groups, batch.result
+        batch = self.step.take(_rows_key(rows), lambda: self._score_groups(rows, groups))
+        deltas = {}
+        if batch.result is not None:
+            deltas = _group_deltas(batch.values, rows, groups, batch.fallback, experiences,
+                                   self.config.omega)
+        return rows, groups, batch, deltas
+
+
+def _rows_key(rows: dict[tuple[int, int], dict[str, Any]]) -> tuple[Any, ...]:
+    """What an early score read of the rows: it stands for them while this is unchanged."""
+    fields = ("index", "reward", "prompt", "label", "payload")
+    return tuple((key, *(row[name] for name in fields)) for key, row in rows.items())
 
 
 def _collect_rows(

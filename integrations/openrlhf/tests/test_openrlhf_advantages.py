@@ -246,7 +246,10 @@ def test_metrics_reach_the_replay_buffer_split_and_payload_is_gone(openrlhf, epi
     assert type(merged.info["factutil/actions"]) is type(merged.info["reward"])
     actions = torch.cat([batch.info["factutil/actions"] for batch in patched])
     assert actions.sum() > 0
-    for key in patch.METRIC_KEYS:
+    names = {key for key in patched[0].info if key.startswith("factutil/")}
+    assert set(patch.METRIC_KEYS) | {"factutil/groups_fallback", "factutil/score_early_used",
+                                     "factutil/time_trainer_ms"} <= names
+    for key in names:
         values = torch.cat([batch.info[key] for batch in patched])
         assert torch.isfinite(values).all(), key
 
@@ -287,8 +290,8 @@ def _patched_steps(openrlhf, episodes, config, output_dir, steps):
     for _ in range(steps):
         batches = build_experiences(openrlhf, episodes, maker.args, maker)
         done.append(maker.compute_advantages_and_returns(batches))
-        if active.reports is not None:
-            assert active.reports.wait(120)
+        if active.step.reports is not None:
+            assert active.step.reports.wait(120)
     return active, done
 
 
@@ -299,7 +302,7 @@ def test_report_every_writes_the_steps_report_into_the_output_dir(openrlhf, epis
     assert sorted(path.name for path in folder.iterdir()) == ["step_000002.html"]
     page = (folder / "step_000002.html").read_text(encoding="utf-8")
     assert page.count('<section class="card group"') == 30  # the step's 30 GRPO groups
-    assert active.reports.failures == 0
+    assert active.step.reports.failures == 0
 
 
 def test_a_failing_report_changes_no_advantage(openrlhf, episodes, tmp_path):
@@ -307,7 +310,7 @@ def test_a_failing_report_changes_no_advantage(openrlhf, episodes, tmp_path):
     blocker.write_text("a file where the output folder should be", encoding="utf-8")
     config = FactUtilConfig(omega=0.5, mode="exact", report_every=1)
     active, (failed,) = _patched_steps(openrlhf, episodes, config, blocker, steps=1)
-    assert active.reports.failures == 1
+    assert active.step.reports.failures == 1
     _, (plain,) = _patched_steps(openrlhf, episodes, config.model_copy(update={"report_every": 0}),
                                  tmp_path, steps=1)
     for a, b in zip(failed, plain):
@@ -328,7 +331,7 @@ def test_scoring_early_gives_the_same_advantages_and_is_used(openrlhf, episodes,
     maker = make_maker(openrlhf, episodes)
     batches = build_experiences(openrlhf, episodes, maker.args, maker)
     patch.active().start_early(maker, batches)
-    assert patch.active()._early is not None
+    assert patch.active().step._early is not None
     early = maker.compute_advantages_and_returns(batches)
     for a, b in zip(early, late):
         assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)
@@ -365,13 +368,13 @@ def test_no_early_scoring_when_off_or_without_payloads(openrlhf, episodes):
     maker = make_maker(openrlhf, episodes)
     patch.configure(FactUtilConfig(omega=0.5, score_early=False, **EXACT))
     patch.active().start_early(maker, build_experiences(openrlhf, episodes, maker.args, maker))
-    assert patch.active()._early is None
+    assert patch.active().step._early is None
     patch.configure(FactUtilConfig(omega=0.5, **EXACT))
     batches = build_experiences(openrlhf, episodes, maker.args, maker)
     for batch in batches:
         batch.info.pop("factutil")
     patch.active().start_early(maker, batches)
-    assert patch.active()._early is None
+    assert patch.active().step._early is None
 
 
 def test_make_experience_starts_the_scoring(openrlhf, episodes, monkeypatch):

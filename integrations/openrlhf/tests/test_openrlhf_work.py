@@ -59,7 +59,7 @@ def patched_advantages(openrlhf, episodes, config):
     patch.configure(config)
     maker = make_maker(openrlhf, episodes)
     batches = build_experiences(openrlhf, episodes, maker.args, maker)
-    return maker.compute_advantages_and_returns(batches), patch.active().clusterer()
+    return maker.compute_advantages_and_returns(batches), patch.active().step.clusterer
 
 
 def work_of(payload):
@@ -102,8 +102,8 @@ def test_the_engines_work_gives_the_same_advantages_bit_for_bit(openrlhf, shippe
     taken, clusterer = patched_advantages(openrlhf, shipped, SEMANTIC)
     assert clusterer.metrics["work_facts"] == clusterer.metrics["facts"] > 0
     assert clusterer.metrics["cache_misses"] == 0  # every vector came from the engine
-    _assert_same(alone, taken, skipped=0, prepared_unshipped=0, prepared_ignored=0,
-                 prepared_other_device=0)
+    _assert_same(alone, taken, skipped=0, groups_fallback=0, prepared_unshipped=0,
+                 cluster_work_ignored=0, cluster_work_unreadable=0, cluster_work_other_device=0)
 
 
 def test_missing_damaged_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
@@ -116,10 +116,11 @@ def test_missing_damaged_or_foreign_work_is_done_by_the_step(openrlhf, shipped):
     payloads[0]["work"] = None  # this engine's preparer failed
     payloads[1]["work"] = payloads[1]["work"][:-12]  # cut short in transit
     other = SEMANTIC.model_copy(update={"sim_threshold": 0.5})
-    from factutil.integration import FactPreparer
+    from factutil.preparer import FactPreparer
 
     payloads[2]["work"] = FactPreparer(other).text(payloads[2]["actions"])
 
     redone, clusterer = patched_advantages(openrlhf, episodes, SEMANTIC)
     assert clusterer.metrics["cache_misses"] > 0  # the step embedded those samples' facts
-    _assert_same(alone, redone, skipped=0, prepared_unshipped=1, prepared_ignored=2)
+    _assert_same(alone, redone, skipped=0, prepared_unshipped=1, cluster_work_ignored=1,
+                 cluster_work_unreadable=1)

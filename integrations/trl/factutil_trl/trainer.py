@@ -30,19 +30,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from factutil.api import ProcessAdvantages, compute_process_advantages
-from factutil.cluster import Clusterer, make_clusterer
+from accelerate.utils import gather_object
+from factutil.api import ProcessAdvantages
 from factutil.integration import (
     BatchScore,
+    TrainerStep,
     Unscorable,
     batch_metrics,
     checked_spans,
     scatter_to_spans,
-    score_batch,
     trainer_rollout,
     warn_fallback,
 )
-from factutil.report import ReportWriter
 from factutil.schema import FactUtilConfig
 from trl import GRPOTrainer
 
@@ -66,6 +65,8 @@ class FactUtilGRPOTrainer(GRPOTrainer):
 
     Attributes:
         factutil_config: the validated config.
+        factutil_step: the run's :class:`factutil.integration.TrainerStep` (clusterer, report
+            writer, step metrics).
         factutil_result: the last scored batch (:class:`factutil.ProcessAdvantages`), None
             before the first or when the last failed: its clusters, utilities and per-action
             columns.
@@ -87,12 +88,9 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             factutil_config = FactUtilConfig.model_validate(dict(factutil_config))
         self.factutil_config = factutil_config
         self.factutil_result: ProcessAdvantages | None = None
-        self._factutil_clusterer: Clusterer | None = None
         self._factutil_rewards: torch.Tensor | None = None
         super().__init__(*args, **kwargs)
-        self.factutil_reports = ReportWriter.for_run(
-            self.args.output_dir or ".", factutil_config.report_every
-        )
+        self.factutil_step = TrainerStep(factutil_config, self.args.output_dir or ".", logger)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's rewards, unchanged; kept so the process credit reads the same R."""
@@ -115,25 +113,24 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         """
         mode = "train" if self.model.training else "eval"
         started = time.perf_counter()
-        metrics: dict[str, float] = {"factutil/batch_fallback": 0.0}
+        metrics: dict[str, float] = {}
+        self.factutil_result, failed = None, False
         try:
             advantages, batch = self._factutil_advantages(inputs, output, mode)
-            result, fallback = batch.result, batch.fallback
         except Exception:
             logger.exception(
                 "factutil: process advantages failed; the batch keeps TRL's advantages"
             )
-            metrics["factutil/batch_fallback"] = 1.0
-            self.factutil_result = None
+            failed = True
         else:
             output["advantages"] = advantages
-            self.factutil_result = result
+            self.factutil_result = batch.result
             metrics.update(batch_metrics(batch))
-            warn_fallback(logger, fallback, "TRL's advantages", "factutil/groups_fallback")
-            if mode == "train" and result is not None and self.accelerator.is_main_process:
-                self.factutil_reports.submit(result, self.state.global_step + 1)
-                metrics["factutil/report_failures"] = float(self.factutil_reports.failures)
-        metrics["factutil/time_trainer_ms"] = 1000.0 * (time.perf_counter() - started)
+            warn_fallback(logger, batch.fallback, "TRL's advantages")
+        report = mode == "train" and self.accelerator.is_main_process
+        metrics.update(self.factutil_step.finish(
+            self.factutil_result if report else None, started,
+            failed=failed, step=self.state.global_step + 1))
         for name, value in metrics.items():
             self._metrics[mode][name].append(value if math.isfinite(value) else 0.0)
 
@@ -142,8 +139,6 @@ class FactUtilGRPOTrainer(GRPOTrainer):
     ) -> tuple[torch.Tensor, BatchScore[int]]:
         """(float (B, T) advantages, the batch's score: the core's result, group -> fallback
         reason)."""
-        from accelerate.utils import gather_object
-
         config = self.factutil_config
         trl_advantages = output["advantages"]
         mask = output["completion_mask"]
@@ -167,18 +162,13 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             raise ValueError(f"{len(payloads)} rows are not whole groups of {size}")
         groups = len(payloads) // size
 
-        if self._factutil_clusterer is None:
-            self._factutil_clusterer = make_clusterer(config)
-        batch = score_batch(
+        batch = self.factutil_step.score(
             range(groups),
             lambda group: [
                 _rollout(row, group, payloads[row], golds[row], float(total[row]))
                 for row in range(group * size, (group + 1) * size)
             ],
-            config,
-            clusterer=self._factutil_clusterer,
             column="process_advantage",
-            scorer=compute_process_advantages,
         )
         if batch.error is not None:
             raise batch.error

@@ -273,13 +273,14 @@ def test_a_group_that_cannot_be_scored_keeps_trls_advantage_with_a_metric_and_on
 def test_a_failing_step_keeps_trls_advantages_for_the_batch(
     byte_tokenizer, retrieval_url, tmp_path, groups, monkeypatch
 ):
+    import factutil.api
+
     from factutil_trl import FactUtilGRPOTrainer
-    from factutil_trl import trainer as trainer_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(trainer_module, "compute_process_advantages", broken)
+    monkeypatch.setattr(factutil.api, "compute_process_advantages", broken)
     cls = type("RecordingTrainer", (Recording, FactUtilGRPOTrainer), {})
     trainer = make_trainer(
         cls,
@@ -311,7 +312,7 @@ def test_report_every_writes_the_steps_report_into_the_output_dir(
         factutil_config={**EXACT, "report_every": 2},
     )
     trainer.train()
-    assert trainer.factutil_reports.wait(timeout=120)
+    assert trainer.factutil_step.reports.wait(timeout=120)
     reports = sorted(p.name for p in (tmp_path / "factutil_reports").iterdir())
     assert reports == ["step_000002.html"]
     page = (tmp_path / "factutil_reports" / "step_000002.html").read_text(encoding="utf-8")

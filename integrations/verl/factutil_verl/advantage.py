@@ -18,7 +18,7 @@ verl hands the trainer one row per *sample*. Two layouts are read:
 
 With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) a trajectory's
 last row may also hold ``work``: the per-fact work its agent-loop worker made
-(:class:`factutil.integration.FactPreparer`: a :class:`factutil.workers.FactWork` of the facts
+(:class:`factutil.preparer.FactPreparer`: a :class:`factutil.workers.FactWork` of the facts
 that worker had not shipped before). The batch's items go to the core (``work=``), which takes
 what fits into its clusterer's caches and computes the rest: the advantages are the same either
 way (``factutil/prepared_shipped``, ``prepared_unshipped``, ``cluster_work_*`` count them).
@@ -48,12 +48,10 @@ from factutil.api import ProcessAdvantages
 from factutil.cluster import Clusterer
 from factutil.integration import (
     FIXED_ACTION_KEYS,
-    WORK_KEY,
     Unscorable,
     batch_metrics,
     checked_spans,
     fixed_key_row,
-    prepares_in_workers,
     row_of_fixed_keys,
     scatter_rows_to_turns,
     scatter_to_spans,
@@ -62,6 +60,7 @@ from factutil.integration import (
     turns_problem,
     warn_fallback,
 )
+from factutil.preparer import WORK_KEY, prepares_in_workers
 from factutil.schema import FactUtilConfig
 
 logger = logging.getLogger("factutil_verl")
@@ -290,10 +289,7 @@ def compute_factagent_advantages(
         for row, tokens in writes:
             out[row] = tokens.to(torch.float32)
 
-    warn_fallback(
-        logger, fallback, "verl's GRPO advantages", "factutil/groups_fallback",
-        error=batch.error,
-    )
+    warn_fallback(logger, fallback, "verl's GRPO advantages", error=batch.error)
     metrics = batch_metrics(batch)
     metrics["factutil/groups_fallback_turns"] = float(len(unplaced & fallback.keys()))
     scored_batch = FactAgentAdvantages(out, metrics, fallback, result)

@@ -17,7 +17,7 @@ come from the agent-loop YAML (:class:`factutil_verl.config.FactAgentLoopConfig`
 With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also makes
 the rollout's per-fact work in this worker once the rollout ends (its facts' texts, embeddings on
 the worker's GPU when it has one, and filter analyses, for the facts this worker has not shipped
-before: :class:`factutil.integration.FactPreparer`) and puts the
+before: :class:`factutil.preparer.FactPreparer`) and puts the
 :class:`factutil.workers.FactWork` in the last row's ``extra_fields["factutil"]["work"]``; Ray
 moves its vectors without copying, and the trainer's step takes it into its clusterer's caches
 (:mod:`factutil_verl.advantage`).
@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from uuid import uuid4
 
-from factutil.integration import WORK_KEY, FactPreparer, prepares_in_workers
 from factutil.parse import parse_action
+from factutil.preparer import WORK_KEY, FactPreparer, prepares_in_workers
 from factutil.schema import AnswerAction, AssertAction, SearchAction, Triple
 from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages
 from factutil.tools.retrieval import RetrievalClient

@@ -7,30 +7,27 @@ the rows of each group are rebuilt into factutil rollouts, scored by
 :func:`factutil.compute_process_advantages` and written back as ``advantages`` and ``returns``.
 Groups that cannot be scored keep verl's GRPO values (see :mod:`factutil_verl.advantage`).
 
-Off the critical path: with ``algorithm.factutil.score_early`` (default on) and no KL in the
-reward, the batch is read from TransferQueue and scored in a background thread, started as soon
-as its rewards are known (before verl computes the old log-probs), while the driver waits on the
-actor workers; the advantage step then only checks that the batch's keys, uids, masks and
-rewards are those it scored (else it scores again) and puts verl's GRPO values on the fallback
-rows (:func:`factutil_verl.advantage.with_grpo_fallback`): the same numbers as scoring then.
-``factutil/score_early_used`` says which happened, ``factutil/time_wait_ms`` how long the
-advantage step still waited for the thread.
+The run's clusterer, early scoring, report writer and step metrics are
+:class:`factutil.integration.TrainerStep`'s. With ``algorithm.factutil.score_early`` (default on)
+and no KL in the reward, the batch's scoring starts in its background thread as soon as the
+rewards are known (before verl computes the old log-probs), keyed by the batch's keys, uids,
+masks and rewards; the advantage step takes that score when they are unchanged (else it scores
+again) and puts verl's GRPO values on the fallback rows
+(:func:`factutil_verl.advantage.with_grpo_fallback`): the same numbers either way.
 With ``+algorithm.factutil.report_every=N`` the HTML credit report of every N-th step's batch is
-written to ``<trainer.default_local_dir>/factutil_reports/step_NNNNNN.html`` by
-:class:`factutil.report.ReportWriter` (a background thread; a failed report never fails a step).
+written to ``<trainer.default_local_dir>/factutil_reports/step_NNNNNN.html``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import transfer_queue as tq
-from factutil.cluster import Clusterer, make_clusterer
-from factutil.report import ReportWriter
+from factutil.integration import TrainerStep
 from omegaconf import DictConfig
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
@@ -69,17 +66,12 @@ class _Inputs:
     is_padding: list[bool]
     nested_mask: Any  # TransferQueue's jagged response_mask, for writing back
 
-    def same_batch(self, other: _Inputs) -> bool:
-        """Whether ``other`` holds the same rows, masks and rewards (the extra fields, the agent
-        loop's actions and their workers' work, are not compared: they do not change within a step)."""
-        import torch
-
-        return (self.keys == other.keys and self.uids == other.uids
-                and self.is_padding == other.is_padding
-                and self.response_mask.shape == other.response_mask.shape
-                and torch.equal(self.response_mask, other.response_mask)
-                and self.rewards.shape == other.rewards.shape
-                and torch.equal(self.rewards, other.rewards))
+    def key(self) -> tuple[Any, ...]:
+        """The rows, masks and rewards, as an early score's key (the extra fields, the agent
+        loop's actions and their workers' work, are left out: they do not change within a step)."""
+        tensors = [(tuple(t.shape), t.detach().to("cpu", torch.float64).numpy().tobytes())
+                   for t in (self.response_mask, self.rewards)]
+        return (tuple(self.keys), tuple(self.uids), tuple(self.is_padding), *tensors)
 
 
 @register_trainer(TRAINER_MODE)
@@ -104,13 +96,8 @@ class FactUtilTrainer(PPOTrainerSync):
                 f"algorithm.adv_estimator: trainer.v1.trainer_mode={TRAINER_MODE} needs 'grpo' "
                 f"(its fallback and outcome advantage), got {estimator!r}"
             )
-        self.factutil_clusterer: Clusterer | None = None
-        # One thread scores a batch early (score_early); at most one batch is in flight.
-        self._factutil_pool: ThreadPoolExecutor | None = None
-        self._factutil_early: Future[tuple[_Inputs, FactAgentAdvantages]] | None = None
-        self.factutil_reports = ReportWriter.for_run(
-            str(config.trainer.get("default_local_dir", ".")), self.factutil_config.report_every
-        )
+        self.factutil_step = TrainerStep(
+            self.factutil_config, str(config.trainer.get("default_local_dir", ".")), logger)
         super().__init__(config)
 
     # verl's base class switches to its async replay buffer, checkpoint and refill paths whenever
@@ -153,38 +140,31 @@ class FactUtilTrainer(PPOTrainerSync):
         )
         return inputs, (padded["advantages"] if grpo else None)
 
-    def _factutil_score(self, inputs: _Inputs, grpo_advantages: Any) -> FactAgentAdvantages:
-        if self.factutil_clusterer is None:
-            self.factutil_clusterer = make_clusterer(self.factutil_config)
+    def _factutil_score(self, batch: KVBatchMeta) -> FactAgentAdvantages:
+        """The batch read from TransferQueue (its client is thread-safe) and scored without
+        verl's GRPO values (:func:`with_grpo_fallback` adds them)."""
+        inputs, _ = self._factutil_inputs(batch)
+        step = self.factutil_step
         return compute_factagent_advantages(
             keys=inputs.keys,
             uids=inputs.uids,
             extra_fields=inputs.extra_fields,
             response_mask=inputs.response_mask,
             token_level_rewards=inputs.rewards,
-            grpo_advantages=grpo_advantages,
-            config=self.factutil_config,
-            clusterer=self.factutil_clusterer,
+            grpo_advantages=None,
+            config=step.config,
+            clusterer=step.clusterer,
             is_padding=inputs.is_padding,
         )
 
-    def _factutil_read_and_score(self, batch: KVBatchMeta) -> tuple[_Inputs, FactAgentAdvantages]:
-        """The early work, all in the background thread: read the batch (TransferQueue's client
-        is thread-safe) and score it without verl's GRPO values."""
-        inputs, _ = self._factutil_inputs(batch)
-        return inputs, self._factutil_score(inputs, None)
-
     def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """verl's old log-probs; with ``score_early`` (and no KL in the reward) the batch's
-        reading and scoring start first, in a background thread, so they run while the driver
-        waits on the actor workers. A failure leaves the scoring to the advantage step."""
-        self._factutil_early = None
+        reading and scoring start first, in the step's background thread, so they run while the
+        driver waits on the actor workers. A failure leaves the scoring to the advantage step."""
         if self.factutil_config.score_early and not self.config.algorithm.use_kl_in_reward:
             try:
-                if self._factutil_pool is None:
-                    self._factutil_pool = ThreadPoolExecutor(1, thread_name_prefix="factutil")
-                self._factutil_early = self._factutil_pool.submit(
-                    self._factutil_read_and_score, batch)
+                inputs, _ = self._factutil_inputs(batch, extra=False)
+                self.factutil_step.start(inputs.key(), lambda: self._factutil_score(batch))
             except Exception:
                 logger.exception("factutil: could not start scoring early; the advantage step "
                                  "scores the batch")
@@ -203,48 +183,21 @@ class FactUtilTrainer(PPOTrainerSync):
         """
         batch = super()._compute_advantage(batch, metrics)
         started = time.perf_counter()
-        early, self._factutil_early = self._factutil_early, None
-        scored = None
+        step, result, failed = self.factutil_step, None, False
         try:
-            result, early_inputs, early_result = None, None, None
-            metrics["factutil/score_early_used"] = 0.0
-            if early is not None:
-                waited = time.perf_counter()
-                try:
-                    early_inputs, early_result = early.result()
-                except Exception:
-                    logger.exception("factutil: scoring early failed; scoring the batch again")
-                metrics["factutil/time_wait_ms"] = 1000.0 * (time.perf_counter() - waited)
-            if early_result is not None:
-                # Only what could have changed since is read again (not the actions and workers'
-                # work), and verl's GRPO values only when a row keeps them.
-                keeps_grpo = bool(early_result.fallback) or any(early_inputs.is_padding)
-                inputs, grpo = self._factutil_inputs(batch, grpo=keeps_grpo, extra=False)
-                if early_inputs.same_batch(inputs):
-                    result = early_result
-                    if grpo is not None:
-                        result.advantages = with_grpo_fallback(result, grpo, inputs.uids,
-                                                               inputs.is_padding)
-                    metrics["factutil/score_early_used"] = 1.0
-                else:
-                    logger.warning("factutil: the batch changed after it was scored early; "
-                                   "scoring it again")
-            if result is None:
-                inputs, grpo = self._factutil_inputs(batch, grpo=True)
-                result = self._factutil_score(inputs, grpo)
-            nested = response_to_nested(result.advantages, inputs.nested_mask)
+            inputs, grpo = self._factutil_inputs(batch, grpo=True, extra=False)
+            scored = step.take(inputs.key(), lambda: self._factutil_score(batch))
+            advantages = with_grpo_fallback(scored, grpo, inputs.uids, inputs.is_padding)
+            nested = response_to_nested(advantages, inputs.nested_mask)
             fields = TensorDict(
                 {"advantages": nested, "returns": nested.clone()}, batch_size=len(batch.keys)
             )
             batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
-            metrics.update(result.metrics)
-            metrics["factutil/batch_fallback"] = 0.0
-            scored = result.result
+            metrics.update(scored.metrics)
+            result = scored.result
         except Exception:
             logger.exception("factutil: the batch keeps verl's GRPO advantages")
-            metrics["factutil/batch_fallback"] = 1.0
-        if scored is not None and self.factutil_reports.every:
-            self.factutil_reports.submit(scored, getattr(self, "global_steps", 0))
-            metrics["factutil/report_failures"] = float(self.factutil_reports.failures)
-        metrics["factutil/time_trainer_ms"] = 1000.0 * (time.perf_counter() - started)
+            failed = True
+        metrics.update(step.finish(result, started, failed=failed,
+                                   step=getattr(self, "global_steps", None)))
         return batch

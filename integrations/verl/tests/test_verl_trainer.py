@@ -180,7 +180,7 @@ def test_report_every_writes_that_steps_report_into_the_run_folder(
         metrics: dict[str, float] = {}
         trainer._compute_advantage(meta, metrics)
         assert metrics["factutil/batch_fallback"] == 0.0
-        assert trainer.factutil_reports.wait(120)
+        assert trainer.factutil_step.reports.wait(120)
     folder = tmp_path / "factutil_reports"
     assert sorted(path.name for path in folder.iterdir()) == ["step_000002.html", "step_000004.html"]
     page = (folder / "step_000004.html").read_text(encoding="utf-8")
@@ -205,8 +205,8 @@ def test_a_failing_report_never_fails_the_step(transfer_queue, sample_rows, verl
         trainer._compute_advantage(meta, metrics)  # the writer's mkdir fails in its thread
         assert metrics["factutil/batch_fallback"] == 0.0
         _assert_advantages_are_the_cores(meta, sample_rows, expected)
-        assert trainer.factutil_reports.wait(120)
-    assert trainer.factutil_reports.failures == 2 and trainer.factutil_reports.written == []
+        assert trainer.factutil_step.reports.wait(120)
+    assert trainer.factutil_step.reports.failures == 2 and trainer.factutil_step.reports.written == []
 
 
 def test_the_report_is_written_off_the_step(
@@ -230,10 +230,10 @@ def test_the_report_is_written_off_the_step(
     trainer.global_steps = 1
     meta = put_rows(sample_rows, "train")
     trainer._compute_advantage(meta, {})  # returns while the report is still held
-    assert not trainer.factutil_reports.wait(0)
+    assert not trainer.factutil_step.reports.wait(0)
     assert not (tmp_path / "factutil_reports" / "step_000001.html").exists()
     release.set()
-    assert trainer.factutil_reports.wait(120)
+    assert trainer.factutil_step.reports.wait(120)
     assert (tmp_path / "factutil_reports" / "step_000001.html").exists()
 
 
@@ -243,8 +243,8 @@ def _fake_old_log_prob(monkeypatch, seen: list):
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     def old_log_prob(self, batch, metrics=None):
-        early = self._factutil_early
-        seen.append(None if early is None else early.result(timeout=60) is not None)
+        early = self.factutil_step._early
+        seen.append(None if early is None else early[1].result(timeout=60) is not None)
         return batch
 
     monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", old_log_prob)
@@ -313,18 +313,18 @@ def test_a_failed_early_scoring_is_done_again_at_the_advantage_step(
     trainer, metrics = make_trainer(verl_config), {}
     real, calls = trainer._factutil_score, []
 
-    def failing_once(inputs, grpo):
-        calls.append(grpo is None)
+    def failing_once(batch):
+        calls.append(batch)
         if len(calls) == 1:
             raise RuntimeError("scoring failed in the thread")
-        return real(inputs, grpo)
+        return real(batch)
 
     monkeypatch.setattr(trainer, "_factutil_score", failing_once)
     meta = put_rows(sample_rows, "train")
     with pytest.raises(RuntimeError, match="scoring failed in the thread"):
         trainer._compute_old_log_prob(meta, metrics)  # the fake step re-raises the thread's error
     trainer._compute_advantage(meta, metrics)
-    assert calls == [True, False]  # early (no GRPO yet), then again with verl's GRPO
+    assert len(calls) == 2  # early, then again at the advantage step
     assert metrics["factutil/score_early_used"] == 0.0 and metrics["factutil/batch_fallback"] == 0.0
     expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
     _assert_advantages_are_the_cores(meta, sample_rows, expected)

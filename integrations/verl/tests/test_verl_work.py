@@ -11,7 +11,7 @@ import torch
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
 from factutil.embed import l2_normalize
-from factutil.integration import WORK_KEY, FactPreparer
+from factutil.preparer import WORK_KEY, FactPreparer
 from factutil.schema import Rollout
 
 from factutil_verl.advantage import compute_factagent_advantages

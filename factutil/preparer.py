@@ -1,0 +1,106 @@
+"""The rollout workers' side of :mod:`factutil.workers` (``prepare_in_workers``): a
+:class:`FactPreparer` per worker makes each rollout's work, carried under :data:`WORK_KEY` to
+:func:`factutil.integration.score_batch`. Above workers.py: it owns a clusterer, which reads it."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from typing import Any
+
+from cachetools import LRUCache
+
+from factutil.cluster import make_clusterer
+from factutil.config import FactUtilConfig
+from factutil.workers import FactWork, make_work, triples_of
+
+__all__ = ["WORK_KEY", "FactPreparer", "prepares_in_workers"]
+
+WORK_KEY = "work"
+"""The key of an adapter's per-rollout fields holding the work its rollout worker made
+(:class:`FactPreparer`'s :class:`~factutil.workers.FactWork`, or its base64 text)."""
+
+
+def prepares_in_workers(config: FactUtilConfig) -> bool:
+    """Whether the rollout workers make the rollouts' per-fact work (``config.prepare_in_workers``;
+    None: in semantic mode only, exact mode having no embedding or analysis to ship)."""
+    if config.prepare_in_workers is not None:
+        return bool(config.prepare_in_workers)
+    return config.mode == "semantic"
+
+
+class FactPreparer:
+    """A rollout worker's per-fact work, one :class:`~factutil.workers.FactWork` per call with
+    only the facts this preparer has not shipped before (an LRU of ``config.cache_max_entries``:
+    the trainer's clusterer keeps them across steps and computes any it lacks, so the numbers
+    never depend on what was shipped).
+
+    One per worker process and config (the trainer's: work for another fit is ignored there).
+    It owns ``clusterer`` (None: made on the first call). Calls from several threads run one at
+    a time; the rollouts that wait meanwhile are embedded together by the next call (a
+    fixed-shape pass costs a rollout's few texts alone many times more per text). ``log``
+    reports a failure once.
+    """
+
+    def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None,
+                 clusterer: Any = None):
+        self.config = config
+        self.log = log or logging.getLogger("factutil")
+        self.failures = 0
+        self.coalesced = 0  # rollouts whose facts were embedded in another rollout's call
+        self._clusterer: Any = clusterer
+        self._shipped: LRUCache = LRUCache(max(config.cache_max_entries, 1))
+        self._lock = threading.Lock()
+        self._waiting: list[Any] = []  # rollouts whose call waits for the lock
+        self._waiting_lock = threading.Lock()
+
+    def text(self, facts: Any) -> str | None:
+        """:meth:`__call__`'s work as base64 text of its bytes, for fields that must stay JSON
+        (OpenRLHF's payload): None when it failed, ``""`` when it holds no fact."""
+        work = self(facts)
+        if work is None or not len(work):
+            return None if work is None else ""
+        return base64.b64encode(work.to_bytes()).decode("ascii")
+
+    def __call__(self, facts: Any) -> FactWork | None:
+        """The work of the facts of ``facts`` (anything :func:`~factutil.workers.triples_of`
+        reads) not shipped before; of no fact when all were (nothing to ship); None when it
+        failed (counted in ``failures``, logged once: the trainer's step does it). Never raises."""
+        try:
+            with self._waiting_lock:
+                self._waiting.append(facts)
+            with self._lock:
+                if self._clusterer is None:
+                    self._clusterer = make_clusterer(self.config)
+                with self._waiting_lock:
+                    waiting, self._waiting = self._waiting, []
+                if len(waiting) > 1:
+                    self._warm(waiting)
+                shipped = self._shipped
+                new = [key for key in dict.fromkeys(triples_of(facts, self.config.max_turns))
+                       if key not in shipped]
+                work = make_work(new, self.config, self._clusterer)
+                for key in new:
+                    shipped[key] = True
+                return work
+        except Exception:  # a rollout never fails for work the trainer can redo
+            self.failures += 1
+            if self.failures == 1:
+                self.log.warning("factutil: a rollout's work failed in the rollout worker; the "
+                                 "trainer's step does it instead", exc_info=True)
+            return None
+
+    def _warm(self, waiting: list[Any]) -> None:
+        """Embed and analyse the facts of every waiting rollout in one call, into the
+        clusterer's caches (a rollout that cannot be read is left to its own call)."""
+        parts = []
+        for facts in waiting:
+            try:
+                parts += triples_of(facts, self.config.max_turns)
+            except (TypeError, ValueError):
+                continue
+        parts = [key for key in dict.fromkeys(parts) if key not in self._shipped]
+        if parts:
+            make_work(parts, self.config, self._clusterer)
+            self.coalesced += len(waiting) - 1
