@@ -81,8 +81,9 @@ class SemanticClusterer:
         cache: an :class:`~factutil.embed.EmbeddingCache` to reuse; None creates one bounded by
             ``config.cache_max_entries`` / ``config.cache_max_bytes``.
 
-    ``metrics`` after each call: facts, texts embedded, cache hits and misses, candidate edges,
-    vetoed pairs per filter, refused merges, the work given (``work_facts``: facts of the call
+    ``metrics`` after each call: facts, texts embedded, texts the embedder read only in part
+    (``texts_truncated``), cache hits and misses, candidate edges, vetoed pairs per filter and
+    for truncation (``vetoes_truncated``), refused merges, the work given (``work_facts``: facts of the call
     found in it; ``work_ignored``, ``work_unreadable``: items; ``work_other_device``: facts whose
     vector came from another kind of device), and seconds per stage: ``time_filters_s`` (texts
     and filter analyses), ``time_embed_s`` (cache look-ups and the model), ``time_candidates_s``
