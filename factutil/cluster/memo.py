@@ -81,13 +81,15 @@ class FactMemo:
                 store[key] = record._replace(truncated=bool(flag))
 
     def add(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
-            features: Sequence[Any] | None) -> None:
+            features: Sequence[Any] | None, truncated: Sequence[bool] | None = None) -> None:
         """Records made elsewhere (from a :class:`~factutil.workers.FactWork`) for ``parts``,
         replacing any they had (the caller passes the facts that have none)."""
         if not self.keep:
             return
         if features is None:
             features = [None] * len(parts)
+        if truncated is None:
+            truncated = [None] * len(parts)
         hashes = [0 if feature is None else hash(feature.key) for feature in features]
         self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
-                                           islice(self._serials, len(parts)))))
+                                           islice(self._serials, len(parts)), truncated)))

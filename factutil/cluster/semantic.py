@@ -197,7 +197,7 @@ class SemanticClusterer:
     def _take(self, items: Sequence[FactWork]) -> None:
         """Put the facts of ``items`` (work that fits) into the caches: each distinct fact's
         vector (the first item's that has it) into the embedding cache under its text, and its
-        text and analysis into the fact memo unless the memo has them. Everything is checked before
+        text, analysis and ``truncated`` answer into the fact memo unless the memo has them. Everything is checked before
         anything is stored.
 
         Raises:
@@ -207,12 +207,14 @@ class SemanticClusterer:
         analyse = bool(self.config.filters) or self.config.key_edges
         parts: list[tuple[str, str, str]] = []
         analyses: list[Any] = []
+        truncated: list[bool | None] = []
         for item in items:
             if item.vectors is None or (analyse and item.analyses is None):
                 raise ValueError("work without vectors or analyses")
             parts += zip(item.subjects, item.relations, item.objects)
             if analyse:
                 analyses += item.analyses
+            truncated += item.truncated if item.truncated is not None else [None] * len(item)
         vectors = np.concatenate([item.vectors for item in items]) if len(items) > 1 \
             else items[0].vectors
         first = dict(zip(reversed(parts), range(len(parts) - 1, -1, -1)))  # each key's first row
@@ -224,7 +226,8 @@ class SemanticClusterer:
         new = [row for row in rows
                if (record := records.get(parts[row])) is None or (analyse and record.features is None)]
         features = [features_from(parts[row], analyses[row]) for row in new] if analyse else None
-        self.memo.add([parts[row] for row in new], [texts[row] for row in new], features)
+        self.memo.add([parts[row] for row in new], [texts[row] for row in new], features,
+                      [truncated[row] for row in new])
         self.cache.put_many(self.embedder.name, [texts[row] for row in rows], vectors[rows])
         self._given.update(first)
 
