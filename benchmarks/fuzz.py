@@ -45,12 +45,14 @@ def properties(junit: Path) -> list[dict]:
     for case in root.iter("testcase"):
         outcome = next((child.tag for child in case
                         if child.tag in ("failure", "error", "skipped")), "passed")
-        text = next((v for nodeid, v in stats.items() if nodeid.endswith("::" + case.get("name"))), "")
+        name = case.get("name")
+        text = next((v for nodeid, v in stats.items() if nodeid.endswith("::" + name)), "")
         counts = [sum(int(m[i]) for m in CASES.findall(text)) for i in range(3)]
         stopped = STOPPED.search(text)
-        rows.append({"property": case.get("name"), "outcome": outcome, "passing": counts[0],
+        rows.append({"property": name, "outcome": outcome, "passing": counts[0],
                      "failing": counts[1], "invalid": counts[2],
-                     "stopped_because": stopped[1] if stopped else "", "seconds": float(case.get("time"))})
+                     "stopped_because": stopped[1] if stopped else "",
+                     "seconds": float(case.get("time"))})
     return rows
 
 
@@ -80,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = properties(junit) if junit.exists() else []
     table = Table(title=f"fuzz properties ({wall / 60:.1f} min wall, pytest exit {status})")
     for column in ("property", "outcome", "passing", "failing", "invalid", "stopped because", "s"):
-        table.add_column(column, justify="left" if column in ("property", "outcome", "stopped because")
-                         else "right")
+        left = column in ("property", "outcome", "stopped because")
+        table.add_column(column, justify="left" if left else "right")
     for row in rows:
         table.add_row(row["property"], row["outcome"], f"{row['passing']:,}", str(row["failing"]),
                       f"{row['invalid']:,}", row["stopped_because"], f"{row['seconds']:.0f}")

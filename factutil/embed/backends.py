@@ -151,9 +151,9 @@ class SentenceTransformerEmbedder:
         if not texts:
             return np.zeros(0, dtype=bool)
         # verbose=False: the counts past the model's length are what is asked, not an error.
-        lengths = model.tokenizer(list(texts), truncation=False, verbose=False, return_length=True,
-                                  return_attention_mask=False, return_token_type_ids=False)["length"]
-        return np.asarray(lengths, dtype=np.int64) > model.max_seq_length
+        encoded = model.tokenizer(list(texts), truncation=False, verbose=False, return_length=True,
+                                  return_attention_mask=False, return_token_type_ids=False)
+        return np.asarray(encoded["length"], dtype=np.int64) > model.max_seq_length
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
         """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text.
