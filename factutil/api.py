@@ -187,7 +187,10 @@ def _compute(
                  f"{type(clusterer).__name__} takes none (no add_work method)")
         timings["work"] = time.perf_counter() - clock
         clock = time.perf_counter()
-    labels = clusterer.cluster_batch(prep.facts)
+    if isinstance(clusterer, SemanticClusterer):  # its warnings are the step's
+        labels = clusterer.cluster_batch(prep.facts, warn=warn)
+    else:
+        labels = clusterer.cluster_batch(prep.facts)
     timings["cluster"] = time.perf_counter() - clock
 
     # 3. Utilities of every cluster (docs/method.md §3).

@@ -31,7 +31,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from factutil.actions import Action, AssertAction, Triple
 from factutil.config import FactUtilConfig
-from factutil.embed import config_embedder, device_type, embed_unique
+from factutil.embed import config_embedder, device_type, embed_unique, truncated_texts
 from factutil.errors import error_messages, short
 from factutil.facts import Fact, fact_text
 from factutil.filters import FactFeatures, FilterCache, analyze
@@ -112,9 +112,13 @@ class FactWork:
         vectors: float32 (n, d), L2-normalised, row i for fact i; None in exact mode.
         analyses: per fact its filter analysis as plain values (:func:`analysis_values`); None
             when neither the filters nor key edges need them.
+        truncated: per fact whether the embedder reads its text only in part
+            (:func:`~factutil.embed.truncated_texts`); None: not said (the step asks its own
+            embedder).
 
     Raises:
-        ValueError: fields of different lengths, or vectors that are not float32 (n, d).
+        ValueError: fields of different lengths, vectors that are not float32 (n, d), or
+            ``truncated`` not bools.
     """
 
     fit: str
@@ -124,12 +128,17 @@ class FactWork:
     objects: list[str]
     vectors: np.ndarray | None
     analyses: list[list[Any]] | None
+    truncated: list[bool] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.subjects)
         sizes = {"relations": len(self.relations), "objects": len(self.objects)}
         if self.analyses is not None:
             sizes["analyses"] = len(self.analyses)
+        if self.truncated is not None:
+            sizes["truncated"] = len(self.truncated)
+            if not all(type(flag) is bool for flag in self.truncated):
+                raise ValueError("FactWork: truncated must hold bools")
         for name, size in sizes.items():
             if size != n:
                 raise ValueError(f"FactWork: {name} has {size} entries, subjects {n}")
@@ -187,7 +196,8 @@ class FactWork:
         JSON text), for channels that carry only bytes; :meth:`from_bytes` reads it back."""
         arrays = {name: np.array(getattr(self, name), dtype=str)
                   for name in ("subjects", "relations", "objects")}
-        head = {"fit": self.fit, "device": self.device, "analyses": self.analyses}
+        head = {"fit": self.fit, "device": self.device, "analyses": self.analyses,
+                "truncated": self.truncated}
         arrays["head"] = np.array(json.dumps(head, ensure_ascii=False))
         if self.vectors is not None:
             arrays["vectors"] = self.vectors
@@ -207,12 +217,16 @@ class FactWork:
         try:
             arrays = _read_npz(bytes(data))
             head = json.loads(str(arrays.pop("head")[()]))
-            if not isinstance(head, dict) or set(head) != {"fit", "device", "analyses"}:
-                raise ValueError("the head is not {fit, device, analyses}")
+            if not isinstance(head, dict) or not (
+                    {"fit", "device", "analyses"} <= set(head) <= {"fit", "device", "analyses",
+                                                                   "truncated"}):
+                raise ValueError("the head is not {fit, device, analyses[, truncated]}")
             fit, device, analyses = head["fit"], head["device"], head["analyses"]
+            truncated = head.get("truncated")
             if not isinstance(fit, str) or not isinstance(device, str) \
-                    or analyses is not None and not isinstance(analyses, list):
-                raise ValueError("fit, device or analyses of the wrong type")
+                    or analyses is not None and not isinstance(analyses, list) \
+                    or truncated is not None and not isinstance(truncated, list):
+                raise ValueError("fit, device, analyses or truncated of the wrong type")
             strings = {}
             for name in ("subjects", "relations", "objects"):
                 column = arrays.pop(name)
@@ -224,7 +238,8 @@ class FactWork:
                 raise ValueError(f"unknown members {sorted(arrays)}")
             if vectors is not None:
                 check_unit(vectors)
-            work = cls(fit, device, **strings, vectors=vectors, analyses=analyses)
+            work = cls(fit, device, **strings, vectors=vectors, analyses=analyses,
+                       truncated=truncated)
             if analyses is not None:
                 work.features()
         except (ValueError, TypeError, KeyError, OSError, EOFError, RecursionError,
@@ -313,8 +328,9 @@ def make_work(
 
     The distinct triples (by exact parts) of ``items``; in semantic mode their normalised texts'
     vectors from the embedder the step's clusterer would use, through
-    :func:`~factutil.embed.embed_unique` (the same vectors, bit for bit), and, when the filters or
-    key edges need them, their analyses (:func:`~factutil.filters.analyze`). Of a rollout only
+    :func:`~factutil.embed.embed_unique` (the same vectors, bit for bit) with which of them the
+    embedder reads only in part (:func:`~factutil.embed.truncated_texts`), and, when the filters
+    or key edges need them, their analyses (:func:`~factutil.filters.analyze`). Of a rollout only
     the actions the step reads count: those up to the answer and within ``config.max_turns``.
 
     Args:
@@ -347,12 +363,13 @@ def make_work(
     embedder = getattr(clusterer, "embedder", None) or config_embedder(config)
     cache = getattr(clusterer, "cache", None)
     vectors = embed_unique(texts, embedder, cache) if parts else np.zeros((0, 0), np.float32)
+    truncated = truncated_texts(texts, embedder).tolist()
     analyses = None
     if config.filters or config.key_edges:
         filter_cache = getattr(clusterer, "filter_cache", None) or FilterCache()
         analyses = [analysis_values(analyze(*key, cache=filter_cache)) for key in parts]
     return FactWork(fit_key(clustering_fit(config, embedder.name)), device_type(embedder),
-                    subjects, relations, objects, vectors, analyses)
+                    subjects, relations, objects, vectors, analyses, truncated)
 
 
 def triples_of(items: Any, max_turns: int) -> list[tuple[str, str, str]]:

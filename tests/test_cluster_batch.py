@@ -200,7 +200,10 @@ def test_repeated_calls_and_other_configs_keep_the_batch_equal_to_alone(override
     for group, labels in zip(groups, first):
         assert clusterer.cluster_batch([group])[0].tolist() == labels.tolist()
     if not config.filters:
-        assert not any(name.startswith("vetoes_") for name in first_metrics)
+        # no filter counts; the truncation veto holds whatever the filters (nothing is cut here)
+        vetoes = [name for name in first_metrics if name.startswith("vetoes_")]
+        assert vetoes == ["vetoes_truncated"]
+        assert first_metrics["vetoes_truncated"] == 0
         assert first_metrics["refused"] == 0 and first_metrics["veto_checks"] > 0
     if not config.key_edges:
         assert first_metrics["key_edges"] == 0

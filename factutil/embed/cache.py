@@ -14,6 +14,7 @@ import numpy as np
 from cachetools import LRUCache
 
 from factutil.embed.backends import Embedder
+from factutil.embed.encoding import readable
 
 
 class EmbeddingCache:
@@ -140,10 +141,8 @@ def embed_unique(
     )
     if missing:
         missing_texts = [unique[position] for position in missing]
-        # Tokenizers take only valid Unicode: a lone surrogate (legal in JSON as "\ud800") would
-        # raise, so the model reads it as "?"; the cache still keys the original text.
-        readable = [text.encode("utf-8", "replace").decode("utf-8") for text in missing_texts]
-        encoded = np.asarray(embedder.encode(readable), dtype=np.float32)
+        # The cache keys the original text; the model reads it as a tokenizer takes it.
+        encoded = np.asarray(embedder.encode(readable(missing_texts)), dtype=np.float32)
         if encoded.ndim != 2 or encoded.shape[0] != len(missing):
             raise ValueError(
                 f"embedder {embedder.name!r} returned shape {encoded.shape} for {len(missing)} "

@@ -44,6 +44,12 @@ def rows_suffix(rows: int, default: int = 32) -> str:
     return "" if rows == default else f" [rows {rows}]"
 
 
+def readable(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a tokenizer takes them: tokenizers take only valid Unicode, so a lone
+    surrogate (legal in JSON as ``"\\ud800"``) becomes ``"?"``."""
+    return [text.encode("utf-8", "replace").decode("utf-8") for text in texts]
+
+
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit norm (zero rows stay zero), float32 (n, d)."""
     vectors = np.asarray(vectors, dtype=np.float32)
