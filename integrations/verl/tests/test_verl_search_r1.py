@@ -314,10 +314,16 @@ def test_search_r1_rollouts_scored_with_facts_retrieved_credit_the_searches_by_h
         scores[row, len(o.response_mask) - 1] = r
     method = factutil_config_from_verl(config.algorithm)
     assert method.facts == "retrieved" and method.mode == "exact"
+    # the extra_fields as the trainer reads them back from verl's rows
+    stored = list_of_dict_to_tensordict(
+        [{**o.as_dict(), **sample_kwargs(k)} for k, o in enumerate(outputs)]
+    )
+    extra_fields = list(stored["extra_fields"])
+    assert extra_fields == [o.extra_fields for o in outputs]
     result = compute_factagent_advantages(
         keys=[f"q_{k}_0" for k in range(3)],
         uids=["q"] * 3,
-        extra_fields=[o.extra_fields for o in outputs],
+        extra_fields=extra_fields,
         response_mask=mask,
         token_level_rewards=scores,
         grpo_advantages=torch.full((3, width), 99.0),
