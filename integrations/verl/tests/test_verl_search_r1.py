@@ -15,19 +15,13 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import hydra
 import pytest
 import torch
 from factutil.tools.retrieval import RetrievalClient
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopOutput,
-    DictConfigWrap,
-    ToolListWrap,
-    _agent_loop_registry,
-)
-from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.rollout.replica import TokenOutput
+from verl_testkit import make_agent_loop
 
 from factutil_verl.advantage import compute_factagent_advantages
 from factutil_verl.config import SEARCH_R1_INVALID, factutil_config_from_verl
@@ -143,17 +137,7 @@ def roll_out(config: Any, tokenizer: Any, script: list, session: int = 0, **opti
     server = SearchR1Server(tokenizer, script)
 
     async def main() -> AgentLoopOutput:
-        loop = hydra.utils.instantiate(
-            config={**_agent_loop_registry["search_r1"], **options},
-            trainer_config=DictConfigWrap(config=config),
-            server_manager=server,
-            tokenizer=tokenizer,
-            processor=None,
-            hf_model_type="qwen2",
-            dataset_cls=RLHFDataset,
-            data_config=DictConfigWrap(config.data),
-            tools=ToolListWrap([]),
-        )
+        loop = make_agent_loop("search_r1", config, tokenizer, server, **options)
         assert isinstance(loop, SearchR1Loop)
         return await loop.run({"temperature": 1.0}, **sample_kwargs(session))
 
