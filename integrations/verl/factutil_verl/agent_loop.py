@@ -23,6 +23,10 @@ moves its vectors without copying, and the trainer's step takes it into its clus
 (:mod:`factutil_verl.advantage`).
 
 verl's legacy (non-V1) agent-loop worker takes one output per sample: use ``trainer.use_v1=True``.
+
+:class:`RetrieverAgentLoop` is what this loop shares with the ``search_r1`` loop
+(:mod:`factutil_verl.search_r1`): options, the method's config, the retrieval client, a rollout's
+start (question, gold answers, ids) and one generation.
 """
 
 from __future__ import annotations
