@@ -1,4 +1,4 @@
-"""The ``search_r1`` agent loop: a Search-R1-style agent, one verl row per rollout (docs/method.md §9).
+"""The ``search_r1`` agent loop: a Search-R1-style agent, one verl row per rollout (method.md §9).
 
 The prompt is the dataset's own (``raw_prompt`` through the chat template; no FactAgent
 instructions). The model writes one turn at a time: generation stops at ``</search>`` or
