@@ -160,7 +160,7 @@ class RetrieverAgentLoop(AgentLoopBase):
             max_observation_chars=self.options.max_observation_chars,
         )
 
-    def start(self, kwargs: Mapping[str, Any]) -> RolloutStart:
+    def start_rollout(self, kwargs: Mapping[str, Any]) -> RolloutStart:
         """The start of a rollout of the dataset row ``kwargs``.
 
         Raises:
@@ -188,7 +188,7 @@ class RetrieverAgentLoop(AgentLoopBase):
         return RolloutStart(question, golden, trajectory_id, request_id, generate_kwargs,
                             want_logprobs)
 
-    async def generate(
+    async def generate_turn(
         self,
         rollout: RolloutStart,
         prompt_ids: list[int],
@@ -271,14 +271,14 @@ class FactAgentLoop(RetrieverAgentLoop):
         Raises:
             ValueError: the row has no question or no gold answer (a data error).
         """
-        rollout = self.start(kwargs)
+        rollout = self.start_rollout(kwargs)
         store: list[Triple] = []
         observation = ""
         outputs: list[AgentLoopOutput] = []
         actions: list[Any] = []
         for step in range(self.max_turns):
             prompt_ids = await self._prompt_ids(rollout.question, store, observation)
-            generated = await self.generate(rollout, prompt_ids, sampling_params,
+            generated = await self.generate_turn(rollout, prompt_ids, sampling_params,
                                             self.response_length)
             response_ids = generated.token_ids
             response_mask = [1] * len(response_ids)

@@ -76,7 +76,7 @@ class SearchR1Loop(RetrieverAgentLoop):
         Raises:
             ValueError: the row has no question or no gold answer (a data error).
         """
-        rollout = self.start(kwargs)
+        rollout = self.start_rollout(kwargs)
         messages = to_plain(kwargs.get("raw_prompt"))
         if hasattr(messages, "tolist"):
             messages = messages.tolist()
@@ -96,7 +96,7 @@ class SearchR1Loop(RetrieverAgentLoop):
             budget = self.response_length - len(response)
             if budget <= 0:
                 break
-            turn = await self.generate(rollout, prompt_ids + response,
+            turn = await self.generate_turn(rollout, prompt_ids + response,
                                        {**params, "max_tokens": budget}, budget)
             generate_seconds += turn.seconds
             num_preempted += turn.output.num_preempted or 0
