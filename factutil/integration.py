@@ -177,19 +177,22 @@ def trainer_rollout(*, name: str, uid: str, rollout_id: str, question: Any, gold
     return rollout
 
 
-FIXED_ACTION_KEYS = ("kind", "query", "triples", "answer", "error")
+FIXED_ACTION_KEYS = ("kind", "query", "triples", "answer", "error", "observation")
 """The keys of :func:`fixed_key_row`, every action the same."""
 
 
 def fixed_key_row(action: Any) -> dict[str, Any]:
     """A parsed action model with the same keys always (for trainers that store fields per
-    column): ``{"kind", "query", "triples", "answer", "error"}``, None where the kind has none.
+    column): ``{"kind", "query", "triples", "answer", "error", "observation"}``, None where the
+    kind has none (``observation``: a search's retriever text, read under ``facts="retrieved"``).
     Raises TypeError for anything but an action model."""
     row = action_row(action)
     fields: dict[str, Any] = dict.fromkeys(FIXED_ACTION_KEYS)
     fields["kind"] = kind = row["action"]
     name = {"search": "query", "assert": "triples", "answer": "answer"}.get(kind)
     fields[name or "error"] = row[name or "reason"]
+    if kind == "search":
+        fields["observation"] = row["observation"]
     return fields
 
 
@@ -201,7 +204,10 @@ def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
         raise Unscorable(f"action must be a mapping, got {type(fields).__name__}")
     kind = fields.get("kind")
     if kind == "search" and isinstance(fields.get("query"), str):
-        return {"action": "search", "query": fields["query"]}
+        search = {"action": "search", "query": fields["query"]}
+        if isinstance(fields.get("observation"), str):
+            search["observation"] = fields["observation"]
+        return search
     if kind == "assert" and isinstance(fields.get("triples"), (list, tuple)):
         return {"action": "assert", "triples": [list(t) for t in fields["triples"]]}
     if kind == "answer" and isinstance(fields.get("answer"), str):

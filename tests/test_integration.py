@@ -119,9 +119,10 @@ def test_fixed_key_rows_have_the_same_keys_always_and_read_back():
         '{"action": "lookup"}',
     ]
     rows = [fixed_key_row(parse_action(text)) for text in texts]
-    assert all(list(row) == ["kind", "query", "triples", "answer", "error"] for row in rows)
+    assert all(list(row) == ["kind", "query", "triples", "answer", "error", "observation"]
+               for row in rows)
     assert rows[0] == {"kind": "search", "query": "Z director", "triples": None, "answer": None,
-                       "error": None}
+                       "error": None, "observation": None}
     assert rows[1]["triples"] == [["Z", "director", "Ann"]]
     assert rows[3]["kind"] == "invalid" and rows[3]["error"].startswith("unknown action")
     assert [row_of_fixed_keys(row) for row in rows[:3]] == [
@@ -140,6 +141,11 @@ def test_fixed_key_rows_have_the_same_keys_always_and_read_back():
     }
     with pytest.raises(TypeError):
         fixed_key_row({"action": "answer"})
+    # a search's observation is carried both ways (facts="retrieved" reads its passages)
+    seen = fixed_key_row(parse_action(texts[0], observation="Doc 1(Title: Z) Z is a film."))
+    assert seen["observation"] == "Doc 1(Title: Z) Z is a film."
+    assert row_of_fixed_keys(seen) == {"action": "search", "query": "Z director",
+                                       "observation": "Doc 1(Title: Z) Z is a film."}
 
 
 @pytest.mark.parametrize("given,actions,problem", [

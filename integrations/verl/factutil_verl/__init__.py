@@ -2,6 +2,9 @@
 
 - ``factagent`` agent loop (:class:`factutil_verl.agent_loop.FactAgentLoop`): one sample per action,
   prompts of question + fact store + latest observation, Search-R1 ``/retrieve`` for ``search``.
+- ``search_r1`` agent loop (:class:`factutil_verl.search_r1.SearchR1Loop`): a Search-R1-style agent
+  over the dataset's own prompt, one row per rollout with each turn's span, each search carrying
+  its observation (score it with ``+algorithm.factutil.facts=retrieved``).
 - ``factutil`` trainer mode (:class:`factutil_verl.trainer.FactUtilTrainer`): verl's sync V1
   trainer whose advantages are A = A_out + omega * A_proc (docs/method.md §5), GRPO fallback per group.
 - ``factutil_verl.reward:compute_score``: answer F1 with the empty-store rule.
@@ -26,6 +29,8 @@ _EXPORTS = {
     "FactAgentLoopConfig": "factutil_verl.config",
     "FactUtilConfigError": "factutil_verl.config",
     "FactUtilTrainer": "factutil_verl.trainer",
+    "SearchR1Loop": "factutil_verl.search_r1",
+    "SearchR1LoopConfig": "factutil_verl.config",
     "TRAINER_MODE": "factutil_verl.trainer",
     "compute_factagent_advantages": "factutil_verl.advantage",
     "compute_score": "factutil_verl.reward",

@@ -23,6 +23,10 @@ moves its vectors without copying, and the trainer's step takes it into its clus
 (:mod:`factutil_verl.advantage`).
 
 verl's legacy (non-V1) agent-loop worker takes one output per sample: use ``trainer.use_v1=True``.
+
+:class:`RetrieverAgentLoop` is what this loop shares with the ``search_r1`` loop
+(:mod:`factutil_verl.search_r1`): options, the method's config, the retrieval client, a rollout's
+start (question, gold answers, ids) and one generation.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 from uuid import uuid4
 
@@ -45,9 +50,16 @@ from verl.experimental.agent_loop.agent_loop import (
     AgentLoopOutput,
     register,
 )
+from verl.workers.rollout.replica import TokenOutput
 
 from factutil_verl.advantage import EXTRA_KEY, action_fields
-from factutil_verl.config import agent_loop_config, factutil_config_from_verl, to_plain
+from factutil_verl.config import (
+    FactAgentLoopConfig,
+    RetrieverLoopConfig,
+    agent_loop_config,
+    factutil_config_from_verl,
+    to_plain,
+)
 from factutil_verl.reward import golden_answers_of
 
 logger = logging.getLogger("factutil_verl")
@@ -71,24 +83,47 @@ def question_of(kwargs: Mapping[str, Any]) -> str:
     raise ValueError("the sample has neither extra_info.question nor a user message in raw_prompt")
 
 
-@register(AGENT_NAME)
-class FactAgentLoop(AgentLoopBase):
-    """FactAgent: a search agent whose prompt holds only question, fact store and observation.
+@dataclass
+class RolloutStart:
+    """What one rollout of a dataset row starts from: its question and gold answers, trajectory and
+    request ids, the keywords of every generation and whether log-probs are kept."""
+
+    question: str
+    golden_answers: list[str]
+    trajectory_id: str
+    request_id: str
+    generate_kwargs: dict[str, Any]
+    want_logprobs: bool
+
+
+@dataclass
+class Generation:
+    """One generation: its token ids (cut to the limit asked), their log-probs (None when not
+    kept; 0.0 where the server gave none), seconds taken and the server's output."""
+
+    token_ids: list[int]
+    logprobs: list[float] | None
+    seconds: float
+    output: TokenOutput
+
+
+class RetrieverAgentLoop(AgentLoopBase):
+    """What the retrieving agent loops share (``factagent``, ``search_r1``): the options, the
+    method's config, the Search-R1 ``/retrieve`` client, a rollout's start and one generation.
 
     Args:
         trainer_config, server_manager, tokenizer, processor, dataset_cls, data_config,
         hf_model_type: as :class:`verl.experimental.agent_loop.agent_loop.AgentLoopBase`.
         tools: verl's tool list (unused: retrieval is the loop's own action).
         name: the registry name (given by an agent-loop YAML entry; unused).
-        **options: :class:`factutil_verl.config.FactAgentLoopConfig` fields (retriever_url, topk,
-            timeout_s, retries, max_observation_chars, max_turns, max_action_tokens, instructions).
+        **options: fields of the subclass's ``options_model``.
 
     Raises:
         FactUtilConfigError: a bad option or ``algorithm.factutil`` key (named in the message).
     """
 
-    _preparers: ClassVar[dict[Any, FactPreparer]] = {}
-    """One per worker process and config (verl makes a loop per sample): the embedder loads once."""
+    options_model: ClassVar[type[RetrieverLoopConfig]] = RetrieverLoopConfig
+    agent_name: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -112,17 +147,11 @@ class FactAgentLoop(AgentLoopBase):
             data_config,
             hf_model_type=hf_model_type,
         )
-        self.options = agent_loop_config(options)
+        self.options = agent_loop_config(options, self.options_model, self.agent_name)
         self.factutil_config = factutil_config_from_verl(self.config.get("algorithm"))
         self.max_turns = self.options.max_turns or self.factutil_config.max_turns
-        self.instructions = self.options.instructions or INSTRUCTIONS
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
-        self.preparer: FactPreparer | None = None
-        if prepares_in_workers(self.factutil_config):
-            self.preparer = self._preparers.setdefault(
-                self.factutil_config, FactPreparer(self.factutil_config, logger)
-            )
         self.retriever = RetrievalClient(
             self.options.retriever_url,
             topk=self.options.topk,
@@ -131,24 +160,8 @@ class FactAgentLoop(AgentLoopBase):
             max_observation_chars=self.options.max_observation_chars,
         )
 
-    async def _prompt_ids(self, question: str, store: list[Triple], observation: str) -> list[int]:
-        """Token ids of one turn's prompt; a too-long observation is cut before verl's own cap."""
-        for _ in range(_SHRINK_TRIES):
-            ids = await self.ct_build_initial_tokens(
-                build_messages(question, store, observation, self.instructions)
-            )
-            if len(ids) < self.prompt_length or not observation:
-                return ids
-            observation = observation[: int(len(observation) * _OBSERVATION_SHRINK)]
-        return ids
-
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
-        """Roll out one question; returns one :class:`AgentLoopOutput` per action, in order.
-
-        Args:
-            sampling_params: verl's sampling parameters (copied for each generation).
-            **kwargs: the dataset row (``raw_prompt``, ``reward_model``, ``extra_info``, ``uid``,
-                ``session_id``, ...).
+    def start_rollout(self, kwargs: Mapping[str, Any]) -> RolloutStart:
+        """The start of a rollout of the dataset row ``kwargs``.
 
         Raises:
             ValueError: the row has no question or no gold answer (a data error).
@@ -172,43 +185,108 @@ class FactAgentLoop(AgentLoopBase):
         if "priority" in kwargs:
             generate_kwargs["priority"] = int(kwargs["priority"])
         want_logprobs = bool(getattr(self.rollout_config, "calculate_log_probs", False))
+        return RolloutStart(question, golden, trajectory_id, request_id, generate_kwargs,
+                            want_logprobs)
 
+    async def generate_turn(
+        self,
+        rollout: RolloutStart,
+        prompt_ids: list[int],
+        sampling_params: Mapping[str, Any],
+        limit: int,
+    ) -> Generation:
+        """One generation after ``prompt_ids`` (``max_action_tokens`` applied), cut to ``limit``
+        tokens."""
+        params = dict(sampling_params)
+        if self.options.max_action_tokens is not None:
+            params["max_tokens"] = min(self.options.max_action_tokens,
+                                       params.get("max_tokens", self.options.max_action_tokens))
+        started = time.perf_counter()
+        generated = await self.server_manager.generate(
+            request_id=rollout.request_id,
+            prompt_ids=prompt_ids,
+            sampling_params=params,
+            **rollout.generate_kwargs,
+        )
+        seconds = time.perf_counter() - started
+        token_ids = list(generated.token_ids)[:limit]
+        logprobs = None
+        if rollout.want_logprobs:
+            logprobs = list(generated.log_probs or [])[: len(token_ids)]
+            logprobs += [0.0] * (len(token_ids) - len(logprobs))
+        return Generation(token_ids, logprobs, seconds, generated)
+
+    def filler_token(self) -> int:
+        """The token a response with no generated token holds (verl writes the reward on the last
+        response token), with no loss on it: EOS, else padding, else 0."""
+        for token in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id):
+            if token is not None:
+                return token
+        return 0
+
+
+@register(AGENT_NAME)
+class FactAgentLoop(RetrieverAgentLoop):
+    """FactAgent: a search agent whose prompt holds only question, fact store and observation.
+
+    Args: as :class:`RetrieverAgentLoop`; ``**options`` are
+    :class:`factutil_verl.config.FactAgentLoopConfig` fields (retriever_url, topk, timeout_s,
+    retries, max_observation_chars, max_turns, max_action_tokens, instructions).
+    """
+
+    options_model = FactAgentLoopConfig
+    agent_name = AGENT_NAME
+
+    _preparers: ClassVar[dict[Any, FactPreparer]] = {}
+    """One per worker process and config (verl makes a loop per sample): the embedder loads once."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.instructions = self.options.instructions or INSTRUCTIONS
+        self.preparer: FactPreparer | None = None
+        if prepares_in_workers(self.factutil_config):
+            self.preparer = self._preparers.setdefault(
+                self.factutil_config, FactPreparer(self.factutil_config, logger)
+            )
+
+    async def _prompt_ids(self, question: str, store: list[Triple], observation: str) -> list[int]:
+        """Token ids of one turn's prompt; a too-long observation is cut before verl's own cap."""
+        for _ in range(_SHRINK_TRIES):
+            ids = await self.ct_build_initial_tokens(
+                build_messages(question, store, observation, self.instructions)
+            )
+            if len(ids) < self.prompt_length or not observation:
+                return ids
+            observation = observation[: int(len(observation) * _OBSERVATION_SHRINK)]
+        return ids
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+        """Roll out one question; returns one :class:`AgentLoopOutput` per action, in order.
+
+        Args:
+            sampling_params: verl's sampling parameters (copied for each generation).
+            **kwargs: the dataset row (``raw_prompt``, ``reward_model``, ``extra_info``, ``uid``,
+                ``session_id``, ...).
+
+        Raises:
+            ValueError: the row has no question or no gold answer (a data error).
+        """
+        rollout = self.start_rollout(kwargs)
         store: list[Triple] = []
         observation = ""
         outputs: list[AgentLoopOutput] = []
         actions: list[Any] = []
         for step in range(self.max_turns):
-            prompt_ids = await self._prompt_ids(question, store, observation)
-            params = dict(sampling_params)
-            if self.options.max_action_tokens is not None:
-                params["max_tokens"] = self.options.max_action_tokens
-            started = time.perf_counter()
-            generated = await self.server_manager.generate(
-                request_id=request_id,
-                prompt_ids=prompt_ids,
-                sampling_params=params,
-                **generate_kwargs,
-            )
-            generate_seconds = time.perf_counter() - started
-            response_ids = list(generated.token_ids)[: self.response_length]
+            prompt_ids = await self._prompt_ids(rollout.question, store, observation)
+            generated = await self.generate_turn(rollout, prompt_ids, sampling_params,
+                                            self.response_length)
+            response_ids = generated.token_ids
             response_mask = [1] * len(response_ids)
-            logprobs = (
-                list(generated.log_probs or [])[: len(response_ids)] if want_logprobs else None
-            )
-            if logprobs is not None and len(logprobs) < len(response_ids):
-                logprobs += [0.0] * (len(response_ids) - len(logprobs))
+            logprobs = generated.logprobs
             if not response_ids:
-                # verl writes the reward on the last response token: keep one, with no loss on it.
-                filler = self.tokenizer.eos_token_id
-                if filler is None:
-                    filler = (
-                        self.tokenizer.pad_token_id
-                        if self.tokenizer.pad_token_id is not None
-                        else 0
-                    )
-                response_ids = [filler]
+                response_ids = [self.filler_token()]
                 response_mask = [0]
-                logprobs = [0.0] if want_logprobs else None
+                logprobs = [0.0] if rollout.want_logprobs else None
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
             action = parse_action(text)
             actions.append(action)
@@ -224,7 +302,8 @@ class FactAgentLoop(AgentLoopBase):
                 )
             elif isinstance(action, AssertAction):
                 add_to_store(store, action.triples, self.factutil_config.triple_template)
-            routed = generated.routed_experts
+            routed = generated.output.routed_experts
+            num_preempted = generated.output.num_preempted
             outputs.append(
                 AgentLoopOutput(
                     prompt_ids=prompt_ids,
@@ -236,19 +315,17 @@ class FactAgentLoop(AgentLoopBase):
                     else None,
                     num_turns=2,
                     metrics=AgentLoopMetrics(
-                        generate_sequences=generate_seconds,
+                        generate_sequences=generated.seconds,
                         tool_calls=tool_seconds,
-                        num_preempted=generated.num_preempted
-                        if generated.num_preempted is not None
-                        else -1,
+                        num_preempted=num_preempted if num_preempted is not None else -1,
                     ),
                     extra_fields={
                         EXTRA_KEY: {
-                            "trajectory_id": trajectory_id,
+                            "trajectory_id": rollout.trajectory_id,
                             "step": step,
                             "action": action_fields(action),
-                            "question": question,
-                            "golden_answers": golden,
+                            "question": rollout.question,
+                            "golden_answers": rollout.golden_answers,
                             "store_size": store_size,
                             "retrieval_error": retrieval_error,
                         }

@@ -7,7 +7,8 @@ This command checks, and prints one ``ok``/``FAIL`` line per item:
 1. verl's version is in the supported range (>=0.9,<0.11, i.e. 0.9–0.10; tested on 0.9.1);
 2. the ``verl.plugins`` entry point ``factutil`` is installed and points at ``factutil_verl.plugin``;
 3. every module imports;
-4. the ``factagent`` agent loop and the ``factutil`` trainer mode are in verl's registries;
+4. the ``factagent`` and ``search_r1`` agent loops and the ``factutil`` trainer mode are in verl's
+   registries;
 5. the reward function scores a known answer;
 6. the default ``algorithm.factutil`` config validates;
 7. a *fresh* Python process that only runs ``import verl`` (as a Ray worker does) finds both
@@ -35,6 +36,7 @@ MODULES = (
     "factutil_verl.reward",
     "factutil_verl.advantage",
     "factutil_verl.agent_loop",
+    "factutil_verl.search_r1",
     "factutil_verl.trainer",
     "factutil_verl.plugin",
 )
@@ -105,23 +107,25 @@ def _check_registrations() -> str:
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase, _agent_loop_registry
     from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 
-    from factutil_verl.agent_loop import AGENT_NAME, FactAgentLoop
+    from factutil_verl.plugin import AGENT_LOOPS
     from factutil_verl.trainer import TRAINER_MODE, FactUtilTrainer
 
-    target = _agent_loop_registry.get(AGENT_NAME, {}).get("_target_")
-    expected = f"{FactAgentLoop.__module__}.{FactAgentLoop.__qualname__}"
-    if target != expected:
-        raise RuntimeError(
-            f"agent loop '{AGENT_NAME}' is registered as {target!r}, expected {expected!r}"
-        )
-    if not issubclass(FactAgentLoop, AgentLoopBase):
-        raise TypeError("FactAgentLoop is not an AgentLoopBase")
+    for name, expected in AGENT_LOOPS.items():
+        target = _agent_loop_registry.get(name, {}).get("_target_")
+        if target != expected:
+            raise RuntimeError(
+                f"agent loop '{name}' is registered as {target!r}, expected {expected!r}"
+            )
+        module, _, qualname = expected.rpartition(".")
+        if not issubclass(getattr(importlib.import_module(module), qualname), AgentLoopBase):
+            raise TypeError(f"{expected} is not an AgentLoopBase")
     trainer = get_trainer_cls(TRAINER_MODE)
     if trainer is not FactUtilTrainer or not issubclass(trainer, PPOTrainerSync):
         raise RuntimeError(
             f"trainer mode '{TRAINER_MODE}' is {trainer!r}, expected FactUtilTrainer"
         )
-    return f"agent loop '{AGENT_NAME}', trainer mode '{TRAINER_MODE}'"
+    loops = ", ".join(f"'{name}'" for name in AGENT_LOOPS)
+    return f"agent loops {loops}, trainer mode '{TRAINER_MODE}'"
 
 
 def _check_reward() -> str:

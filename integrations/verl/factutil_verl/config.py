@@ -67,8 +67,9 @@ def factutil_config_from_verl(algorithm: Mapping[str, Any] | Any) -> FactUtilCon
     return config_from_values(values, _under(CONFIG_KEY), FactUtilConfigError)
 
 
-class FactAgentLoopConfig(BaseModel):
-    """Options of the ``factagent`` agent loop: keyword arguments of its agent-loop YAML entry.
+class RetrieverLoopConfig(BaseModel):
+    """Options every retrieving agent loop of this package takes (``factagent``, ``search_r1``):
+    keyword arguments of its agent-loop YAML entry.
 
     ``max_turns`` None takes ``algorithm.factutil.max_turns`` (docs/method.md §1, default 8), so the loop
     and the credit agree on the horizon.
@@ -91,18 +92,49 @@ class FactAgentLoopConfig(BaseModel):
     max_action_tokens: int | None = Field(
         None, ge=1, description="max_tokens of each generation; None: the server's default."
     )
+
+
+class FactAgentLoopConfig(RetrieverLoopConfig):
+    """Options of the ``factagent`` agent loop."""
+
     instructions: str | None = Field(
         None, description="System text of every turn; None: factutil_verl.prompt.INSTRUCTIONS."
     )
 
 
-def agent_loop_config(options: Mapping[str, Any]) -> FactAgentLoopConfig:
-    """Validate the agent loop's keyword arguments; errors name ``agent_loop.factagent.<key>``.
+SEARCH_R1_INVALID = (
+    "My previous action is invalid. If I want to search, I should put the query between "
+    "<search> and </search>. If I want to give the final answer, I should put the answer between "
+    "<answer> and </answer>. Let me try again."
+)
+"""Search-R1's reply to a turn that neither searches nor answers."""
+
+
+class SearchR1LoopConfig(RetrieverLoopConfig):
+    """Options of the ``search_r1`` agent loop (the dataset's own prompt, Search-R1's tags)."""
+
+    stop: tuple[str, ...] = Field(
+        ("</search>", "</answer>"),
+        description="Stop strings of each generation, kept in the output (vLLM's stop and "
+        "include_stop_str_in_output); empty: none are sent.",
+    )
+    invalid_observation: str = Field(
+        SEARCH_R1_INVALID,
+        description="Text put in <information> after a turn that neither searches nor answers.",
+    )
+
+
+def agent_loop_config(
+    options: Mapping[str, Any],
+    model: type[RetrieverLoopConfig] = FactAgentLoopConfig,
+    name: str = "factagent",
+) -> RetrieverLoopConfig:
+    """Validate an agent loop's keyword arguments; errors name ``agent_loop.<name>.<key>``.
 
     Raises:
         FactUtilConfigError: an unknown key or a bad value.
     """
     try:
-        return FactAgentLoopConfig.model_validate({k: to_plain(v) for k, v in options.items()})
+        return model.model_validate({k: to_plain(v) for k, v in options.items()})
     except ValidationError as error:
-        raise FactUtilConfigError(error_lines(error, _under("agent_loop.factagent"))) from None
+        raise FactUtilConfigError(error_lines(error, _under(f"agent_loop.{name}"))) from None

@@ -11,8 +11,9 @@ verl's registries is a dict that lives in the module defining it, so the names a
 that module is first imported, by whoever imports it:
 
 - ``verl.experimental.agent_loop.agent_loop`` imported -> ``_agent_loop_registry["factagent"] =
-  {"_target_": "factutil_verl.agent_loop.FactAgentLoop"}``, the entry verl's ``@register`` writes;
-  Hydra imports :mod:`factutil_verl.agent_loop` when a worker first builds the loop;
+  {"_target_": "factutil_verl.agent_loop.FactAgentLoop"}`` and ``["search_r1"] = {"_target_":
+  "factutil_verl.search_r1.SearchR1Loop"}``, the entries verl's ``@register`` writes; Hydra
+  imports the loop's module when a worker first builds the loop;
 - ``verl.trainer.ppo.v1`` imported (every V1 trainer's module loaded) ->
   :mod:`factutil_verl.trainer` imported, whose ``@register_trainer("factutil")`` adds the mode
   (``TRAINER_REGISTRY`` holds classes, so the class is defined then).
@@ -36,6 +37,10 @@ from types import ModuleType
 
 AGENT_NAME = "factagent"
 AGENT_TARGET = "factutil_verl.agent_loop.FactAgentLoop"
+SEARCH_R1_NAME = "search_r1"
+SEARCH_R1_TARGET = "factutil_verl.search_r1.SearchR1Loop"
+AGENT_LOOPS = {AGENT_NAME: AGENT_TARGET, SEARCH_R1_NAME: SEARCH_R1_TARGET}
+"""The agent loops this package adds: name -> Hydra target."""
 TRAINER_MODE = "factutil"
 TRAINER_MODULE = "factutil_verl.trainer"
 AGENT_LOOP_MODULE = "verl.experimental.agent_loop.agent_loop"
@@ -45,16 +50,17 @@ logger = logging.getLogger(__name__)
 
 
 def register_agent_loop(module: ModuleType) -> None:
-    """Add ``factagent`` to verl's agent-loop registry (``module._agent_loop_registry``) as the
-    Hydra target verl's ``@register`` would write; an entry already there is kept."""
+    """Add :data:`AGENT_LOOPS` to verl's agent-loop registry (``module._agent_loop_registry``) as
+    the Hydra targets verl's ``@register`` would write; an entry already there is kept."""
     registry = module._agent_loop_registry
-    entry = {"_target_": AGENT_TARGET}
-    existing = registry.get(AGENT_NAME)
-    if existing is None:
-        registry[AGENT_NAME] = entry
-    elif dict(existing) != entry:
-        logger.warning("factutil-verl: agent loop %r is already registered as %r; kept it",
-                       AGENT_NAME, existing)
+    for name, target in AGENT_LOOPS.items():
+        entry = {"_target_": target}
+        existing = registry.get(name)
+        if existing is None:
+            registry[name] = entry
+        elif dict(existing) != entry:
+            logger.warning("factutil-verl: agent loop %r is already registered as %r; kept it",
+                           name, existing)
 
 
 def register_trainer(module: ModuleType) -> None:

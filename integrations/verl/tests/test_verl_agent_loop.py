@@ -12,20 +12,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import hydra
 import pytest
 import torch
 from factutil import FactUtilConfig
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopOutput,
-    DictConfigWrap,
-    ToolListWrap,
-    _agent_loop_registry,
-)
-from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.rollout.replica import TokenOutput
-from verl_testkit import SAMPLE
+from verl_testkit import SAMPLE, make_agent_loop
 
 from factutil_verl.advantage import compute_factagent_advantages
 from factutil_verl.agent_loop import FactAgentLoop
@@ -83,17 +76,7 @@ def roll_out(config: Any, tokenizer: Any, script: list[str], session: int = 0, *
     server = ScriptedServer(tokenizer, script)
 
     async def main() -> list[AgentLoopOutput]:
-        loop = hydra.utils.instantiate(
-            config={**_agent_loop_registry["factagent"], **options},
-            trainer_config=DictConfigWrap(config=config),
-            server_manager=server,
-            tokenizer=tokenizer,
-            processor=None,
-            hf_model_type="qwen2",
-            dataset_cls=RLHFDataset,
-            data_config=DictConfigWrap(config.data),
-            tools=ToolListWrap([]),
-        )
+        loop = make_agent_loop("factagent", config, tokenizer, server, **options)
         assert isinstance(loop, FactAgentLoop)
         return await loop.run({"temperature": 1.0, "top_p": 1.0}, **sample_kwargs(session))
 
@@ -148,6 +131,7 @@ def test_one_rollout_rows_masks_prompts_and_extra_fields(config, byte_tokenizer,
         "triples": None,
         "answer": None,
         "error": None,
+        "observation": None,
     }
     assert info[1]["action"]["triples"] == [["Polish-Russian War", "director", "Xawery Żuławski"]]
     assert info[2]["action"]["error"] == "no action found"

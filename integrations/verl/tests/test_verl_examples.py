@@ -15,7 +15,12 @@ from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.utils.import_utils import load_extern_object
 from verl_testkit import REPO, make_byte_tokenizer
 
-from factutil_verl.config import agent_loop_config, factutil_config_from_verl
+from factutil_verl.config import (
+    FactAgentLoopConfig,
+    SearchR1LoopConfig,
+    agent_loop_config,
+    factutil_config_from_verl,
+)
 from factutil_verl.reward import compute_score
 
 EXAMPLES = REPO / "examples" / "verl"
@@ -88,13 +93,16 @@ def test_the_readme_lines_are_three_and_compose(verl_config):
     assert factutil_config_from_verl(config.algorithm).omega == 0.5
 
 
-def test_the_agent_loop_yaml_matches_the_registration_and_validates():
-    entries = OmegaConf.load(EXAMPLES / "factagent.yaml")
+@pytest.mark.parametrize("name,model", [("factagent", FactAgentLoopConfig),
+                                        ("search_r1", SearchR1LoopConfig)])
+def test_the_agent_loop_yaml_matches_the_registration_and_validates(name, model):
+    entries = OmegaConf.load(EXAMPLES / f"{name}.yaml")
     assert len(entries) == 1
     entry = OmegaConf.to_container(entries[0])
-    assert entry.pop("name") == "factagent"
-    assert entry.pop("_target_") == _agent_loop_registry["factagent"]["_target_"]
-    options = agent_loop_config(entry)
+    assert entry.pop("name") == name
+    assert entry.pop("_target_") == _agent_loop_registry[name]["_target_"]
+    options = agent_loop_config(entry, model, name)
+    assert options == model()  # the file spells out the defaults
     assert options.retriever_url == "http://127.0.0.1:8000/retrieve" and options.max_turns is None
 
 

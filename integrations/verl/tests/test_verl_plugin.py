@@ -11,6 +11,7 @@ from pathlib import Path
 from factutil_verl.check import _FRESH_PROCESS, main
 
 AGENT = "factutil_verl.agent_loop.FactAgentLoop"
+SEARCH_R1 = "factutil_verl.search_r1.SearchR1Loop"
 TRAINER = "factutil_verl.trainer.FactUtilTrainer"
 
 
@@ -90,8 +91,9 @@ agents = {name: dict(entry) for name, entry in _agent_loop_registry.items()}
 trainers = {name: f"{cls.__module__}.{cls.__qualname__}" for name, cls in TRAINER_REGISTRY.items()}
 resolved = {}
 if "factagent" in agents:
-    loop = hydra.utils.get_class(agents["factagent"]["_target_"])
-    resolved["factagent"] = f"{loop.__module__}.{loop.__qualname__}"
+    for name in ("factagent", "search_r1"):
+        loop = hydra.utils.get_class(agents[name]["_target_"])
+        resolved[name] = f"{loop.__module__}.{loop.__qualname__}"
     resolved["trainer"] = get_trainer_cls("factutil").__name__
 after = [type(f).__name__ for f in sys.meta_path if type(f).__module__ == "factutil_verl.plugin"]
 print(json.dumps({"heavy": heavy, "hooks": hooks, "hooks_after": after, "agents": agents,
@@ -111,15 +113,18 @@ def test_import_verl_loads_no_agent_loop_or_trainer_module_and_every_name_resolv
     assert with_plugin["heavy"] == []
     assert with_plugin["hooks"] == ["_RegisterOnImport"]
     # once verl's modules are imported (by anyone), both names are there and resolve
-    assert with_plugin["resolved"] == {"factagent": AGENT, "trainer": "FactUtilTrainer"}
+    assert with_plugin["resolved"] == {"factagent": AGENT, "search_r1": SEARCH_R1,
+                                       "trainer": "FactUtilTrainer"}
     assert with_plugin["agents"]["factagent"] == {"_target_": AGENT}
+    assert with_plugin["agents"]["search_r1"] == {"_target_": SEARCH_R1}
     assert with_plugin["trainers"]["factutil"] == TRAINER
     # ... and the import hook is gone: sys.meta_path as verl left it
     assert with_plugin["hooks_after"] == []
     without = _lazy_report("none")
     assert "factagent" not in without["agents"] and "factutil" not in without["trainers"]
-    # no entry verl registers itself was overwritten or dropped; the plugin added exactly two
-    assert {k: v for k, v in with_plugin["agents"].items() if k != "factagent"} == without["agents"]
+    # no entry verl registers itself was overwritten or dropped; the plugin added exactly three
+    ours = ("factagent", "search_r1")
+    assert {k: v for k, v in with_plugin["agents"].items() if k not in ours} == without["agents"]
     assert {k: v for k, v in with_plugin["trainers"].items() if k != "factutil"} == without["trainers"]
     assert len(without["agents"]) >= 2 and len(without["trainers"]) >= 1
 
@@ -151,20 +156,25 @@ def test_an_entry_already_registered_under_the_name_is_kept(caplog):
     module = SimpleNamespace(_agent_loop_registry={"factagent": other, "tool_agent": {"_target_": "x"}})
     with caplog.at_level("WARNING", logger="factutil_verl.plugin"):
         plugin.register_agent_loop(module)
-    assert module._agent_loop_registry == {"factagent": other, "tool_agent": {"_target_": "x"}}
+    assert module._agent_loop_registry == {"factagent": other, "tool_agent": {"_target_": "x"},
+                                           "search_r1": {"_target_": SEARCH_R1}}
     assert "already registered" in caplog.text
     empty = SimpleNamespace(_agent_loop_registry={})
     plugin.register_agent_loop(empty)
-    assert empty._agent_loop_registry == {"factagent": {"_target_": AGENT}}
+    assert empty._agent_loop_registry == {"factagent": {"_target_": AGENT},
+                                          "search_r1": {"_target_": SEARCH_R1}}
 
 
 def test_the_plugin_names_match_the_registered_classes():
     from factutil_verl import plugin
     from factutil_verl.agent_loop import AGENT_NAME, FactAgentLoop
+    from factutil_verl.search_r1 import SEARCH_R1_NAME, SearchR1Loop
     from factutil_verl.trainer import TRAINER_MODE, FactUtilTrainer
 
     assert (plugin.AGENT_NAME, plugin.TRAINER_MODE) == (AGENT_NAME, TRAINER_MODE)
     assert plugin.AGENT_TARGET == f"{FactAgentLoop.__module__}.{FactAgentLoop.__qualname__}" == AGENT
+    assert (plugin.SEARCH_R1_NAME, plugin.SEARCH_R1_TARGET) == (
+        SEARCH_R1_NAME, f"{SearchR1Loop.__module__}.{SearchR1Loop.__qualname__}")
     assert plugin.TRAINER_MODULE == FactUtilTrainer.__module__
 
 

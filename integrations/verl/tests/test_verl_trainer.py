@@ -336,3 +336,74 @@ def test_no_early_scoring_with_kl_in_the_reward(verl_config, monkeypatch):
     trainer = make_trainer(verl_config, "algorithm.use_kl_in_reward=true")
     trainer._compute_old_log_prob(object(), {})
     assert seen == [None]
+
+
+def test_span_layout_rows_with_facts_retrieved_are_credited_on_each_search_through_the_trainer(
+    transfer_queue, verl_config
+):
+    """Six rows in the ``search_r1`` loop's layout (one per rollout: ``actions`` with each
+    search's ``observation``, ``spans``, information tokens masked 0) through TransferQueue and the
+    trainer mode with ``facts=retrieved``. By hand: R = y = (1, 1, 1, 0, 0, 0), p-bar = 1/2; the
+    right rollouts retrieved P1, the wrong ones P3: u = +-(3 * 1/2) / (3 + 1) = +-0.375;
+    A_out = +-(1/2) / (sqrt(0.3) + 1e-6); a search that brought its passage first gets
+    A_out + 0.5 tanh(u), rollout 0's second search (P1 again) and every answer A_out."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    p1 = "Doc 1 (Title: Xawery Żuławski) Xawery Żuławski is a Polish film director."
+    p3 = "Doc 1 (Title: Polish-Russian War) Polish-Russian War is a 2009 Polish film."
+
+    def search(query: str, observation: str) -> dict:
+        return {"kind": "search", "query": query, "triples": None, "answer": None, "error": None,
+                "observation": observation}
+
+    def answer(text: str) -> dict:
+        return {"kind": "answer", "query": None, "triples": None, "answer": text, "error": None,
+                "observation": None}
+
+    rows = []
+    for k in range(6):
+        right = k < 3
+        actions = [search(f"query {k}", p1 if right else p3)]
+        spans = [[0, 4]]
+        if k == 0:  # a second search, then the answer; 5 information tokens after each search
+            actions.append(search("another query", p1))
+            spans.append([9, 12])
+        actions.append(answer("Małgorzata Braunek" if right else "Paris"))
+        start = spans[-1][1] + 5
+        spans.append([start, start + 3])
+        length = spans[-1][1]
+        mask = torch.zeros(length, dtype=torch.int64)
+        for s, e in spans:
+            mask[s:e] = 1
+        scores = torch.zeros(length)
+        scores[-1] = 1.0 if right else 0.0
+        rows.append((f"q_{k}_0", actions, spans, mask, scores))
+    fields = [
+        {"uid": "q", "responses": torch.arange(len(mask)), "response_mask": mask,
+         "rm_scores": scores,
+         "extra_fields": {"factutil": {"trajectory_id": key[:-2], "actions": actions,
+                                       "spans": spans, "question": "Who?",
+                                       "golden_answers": ["Małgorzata Braunek"]}}}
+        for key, actions, spans, mask, scores in rows
+    ]
+    meta = tq.kv_batch_put(
+        keys=[row[0] for row in rows],
+        partition_id="span",
+        fields=list_of_dict_to_tensordict(fields),
+        tags=[{"status": "success", "seq_len": 8 + len(f["responses"]),
+               "response_len": len(f["responses"])} for f in fields],
+    )
+    trainer = make_trainer(verl_config, "+algorithm.factutil.facts=retrieved",
+                           "+algorithm.factutil.score_early=false")
+    metrics: dict[str, float] = {}
+    trainer._compute_advantage(meta, metrics)
+
+    assert metrics["factutil/groups_fallback"] == 0.0
+    a_out = 0.5 / (np.sqrt(0.3) + 1e-6)
+    gain = 0.5 * np.tanh(0.375)
+    for (key, actions, spans, mask, _), tokens in zip(rows, read_advantages(meta)):
+        sign = 1.0 if int(key.split("_")[1]) < 3 else -1.0
+        want = [sign * (a_out + gain)] + [sign * a_out] * (len(actions) - 1)
+        for (s, e), value in zip(spans, want):
+            np.testing.assert_allclose(tokens[s:e].numpy(), value, rtol=0, atol=1e-6)
+        assert not tokens[~mask.bool()].any()  # the information tokens carry nothing

@@ -4,6 +4,7 @@
   download), so scripted actions round-trip exactly through encode/decode (shared with the other
   adapters' tests: ``tests/language_models.py``).
 - :func:`compose_verl_config`: verl's own ``ppo_trainer.yaml`` composed with Hydra, plus overrides.
+- :func:`make_agent_loop`: a registered agent loop instantiated as verl's AgentLoopWorker does.
 - :func:`build_rows`: the bundled 2Wiki rollouts turned into verl V1 rows (one row per action),
   the way the ``factagent`` loop and verl's TransferQueue worker would have written them.
 """
@@ -34,6 +35,30 @@ def compose_verl_config(*overrides: str) -> Any:
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return compose("ppo_trainer", overrides=list(overrides))
+
+
+def make_agent_loop(name: str, config: Any, tokenizer: Any, server: Any, **options: Any) -> Any:
+    """The agent loop registered as ``name``, built exactly as verl's AgentLoopWorker builds it
+    (Hydra over the registry entry plus ``options``), generating through ``server``."""
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import (
+        DictConfigWrap,
+        ToolListWrap,
+        _agent_loop_registry,
+    )
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    return hydra.utils.instantiate(
+        config={**_agent_loop_registry[name], **options},
+        trainer_config=DictConfigWrap(config=config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        hf_model_type="qwen2",
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap([]),
+    )
 
 
 @dataclass
