@@ -175,8 +175,9 @@ def send_raw(port: int, request: bytes) -> tuple[int | None, float, str]:
                 reply += chunk
             head, _, body = reply.partition(b"\r\n\r\n")
             length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            while len(body) < length and (chunk := sock.recv(65536)):
+                           if line.lower().startswith(b"content-length:")), None)
+            # without a Content-Length (h11's plain-text 400) the body ends when the server closes
+            while (length is None or len(body) < length) and (chunk := sock.recv(65536)):
                 body += chunk
         status = int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/") else None
         try:

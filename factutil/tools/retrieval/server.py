@@ -146,7 +146,16 @@ def _bound_server(
     """A uvicorn server (not started) and the listening socket it is to serve."""
     app = make_app(retriever, default_topk, request_timeout_s)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=_BACKLOG)
+    # proto IPPROTO_TCP, not create_server's 0: asyncio sets TCP_NODELAY only on sockets that say
+    # TCP, and without it each reply's body waits for the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)  # connections queue from now on, while uvicorn starts
+    except OSError:
+        sock.close()
+        raise
     # h11 and asyncio pinned: the answers docs/retrieval.md gives are h11's; log_config=None
     # leaves the process's logging as it is.
     config = uvicorn.Config(app, http="h11", loop="asyncio", lifespan="off", log_config=None,
@@ -203,7 +212,8 @@ def serve(
     (Ctrl-C or SIGTERM: requests in flight are finished first).
 
     ``announce`` receives one line, ``listening on http://HOST:PORT/retrieve (N documents)``, once
-    the socket is bound (so a caller that passed port 0 learns the port).
+    the socket listens (so a caller that passed port 0 learns the port; requests sent from then on
+    wait for uvicorn to start).
     """
     path = Path(corpus) if corpus is not None else DEFAULT_CORPUS
     if not path.exists():
