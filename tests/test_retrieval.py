@@ -36,7 +36,7 @@ pytest.importorskip("bm25s")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from factutil.tools.retrieval.server import (  # noqa: E402 - needs the retrieval extra
+from factutil.tools.retrieval.server import (  # after the skips: needs the retrieval extra
     RetrieveRequest,
     retrieve_reply,
     running_server,

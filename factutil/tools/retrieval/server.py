@@ -193,7 +193,8 @@ def running_server(
             if not thread.is_alive():
                 raise RuntimeError("the retrieval server stopped while starting; see its log")
             time.sleep(0.01)
-        yield f"http://{host}:{sock.getsockname()[1]}/retrieve"
+        netloc = f"[{host}]" if ":" in host else host  # an IPv6 address goes in brackets
+        yield f"http://{netloc}:{sock.getsockname()[1]}/retrieve"
     finally:
         server.should_exit = True
         thread.join()
