@@ -6,6 +6,7 @@ Network only on 127.0.0.1; every server here is bounded and shut down by the tes
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -462,15 +463,21 @@ def test_a_body_without_content_type_is_read_as_json_and_another_type_is_a_422(u
 
 
 @pytest.mark.parametrize("length", [b"abc", b"-5", b"\xb2", b"7" * 4301])
-def test_a_content_length_that_is_no_count_is_a_400_and_the_connection_closes(url: str, length):
+def test_a_content_length_that_is_no_count_is_a_400_and_the_connection_closes(
+    url: str, length, caplog
+):
     """Content-Length "abc", "-5", "²" (Latin-1 0xB2: str.isdigit() takes it, int() does not,
     werkzeug #2716) or 4,301 digits (past int()'s digit limit) -> h11 refuses the request: 400,
-    uvicorn's plain-text reason, the connection closed (the body's end is unknown)."""
-    raw, _ = raw_exchange(url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: " + length
-                          + b"\r\n\r\n" + b'{"queries": ["a"]}')
+    uvicorn's plain-text reason, the connection closed (the body's end is unknown); the log gets
+    one warning line, no traceback."""
+    with caplog.at_level(logging.WARNING):
+        raw, _ = raw_exchange(url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                              + length + b"\r\n\r\n" + b'{"queries": ["a"]}')
     status, head, body = status_of(raw)
     assert (status, body) == (400, b"Invalid HTTP request received.")
     assert b"connection: close" in head.lower()
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("WARNING", "Invalid HTTP request received.", None)]
 
 
 def chunked(body: bytes, piece: int = 1 << 16) -> bytes:
