@@ -140,29 +140,6 @@ def make_app(
     return app
 
 
-def _bound_server(
-    retriever: BM25Retriever, host: str, port: int, default_topk: int, request_timeout_s: float
-) -> tuple[uvicorn.Server, socket.socket]:
-    """A uvicorn server (not started) and the listening socket it is to serve."""
-    app = make_app(retriever, default_topk, request_timeout_s)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto IPPROTO_TCP, not create_server's 0: asyncio sets TCP_NODELAY only on sockets that say
-    # TCP, and without it each reply's body waits for the client's delayed ACK (~40 ms).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(_BACKLOG)  # connections queue from now on, while uvicorn starts
-    except OSError:
-        sock.close()
-        raise
-    # h11 and asyncio pinned: the answers docs/retrieval.md gives are h11's; log_config=None
-    # leaves the process's logging as it is.
-    config = uvicorn.Config(app, http="h11", loop="asyncio", lifespan="off", log_config=None,
-                            backlog=_BACKLOG, timeout_keep_alive=request_timeout_s)
-    return uvicorn.Server(config), sock
-
-
 @contextmanager
 def running_server(
     retriever: BM25Retriever,
@@ -185,20 +162,32 @@ def running_server(
         OSError: the port is taken.
         ValueError: default_topk < 1 or request_timeout_s <= 0.
     """
-    server, sock = _bound_server(retriever, host, port, default_topk, request_timeout_s)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    try:
+    app = make_app(retriever, default_topk, request_timeout_s)
+    # h11 and asyncio pinned: the answers docs/retrieval.md gives are h11's; log_config=None
+    # leaves the process's logging as it is; in a thread, uvicorn installs no signal handlers.
+    server = uvicorn.Server(uvicorn.Config(
+        app, http="h11", loop="asyncio", lifespan="off", log_config=None, backlog=_BACKLOG,
+        timeout_keep_alive=request_timeout_s))
+    # Our own socket, so port 0 is known at once and a taken port is an OSError (uvicorn would
+    # exit the process); proto IPPROTO_TCP, as asyncio sets TCP_NODELAY only on sockets that say
+    # TCP (without it each reply's body waits for the client's delayed ACK, ~40 ms).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)  # connections queue from now on, while uvicorn starts
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the retrieval server stopped while starting; see its log")
-            time.sleep(0.01)
-        netloc = f"[{host}]" if ":" in host else host  # an IPv6 address goes in brackets
-        yield f"http://{netloc}:{sock.getsockname()[1]}/retrieve"
-    finally:
-        server.should_exit = True
-        thread.join()
-        sock.close()
+        try:
+            while not server.started:
+                if not thread.is_alive():
+                    raise RuntimeError("the retrieval server stopped while starting; see its log")
+                time.sleep(0.01)
+            netloc = f"[{host}]" if ":" in host else host  # an IPv6 address goes in brackets
+            yield f"http://{netloc}:{sock.getsockname()[1]}/retrieve"
+        finally:
+            server.should_exit = True
+            thread.join()
 
 
 def serve(
@@ -209,12 +198,11 @@ def serve(
     announce: Callable[[str], None] = print,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> None:
-    """Load ``corpus`` (default: the bundled 2Wiki paragraphs), index it and serve until interrupted
-    (Ctrl-C or SIGTERM: requests in flight are finished first).
+    """Load ``corpus`` (default: the bundled 2Wiki paragraphs), index it and serve until Ctrl-C
+    (requests in flight are finished first).
 
     ``announce`` receives one line, ``listening on http://HOST:PORT/retrieve (N documents)``, once
-    the socket listens (so a caller that passed port 0 learns the port; requests sent from then on
-    wait for uvicorn to start).
+    the server is up (so a caller that passed port 0 learns the port).
     """
     path = Path(corpus) if corpus is not None else DEFAULT_CORPUS
     if not path.exists():
@@ -223,15 +211,12 @@ def serve(
         )
     started = time.perf_counter()
     retriever = BM25Retriever(load_corpus(path))
-    server, sock = _bound_server(retriever, host, port, topk, request_timeout_s)
-    bound_host, bound_port = sock.getsockname()[:2]
-    announce(
-        f"listening on http://{bound_host}:{bound_port}/retrieve ({len(retriever.documents)} "
-        f"documents from {path}, indexed in {time.perf_counter() - started:.1f} s)"
-    )
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it caught, once it has stopped
-        pass
-    finally:
-        sock.close()
+    with running_server(retriever, host, port, topk, request_timeout_s) as url:
+        announce(
+            f"listening on {url} ({len(retriever.documents)} documents from {path}, indexed in "
+            f"{time.perf_counter() - started:.1f} s)"
+        )
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
