@@ -380,6 +380,24 @@ def test_import_factutil_stays_light():
     assert json.loads(completed.stdout) == [False, False, False, False, False]
 
 
+def test_the_client_needs_no_server_dependency_and_serve_says_how_to_install_them():
+    """Without fastapi and uvicorn (the `retrieval` extra) the client and the index still import,
+    and `factutil serve` exits 2 naming the extra to install."""
+    hide = "import sys; sys.modules['fastapi'] = sys.modules['uvicorn'] = None; "
+    client = subprocess.run(
+        [sys.executable, "-c", hide + "from factutil.tools.retrieval import RetrievalClient, "
+         "BM25Retriever; import factutil.tools.retrieval.client"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert client.returncode == 0, client.stderr
+    serve = subprocess.run(
+        [sys.executable, "-c", hide + "sys.argv = ['factutil', 'serve', '--port', '0']; "
+         "from factutil.cli import main; main()"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert serve.returncode == 2
+    assert serve.stderr.strip() == (
+        "serve: the retrieval server needs fastapi and uvicorn: pip install 'factutil[retrieval]'")
+
+
 # --- bad requests: each a clear 4xx in bounded time, never a 500 or a hang ---------------------
 
 
