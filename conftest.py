@@ -5,7 +5,6 @@ bundled corpus, each built once per test run."""
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,14 +33,11 @@ CORPUS = (
 def retrieval_url() -> Iterator[str]:
     """factutil's BM25 server (Search-R1's ``/retrieve``) over the bundled 2Wiki corpus, on a
     free port of 127.0.0.1."""
-    from factutil.tools.retrieval import BM25Retriever, load_corpus, make_server
+    from factutil.tools.retrieval import BM25Retriever, load_corpus
+    from factutil.tools.retrieval.server import running_server
 
-    server = make_server(BM25Retriever(load_corpus(CORPUS)), port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/retrieve"
-    server.shutdown()
-    server.server_close()
+    with running_server(BM25Retriever(load_corpus(CORPUS))) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

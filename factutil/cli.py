@@ -385,18 +385,22 @@ def serve(
     ] = 3,
     request_timeout: Annotated[
         float,
-        typer.Option(min=0.001, metavar="SECONDS", help="Seconds a client may stay silent mid-request (then 408)."),
+        typer.Option(
+            min=0.001, metavar="SECONDS", help="Seconds a client may stay silent mid-body (then 408) or idle."
+        ),
     ] = 10.0,
 ) -> None:
     """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""
-    # Imported when serving only: the server (http.server, and bm25s of the `retrieval` extra)
-    # is no part of scoring, and every other command starts without it.
-    from factutil.tools.retrieval import serve as serve_retrieval
 
     def announce(line: str) -> None:
         print(line, flush=True)
 
     try:
+        # Imported when serving only: the server (fastapi, uvicorn and bm25s of the `retrieval`
+        # extra, which says how to install them when missing) is no part of scoring, and every
+        # other command starts without it.
+        from factutil.tools.retrieval.server import serve as serve_retrieval
+
         serve_retrieval(corpus, host=host, port=port, topk=topk, announce=announce,
                         request_timeout_s=request_timeout)
     except (OSError, ValueError, ImportError) as error:

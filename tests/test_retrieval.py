@@ -6,6 +6,7 @@ Network only on 127.0.0.1; every server here is bounded and shut down by the tes
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -26,16 +27,21 @@ from factutil.tools.retrieval import (
     Document,
     Passage,
     RetrievalClient,
-    RetrieveRequest,
     format_observation,
     load_corpus,
-    make_server,
     parse_reply,
-    retrieve_reply,
     split_contents,
 )
 
 pytest.importorskip("bm25s")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from factutil.tools.retrieval.server import (  # after the skips: needs the retrieval extra
+    RetrieveRequest,
+    retrieve_reply,
+    running_server,
+)
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "2wiki_rollouts.jsonl"
 
@@ -47,11 +53,9 @@ def retriever() -> BM25Retriever:
 
 @pytest.fixture(scope="module")
 def url(retriever: BM25Retriever) -> Iterator[str]:
-    server = make_server(retriever, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    """The server's base URL (``/retrieve`` and ``/health`` below it)."""
+    with running_server(retriever) as endpoint:
+        yield endpoint.removesuffix("/retrieve")
 
 
 def post(url: str, body: Any) -> tuple[int, Any]:
@@ -62,6 +66,11 @@ def post(url: str, body: Any) -> tuple[int, Any]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+def problems(body: dict) -> list[tuple[str, str]]:
+    """FastAPI's 422 ``detail`` as (field path, message) pairs, e.g. ("body.topk", "Input ...")."""
+    return [(".".join(str(part) for part in item["loc"]), item["msg"]) for item in body["detail"]]
 
 
 def test_the_bundled_corpus_loads(retriever: BM25Retriever):
@@ -128,20 +137,19 @@ def test_the_http_api(url: str):
     status, body = post(f"{url}/retrieve", {"queries": ["a", "b"]})  # Search-R1's default topk: 3
     assert status == 200 and [len(hits) for hits in body["result"]] == [3, 3]
     assert all("score" not in doc for doc in body["result"][0])
-    assert post(f"{url}/retrieve", {"queries": ["a"], "topk": 0}) == (
-        422,
-        {"error": "topk: Input should be greater than or equal to 1"},
-    )
-    status, body = post(f"{url}/retrieve", b"{not json")
-    assert status == 400 and body["error"].startswith("body is not JSON")
-    assert post(f"{url}/nope", {"queries": ["a"]})[0] == 404
+    status, body = post(f"{url}/retrieve", {"queries": ["a"], "topk": 0})
+    assert (status, problems(body)) == (
+        422, [("body.topk", "Input should be greater than or equal to 1")])
+    status, body = post(f"{url}/retrieve", b"{not json")  # FastAPI: malformed JSON is a 422
+    assert status == 422 and body["detail"][0]["type"] == "json_invalid"
+    assert post(f"{url}/nope", {"queries": ["a"]}) == (404, {"detail": "Not Found"})
     with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
         assert json.loads(response.read()) == {"status": "ok", "documents": 6119}
     # GET on the retrieve path: the path exists, the method does not -> 405 naming POST.
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(f"{url}/retrieve", timeout=10)
     assert caught.value.code == 405 and caught.value.headers["Allow"] == "POST"
-    assert json.loads(caught.value.read()) == {"error": "/retrieve takes POST with a JSON body"}
+    assert json.loads(caught.value.read()) == {"detail": "Method Not Allowed"}
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(f"{url}/nope", timeout=10)
     assert caught.value.code == 404
@@ -359,7 +367,7 @@ def test_no_method_step_imports_the_tools():
 
 
 def test_import_factutil_stays_light():
-    modules = ("bm25s", "factutil.tools", "factutil.tools.retrieval", "http.server")
+    modules = ("bm25s", "factutil.tools", "factutil.tools.retrieval", "fastapi", "uvicorn")
     code = f"import sys, factutil; print(json.dumps([m in sys.modules for m in {modules!r}]))"
     completed = subprocess.run(
         [sys.executable, "-c", "import json; " + code],
@@ -369,7 +377,25 @@ def test_import_factutil_stays_light():
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert json.loads(completed.stdout) == [False, False, False, False]
+    assert json.loads(completed.stdout) == [False, False, False, False, False]
+
+
+def test_the_client_needs_no_server_dependency_and_serve_says_how_to_install_them():
+    """Without fastapi and uvicorn (the `retrieval` extra) the client and the index still import,
+    and `factutil serve` exits 2 naming the extra to install."""
+    hide = "import sys; sys.modules['fastapi'] = sys.modules['uvicorn'] = None; "
+    client = subprocess.run(
+        [sys.executable, "-c", hide + "from factutil.tools.retrieval import RetrievalClient, "
+         "BM25Retriever; import factutil.tools.retrieval.client"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert client.returncode == 0, client.stderr
+    serve = subprocess.run(
+        [sys.executable, "-c", hide + "sys.argv = ['factutil', 'serve', '--port', '0']; "
+         "from factutil.cli import main; main()"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert serve.returncode == 2
+    assert serve.stderr.strip() == (
+        "serve: the retrieval server needs fastapi and uvicorn: pip install 'factutil[retrieval]'")
 
 
 # --- bad requests: each a clear 4xx in bounded time, never a 500 or a hang ---------------------
@@ -377,12 +403,9 @@ def test_import_factutil_stays_light():
 
 @pytest.fixture(scope="module")
 def strict_url(retriever: BM25Retriever) -> Iterator[str]:
-    """A server whose connections time out after 1 s of silence (the default is 10 s)."""
-    server = make_server(retriever, port=0, request_timeout_s=1.0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    """A server whose clients may stay silent 1 s mid-body (the default is 10 s)."""
+    with running_server(retriever, request_timeout_s=1.0) as endpoint:
+        yield endpoint.removesuffix("/retrieve")
 
 
 def raw_exchange(url: str, request: bytes, wait_s: float = 60.0) -> tuple[bytes, float]:
@@ -402,64 +425,104 @@ def raw_exchange(url: str, request: bytes, wait_s: float = 60.0) -> tuple[bytes,
     return b"".join(chunks), time.perf_counter() - started
 
 
-def status_of(raw: bytes) -> tuple[int, dict]:
+def status_of(raw: bytes) -> tuple[int, bytes, bytes]:
+    """(status, header block, body) of one raw HTTP reply."""
     head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body) if body else {}
+    return int(head.split()[1]), head, body
 
 
 def test_queries_given_as_a_string_is_a_422_naming_queries(url: str):
-    """{"queries": "capital of France"} -> 422 "queries: Input should be a valid list" (Search-R1's
-    QueryRequest takes a list; a string used to be answered as a list of one query)."""
-    assert post(f"{url}/retrieve", {"queries": "capital of France"}) == (
-        422, {"error": "queries: Input should be a valid list"})
+    """{"queries": "capital of France"} -> 422 naming body.queries (Search-R1's QueryRequest takes a
+    list; a string is a client bug, not one query)."""
+    status, body = post(f"{url}/retrieve", {"queries": "capital of France"})
+    assert (status, problems(body)) == (422, [("body.queries", "Input should be a valid list")])
 
 
-@pytest.mark.parametrize("body,status,error", [
-    ({"queries": ["a"], "topk": 10**9}, 422, "topk: Input should be less than or equal to 100"),
-    ({"queries": ["a"], "topk": 2.5}, 422, "topk: Input should be a valid integer"),
-    ({"queries": ["a"] * 1025}, 422, "queries: List should have at most 1024 items"),
-    ({"queries": [1]}, 422, "queries.0: Input should be a valid string"),
-    ([{"queries": ["a"]}], 422, "body: Input should be a valid dictionary"),
-    (b"{not json", 400, "body is not JSON: Expecting property name enclosed in double quotes"),
-    (b"\xff\xfe\x00{", 400, "body is not JSON"),
-    (b"[" * 100_000, 400, "body is not JSON: nested too deeply"),
+@pytest.mark.parametrize("body,status,field,message", [
+    ({"queries": ["a"], "topk": 10**9}, 422, "body.topk",
+     "Input should be less than or equal to 100"),
+    ({"queries": ["a"], "topk": 2.5}, 422, "body.topk", "Input should be a valid integer"),
+    ({"queries": ["a"] * 1025}, 422, "body.queries", "List should have at most 1024 items"),
+    ({"queries": [1]}, 422, "body.queries.0", "Input should be a valid string"),
+    ([{"queries": ["a"]}], 422, "body", "Input should be a valid dictionary"),
+    (b"{not json", 422, "body.1", "JSON decode error"),
+    (b"\xff\xfe\x00{", 422, "body.0", "JSON decode error"),
+    (b"", 422, "body", "Field required"),
 ])
-def test_bad_bodies_are_clear_4xx(url: str, body: Any, status: int, error: str):
+def test_bad_bodies_are_a_422_naming_the_field(url: str, body: Any, status: int, field: str,
+                                               message: str):
     """A huge or fractional topk, too many queries, a non-string query, a list body, malformed
-    JSON, bytes that are not UTF-8, JSON nested 100,000 deep -> the 4xx and the message."""
+    JSON, bytes that are not UTF-8, no body -> FastAPI's 422, its detail naming the field."""
     got_status, got = post(f"{url}/retrieve", body)
-    assert got_status == status and got["error"].startswith(error), got
+    assert got_status == status and len(got["detail"]) == 1, got
+    (got_field, got_message), = problems(got)
+    assert got_field == field and got_message.startswith(message), got
+
+
+def test_json_nested_too_deeply_is_a_400(url: str):
+    """JSON nested 100,000 deep: the parser's RecursionError -> FastAPI's 400, never a 500."""
+    assert post(f"{url}/retrieve", b"[" * 100_000) == (
+        400, {"detail": "There was an error parsing the body"})
 
 
 def test_an_empty_query_list_is_answered_with_an_empty_result(url: str):
     assert post(f"{url}/retrieve", {"queries": []}) == (200, {"result": []})
 
 
-@pytest.mark.parametrize("headers,status,error", [
-    (b"Content-Length: abc\r\n", 400, "Content-Length must be a non-negative integer, got 'abc'"),
-    (b"Content-Length: -5\r\n", 400, "Content-Length must be a non-negative integer, got '-5'"),
-    # "\xb2" is "²" in the headers' Latin-1: str.isdigit() takes it, int() does not (werkzeug #2716)
-    (b"Content-Length: \xb2\r\n", 400, "Content-Length must be a non-negative integer, got '\xb2'"),
-    (b"Content-Length: " + b"7" * 4301 + b"\r\n", 400,
-     "Content-Length must be a non-negative integer, got '7777"),
-    (b"Transfer-Encoding: chunked\r\n", 411, "give the body with a Content-Length"),
-])
-def test_bad_framing_is_a_4xx_and_the_connection_closes(url: str, headers, status, error):
-    """A Content-Length that is no count, or a chunked body -> 400 / 411 with the reason, and the
-    server closes the connection (the body's end is unknown)."""
-    raw, _ = raw_exchange(url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
-                          + b"5\r\nhello\r\n0\r\n\r\n")
-    got_status, body = status_of(raw)
-    assert got_status == status and body["error"].startswith(error)
-    assert b"Connection: close" in raw.partition(b"\r\n\r\n")[0]
+def test_a_body_without_content_type_is_read_as_json_and_another_type_is_a_422(url: str):
+    head = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    body = b'{"queries": ["Polish-Russian War director"], "topk": 1}'
+    length = b"Content-Length: %d\r\n\r\n" % len(body)
+    status, _, reply = status_of(raw_exchange(url, head + length + body)[0])
+    assert status == 200 and json.loads(reply)["result"][0][0]["title"] == "Aleksander Ford"
+    status, _, reply = status_of(
+        raw_exchange(url, head + b"Content-Type: text/plain\r\n" + length + body)[0])
+    assert (status, problems(json.loads(reply))[0][0]) == (422, "body")
+
+
+@pytest.mark.parametrize("length", [b"abc", b"-5", b"\xb2", b"7" * 4301])
+def test_a_content_length_that_is_no_count_is_a_400_and_the_connection_closes(
+    url: str, length, caplog
+):
+    """Content-Length "abc", "-5", "²" (Latin-1 0xB2: str.isdigit() takes it, int() does not,
+    werkzeug #2716) or 4,301 digits (past int()'s digit limit) -> h11 refuses the request: 400,
+    uvicorn's plain-text reason, the connection closed (the body's end is unknown); the log gets
+    one warning line, no traceback."""
+    with caplog.at_level(logging.WARNING):
+        raw, _ = raw_exchange(url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                              + length + b"\r\n\r\n" + b'{"queries": ["a"]}')
+    status, head, body = status_of(raw)
+    assert (status, body) == (400, b"Invalid HTTP request received.")
+    assert b"connection: close" in head.lower()
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        ("WARNING", "Invalid HTTP request received.", None)]
+
+
+def chunked(body: bytes, piece: int = 1 << 16) -> bytes:
+    """``body`` in HTTP/1.1 chunked transfer encoding, ``piece`` bytes a chunk."""
+    parts = [b"%x\r\n%s\r\n" % (len(body[i:i + piece]), body[i:i + piece])
+             for i in range(0, len(body), piece)]
+    return b"".join(parts) + b"0\r\n\r\n"
+
+
+def test_a_chunked_body_is_read_and_bounded_like_any_other(url: str):
+    """Transfer-Encoding: chunked (no Content-Length) -> answered as usual; over 1 MiB of chunks
+    -> 413, counted as the chunks arrive."""
+    head = (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    status, _, body = status_of(raw_exchange(url, head + chunked(
+        b'{"queries": ["Polish-Russian War director"], "topk": 1}', piece=7))[0])
+    assert status == 200 and json.loads(body)["result"][0][0]["title"] == "Aleksander Ford"
+    big = json.dumps({"queries": ["x" * (2 << 20)]}).encode()
+    status, _, body = status_of(raw_exchange(url, head + chunked(big))[0])
+    assert (status, json.loads(body)) == (413, {"detail": "request body over 1048576 bytes"})
 
 
 def test_a_body_of_many_megabytes_gets_413_and_the_server_goes_on(url: str):
-    """An 8 MB body (limit 1 MiB) -> the client reads a 413 naming the limit (no reset); the next
-    request is answered."""
+    """An 8 MB body (limit 1 MiB) -> the client reads a 413 naming the limit (the body is read and
+    dropped, so no reset, even for urllib's Connection: close); the next request is answered."""
     big = json.dumps({"queries": ["x" * (8 << 20)]}).encode()
-    status, body = post(f"{url}/retrieve", big)
-    assert (status, body) == (413, {"error": "request body over 1048576 bytes"})
+    assert post(f"{url}/retrieve", big) == (413, {"detail": "request body over 1048576 bytes"})
     assert post(f"{url}/retrieve", {"queries": ["Aleksander Ford"], "topk": 1})[0] == 200
 
 
@@ -478,14 +541,50 @@ def test_a_half_sent_body_gets_408_after_the_timeout_while_others_are_answered(s
     assert post(f"{strict_url}/retrieve", {"queries": ["Aleksander Ford"], "topk": 1})[0] == 200
     thread.join()
     raw, seconds = results["stalled"]
-    assert status_of(raw) == (408, {"error": "the request was not received within 1 s"})
+    status, head, body = status_of(raw)
+    assert (status, json.loads(body)) == (
+        408, {"detail": "the request body was not received within 1 s"})
+    assert b"connection: close" in head.lower()
     assert seconds >= 0.9  # not before the timeout (load only makes it later)
 
 
-def test_a_connection_silent_after_its_headers_is_closed_after_the_timeout(strict_url: str):
-    """Headers never finished (a slow client) -> the connection is closed after the timeout."""
-    raw, seconds = raw_exchange(strict_url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
-    assert raw == b"" and seconds >= 0.9  # closed by the server, not before its timeout
+def test_an_idle_kept_alive_connection_is_closed_after_the_timeout(strict_url: str):
+    """After an answered request, a connection silent for the 1 s timeout is closed."""
+    host, port = strict_url.split("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        started = time.perf_counter()
+        raw = b""
+        while chunk := connection.recv(65536):  # the answer, then the server's close
+            raw += chunk
+            if raw.endswith(b"}"):
+                started = time.perf_counter()
+        assert status_of(raw)[0] == 200
+        assert time.perf_counter() - started >= 0.9
+
+
+def test_a_connection_silent_in_its_headers_stays_open_and_holds_no_one_back(strict_url: str):
+    """Headers never finished (a slow client) -> no timeout applies before a request exists
+    (uvicorn's h11 protocol has none): the connection stays open past the request timeout, and
+    other clients are answered meanwhile (it holds no thread)."""
+    host, port = strict_url.split("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
+        assert post(f"{strict_url}/retrieve", {"queries": ["Aleksander Ford"], "topk": 1})[0] == 200
+        connection.settimeout(2.0)  # twice the request timeout
+        with pytest.raises(TimeoutError):
+            connection.recv(1)
+
+
+def test_the_server_refuses_bad_settings_naming_them(retriever: BM25Retriever):
+    with pytest.raises(ValueError, match="request_timeout_s must be > 0, got 0"), running_server(
+        retriever, request_timeout_s=0
+    ):
+        pass
+    with pytest.raises(ValueError, match="default_topk must be >= 1, got 0"), running_server(
+        retriever, default_topk=0
+    ):
+        pass
 
 
 def test_the_load_benchmark_runs_and_reports_every_bad_request(tmp_path: Path):
@@ -501,7 +600,7 @@ def test_the_load_benchmark_runs_and_reports_every_bad_request(tmp_path: Path):
     assert [level["clients"] for level in report["levels"]] == [1, 4]
     assert all(level["requests"] == 200 and level["errors"] == 0 for level in report["levels"])
     assert {b["kind"]: b["status"] for b in report["bad_requests"]} == {
-        "malformed JSON": 400, "queries as a string": 422, "huge topk": 422,
+        "malformed JSON": 422, "queries as a string": 422, "huge topk": 422,
         "2,000 queries": 422, "8 MB body": 413, "half-sent body, stalled": 408,
-        "chunked body": 411, "empty query list (valid)": 200}
+        "Content-Length ²": 400, "chunked body (valid)": 200, "empty query list (valid)": 200}
     assert "factutil serve under load" in done.stdout

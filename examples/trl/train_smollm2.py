@@ -26,11 +26,11 @@ goes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -122,13 +122,13 @@ def guided_generate(trainer: Any, contexts: list[list[int]], max_new_tokens: int
             for text in written]
 
 
-def start_retriever() -> str:
-    """factutil's BM25 server over the bundled corpus on a free port; returns its URL."""
-    from factutil.tools.retrieval import BM25Retriever, load_corpus, make_server
+def start_retriever(stack: contextlib.ExitStack) -> str:
+    """factutil's BM25 server over the bundled corpus on a free port, until ``stack`` closes;
+    returns its URL."""
+    from factutil.tools.retrieval import BM25Retriever, load_corpus
+    from factutil.tools.retrieval.server import running_server
 
-    server = make_server(BM25Retriever(load_corpus(CORPUS)), port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+    return stack.enter_context(running_server(BM25Retriever(load_corpus(CORPUS))))
 
 
 def action_summary(action: dict[str, Any], reason: str | None) -> str:
@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         model.requires_grad_(False)
         model.model.layers[-args.train_layers :].requires_grad_(True)
         model.model.norm.requires_grad_(True)
-    url = args.retriever_url or start_retriever()
+    stack = contextlib.ExitStack()
+    url = args.retriever_url or start_retriever(stack)
 
     class PrintCredit(TrainerCallback):
         trainer: Any = None
@@ -262,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer.remove_callback(PrinterCallback)  # its raw log dicts; the credit table says more
     print(f"training: each step rolls out {args.questions * args.generations} episodes, then "
           "scores and updates (about a minute a step on 2 CPU cores)...", flush=True)
-    trainer.train()
+    with stack:
+        trainer.train()
     return 0
 
 

@@ -1,12 +1,13 @@
-"""Search-R1's documents: the ``contents`` form (the title, quoted, on the first line) and
-corpus files (a JSON array or JSONL of ``{title, text}`` or ``{id, contents}``), read by the
-server; :func:`split_contents` is also the client's reading of a document.
+"""Search-R1's documents: the ``contents`` form (the title, quoted, on the first line), corpus
+files (a JSON array or JSONL of ``{title, text}`` or ``{id, contents}``) and the BM25 index the
+server searches; :func:`split_contents` is also the client's reading of a document.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,65 @@ def load_corpus(path: str | Path) -> list[Document]:
     if not documents:
         raise ValueError(f"{path}: the corpus holds no document")
     return documents
+
+
+class BM25Retriever:
+    """BM25 over ``title + " " + text`` of each document (``bm25s`` defaults, English stopwords).
+
+    Deterministic: the same corpus and query give the same documents in the same order.
+    Thread-safe for concurrent :meth:`search` calls (a lock guards the index).
+
+    Args:
+        documents: the corpus, at least one document.
+
+    Raises:
+        ImportError: ``bm25s`` is not installed (``pip install bm25s``).
+        ValueError: no document.
+    """
+
+    def __init__(self, documents: Sequence[Document]):
+        if not documents:
+            raise ValueError("BM25Retriever needs at least one document")
+        try:
+            import bm25s
+            from bm25s.tokenization import Tokenizer
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "BM25Retriever needs bm25s: pip install 'factutil[retrieval]'"
+            ) from error
+        self.documents = list(documents)
+        self._tokenizer = Tokenizer(stopwords="en")
+        texts = [f"{doc.title} {doc.text}" for doc in self.documents]
+        ids = self._tokenizer.tokenize(
+            texts, update_vocab=True, return_as="ids", show_progress=False
+        )
+        self._bm25 = bm25s.BM25()
+        self._bm25.index(ids, show_progress=False)
+        self._lock = threading.Lock()
+
+    def search(self, queries: Sequence[str], topk: int) -> list[list[tuple[Document, float]]]:
+        """The top ``min(topk, len(corpus))`` documents of each query with their BM25 scores.
+
+        Args:
+            queries: Q query strings.
+            topk: k >= 1.
+
+        Returns:
+            Q lists of ``(document, score)``, best first; a query with no known word still gets k
+            documents, all scored 0.
+        """
+        if topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk}")
+        k = min(topk, len(self.documents))
+        results: list[list[tuple[Document, float]]] = []
+        for query in queries:
+            # One query per turn of the lock: a large request does not hold the others back.
+            with self._lock:
+                ids = self._tokenizer.tokenize(
+                    [query], update_vocab=False, return_as="ids", show_progress=False
+                )
+                hits, scores = self._bm25.retrieve(ids, k=k, show_progress=False)
+            results.append(
+                [(self.documents[int(i)], float(s)) for i, s in zip(hits[0], scores[0])]
+            )
+        return results

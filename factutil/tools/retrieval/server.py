@@ -1,24 +1,33 @@
-"""The BM25 index and Search-R1's ``POST /retrieve`` HTTP server over it (``factutil serve``).
+"""Search-R1's ``POST /retrieve`` over a :class:`BM25Retriever`: a FastAPI app served by uvicorn
+(``factutil serve``); needs the ``retrieval`` extra (fastapi, uvicorn, bm25s).
 
 The API, the reply shapes and the limits on requests are in docs/retrieval.md.
 """
 
 from __future__ import annotations
 
-import json
-import logging
+import asyncio
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from factutil.tools.retrieval.corpus import DEFAULT_CORPUS, DEFAULT_TOPK, Document, load_corpus
+from factutil.tools.retrieval.corpus import DEFAULT_CORPUS, DEFAULT_TOPK, BM25Retriever, load_corpus
 
-logger = logging.getLogger(__name__)
+try:
+    import uvicorn
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import JSONResponse
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "the retrieval server needs fastapi and uvicorn: pip install 'factutil[retrieval]'"
+    ) from error
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -26,67 +35,8 @@ MAX_TOPK = 100
 MAX_QUERIES = 1024
 MAX_REQUEST_BYTES = 1 << 20
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
+_BACKLOG = 128  # the listen backlog: 64 clients connecting at once are all queued
 _DRAIN_BYTES = 64 << 20  # an oversized body is read and dropped up to this, so the 413 arrives
-
-
-class BM25Retriever:
-    """BM25 over ``title + " " + text`` of each document (``bm25s`` defaults, English stopwords).
-
-    Deterministic: the same corpus and query give the same documents in the same order.
-    Thread-safe for concurrent :meth:`search` calls (a lock guards the index).
-
-    Args:
-        documents: the corpus, at least one document.
-
-    Raises:
-        ImportError: ``bm25s`` is not installed (``pip install bm25s``).
-        ValueError: no document.
-    """
-
-    def __init__(self, documents: Sequence[Document]):
-        if not documents:
-            raise ValueError("BM25Retriever needs at least one document")
-        try:
-            import bm25s
-            from bm25s.tokenization import Tokenizer
-        except ImportError as error:  # pragma: no cover - depends on the environment
-            raise ImportError("the retrieval server needs bm25s: pip install bm25s") from error
-        self.documents = list(documents)
-        self._tokenizer = Tokenizer(stopwords="en")
-        texts = [f"{doc.title} {doc.text}" for doc in self.documents]
-        ids = self._tokenizer.tokenize(
-            texts, update_vocab=True, return_as="ids", show_progress=False
-        )
-        self._bm25 = bm25s.BM25()
-        self._bm25.index(ids, show_progress=False)
-        self._lock = threading.Lock()
-
-    def search(self, queries: Sequence[str], topk: int) -> list[list[tuple[Document, float]]]:
-        """The top ``min(topk, len(corpus))`` documents of each query with their BM25 scores.
-
-        Args:
-            queries: Q query strings.
-            topk: k >= 1.
-
-        Returns:
-            Q lists of ``(document, score)``, best first; a query with no known word still gets k
-            documents, all scored 0.
-        """
-        if topk < 1:
-            raise ValueError(f"topk must be >= 1, got {topk}")
-        k = min(topk, len(self.documents))
-        results: list[list[tuple[Document, float]]] = []
-        for query in queries:
-            # One query per turn of the lock: a large request does not hold the others back.
-            with self._lock:
-                ids = self._tokenizer.tokenize(
-                    [query], update_vocab=False, return_as="ids", show_progress=False
-                )
-                hits, scores = self._bm25.retrieve(ids, k=k, show_progress=False)
-            results.append(
-                [(self.documents[int(i)], float(s)) for i, s in zip(hits[0], scores[0])]
-            )
-        return results
 
 
 class RetrieveRequest(BaseModel):
@@ -122,161 +72,122 @@ def retrieve_reply(
     return {"result": result}
 
 
-class _RequestRefused(Exception):
-    """Internal: a request answered with a 4xx; ``close`` when its body was not read."""
+class _BoundedBody:
+    """ASGI middleware: a body over ``max_bytes`` (counted as it arrives, chunked or not) -> 413,
+    once read and dropped up to :data:`_DRAIN_BYTES` (so a client still sending reads the answer,
+    not a reset); a client silent for ``timeout_s`` mid-body -> 408 and the connection closed.
+    Raised from ``receive`` as HTTPException, which FastAPI answers as JSON."""
 
-    def __init__(self, status: int, message: str, close: bool = False):
-        super().__init__(message)
-        self.status, self.message, self.close = status, message, close
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        received = 0
 
-def _handler(
-    retriever: BM25Retriever, default_topk: int, request_timeout_s: float
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "factutil-retrieval/1"
-        protocol_version = "HTTP/1.1"
-        timeout = request_timeout_s  # every read of the connection: a stalled client times out
-        # Headers and body go out as two writes: without TCP_NODELAY the body waits for the
-        # client's delayed ACK of the headers, ~40 ms per request.
-        disable_nagle_algorithm = True
+        async def bounded() -> Message:
+            nonlocal received
+            message = await self._within_timeout(receive)
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                while message.get("more_body") and received <= _DRAIN_BYTES:
+                    message = await self._within_timeout(receive)
+                    received += len(message.get("body", b""))
+                raise HTTPException(413, f"request body over {self.max_bytes} bytes",
+                                    headers={"Connection": "close"})
+            return message
 
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("%s %s", self.address_string(), format % args)
+        await self.app(scope, bounded, send)
 
-        def _send(self, status: int, payload: Mapping[str, Any], allow: str | None = None) -> None:
-            body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-            self.send_response(status)
-            if allow is not None:  # 405 must say which methods the path takes (RFC 9110)
-                self.send_header("Allow", allow)
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") in ("/health", ""):
-                self._send(200, {"status": "ok", "documents": len(retriever.documents)})
-            elif self.path.rstrip("/") == "/retrieve":
-                self._send(405, {"error": "/retrieve takes POST with a JSON body"}, allow="POST")
-            else:
-                self._send(404, {"error": f"no such path {self.path!r}; use POST /retrieve"})
-
-        def do_POST(self) -> None:
-            try:
-                body = self._body()
-                if self.path.rstrip("/") != "/retrieve":
-                    raise _RequestRefused(404, f"no such path {self.path!r}; use POST /retrieve")
-                request = _parsed_request(body)
-            except _RequestRefused as refused:
-                if refused.close:
-                    self.close_connection = True
-                self._send(refused.status, {"error": refused.message})
-                return
-            except TimeoutError:
-                self.close_connection = True
-                self._send(408, {"error": f"the request was not received within "
-                                          f"{request_timeout_s:g} s"})
-                return
-            try:
-                reply = retrieve_reply(retriever, request, default_topk)
-            except Exception:  # a bug here, not the client's: say so and keep serving
-                logger.exception("retrieval failed for %r", request.queries[:3])
-                self._send(500, {"error": "the retriever failed; see the server log"})
-                return
-            self._send(200, reply)
-
-        def _body(self) -> bytes:
-            """The request body, read in full; raises _RequestRefused for bad framing or size."""
-            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                raise _RequestRefused(411, "give the body with a Content-Length (no chunked "
-                                           "transfer encoding)", close=True)
-            given = (self.headers.get("Content-Length") or "0").strip()
-            # isdigit() takes "²" and other Unicode digits, which int() refuses; past 18 digits
-            # int() meets its digit limit, and no body of ours is that long anyway.
-            if not (given.isascii() and given.isdigit() and len(given) <= 18):
-                raise _RequestRefused(
-                    400, f"Content-Length must be a non-negative integer, got {given!r}",
-                    close=True)
-            length = int(given)
-            if length > MAX_REQUEST_BYTES:
-                self._drain(length)
-                raise _RequestRefused(413, f"request body over {MAX_REQUEST_BYTES} bytes",
-                                      close=True)
-            return self.rfile.read(length)
-
-        def _drain(self, length: int) -> None:
-            # Read (and drop) an oversized body before answering, so the client, still sending,
-            # gets the 413 and not a reset; past _DRAIN_BYTES or a stall, just close.
-            left = min(length, _DRAIN_BYTES)
-            try:
-                while left > 0:
-                    chunk = self.rfile.read(min(left, 1 << 16))
-                    if not chunk:
-                        break
-                    left -= len(chunk)
-            except TimeoutError:
-                pass
-
-    return Handler
+    async def _within_timeout(self, receive: Receive) -> Message:
+        try:
+            return await asyncio.wait_for(receive(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(
+                408, f"the request body was not received within {self.timeout_s:g} s",
+                headers={"Connection": "close"}) from None
 
 
-def _parsed_request(body: bytes) -> RetrieveRequest:
-    """A request body as a :class:`RetrieveRequest`; raises _RequestRefused with 400 or 422."""
-    try:
-        payload = json.loads(body or b"null")
-    except json.JSONDecodeError as error:
-        raise _RequestRefused(400, f"body is not JSON: {error}") from None
-    except RecursionError:
-        raise _RequestRefused(400, "body is not JSON: nested too deeply") from None
-    except ValueError as error:  # not UTF-8, UTF-16 or UTF-32
-        raise _RequestRefused(400, f"body is not JSON: {error}") from None
-    try:
-        return RetrieveRequest.model_validate(payload)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
-            for item in error.errors(include_url=False)
-        )
-        raise _RequestRefused(422, problems) from None
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # the listen backlog: 64 clients connecting at once are all queued
-
-
-def make_server(
+def make_app(
     retriever: BM25Retriever,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
     default_topk: int = DEFAULT_TOPK,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-) -> ThreadingHTTPServer:
-    """An HTTP server for ``retriever`` (not started: call ``serve_forever``, e.g. in a thread).
+) -> FastAPI:
+    """The FastAPI app: ``POST /retrieve`` and ``GET /health`` over ``retriever``.
 
-    One thread per connection (keep-alive); the limits and answers to bad requests are in
-    docs/retrieval.md.
-
-    Args:
-        host: the address to bind; 127.0.0.1 by default (this machine only).
-        port: TCP port; 0 picks a free one (read it from ``server.server_address[1]``).
-        default_topk: k when a request gives none (Search-R1's ``--topk``).
-        request_timeout_s: seconds a connection may stay silent (while sending a request, or
-            idle between requests) before the server answers 408 (a body half sent) or closes
-            it (headers half sent, or idle); > 0.
+    Searches run in FastAPI's thread pool (a sync endpoint), never on the event loop.
 
     Raises:
-        OSError: the port is taken.
         ValueError: default_topk < 1 or request_timeout_s <= 0.
     """
     if default_topk < 1:
         raise ValueError(f"default_topk must be >= 1, got {default_topk}")
     if not request_timeout_s > 0:
         raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
-    return _Server((host, port), _handler(retriever, default_topk, request_timeout_s))
+    # strict_content_type=False: a body without a Content-Type is read as JSON, as clients of
+    # Search-R1's server send it.
+    app = FastAPI(title="factutil retrieval", summary="Search-R1's POST /retrieve over BM25",
+                  strict_content_type=False)
+    app.add_middleware(_BoundedBody, max_bytes=MAX_REQUEST_BYTES, timeout_s=request_timeout_s)
+
+    @app.post("/retrieve")
+    def retrieve(request: RetrieveRequest) -> JSONResponse:
+        return JSONResponse(retrieve_reply(retriever, request, default_topk))
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "documents": len(retriever.documents)}
+
+    return app
+
+
+@contextmanager
+def running_server(
+    retriever: BM25Retriever,
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    default_topk: int = DEFAULT_TOPK,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+) -> Iterator[str]:
+    """Serve ``retriever`` in a background thread while the block runs; yields the URL of
+    ``/retrieve``. On exit the server stops (requests in flight are finished) and the port is freed.
+
+    Args:
+        host: the address to bind; 127.0.0.1 by default (this machine only).
+        port: TCP port; 0 (the default) picks a free one.
+        default_topk: k when a request gives none (Search-R1's ``--topk``).
+        request_timeout_s: seconds a client may stay silent mid-body (then 408) or idle between
+            requests on a kept-alive connection (then closed); > 0.
+
+    Raises:
+        OSError: the port is taken.
+        ValueError: default_topk < 1 or request_timeout_s <= 0.
+    """
+    app = make_app(retriever, default_topk, request_timeout_s)
+    # h11 and asyncio pinned: the answers docs/retrieval.md gives are h11's; log_config=None
+    # leaves the process's logging as it is; in a thread, uvicorn installs no signal handlers.
+    server = uvicorn.Server(uvicorn.Config(
+        app, http="h11", loop="asyncio", lifespan="off", log_config=None, backlog=_BACKLOG,
+        timeout_keep_alive=request_timeout_s))
+    # Our own socket, so port 0 is known at once and a taken port is an OSError (uvicorn would
+    # exit the process); proto IPPROTO_TCP, as asyncio sets TCP_NODELAY only on sockets that say
+    # TCP (without it each reply's body waits for the client's delayed ACK, ~40 ms).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)  # connections queue from now on, while uvicorn starts
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            while not server.started:
+                if not thread.is_alive():
+                    raise RuntimeError("the retrieval server stopped while starting; see its log")
+                time.sleep(0.01)
+            netloc = f"[{host}]" if ":" in host else host  # an IPv6 address goes in brackets
+            yield f"http://{netloc}:{sock.getsockname()[1]}/retrieve"
+        finally:
+            server.should_exit = True
+            thread.join()
 
 
 def serve(
@@ -287,10 +198,11 @@ def serve(
     announce: Callable[[str], None] = print,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> None:
-    """Load ``corpus`` (default: the bundled 2Wiki paragraphs), index it and serve until interrupted.
+    """Load ``corpus`` (default: the bundled 2Wiki paragraphs), index it and serve until Ctrl-C
+    (requests in flight are finished first).
 
     ``announce`` receives one line, ``listening on http://HOST:PORT/retrieve (N documents)``, once
-    the socket is bound (so a caller that passed port 0 learns the port).
+    the server is up (so a caller that passed port 0 learns the port).
     """
     path = Path(corpus) if corpus is not None else DEFAULT_CORPUS
     if not path.exists():
@@ -299,17 +211,12 @@ def serve(
         )
     started = time.perf_counter()
     retriever = BM25Retriever(load_corpus(path))
-    server = make_server(
-        retriever, host=host, port=port, default_topk=topk, request_timeout_s=request_timeout_s
-    )
-    bound_host, bound_port = server.server_address[:2]
-    announce(
-        f"listening on http://{bound_host}:{bound_port}/retrieve ({len(retriever.documents)} "
-        f"documents from {path}, indexed in {time.perf_counter() - started:.1f} s)"
-    )
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    with running_server(retriever, host, port, topk, request_timeout_s) as url:
+        announce(
+            f"listening on {url} ({len(retriever.documents)} documents from {path}, indexed in "
+            f"{time.perf_counter() - started:.1f} s)"
+        )
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass

@@ -6,7 +6,6 @@ import asyncio
 import json
 import runpy
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -132,15 +131,11 @@ def test_make_prompts_writes_one_line_per_question(tmp_path):
 
 def test_check_mode_against_the_repository_retrieval_server(agent, capsys):
     """The agent's check mode, end to end over HTTP on 127.0.0.1, against factutil.tools.retrieval."""
-    retrieval = pytest.importorskip("factutil.tools.retrieval", reason="factutil.tools.retrieval is not there yet")
     pytest.importorskip("bm25s")
-    if not all(hasattr(retrieval, name) for name in ("make_server", "BM25Retriever", "load_corpus", "DEFAULT_CORPUS")):
-        pytest.skip("factutil.tools.retrieval has no make_server/BM25Retriever/load_corpus (API changed)")
-    server = retrieval.make_server(retrieval.BM25Retriever(retrieval.load_corpus(retrieval.DEFAULT_CORPUS)), port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+    server = pytest.importorskip("factutil.tools.retrieval.server", reason="needs the retrieval extra")
+    from factutil.tools.retrieval import DEFAULT_CORPUS, BM25Retriever, load_corpus
+
+    with server.running_server(BM25Retriever(load_corpus(DEFAULT_CORPUS))) as url:
         assert agent["check"](["--retriever-url", url]) == 0
         out = capsys.readouterr().out
         assert "[1] search: '<observation>\\nDoc 1 (Title:" in out and "retrieval errors: 0" in out
@@ -148,7 +143,3 @@ def test_check_mode_against_the_repository_retrieval_server(agent, capsys):
         first = json.loads((ROOT / "examples/data/2wiki_rollouts.jsonl").read_text(encoding="utf-8").splitlines()[0])
         search = first["actions"][0]
         assert agent["retrieve"](url, search["query"], 3) == search["observation"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
