@@ -16,8 +16,9 @@ transformers with ``gguf``; nothing is downloaded at run time::
 
 A 135 M model left to itself writes almost no valid action (23 of 24 in a trial), so the example
 guides its decoding (:func:`guided_generate`): each turn's action kind comes from a schedule
-(search, assert, answer) and the JSON around the values is written for the model, which writes
-the query, the triple's three parts and the answer itself, each up to its closing quote.
+(search, assert, answer), the first search is the question itself, and the JSON around the values
+is written for the model, which writes the triple's three parts, later queries and the answer
+itself, each up to its closing quote.
 ``--free`` turns the guide off. By default only the top two decoder layers train
 (``--train-layers 0`` trains all), which keeps a CPU step near a minute; progress is printed as it
 goes.
@@ -30,6 +31,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,8 @@ def assistant_turns(ids: list[int], opening: list[int]) -> int:
 def guided_generate(trainer: Any, contexts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
     """One well-formed action per context: the JSON is forced, the values are sampled.
 
-    The kind is ``SCHEDULE[turn]``; each value (query, subject, relation, object, answer) is
+    The kind is ``SCHEDULE[turn]``; the first search is the question itself (as Search-R1 agents
+    usually start); each other value (query, subject, relation, object, answer) is
     sampled with the trainer's model and sampling settings up to its first ``"`` (at most
     ``max_new_tokens`` / 4 tokens each). Returns the action's tokens and the end-of-turn token,
     as :data:`factutil_trl.rollout.Generate` does.
@@ -97,12 +100,17 @@ def guided_generate(trainer: Any, contexts: list[list[int]], max_new_tokens: int
         texts.append(({"search": '{"action": "search", "query": "',
                        "assert": '{"action": "assert", "facts": [["',
                        "answer": '{"action": "answer", "answer": "'}[kind], kind))
-    pieces = {"search": ['"}'], "assert": ['", "', '", "', '"]]}'], "answer": ['"}']}
+    pieces = {"search": ['"}'], "assert": ['", "', '", "', '"]]}'], "answer": ['"}'], "done": []}
     written = [text for text, _ in texts]
+    for i, context in enumerate(contexts):
+        if assistant_turns(context, opening) == 1:  # the first search is the question, as
+            question = re.search(r"Question: (.+)", tokenizer.decode(context)).group(1)  # Search-R1
+            written[i] = json.dumps({"action": "search", "query": question.strip()})  # agents start
+            texts[i] = (written[i], "done")
     # the values share what the forced JSON leaves of the action's budget
     forced = max(len(tokenizer.encode(text + "".join(pieces[kind]), add_special_tokens=False))
                  for text, kind in texts)
-    budget = max(3, (max_new_tokens - forced - 1) // max(len(pieces[kind]) for _, kind in texts))
+    budget = max(3, (max_new_tokens - forced - 1) // max(1, *(len(pieces[kind]) for _, kind in texts)))
     for part in range(3):
         rows = [i for i, (_, kind) in enumerate(texts) if part < len(pieces[kind])]
         if not rows:
@@ -164,6 +172,9 @@ def print_credit(result: Any, step: int, logs: dict[str, float]) -> None:
         records.setdefault((record.uid, record.rollout_id), []).append(record)
     for group in result.groups:
         print(f"  Q: {group.question}  (gold: {', '.join(group.golden_answers)})")
+        if len({r.success for r in result.rollouts if r.uid == group.uid}) == 1:
+            print("    (every rollout scored alike: each fact's utility is 0, so only penalties "
+                  "give credit here)")
         for rollout in group.rollouts:
             rows = records[(group.uid, rollout["rollout_id"])]
             reward = rows[0].outcome_reward if rows else 0.0
@@ -191,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retriever-url", help="a Search-R1 /retrieve URL (default: start one)")
     parser.add_argument("--output-dir", default=str(ROOT / "out" / "trl_smollm2"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--all-questions", action="store_true",
+                        help="draw from every question, not only those whose answer the first "
+                             "search brings (a 135 M model seldom finds any other)")
     parser.add_argument("--free", action="store_true",
                         help="no guided decoding: the model writes whole actions itself")
     args = parser.parse_args(argv)
@@ -205,8 +219,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from factutil.tools.retrieval import RetrievalClient
 
+    stack = contextlib.ExitStack()
+    url = args.retriever_url or start_retriever(stack)
+    retriever = RetrievalClient(url, topk=2, max_observation_chars=800)
     rows = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines()]
-    chosen = rows[: args.questions * args.steps]
+    if not args.all_questions:  # questions whose answer the first search (the question) brings
+        rows = [r for r in rows if r["answer"] in retriever.search(r["question"]).observation] or rows
+    chosen = [rows[k % len(rows)] for k in range(args.questions * args.steps)]
+    print(f"{len(rows)} question(s) to draw from", flush=True)
     dataset = Dataset.from_list(
         [{"prompt": r["question"], "golden_answers": [r["answer"]]} for r in chosen]
     )
@@ -215,8 +235,6 @@ def main(argv: list[str] | None = None) -> int:
         model.requires_grad_(False)
         model.model.layers[-args.train_layers :].requires_grad_(True)
         model.model.norm.requires_grad_(True)
-    stack = contextlib.ExitStack()
-    url = args.retriever_url or start_retriever(stack)
 
     class PrintCredit(TrainerCallback):
         trainer: Any = None
@@ -248,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         train_dataset=dataset,
         processing_class=tokenizer,
         rollout_func=FactAgentRollout(
-            RetrievalClient(url, topk=2, max_observation_chars=400),
+            retriever,
             instructions=INSTRUCTIONS,
             max_turns=args.max_turns,
             max_action_tokens=args.action_tokens,
