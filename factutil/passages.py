@@ -15,14 +15,17 @@ else its normalised title and text.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel
-
+from factutil.actions import PassageItem
 from factutil.facts import normalize_fact_text
 
-__all__ = ["Passage", "Passages", "passage_key", "passage_label", "passage_parts", "passages_of", "split_passages"]
+__all__ = [
+    "Passage", "Passages", "passage_key", "passage_label", "passage_parts", "passages_of",
+    "split_passages",
+]
 
 # "Doc 3(Title: "Paris (film)") text": the title ends at the first ")" followed by a space or
 # the line's end, so parentheses inside a title stay in it.
@@ -79,38 +82,27 @@ def _numbered(observation: str) -> list[str]:
     if not starts or observation[: starts[0]].strip():
         return []
     bounds = [*starts, len(observation)]
-    pieces = [_NUMBERED.sub("", observation[a:b], count=1).strip() for a, b in zip(bounds, bounds[1:])]
+    pieces = [_NUMBERED.sub("", observation[a:b], count=1).strip() for a, b in pairwise(bounds)]
     return [piece for piece in pieces if piece]
 
 
 def passages_of(given: Sequence[Any]) -> list[Passage]:
-    """Passages an input lists explicitly (a search's ``passages``): each a string (its text), a
-    mapping with ``text`` or ``contents`` and optional ``id`` and ``title``, or such a model
-    (:class:`factutil.actions.PassageItem`).
-
-    Search-R1's ``contents`` form (``'"Title"\\ntext'``) is split into title and text.
+    """Passages an input lists explicitly (a search's ``passages``): each a
+    :class:`factutil.actions.PassageItem`, a mapping of its fields, or a string (its text).
+    Search-R1's ``contents`` form (``'"Title"\ntext'``) is split into title and text.
 
     Raises:
-        ValueError: an item that is neither, naming its index.
+        pydantic.ValidationError: an item without a text, or of another type.
     """
     passages = []
-    for index, item in enumerate(given):
-        if isinstance(item, str):
-            passages.append(Passage("", "", item.strip()))
-            continue
-        if isinstance(item, BaseModel):  # factutil.actions.PassageItem, validated already
-            item = {name: value for name, value in item if value is not None}
-        if not isinstance(item, Mapping):
-            raise ValueError(f"passages[{index}] must be a string or an object, got {item!r}")
-        title = str(item.get("title") or "")
-        text = item.get("text")
-        if text is None and isinstance(item.get("contents"), str):
-            head, _, rest = item["contents"].partition("\n")
-            title, text = title or head.strip().strip('"'), rest
-        if not isinstance(text, str):
-            raise ValueError(f"passages[{index}] needs a text (or contents) string, got {item!r}")
-        identity = item.get("id")
-        passages.append(Passage("" if identity is None else str(identity), title.strip(), text.strip()))
+    for item in given:
+        item = PassageItem.model_validate({"text": item} if isinstance(item, str) else item)
+        title, text = item.title, item.text
+        if text is None:
+            head, _, text = item.contents.partition("\n")
+            title = title or head.strip().strip('"')
+        identity = "" if item.id is None else str(item.id)
+        passages.append(Passage(identity, title.strip(), text.strip()))
     return passages
 
 

@@ -91,8 +91,8 @@ def test_asserted_facts_ignore_observations_and_retrieved_facts_ignore_asserts()
     retrieved = compute_process_advantages([rollout, other], FactUtilConfig(facts="retrieved"))
     assert [c.members for c in asserted.clusters] == [[["a", "b", "c"]]]
     assert [c.members for c in retrieved.clusters] == [
-        [["Xawery Żuławski", "", "Xawery Żuławski is a Polish film director, son of "
-                                 "Małgorzata Braunek."]]]
+        [["Xawery Żuławski", "", ("Xawery Żuławski is a Polish film director, son of "
+                                  "Małgorzata Braunek.")]]]
     # under "retrieved" the credit of the fact is the search's, under "asserted" the assert's
     assert retrieved.per_rollout("shaping")[("q", "a")][0] > 0
     assert asserted.per_rollout("shaping")[("q", "a")][0] == 0
@@ -130,9 +130,9 @@ def test_explicit_passages_and_their_identity():
              {"id": "d9", "title": "T", "text": "t"}]
     assert passages_of(given) == [Passage("", "", "plain text"), Passage("7", "Title", "Body text"),
                                   Passage("d9", "T", "t")]
-    with pytest.raises(ValueError, match=r"passages\[0\]"):
+    with pytest.raises(ValueError, match="PassageItem"):
         passages_of([3])
-    with pytest.raises(ValueError, match=r"passages\[1\] needs a text"):
+    with pytest.raises(ValueError, match="needs a text"):
         passages_of(["a", {"id": 1}])
     # an id decides identity; without one, the normalised title and text do
     assert passage_key(passage_parts(Passage("7", "A", "x"))) == "id:7"
