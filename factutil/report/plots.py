@@ -11,6 +11,8 @@ import io
 import re
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 INSTALL_HINT = "pip install 'factutil[report]'"
 """How to get the plots when matplotlib is missing."""
 
@@ -157,8 +159,6 @@ def potential_band(
     have the length of the longest plus one. Returns ``(low, median, high, count)``, lists of
     floats, or None without curves.
     """
-    import numpy as np
-
     if not curves:
         return None
     steps = max(len(curve) for curve in curves) + 1
