@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--action-tokens", type=int, default=48, help="tokens per action")
     parser.add_argument("--train-layers", type=int, default=2, help="top layers that train; 0: all")
     parser.add_argument("--learning-rate", type=float, default=1e-5)
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     parser.add_argument("--retriever-url", help="a Search-R1 /retrieve URL (default: start one)")
     parser.add_argument("--output-dir", default=str(ROOT / "out" / "trl_smollm2"))
     parser.add_argument("--seed", type=int, default=0)
@@ -254,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             num_generations=args.generations,
             max_steps=args.steps,
             learning_rate=args.learning_rate,
+            temperature=args.temperature,
             max_completion_length=args.max_turns * (args.action_tokens + 80),
             logging_steps=1,
             save_strategy="no",
