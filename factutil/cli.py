@@ -45,7 +45,7 @@ from factutil.config import (
 )
 from factutil.io import InputError, json_line, read_groups, write_jsonl
 from factutil.metrics import golds_normalized_empty
-from factutil.passages import passage_label
+from factutil.passages import member_label
 from factutil.report import (
     DEFAULT_MAX_GROUPS,
     GoldError,
@@ -294,8 +294,7 @@ def clusters(
             table.add_column(column, justify="right", no_wrap=True)
         table.add_column("members", no_wrap=True, overflow="ellipsis", ratio=1)
         for record in (r for r in result.clusters if r.uid == uid):
-            members = "\n".join(passage_label(member) if retrieved else " | ".join(member)
-                                 for member in record.members)
+            members = "\n".join(member_label(member, retrieved) for member in record.members)
             table.add_row(str(record.cluster_id), str(record.n), f"{record.s:g}",
                           f"{record.mean:.3f}", f"{record.utility:+.3f}", members)
         console.print(table)

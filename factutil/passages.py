@@ -23,7 +23,7 @@ from factutil.actions import PassageItem
 from factutil.facts import normalize_fact_text
 
 __all__ = [
-    "Passage", "Passages", "passage_key", "passage_label", "passage_parts", "passages_of",
+    "Passage", "Passages", "member_label", "passage_key", "passage_parts", "passages_of",
     "split_passages",
 ]
 
@@ -121,9 +121,12 @@ def passage_key(parts: Sequence[str]) -> str:
     return normalize_fact_text(f"{title} | {text}" if title else text)
 
 
-def passage_label(parts: Sequence[str], width: int = 160) -> str:
-    """A passage's parts as one line to show: ``Title: text`` cut to ``width`` characters of text,
-    with ``[id:...]`` when it has an id."""
+def member_label(parts: Sequence[str], retrieved: bool, width: int = 160) -> str:
+    """A cluster member as one line to show: ``subject | relation | object`` for a triple; for a
+    passage (``retrieved``), ``Title: text`` cut to ``width`` characters of text, with
+    ``[id:...]`` when it has an id."""
+    if not retrieved:
+        return " | ".join(parts)
     title, tag, text = parts
     body = " ".join(text.split())
     body = body[:width] + "…" if len(body) > width else body

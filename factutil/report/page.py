@@ -21,7 +21,7 @@ from factutil import __version__
 from factutil.api import ClusterRecord, ProcessAdvantages
 from factutil.config import FactUtilConfig
 from factutil.io import write_atomic
-from factutil.passages import passage_label
+from factutil.passages import member_label
 from factutil.report import plots
 from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
 
@@ -344,8 +344,7 @@ def _group_view(
     for cluster, label in ordered:
         cluster_rows.append({
             "id": cluster.cluster_id,
-            "members": [passage_label(member) if retrieved else " | ".join(member)
-                        for member in cluster.members[:MEMBERS_SHOWN]],
+            "members": [member_label(member, retrieved) for member in cluster.members[:MEMBERS_SHOWN]],
             "members_left": max(0, len(cluster.members) - MEMBERS_SHOWN),
             "n": cluster.n,
             "s": Number(cluster.s, signed=False),
