@@ -93,13 +93,14 @@ def left_pad(contexts: Sequence[Sequence[int]], pad: int) -> tuple[Any, Any]:
 
 
 def transformers_generate(
-    trainer: Any, contexts: list[list[int]], max_new_tokens: int
+    trainer: Any, contexts: list[list[int]], max_new_tokens: int, stop_strings: Sequence[str] = ()
 ) -> list[list[int]]:
     """Sample one action per context with the trainer's own model and sampling settings.
 
     The contexts are left-padded into one batch; sampling follows ``trainer.generation_config``
-    (temperature, top-p, top-k, ... of ``GRPOConfig``) with ``max_new_tokens`` replaced. The
-    model is unwrapped as TRL does for its own generation (DeepSpeed / FSDP gathering).
+    (temperature, top-p, top-k, ... of ``GRPOConfig``) with ``max_new_tokens`` replaced and
+    generation also stopping at ``stop_strings``. The model is unwrapped as TRL does for its own
+    generation (DeepSpeed / FSDP gathering).
 
     Returns:
         per context, the new token ids up to and including the first of
@@ -114,6 +115,8 @@ def transformers_generate(
     device = trainer.accelerator.device
     config = copy.deepcopy(trainer.generation_config)
     config.max_new_tokens = max_new_tokens
+    if stop_strings:
+        config.stop_strings = list(stop_strings)
     with (
         unwrap_model_for_generation(
             trainer.model_wrapped,
@@ -128,6 +131,7 @@ def transformers_generate(
             input_ids=input_ids.to(device),
             attention_mask=attention.to(device),
             generation_config=config,
+            tokenizer=tokenizer,
         )
     stops = set(trainer.eos_token_ids)
     new_tokens = []

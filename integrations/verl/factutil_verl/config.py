@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from factutil.config import ConfigError, FactUtilConfig, config_from_values, error_lines
+from factutil.tools import search_r1
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 CONFIG_KEY = "algorithm.factutil"
@@ -102,24 +103,16 @@ class FactAgentLoopConfig(RetrieverLoopConfig):
     )
 
 
-SEARCH_R1_INVALID = (
-    "My previous action is invalid. If I want to search, I should put the query between "
-    "<search> and </search>. If I want to give the final answer, I should put the answer between "
-    "<answer> and </answer>. Let me try again."
-)
-"""Search-R1's reply to a turn that neither searches nor answers."""
-
-
 class SearchR1LoopConfig(RetrieverLoopConfig):
     """Options of the ``search_r1`` agent loop (the dataset's own prompt, Search-R1's tags)."""
 
     stop: tuple[str, ...] = Field(
-        ("</search>", "</answer>"),
+        search_r1.STOP,
         description="Stop strings of each generation, kept in the output (vLLM's stop and "
         "include_stop_str_in_output); empty: none are sent.",
     )
     invalid_observation: str = Field(
-        SEARCH_R1_INVALID,
+        search_r1.INVALID,
         description="Text put in <information> after a turn that neither searches nor answers.",
     )
 

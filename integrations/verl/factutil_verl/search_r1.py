@@ -35,7 +35,7 @@ from typing import Any
 
 from factutil.parse import parse_action
 from factutil.schema import AnswerAction, SearchAction
-from factutil.tools.retrieval import format_observation
+from factutil.tools.search_r1 import information, with_observation
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
 
 from factutil_verl.advantage import EXTRA_KEY, action_fields
@@ -43,12 +43,6 @@ from factutil_verl.agent_loop import RetrieverAgentLoop
 from factutil_verl.config import SearchR1LoopConfig, to_plain
 
 SEARCH_R1_NAME = "search_r1"
-NOTHING_FOUND = format_observation([])
-"""The observation of a search that found no passage (the action carries none)."""
-INFORMATION = "\n\n<information>{}</information>\n\n"
-"""How an observation follows the turn that asked for it (Search-R1's form)."""
-
-
 @register(SEARCH_R1_NAME)
 class SearchR1Loop(RetrieverAgentLoop):
     """A Search-R1-style agent over the dataset's prompt: ``<search>`` turns, retrieved
@@ -113,14 +107,12 @@ class SearchR1Loop(RetrieverAgentLoop):
             if searched:
                 result = await asyncio.to_thread(self.retriever.search, action.query)
                 tool_seconds += result.seconds
-                if result.ok and result.observation != NOTHING_FOUND:
-                    action = action.model_copy(update={"observation": result.observation})
-                information = result.observation
+                action = with_observation(action, result)
+                feedback = result.observation
             else:
-                information = self.options.invalid_observation
+                feedback = self.options.invalid_observation
             actions.append(action_fields(action))
-            added = self._tokens(INFORMATION.format(information))[: self.response_length
-                                                                   - len(response)]
+            added = self._tokens(information(feedback))[: self.response_length - len(response)]
             response += added
             mask += [0] * len(added)
             logprobs += [0.0] * len(added)

@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 import torch
 from factutil.tools.retrieval import RetrievalClient
+from factutil.tools.search_r1 import INVALID as SEARCH_R1_INVALID
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.rollout.replica import TokenOutput
 from verl_testkit import make_agent_loop
 
 from factutil_verl.advantage import compute_factagent_advantages
-from factutil_verl.config import SEARCH_R1_INVALID, factutil_config_from_verl
+from factutil_verl.config import factutil_config_from_verl
 from factutil_verl.reward import compute_score
 from factutil_verl.search_r1 import SearchR1Loop
 

@@ -1,0 +1,196 @@
+"""A Search-R1-style ``rollout_func`` for TRL's GRPOTrainer: no FactAgent prompt (docs/method.md §9).
+
+The agent writes ``<search>query</search>``, reads the retrieved passages in ``<information>`` and
+ends with ``<answer>…</answer>`` (Search-R1, ReSearch, ZeroSearch and the verl / TRL search
+recipes). The prompt is the dataset's own (TRL's prompt through the chat template); the episode
+continues one assistant text, as Search-R1 does: each turn is generated up to the first of
+:data:`factutil.tools.search_r1.STOP` (kept) or the end of turn, the environment's block is
+appended with ``env_mask`` 0, and the next turn continues the text. A turn that neither searches
+nor answers gets Search-R1's notice; one that ends with the end-of-turn token and does not search
+ends the episode. With ``facts="retrieved"`` in the trainer's ``factutil_config`` each search is
+credited for the passages it brought (the payload's searches carry their observation).
+
+The payload is :class:`factutil_trl.FactAgentRollout`'s, so :class:`factutil_trl.FactUtilGRPOTrainer`
+and :func:`factutil_trl.factagent_reward` read it unchanged (``store_size`` is None: no fact store).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from factutil.parse import parse_action
+from factutil.schema import AnswerAction, FactUtilConfig, SearchAction
+from factutil.tools.search_r1 import INVALID, STOP, information, with_observation
+
+from factutil_trl.rollout import (
+    PAYLOAD_KEY,
+    Generate,
+    Retriever,
+    question_of,
+    transformers_generate,
+)
+
+
+def messages_of(prompt: Any) -> list[dict[str, Any]]:
+    """A TRL prompt as chat messages: a string becomes one user message."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
+def cut_at_stop(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> list[int]:
+    """``ids`` up to the first token whose text completes one of ``stops`` (all of them when none
+    does): a generator that ran past a stop string is cut where vLLM's ``stop`` would have cut."""
+    ids = list(ids)
+
+    def stopped(end: int) -> bool:
+        text = tokenizer.decode(ids[:end], skip_special_tokens=True)
+        return any(stop in text for stop in stops)
+
+    if not stops or not stopped(len(ids)):
+        return ids
+    low, high = 1, len(ids)  # the shortest prefix that holds a stop string: it only grows
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if stopped(middle) else (middle + 1, high)
+    return ids[:low]
+
+
+class SearchR1Rollout:
+    """A TRL ``rollout_func``: one Search-R1-style episode per prompt.
+
+    Pass it as ``FactUtilGRPOTrainer(..., rollout_func=SearchR1Rollout(retriever),
+    factutil_config={"facts": "retrieved"})``.
+
+    Args:
+        retriever: the search backend, e.g. ``factutil.tools.retrieval.RetrievalClient(url,
+            topk=3)``; a failed search comes back as its message in ``<information>``.
+        max_turns: most turns per episode; None: ``FactUtilConfig().max_turns`` (8).
+        max_action_tokens: most tokens per turn.
+        generate: how a turn is sampled (:data:`factutil_trl.rollout.Generate`); default
+            :func:`factutil_trl.rollout.transformers_generate` stopping at ``stop``. Whatever it
+            returns is cut after the first stop string (:func:`cut_at_stop`).
+        stop: the stop strings, kept in the turn.
+        invalid_observation: the text put in ``<information>`` after a turn that neither
+            searches nor answers.
+        search_threads: concurrent searches per turn.
+
+    Raises:
+        ValueError: ``max_turns``, ``max_action_tokens`` or ``search_threads`` below 1.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        *,
+        max_turns: int | None = None,
+        max_action_tokens: int = 256,
+        generate: Generate | None = None,
+        stop: Sequence[str] = STOP,
+        invalid_observation: str = INVALID,
+        search_threads: int = 8,
+    ):
+        self.retriever = retriever
+        self.max_turns = FactUtilConfig().max_turns if max_turns is None else max_turns
+        self.max_action_tokens = max_action_tokens
+        self.stop = tuple(stop)
+        self.generate = generate or functools.partial(transformers_generate, stop_strings=self.stop)
+        self.invalid_observation = invalid_observation
+        self.search_threads = search_threads
+        for name in ("max_turns", "max_action_tokens", "search_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """Roll out one episode per prompt; returns what :class:`factutil_trl.FactAgentRollout`
+        returns (``prompt_ids``, ``completion_ids``, ``logprobs`` None, ``env_mask``, payloads)."""
+        tokenizer = trainer.processing_class
+        stops = set(trainer.eos_token_ids)
+        limit = trainer.max_completion_length
+        prompt_ids = [
+            list(tokenizer.apply_chat_template(messages_of(prompt), add_generation_prompt=True,
+                                               tokenize=True, return_dict=False))
+            for prompt in prompts
+        ]
+        episodes = [_Episode(question_of(prompt)) for prompt in prompts]
+        with ThreadPoolExecutor(max_workers=self.search_threads) as pool:
+            for _ in range(self.max_turns):
+                budgets = {i: self.max_action_tokens if limit is None else
+                           min(self.max_action_tokens, limit - len(e.completion))
+                           for i, e in enumerate(episodes) if not e.done}
+                active = [i for i, budget in budgets.items() if budget > 0]
+                if not active:
+                    break
+                new_tokens = self.generate(trainer, [prompt_ids[i] + episodes[i].completion
+                                                     for i in active],
+                                           max(budgets[i] for i in active))
+                turns = {}
+                for i, ids in zip(active, new_tokens):
+                    ids = cut_at_stop(list(ids)[: budgets[i]], tokenizer, self.stop)
+                    episodes[i].add(ids, 1)
+                    action = parse_action(tokenizer.decode(ids, skip_special_tokens=True))
+                    ended = not ids or ids[-1] in stops
+                    turns[i] = (action, ended)
+                searches = {i: pool.submit(self.retriever.search, action.query)
+                            for i, (action, _) in turns.items() if isinstance(action, SearchAction)}
+                for i, (action, ended) in turns.items():
+                    episode = episodes[i]
+                    if isinstance(action, AnswerAction) or (ended and i not in searches):
+                        episode.finish(action)
+                        continue
+                    if i in searches:
+                        result = searches[i].result()
+                        episode.retrieval_errors += result.error is not None
+                        action, feedback = with_observation(action, result), result.observation
+                    else:
+                        feedback = self.invalid_observation
+                    episode.actions.append(action.model_dump(mode="json"))
+                    block = tokenizer.encode(information(feedback), add_special_tokens=False)
+                    if limit is not None:
+                        block = block[: limit - len(episode.completion)]
+                    episode.add(block, 0)
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": [e.completion for e in episodes],
+            "logprobs": None,
+            "env_mask": [e.mask for e in episodes],
+            PAYLOAD_KEY: [e.payload() for e in episodes],
+        }
+
+
+class _Episode:
+    """One episode being rolled out: its completion tokens, mask, actions and spans."""
+
+    def __init__(self, question: str):
+        self.question = question
+        self.completion: list[int] = []
+        self.mask: list[int] = []
+        self.spans: list[list[int]] = []
+        self.actions: list[dict[str, Any]] = []
+        self.answer: str | None = None
+        self.retrieval_errors = 0
+        self.done = False
+
+    def add(self, ids: list[int], mask: int) -> None:
+        """Append the model's turn (``mask`` 1, a new span) or the environment's block (0)."""
+        if mask:
+            self.spans.append([len(self.completion), len(self.completion) + len(ids)])
+        self.completion += ids
+        self.mask += [mask] * len(ids)
+
+    def finish(self, action: Any) -> None:
+        self.actions.append(action.model_dump(mode="json"))
+        self.answer = action.answer if isinstance(action, AnswerAction) else None
+        self.done = True
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "actions": self.actions,
+            "spans": self.spans,
+            "answer": self.answer,
+            "store_size": None,
+            "retrieval_errors": self.retrieval_errors,
+        }

@@ -1,0 +1,218 @@
+"""SearchR1Rollout: a Search-R1-style agent in TRL (no FactAgent prompt), its tokens, mask and
+payload with the real BM25 retriever over the bundled corpus, and its searches credited for the
+passages they retrieved (``facts="retrieved"``) by FactUtilGRPOTrainer on TRL's real GRPOTrainer."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from factutil import FactUtilConfig, compute_process_advantages
+from factutil.tools.retrieval import RetrievalClient
+from trl_testkit import grpo_args, tiny_model
+
+from factutil_trl import SearchR1Rollout, factagent_reward
+from factutil_trl.search_r1 import cut_at_stop
+
+STOP = ("</search>", "</answer>")
+
+QUESTION = "Who directed the film Polish-Russian War?"
+GOLD = "Xawery Żuławski"
+GOOD = "Polish-Russian War director"
+BAD = "capital of France"
+# Search-R1's notice, written out here rather than imported: the test checks the text itself
+NOTICE = (
+    "My previous action is invalid. If I want to search, I should put the query between "
+    "<search> and </search>. If I want to give the final answer, I should put the answer between "
+    "<answer> and </answer>. Let me try again."
+)
+EOS = "<eos>"  # in a script: the turn ends with the tokenizer's end-of-turn token
+
+
+def client(url: str) -> RetrievalClient:
+    return RetrievalClient(url, topk=2, max_observation_chars=300)
+
+
+def block(text: str) -> str:
+    return f"\n\n<information>{text}</information>\n\n"
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    ids = tokenizer.encode(text.removesuffix(EOS), add_special_tokens=False)
+    return ids + [tokenizer.eos_token_id] if text.endswith(EOS) else ids
+
+
+class Scripts:
+    """``generate``: each episode writes its own script, one text per turn. An episode is known by
+    its context (the longest earlier context of an episode that starts it); a new one takes the
+    next script."""
+
+    def __init__(self, tokenizer: Any, scripts: list[list[str]]):
+        self.tokenizer = tokenizer
+        self.scripts = [list(script) for script in scripts]
+        self.contexts: list[list[int]] = []
+        self.turns: list[int] = []
+
+    def __call__(self, trainer, contexts, max_new_tokens):
+        out = []
+        for context in contexts:
+            known = [k for k, c in enumerate(self.contexts) if context[: len(c)] == c]
+            if known:
+                episode = max(known, key=lambda k: len(self.contexts[k]))
+            else:
+                episode = len(self.contexts)
+                self.contexts.append([])
+                self.turns.append(0)
+            script = self.scripts[episode]
+            text = script[self.turns[episode]] if self.turns[episode] < len(script) else EOS
+            self.turns[episode] += 1
+            ids = encode(self.tokenizer, text)[:max_new_tokens]
+            # what the rollout keeps of the turn: up to its stop string
+            self.contexts[episode] = list(context) + cut_at_stop(ids, self.tokenizer, STOP)
+            out.append(ids)
+        return out
+
+
+def trainer_stub(tokenizer: Any, limit: int | None = 4096) -> SimpleNamespace:
+    return SimpleNamespace(processing_class=tokenizer, eos_token_ids=[tokenizer.eos_token_id],
+                           max_completion_length=limit)
+
+
+def test_cut_at_stop_keeps_the_stop_string_and_nothing_after(byte_tokenizer):
+    tok = byte_tokenizer
+    ids = tok.encode("a <search>q</search> <information>made up", add_special_tokens=False)
+    assert tok.decode(cut_at_stop(ids, tok, ("</search>", "</answer>"))) == "a <search>q</search>"
+    plain = tok.encode("no tags here", add_special_tokens=False)
+    assert cut_at_stop(plain, tok, ("</search>",)) == plain
+    assert cut_at_stop(ids, tok, ()) == ids
+
+
+def test_one_episode_tokens_mask_spans_and_payload(byte_tokenizer, retrieval_url):
+    tok = byte_tokenizer
+    turns = [
+        f"I will look it up. <search>{GOOD}</search> <information>invented",  # ran past the stop
+        "x" * 80,  # no tag, cut at the turn's budget: invalid
+        f"<answer>{GOLD}</answer>{EOS}",
+    ]
+    rollout = SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, [turns]),
+                              max_action_tokens=64)
+    out = rollout([QUESTION], trainer_stub(tok))
+    prompt = tok.decode(out["prompt_ids"][0])
+    assert prompt == tok.apply_chat_template([{"role": "user", "content": QUESTION}],
+                                             add_generation_prompt=True, tokenize=False)
+    completion, mask = out["completion_ids"][0], out["env_mask"][0]
+    observation = client(retrieval_url).search(GOOD).observation
+    texts = [f"I will look it up. <search>{GOOD}</search>", block(observation),
+             "x" * 64, block(NOTICE), f"<answer>{GOLD}</answer>"]  # cut at its stop string
+    assert tok.decode(completion) == "".join(texts)
+    model = [1, 0, 1, 0, 1]
+    want = [m for text, m in zip(texts, model)
+            for _ in tok.encode(text, add_special_tokens=False)]
+    assert mask == want
+    payload = out["factutil"][0]
+    spans = payload["spans"]
+    assert [tok.decode(completion[s:e]) for s, e in spans] == [texts[0], texts[2], texts[4]]
+    assert [a["action"] for a in payload["actions"]] == ["search", "invalid", "answer"]
+    assert payload["actions"][0]["query"] == GOOD
+    assert payload["actions"][0]["observation"] == observation
+    assert payload["answer"] == GOLD and payload["store_size"] is None
+    assert factagent_reward([None], factutil=[payload], golden_answers=[[GOLD]]) == [1.0]
+
+
+def test_a_turn_that_stops_without_an_answer_ends_the_episode(byte_tokenizer, retrieval_url):
+    out = SearchR1Rollout(client(retrieval_url), generate=Scripts(byte_tokenizer, [[
+        f"<search>{GOOD}</search>", f"I do not know.{EOS}", "<answer>never read</answer>"]]))(
+        [QUESTION], trainer_stub(byte_tokenizer))
+    payload = out["factutil"][0]
+    assert [a["action"] for a in payload["actions"]] == ["search", "invalid"]
+    assert payload["answer"] is None and len(payload["spans"]) == 2
+
+
+def test_a_search_that_finds_nothing_carries_no_observation(byte_tokenizer):
+    class Down:
+        def search(self, query):
+            return SimpleNamespace(observation="Search failed: the retriever is unreachable.",
+                                   error="unreachable", seconds=0.0, ok=False)
+
+    out = SearchR1Rollout(Down(), generate=Scripts(byte_tokenizer, [[
+        f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>{EOS}"]]))(
+        [QUESTION], trainer_stub(byte_tokenizer))
+    payload = out["factutil"][0]
+    assert payload["actions"][0].get("observation") is None
+    assert payload["retrieval_errors"] == 1
+    assert block("Search failed: the retriever is unreachable.") in byte_tokenizer.decode(
+        out["completion_ids"][0])
+
+
+def test_bad_options_are_refused_naming_them():
+    for name in ("max_turns", "max_action_tokens", "search_threads"):
+        with pytest.raises(ValueError, match=name):
+            SearchR1Rollout(None, **{name: 0})
+
+
+def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_passages(
+    byte_tokenizer, retrieval_url, tmp_path
+):
+    """Two rollouts search the right query and answer right, two search elsewhere and answer
+    wrong. With facts="retrieved" each search's credit is the core's for the same text and
+    passages (the reference is built from the decoded turns, not from the payload), positive on
+    the good searches and negative on the others, and lands on the search's tokens only."""
+    from datasets import Dataset
+
+    from factutil_trl import FactUtilGRPOTrainer
+
+    tok = byte_tokenizer
+    scripts = [[f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>{EOS}"]] * 2 + \
+              [[f"<search>{BAD}</search>", f"<answer>Paris</answer>{EOS}"]] * 2
+    config = {"mode": "exact", "facts": "retrieved", "omega": 0.5}
+    seen: dict[str, Any] = {}
+
+    class Recording(FactUtilGRPOTrainer):
+        def _add_process_advantages(self, inputs, output):
+            seen["trl"] = output["advantages"].clone()
+            super()._add_process_advantages(inputs, output)
+            seen["rows"], seen["output"] = [dict(row) for row in inputs], dict(output)
+
+    trainer = Recording(
+        model=tiny_model(tok, 0),
+        reward_funcs=[factagent_reward],
+        args=grpo_args(tmp_path, per_device_train_batch_size=4, max_steps=1),
+        train_dataset=Dataset.from_list([{"prompt": QUESTION, "golden_answers": [GOLD]}] * 4),
+        processing_class=tok,
+        rollout_func=SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, scripts)),
+        factutil_config=config,
+    )
+    trainer.train()
+    rows, output = seen["rows"], seen["output"]
+    completions = output["completion_ids"]
+    lines, spans = [], []
+    for i, row in enumerate(rows):
+        ids = completions[i].tolist()
+        turns = row["factutil"]["spans"]
+        search_text = tok.decode(ids[turns[0][0]:turns[0][1]], skip_special_tokens=True)
+        query = GOOD if GOOD in search_text else BAD
+        lines.append({"uid": "q", "question": QUESTION, "golden_answers": [GOLD],
+                      "rollout_id": f"r{i}", "actions": [
+                          {"raw": search_text,
+                           "observation": client(retrieval_url).search(query).observation},
+                          {"raw": tok.decode(ids[turns[1][0]:turns[1][1]],
+                                             skip_special_tokens=True)}]})
+        spans.append(turns)
+    reference = compute_process_advantages(lines, FactUtilConfig(**config))
+    process = reference.per_rollout("process_advantage")
+    good = [i for i, line in enumerate(lines) if GOOD in line["actions"][0]["raw"]]
+    assert len(good) == 2
+    for i in range(len(rows)):
+        search_credit = process[("q", f"r{i}")][0]
+        assert (search_credit > 0) if i in good else (search_credit < 0)
+        mask = output["completion_mask"][i] * output["tool_mask"][i]
+        want = np.full(completions.shape[1], float(seen["trl"][i]), dtype=np.float32)
+        for (start, end), value in zip(spans[i], process[("q", f"r{i}")]):
+            for t in range(start, end):
+                if mask[t]:
+                    want[t] = np.float32(seen["trl"][i]) + np.float32(0.5 * value)
+        np.testing.assert_allclose(output["advantages"][i].numpy(), want, rtol=1e-6, atol=1e-7)
+    assert torch.isfinite(output["advantages"]).all()
