@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from factutil_openrlhf._hook import requested_config
@@ -55,8 +57,17 @@ class _Episode:
     def record_step(self, action_text: str, result: dict[str, Any], reward: str) -> dict[str, Any]:
         from factutil.integration import action_row
         from factutil.parse import parse_action
+        from factutil.tools.search_r1 import observation_of
 
-        self.actions.append(action_row(parse_action(action_text)))
+        row = action_row(parse_action(action_text))
+        if row.get("action") == "search" and not row.get("observation"):
+            # what the search retrieved: the agent's own word when it gives one, else the
+            # <information> block of Search-R1's feedback (facts="retrieved" reads it)
+            observation = (result["factutil_observation"] if "factutil_observation" in result
+                           else observation_of(str(result.get("environment_feedback") or "")))
+            if observation:
+                row["observation"] = observation
+        self.actions.append(row)
         rewards = result.get("rewards")
         value = rewards.item() if hasattr(rewards, "item") else rewards
         self.step_rewards.append(float(value) if value is not None else 0.0)
@@ -110,7 +121,8 @@ class _SpanRecordingEngine:
 
 
 def make_executor(
-    agent_instance_cls: type, *, reward: str = "final", prepare: bool | None = None
+    agent_instance_cls: type, *, reward: str = "final", prepare: bool | None = None,
+    stop: Sequence[str] = (),
 ) -> type:
     """An OpenRLHF ``AgentExecutor`` class for ``agent_instance_cls`` that records factutil's payload.
 
@@ -135,6 +147,13 @@ def make_executor(
             (default): as the run's config says (``prepare_in_workers``; the config
             :func:`factutil_openrlhf.install` was given, else the ``FACTUTIL_*`` environment),
             read on the first episode.
+        stop: stop strings added to every generation of the episode, kept in its text (vLLM's
+            ``stop`` and ``include_stop_str_in_output``), e.g.
+            :data:`factutil.tools.search_r1.STOP` for a Search-R1-style agent.
+
+    A search's observation (for ``facts="retrieved"``) is the step result's
+    ``"factutil_observation"`` when the agent returns one (None: it retrieved nothing), else the
+    ``<information>`` block of its ``environment_feedback``.
 
     Returns:
         The executor class.
@@ -200,6 +219,10 @@ def make_executor(
         async def execute(
             self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
         ):
+            if stop:
+                sampling_params = copy.deepcopy(sampling_params)
+                sampling_params.stop = list(stop)
+                sampling_params.include_stop_str_in_output = True
             episode = _Episode()
             token = _episode.set(episode)
             try:

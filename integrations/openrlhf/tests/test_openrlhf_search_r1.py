@@ -1,0 +1,109 @@
+"""factutil_openrlhf.search_r1 on OpenRLHF's real MultiTurnAgentExecutor: a Search-R1-style
+episode (scripted engine, toy tokenizer, the real BM25 retriever over the bundled corpus), its
+payload's searches carrying what they retrieved, and their credit under facts="retrieved"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from openrlhf_testkit import ScriptedEngine, ToyTokenizer, _SamplingParams
+
+from factutil import FactUtilConfig, compute_process_advantages
+from factutil.tools.retrieval import RetrievalClient
+
+QUESTION = "Who directed the film Polish-Russian War?"
+GOLD = "Xawery Żuławski"
+GOOD = "Polish-Russian War director"
+BAD = "capital of France"
+NOTICE = (
+    "My previous action is invalid. If I want to search, I should put the query between "
+    "<search> and </search>. If I want to give the final answer, I should put the answer between "
+    "<answer> and </answer>. Let me try again."
+)
+
+
+@pytest.fixture()
+def agent(openrlhf, retrieval_url, monkeypatch):
+    monkeypatch.setenv("FACTUTIL_RETRIEVAL_URL", retrieval_url)
+    monkeypatch.setenv("FACTUTIL_RETRIEVAL_TOPK", "2")
+    import factutil_openrlhf.search_r1 as agent
+
+    return agent
+
+
+class Recording(ScriptedEngine):
+    def __init__(self, texts, tokenizer):
+        super().__init__(texts, tokenizer)
+        self.params = []
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        self.params.append(sampling_params)
+        return await super().generate(prompt_token_ids, sampling_params, multi_modal_data)
+
+
+def episode(agent, texts):
+    tokenizer = ToyTokenizer()
+    engine = Recording(texts, tokenizer)
+    params = _SamplingParams(max_tokens=None, logprobs=None)
+    response = asyncio.run(agent.AgentExecutor().execute(
+        prompt=f"Answer with <search> and <answer>. Question: {QUESTION}\n",
+        label=json.dumps([GOLD], ensure_ascii=False), sampling_params=params, max_length=4096,
+        hf_tokenizer=tokenizer, llm_engine=engine))
+    assert not hasattr(params, "stop")  # the caller's parameters are left as they were
+    return response, engine, tokenizer
+
+
+def test_an_episode_searches_reads_the_passages_and_answers(agent, retrieval_url):
+    response, engine, tokenizer = episode(agent, [f"<search>{GOOD}</search>",
+                                                  f"<answer>{GOLD}</answer>"])
+    observation = RetrievalClient(retrieval_url, topk=2).search(GOOD).observation
+    assert all(p.stop == ["</search>", "</answer>"] and p.include_stop_str_in_output
+               for p in engine.params)
+    text = tokenizer.decode(response["observation_tokens"])
+    assert text.endswith(f"<search>{GOOD}</search>\n\n<information>{observation}</information>"
+                         f"\n\n<answer>{GOLD}</answer>")
+    payload = response["factutil"]
+    assert [a["action"] for a in payload["actions"]] == ["search", "answer"]
+    assert payload["actions"][0]["observation"] == observation
+    assert payload["spans"] == [list(r) for r in response["action_ranges"]]
+    assert response["reward"] == pytest.approx(1.0) and payload["done"] is True
+
+
+def test_a_refused_tag_gets_the_notice_and_a_stop_without_a_tag_ends_with_zero(agent):
+    response, _, tokenizer = episode(agent, ["<search></search>", "I am not sure."])
+    text = tokenizer.decode(response["observation_tokens"])
+    assert f"<search></search>\n\n<information>{NOTICE}</information>\n\n" in text
+    assert text.endswith("I am not sure.")
+    assert [a["action"] for a in response["factutil"]["actions"]] == ["invalid", "invalid"]
+    assert response["reward"] == 0.0
+
+
+def test_a_search_that_fails_carries_no_observation(agent, monkeypatch):
+    monkeypatch.setenv("FACTUTIL_RETRIEVAL_URL", "http://127.0.0.1:9/retrieve")  # nothing there
+    response, _, tokenizer = episode(agent, [f"<search>{GOOD}</search>", "<answer>x</answer>"])
+    assert "<information>Search failed" in tokenizer.decode(response["observation_tokens"])
+    assert response["factutil"]["actions"][0].get("observation") is None
+
+
+def test_a_bad_topk_is_refused_naming_the_variable(agent):
+    with pytest.raises(ValueError, match="FACTUTIL_RETRIEVAL_TOPK"):
+        agent.retriever_from_env({"FACTUTIL_RETRIEVAL_TOPK": "0"})
+
+
+def test_the_searches_that_found_the_successful_rollouts_passages_earn_credit(agent):
+    """Two episodes search the right query and answer right, two search elsewhere and answer
+    wrong: scored from their payloads with facts="retrieved", the good searches' process reward
+    is positive and the others' negative (the passages only failures held)."""
+    good = [f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>"]
+    bad = [f"<search>{BAD}</search>", "<answer>Paris</answer>"]
+    rollouts = []
+    for k, texts in enumerate([good, good, bad, bad]):
+        response, _, _ = episode(agent, texts)
+        rollouts.append({"uid": "q", "question": QUESTION, "golden_answers": [GOLD],
+                         "rollout_id": f"r{k}", "actions": response["factutil"]["actions"]})
+    result = compute_process_advantages(rollouts, FactUtilConfig(mode="exact", facts="retrieved"))
+    rewards = result.per_rollout("process_reward")
+    assert [rewards[("q", f"r{k}")][0] > 0 for k in range(4)] == [True, True, False, False]
+    assert all(rewards[("q", f"r{k}")][0] < 0 for k in (2, 3))
