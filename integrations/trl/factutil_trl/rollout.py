@@ -241,7 +241,7 @@ class FactAgentRollout:
         tokenizer = trainer.processing_class
         stops = set(trainer.eos_token_ids)
         limit = trainer.max_completion_length
-        episodes = [_Episode(question_of(prompt)) for prompt in prompts]
+        episodes = [Episode(question_of(prompt)) for prompt in prompts]
         prompt_ids = [
             list(
                 tokenizer.apply_chat_template(
@@ -308,7 +308,7 @@ class FactAgentRollout:
         }
 
 
-class _Episode:
+class Episode:
     """One episode being rolled out: its completion tokens, mask, actions, spans and store."""
 
     def __init__(self, question: str):

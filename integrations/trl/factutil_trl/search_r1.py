@@ -27,6 +27,7 @@ from factutil.tools.search_r1 import INVALID, STOP, information, with_observatio
 
 from factutil_trl.rollout import (
     PAYLOAD_KEY,
+    Episode,
     Generate,
     Retriever,
     question_of,
@@ -160,18 +161,9 @@ class SearchR1Rollout:
         }
 
 
-class _Episode:
-    """One episode being rolled out: its completion tokens, mask, actions and spans."""
-
-    def __init__(self, question: str):
-        self.question = question
-        self.completion: list[int] = []
-        self.mask: list[int] = []
-        self.spans: list[list[int]] = []
-        self.actions: list[dict[str, Any]] = []
-        self.answer: str | None = None
-        self.retrieval_errors = 0
-        self.done = False
+class _Episode(Episode):
+    """One Search-R1 episode: :class:`factutil_trl.rollout.Episode` without a fact store (its
+    ``store_size`` stays None), its turns and blocks appended as they come."""
 
     def add(self, ids: list[int], mask: int) -> None:
         """Append the model's turn (``mask`` 1, a new span) or the environment's block (0)."""
@@ -184,13 +176,3 @@ class _Episode:
         self.actions.append(action.model_dump(mode="json"))
         self.answer = action.answer if isinstance(action, AnswerAction) else None
         self.done = True
-
-    def payload(self) -> dict[str, Any]:
-        return {
-            "question": self.question,
-            "actions": self.actions,
-            "spans": self.spans,
-            "answer": self.answer,
-            "store_size": None,
-            "retrieval_errors": self.retrieval_errors,
-        }
