@@ -1,7 +1,10 @@
 """Train SmolLM2-135M-Instruct with FactAgent credit in TRL, on a CPU, and print each action's credit.
 
-A few GRPO steps of ``factutil_trl.FactUtilGRPOTrainer`` on bundled 2WikiMultihopQA questions
-(``examples/data/2wiki_dev_compositional30_evidences.jsonl``): each episode searches the bundled
+A few GRPO steps of ``factutil_trl.FactUtilGRPOTrainer`` on bundled 2WikiMultihopQA comparison
+questions (``examples/data/2wiki_comparison.jsonl``: "Which film came out first, X or Y?", so even
+a 135 M model's rollouts of one question differ in outcome and its facts earn utility, positive or
+negative; ``--questions-file`` takes another JSONL of ``question`` and ``answer``). Each episode
+searches the bundled
 corpus (factutil's BM25 server, started here on a free local port, or ``--retriever-url``),
 asserts facts and answers. After every step the script prints, for each question and rollout,
 the outcome reward R and, for each action, its process reward r, its process advantage A_proc
@@ -17,8 +20,10 @@ transformers with ``gguf``; nothing is downloaded at run time::
 A 135 M model left to itself writes almost no valid action (23 of 24 in a trial), so the example
 guides its decoding (:func:`guided_generate`): each turn's action kind comes from a schedule
 (search, assert, answer), the first search is the question itself, and the JSON around the values
-is written for the model, which writes the triple's three parts, later queries and the answer
-itself, each up to its closing quote.
+is written for the model, which writes the triple's three parts and later queries, each up to its
+closing quote; the answer to a comparison question ("…, X or Y?") is the model's choice between X
+and Y, drawn from its own likelihood of each at the sampling temperature (another question's answer
+is written freely).
 ``--free`` turns the guide off. By default only the top two decoder layers train
 (``--train-layers 0`` trains all), which keeps a CPU step near a minute; progress is printed as it
 goes.
@@ -41,7 +46,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 ROOT = Path(__file__).resolve().parents[2]
-QUESTIONS = ROOT / "examples" / "data" / "2wiki_dev_compositional30_evidences.jsonl"
+QUESTIONS = ROOT / "examples" / "data" / "2wiki_comparison.jsonl"
 CORPUS = ROOT / "examples" / "data" / "hipporag_2wikimultihopqa_corpus.json"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTRUCTIONS = (
@@ -103,6 +108,11 @@ def guided_generate(trainer: Any, contexts: list[list[int]], max_new_tokens: int
     pieces = {"search": ['"}'], "assert": ['", "', '", "', '"]]}'], "answer": ['"}'], "done": []}
     written = [text for text, _ in texts]
     for i, context in enumerate(contexts):
+        if texts[i][1] == "answer" and (options := comparison_options(tokenizer.decode(context))):
+            choice = choose(trainer, context + tokenizer.encode(written[i], add_special_tokens=False),
+                            [option + '"}' for option in options])
+            written[i] += options[choice] + '"}'
+            texts[i] = (written[i], "done")
         if assistant_turns(context, opening) == 1:  # the first search is the question, as
             question = re.search(r"Question: (.+)", tokenizer.decode(context)).group(1)  # Search-R1
             written[i] = json.dumps({"action": "search", "query": question.strip()})  # agents start
@@ -128,6 +138,28 @@ def guided_generate(trainer: Any, contexts: list[list[int]], max_new_tokens: int
             written[i] += value.strip() + pieces[texts[i][1]][part]
     return [tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
             for text in written]
+
+
+def comparison_options(context: str) -> tuple[str, str] | None:
+    """The two options a comparison question names ("Which film came out first, X or Y?")."""
+    found = re.search(r"Question: [^\n]*, (.+?) or (.+?)\?\s*$", context, re.MULTILINE)
+    return (found.group(1).strip(), found.group(2).strip()) if found else None
+
+
+def choose(trainer: Any, context: list[int], endings: list[str]) -> int:
+    """Which of ``endings`` follows ``context``: drawn with probability softmax(log p / T), log p
+    the model's log-likelihood of the ending's tokens and T the sampling temperature."""
+    import torch
+
+    tokenizer, model = trainer.processing_class, trainer.model
+    scores = []
+    with torch.no_grad():
+        for ending in endings:
+            ids = tokenizer.encode(ending, add_special_tokens=False)
+            logits = model(torch.tensor([context + ids])).logits[0, len(context) - 1 : -1]
+            scores.append(logits.log_softmax(-1)[torch.arange(len(ids)), torch.tensor(ids)].sum())
+    weights = (torch.stack(scores) / trainer.temperature).softmax(0)
+    return int(torch.multinomial(weights, 1))
 
 
 def start_retriever(stack: contextlib.ExitStack) -> str:
@@ -203,9 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retriever-url", help="a Search-R1 /retrieve URL (default: start one)")
     parser.add_argument("--output-dir", default=str(ROOT / "out" / "trl_smollm2"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--all-questions", action="store_true",
-                        help="draw from every question, not only those whose answer the first "
-                             "search brings (a 135 M model seldom finds any other)")
+    parser.add_argument("--questions-file", default=str(QUESTIONS),
+                        help="JSONL of questions ('question', 'answer'), drawn in order")
     parser.add_argument("--free", action="store_true",
                         help="no guided decoding: the model writes whole actions itself")
     args = parser.parse_args(argv)
@@ -223,11 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     stack = contextlib.ExitStack()
     url = args.retriever_url or start_retriever(stack)
     retriever = RetrievalClient(url, topk=2, max_observation_chars=800)
-    rows = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines()]
-    if not args.all_questions:  # questions whose answer the first search (the question) brings
-        rows = [r for r in rows if r["answer"] in retriever.search(r["question"]).observation] or rows
+    rows = [json.loads(line)
+            for line in Path(args.questions_file).read_text(encoding="utf-8").splitlines()]
     chosen = [rows[k % len(rows)] for k in range(args.questions * args.steps)]
-    print(f"{len(rows)} question(s) to draw from", flush=True)
     dataset = Dataset.from_list(
         [{"prompt": r["question"], "golden_answers": [r["answer"]]} for r in chosen]
     )

@@ -45,3 +45,35 @@ def test_the_example_trains_a_step_and_prints_the_credit_of_every_action(
         assert float(credit) == pytest.approx(0.5 * float(process), abs=1e-3)
         if kind == "invalid":
             assert float(reward) == pytest.approx(-0.1)
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("train_smollm2", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def test_comparison_options_are_the_two_names_the_question_compares():
+    options = _example().comparison_options
+    context = "system\nQuestion: Which film came out earlier, The Keeping Room or A Sangre Fría?\n"
+    assert options(context) == ("The Keeping Room", "A Sangre Fría")
+    assert options("Question: Who directed Polish-Russian War?\n") is None
+
+
+def test_choose_draws_the_ending_the_model_finds_likely():
+    import torch
+
+    class Model:  # every position: token 1 has log-probability 0, token 2 about -20
+        def __call__(self, ids):
+            logits = torch.tensor([0.0, 20.0, 0.0]).repeat(ids.shape[1], 1)
+            return type("Out", (), {"logits": logits[None]})()
+
+    class Tokenizer:
+        def encode(self, text, add_special_tokens=False):
+            return [1 if ch == "a" else 2 for ch in text]
+
+    trainer = type("T", (), {"processing_class": Tokenizer(), "model": Model(), "temperature": 0.7})()
+    choose = _example().choose
+    assert [choose(trainer, [0], ["bb", "aa"]) for _ in range(5)] == [1] * 5
+    assert [choose(trainer, [0], ["aaa", "b"]) for _ in range(5)] == [0] * 5
