@@ -1,10 +1,5 @@
-"""The configuration: every knob of the method in :class:`FactUtilConfig` (docs/method.md §1–§5).
-
-Besides the model, the helpers every surface uses to build one (the CLI's ``--config``/``--set``,
-verl's ``algorithm.factutil``, OpenRLHF's ``FACTUTIL_*`` variables): :func:`setting_value` reads a
-text setting as a YAML scalar, :func:`error_lines` turns a validation error into one
-``WHERE: message`` line per problem, and :func:`config_from_values` validates with both.
-"""
+"""The configuration: every knob of the method in :class:`FactUtilConfig` (docs/method.md §1–§5),
+and the helpers every surface (CLI, verl, OpenRLHF) builds one with."""
 
 from __future__ import annotations
 
@@ -26,9 +21,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     # The paper's method as published (Eq. 5-9's Beta(epsilon, epsilon) prior).
     "paper": {"prior": "beta"},
-    # For trainers that keep every group (plain GRPO, no dynamic sampling): the most robust setting
-    # of the credit ablation (benchmarks/README.md), where a group whose rollouts all scored the
-    # same gives no shaping and the process term is normalised like the outcome term.
+    # For trainers that keep every group (plain GRPO, no dynamic sampling): a group whose rollouts
+    # all scored the same gives no shaping, and the process term is normalised like the outcome's.
     "plain_grpo": {"prior": "group", "process_norm": "group"},
 }
 """Named settings of ``FactUtilConfig.preset``: the fields each one sets unless given explicitly."""
@@ -36,10 +30,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 class FactUtilConfig(BaseModel):
     """Every parameter of the method, with its default and valid range (docs/method.md §1–§5).
-
-    Validation errors name the field and the value (``pydantic.ValidationError``). Unknown fields
-    are rejected so a typo never silently keeps a default.
-    """
+    Unknown fields are rejected, so a typo never silently keeps a default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -270,18 +261,15 @@ class FactUtilConfig(BaseModel):
         return value
 
 
-
 class ConfigError(ValueError):
-    """A bad configuration; ``str()`` is one line per problem, each naming where the setting came
-    from (``config: omega``, ``algorithm.factutil.omega``, ``FACTUTIL_OMEGA='-1': omega``), the
-    field and the value."""
+    """A bad configuration; ``str()`` is one line per problem, naming where the setting came from
+    (``config: omega``, ``FACTUTIL_OMEGA='-1': omega``), the field and the value."""
 
 
 def load_yaml(text: str) -> Any:
-    """YAML text (a config file, a ``--set`` or environment value) as Python values, safely
-    (:func:`yaml.safe_load`'s types). An integer too long for Python to read (past its
-    4,300-digit limit) is read as a float, so it fails its field's check by name (``omega: must
-    be finite``) instead of escaping as a bare ValueError.
+    """YAML text as Python values (:func:`yaml.safe_load`'s types). An integer past Python's
+    4,300-digit limit is read as a float, so it fails its field's check by name instead of
+    escaping as a bare ValueError.
 
     Raises:
         yaml.YAMLError: text YAML cannot read.
@@ -303,11 +291,8 @@ def load_yaml(text: str) -> Any:
 
 
 def setting_value(text: str) -> Any:
-    """A setting given as text (``--set key=value``, an environment variable) as a YAML scalar.
-
-    ``"0.3"`` -> 0.3, ``"true"`` -> True, ``"null"`` -> None, ``"exact"`` -> ``"exact"``; a blank
-    text, or one YAML cannot read, stays as given (and then fails validation for a numeric field).
-    """
+    """A setting given as text (``--set``, an environment variable) as a YAML scalar (``"0.3"``
+    -> 0.3, ``"true"`` -> True); a blank text, or one YAML cannot read, stays as given."""
     if not text.strip():
         return text
     import yaml
@@ -319,9 +304,8 @@ def setting_value(text: str) -> Any:
 
 
 def error_lines(error: ValidationError, where: Callable[[str], str]) -> str:
-    """One ``where(field): message`` line per problem of ``error`` (``field`` as
-    :func:`factutil.errors.field_path` writes it, ``"(line)"`` for the whole value); a mistyped
-    :class:`FactUtilConfig` field reads "unknown field 'omgea' (did you mean 'omega'?)"."""
+    """One ``where(field): message`` line per problem of ``error``
+    (:func:`factutil.errors.error_messages`)."""
     return "\n".join(f"{where(field)}: {message}" for field, message in error_messages(error))
 
 
@@ -332,13 +316,9 @@ def config_from_values(
 ) -> FactUtilConfig:
     """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`.
 
-    Args:
-        values: config fields; a ``preset`` applies first.
-        where: names a field in the error lines (default ``config: FIELD``).
-        error: the exception class to raise (an adapter's own subclass of ValueError).
-
     Raises:
-        ``error``: one :func:`error_lines` line per problem.
+        ``error`` (an adapter's own ValueError subclass): one :func:`error_lines` line per
+            problem, each field named by ``where``.
     """
     try:
         return FactUtilConfig.model_validate(dict(values))

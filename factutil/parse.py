@@ -1,15 +1,7 @@
 """Model text -> actions (docs/method.md §1; the ``raw`` items of docs/method.md §8).
 
-:func:`parse_action` reads one model response and returns a :class:`~factutil.schema.SearchAction`,
-:class:`~factutil.schema.AssertAction`, :class:`~factutil.schema.AnswerAction` or, for anything it
-cannot read, an :class:`~factutil.schema.InvalidAction` holding the raw text and a short reason. It
-never raises for a ``str`` input: a format error is a penalised action, not a crash of training.
-The input is only the model's response; no prompt is ever read. Finding the candidate actions in
-the text (the JSON scanner, tag pairing, the depth-guarded loader) is :mod:`factutil.scan`; this
-module turns each candidate into an action.
-
-Every rule (forms accepted, values, several actions in one response, limits) is in
-docs/parsing.md.
+:mod:`factutil.scan` finds the candidates in the text; this module turns them into an action.
+A format error is a penalised action, never a crash of training. Every rule is in docs/parsing.md.
 """
 
 from __future__ import annotations
@@ -27,16 +19,7 @@ from factutil.actions import (
     assert_content_problem,
 )
 from factutil.errors import short
-from factutil.scan import (
-    MAX_DEPTH,
-    Item,
-    Number,
-    Rejected,
-    json_items,
-    load,
-    select,
-    tag_items,
-)
+from factutil.scan import MAX_DEPTH, Item, Number, Rejected, json_items, load, select, tag_items
 
 __all__ = ["MAX_DEPTH", "ParsedAction", "parse_action"]
 
@@ -46,24 +29,20 @@ _BULLET = re.compile(r"(?:[-*\u2022]|\d{1,3}[.)])\s+")
 
 
 def parse_action(text: str, observation: str | None = None) -> ParsedAction:
-    """Parse one model response into an action (docs/method.md §1; the ``raw`` input items of docs/method.md §8).
+    """Parse one model response into an action (docs/method.md §1, §8; docs/parsing.md).
 
     Args:
-        text: the model's response, as generated (prose, code fences and all). Only this text is
-            read, never the prompt.
-        observation: the retriever's output for this turn, if any. It is attached to the result
-            when the text parses as a ``search`` (and kept on an ``InvalidAction``); it is dropped
-            for ``assert`` and ``answer``.
+        text: the model's response as generated (prose, code fences and all); never the prompt.
+        observation: the retriever's output for this turn, kept on a ``search`` or an
+            ``InvalidAction``, dropped for ``assert`` and ``answer``.
 
     Returns:
-        A ``SearchAction``, ``AssertAction`` or ``AnswerAction``; or ``InvalidAction(raw=text,
-        reason=...)`` with a short reason ("no action found", "truncated JSON: unterminated
-        object", "unknown action 'lookup'", "search with an empty query", ...). The accepted forms
-        and the rule for several actions in one text are in docs/parsing.md.
+        A Search-, Assert- or AnswerAction; else ``InvalidAction(raw=text, reason=...)`` with a
+        short reason ("no action found", "unknown action 'lookup'", ...).
 
     Raises:
-        TypeError: ``text`` is not a ``str``, or ``observation`` is neither a ``str`` nor None.
-            No other exception escapes for any ``str`` input.
+        TypeError: ``text`` is not a ``str``, or ``observation`` neither a ``str`` nor None; no
+            other exception escapes for a ``str`` input.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")

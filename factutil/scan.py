@@ -1,12 +1,9 @@
 """Where the actions are in a model text, for :mod:`factutil.parse` (docs/method.md §1).
 
-The candidates of one response: closed and truncated ``{...}`` objects whose top level has an
-``action`` key (a balanced-brace scanner that honours ``"..."`` and ``'...'`` strings and
-backslash escapes, linear in the text, its work capped at three times the text's count of brace,
-bracket and quote characters), and the ``<search>``/``<assert>``/``<answer>`` tag pairs (paired
-like XML; tags inside a JSON action are text). :func:`load` reads one JSON value, else a Python
-literal, with the nesting guard of :data:`MAX_DEPTH`. The rules they implement are stated once,
-in docs/parsing.md.
+The candidates of one response: ``{...}`` objects with a top-level ``action`` key (closed or
+truncated; a scanner linear in the text, its work capped at three times its count of brace,
+bracket and quote characters) and ``<search>``/``<assert>``/``<answer>`` tag pairs; :func:`load`
+reads one value under :data:`MAX_DEPTH`. The rules are docs/parsing.md's.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ _LITERAL_EVAL_LIMIT = 200_000
 
 _TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
-_STRUCTURAL = re.compile(r"""[{}\[\]"']""")
+_STRUCTURAL = re.compile(r"""[{}\[\]"']""")  # brackets and quotes
 _BRACES = re.compile(r"\{+")
 _NESTING = re.compile(r"""[{}\[\]()"']""")
 _TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
@@ -35,11 +32,9 @@ _OPENERS = "{[("
 
 
 class Number(str):
-    """A JSON number as the model wrote it (``2.50`` stays ``"2.50"``, ``1e3`` stays ``"1e3"``): a
-    number is read as its literal text, never converted, so an answer or a triple part keeps the
-    digits written and no integer is too long to read. A subclass of ``str`` so that it is text
-    where text is wanted; :mod:`factutil.parse` tells it from a JSON string where a string is
-    required (a query, an action name)."""
+    """A JSON number as its literal text (``2.50`` stays ``"2.50"``): an answer or a triple part
+    keeps the digits written, and no integer is too long to read. :mod:`factutil.parse` tells
+    it from a JSON string where a string is required (a query, an action name)."""
 
     __slots__ = ()
 
@@ -52,8 +47,7 @@ def _not_json(constant: str) -> Any:
 
 
 class Rejected(Exception):
-    """The text names an action but its content is not acceptable; ``reason`` says why (it becomes
-    the ``InvalidAction``'s reason)."""
+    """The text names an action but its content is not acceptable; ``reason`` says why."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -134,11 +128,9 @@ def _scan_object(
     covered: set[int],
     budget: list[int],
 ) -> int:
-    """Scan the object opening at ``text[start]``; record every object met on the way.
-
-    Returns the index just past the closing brace, or -1 when the text ends first (or the budget
-    runs out). ``closed`` gets ``start -> (end, has top-level action key, nesting depth)``.
-    """
+    """Scan the object opening at ``text[start]``, recording every object met; the index just
+    past its closing brace, or -1 when the text (or budget) ends first. ``closed`` gets
+    ``start -> (end, has top-level action key, nesting depth)``."""
     # stack entries: [opener, position, deepest stack length while open, has action key]
     stack: list[list[Any]] = []
     pos = start
@@ -245,16 +237,10 @@ def _nesting_depth(text: str) -> int:
 
 
 def load(chunk: str, checked: bool = False) -> Any:
-    """JSON, else a Python literal; raises Rejected with the JSON error. Depth is guarded.
-
-    JSON is read as ``json.loads(strict=False)`` reads it (a real newline or tab inside a string is
-    kept), and trailing commas outside strings are tolerated by dropping them before decoding, so
-    a comma never sends a JSON text to the Python-literal reader (where ``"\\/"`` and ``null``
-    mean something else).
-
-    Numbers come back as :class:`Number` (their literal text); ``NaN``, ``Infinity`` and
-    ``-Infinity``, which Python's decoder accepts but JSON does not have, are refused.
-    """
+    """JSON (``strict=False``; numbers as :class:`Number`, ``NaN``/``Infinity`` refused), else a
+    Python literal; raises Rejected with the JSON error. Depth is guarded. Trailing commas are
+    dropped before decoding, so a comma never sends JSON to the Python-literal reader (where
+    ``"\\/"`` and ``null`` mean something else)."""
     if not checked and _nesting_depth(chunk) > MAX_DEPTH:
         raise Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
@@ -292,8 +278,8 @@ def _json_problem(error: json.JSONDecodeError) -> str:
 
 
 def _without_trailing_commas(chunk: str) -> str:
-    """``chunk`` with every comma that is followed (after whitespace) by ``}`` or ``]`` dropped,
-    outside double-quoted strings; the text from an unterminated string on is kept as it is."""
+    """``chunk`` without the commas before ``}`` or ``]`` outside strings (the text from an
+    unterminated string on kept)."""
     kept: list[str] = []
     copied = pos = 0
     while True:
@@ -362,15 +348,13 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
 
 
 _FENCE = re.compile(r"\s*(?:```[^\n]*\n)?\s*")
-_BRACKETS = re.compile(r"""[{}\[\]"']""")
 
 
 def _outside_assert_values(text: str, tokens: list[tuple[int, int, bool, str]]
                            ) -> list[tuple[int, int, bool, str]]:
-    """``tokens`` less the tag tokens inside the JSON value that opens an ``<assert>``'s content
-    (after white space or a code fence): ``<assert>[["tag", "closes", "</answer>"]]</assert>``
-    holds text, not a nested tag. A value that never closes hides nothing. The scanning work is
-    capped at three times the text's count of brackets and quotes."""
+    """``tokens`` less those inside the JSON value opening an ``<assert>``'s content (after space
+    or a code fence): ``<assert>[["tag", "closes", "</answer>"]]</assert>`` holds text, not a
+    nested tag. A value that never closes hides nothing."""
     budget = [3 * sum(text.count(char) for char in "{}[]\"'") + 1000]
     kept: list[tuple[int, int, bool, str]] = []
     hidden_until = -1
@@ -387,13 +371,13 @@ def _outside_assert_values(text: str, tokens: list[tuple[int, int, bool, str]]
 
 
 def _value_end(text: str, start: int, budget: list[int]) -> int:
-    """Index just past the bracket that closes ``text[start]`` (strings honoured), or -1 when
-    the text (or the budget) ends first or a bracket closes the wrong opener."""
+    """Index just past the bracket closing ``text[start]``; -1 when the text (or budget) ends
+    first or a bracket closes the wrong opener."""
     stack: list[str] = []
     pos = start
     while budget[0] > 0:
         budget[0] -= 1
-        match = _BRACKETS.search(text, pos)
+        match = _STRUCTURAL.search(text, pos)
         if match is None:
             return -1
         at = match.start()

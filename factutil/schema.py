@@ -1,9 +1,5 @@
-"""Data model: triples, actions, rollouts and groups (docs/method.md §1, §8).
-
-Every model is pydantic v2, so bad input raises :class:`pydantic.ValidationError` naming the
-field and the offending value. The input file of docs/method.md §8 is one :class:`Rollout` per line;
-:class:`Group` gathers the rollouts of one ``uid``.
-"""
+"""Data model: rollouts and groups (docs/method.md §1, §8); pydantic v2, so bad input raises a
+``ValidationError`` naming field and value. The actions are :mod:`factutil.actions`'."""
 
 from __future__ import annotations
 
@@ -12,14 +8,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from factutil.actions import (  # noqa: F401  (the action models stay importable from here)
     TRIPLE_PARTS,
@@ -50,13 +39,9 @@ def _item_text(item: dict[str, Any]) -> str:
 
 
 def coerce_action(item: Any) -> Any:
-    """Turn one input item of docs/method.md §8 into an action model or leave it for pydantic to reject.
-
-    - ``{"raw": ..., "observation"?: ...}`` (no ``action`` key) is parsed with
-      :func:`factutil.parse.parse_action`;
-    - a structured ``assert`` with no triple or an empty part becomes an :class:`InvalidAction`;
-    - anything else is returned unchanged for validation.
-    """
+    """One input action item of docs/method.md §8 as a model, or as given for pydantic to judge:
+    a ``raw`` item (no ``action`` key) is parsed (:func:`factutil.parse.parse_action`); an
+    ``assert`` with no triple or an empty part, or a search with a blank query, is invalid."""
     if isinstance(item, RawAction):
         return parse_action(item.raw, observation=item.observation)
     if not isinstance(item, dict):
@@ -67,9 +52,7 @@ def coerce_action(item: Any) -> Any:
     if item.get("action") == "assert":
         problem = assert_content_problem(item)
         if problem is not None:
-            return InvalidAction(
-                raw=_item_text(item), reason=problem
-            )
+            return InvalidAction(raw=_item_text(item), reason=problem)
     query = item.get("query")
     if item.get("action") == "search" and isinstance(query, str) and not query.strip():
         # As parse_action does: a blank query is the agent's format error, not a data error.
@@ -90,11 +73,8 @@ def _reject_blank_list(values: list[str], field: str) -> list[str]:
 
 
 class Rollout(BaseModel):
-    """One rollout of a group: the input line of docs/method.md §8.
-
-    ``reward`` (optional) replaces the computed answer F1 as the outcome reward; it must be a finite
-    number. Keys the model does not know are moved into ``metadata``.
-    """
+    """One rollout of a group: the input line of docs/method.md §8. ``reward`` (a finite number)
+    replaces the computed answer F1 as outcome reward; unknown keys go into ``metadata``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -167,10 +147,9 @@ GROUP_FIELDS = ("uid", "question", "golden_answers")
 
 
 def group_key(item: Mapping[str, Any]) -> str | None:
-    """The key that makes a mapping a group dict (docs/method.md §8), or None for a rollout mapping:
-    ``rollouts``, or, in a mapping with neither ``actions`` nor ``rollout_id``, a key that is no
-    rollout field and is a near miss of ``rollouts`` (``rolouts``: the group model then refuses
-    it, naming ``rollouts``)."""
+    """The key that makes a mapping a group dict (docs/method.md §8), or None (a rollout):
+    ``rollouts``, or, without ``actions`` and ``rollout_id``, a near miss of it (``rolouts``,
+    which the group model then refuses by name)."""
     if "rollouts" in item:
         return "rollouts"
     if "actions" in item or "rollout_id" in item:
@@ -180,13 +159,9 @@ def group_key(item: Mapping[str, Any]) -> str | None:
 
 
 def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """A group dict with its shared fields filled in both directions (docs/method.md §8, group-dict form).
-
-    The group's ``uid``, ``question`` and ``golden_answers`` default to its first rollout's; a
-    rollout mapping that lacks one of them takes the group's, so a group may be written as
-    ``{"uid", "question", "golden_answers", "rollouts": [{"rollout_id", "actions"}, ...]}``.
-    A value a rollout does give is kept (a disagreement is then the group check's error).
-    Returns a new dict (rollouts that gain a field are new dicts); ``data`` is never changed.
+    """A group dict with its :data:`GROUP_FIELDS` filled in both directions (docs/method.md §8):
+    the group's default to its first rollout's, a rollout mapping lacking one takes the group's
+    (a given value is kept: a disagreement is the group check's). ``data`` is never changed.
     """
     rollouts = data.get("rollouts")
     if not isinstance(rollouts, (list, tuple)) or not rollouts:
@@ -211,23 +186,18 @@ def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
 def group_conflicts(
     rollouts: Sequence[Rollout], head: Group | None = None
 ) -> list[tuple[int, str, int | None]]:
-    """Where rollouts break the group rule (docs/method.md §1, §8): the one check every reader applies.
-
-    The rollouts of one ``uid`` form a group: they share ``question`` and ``golden_answers``, and no
-    two share a ``rollout_id``.
+    """Where rollouts break the group rule (docs/method.md §1, §8): one uid's rollouts share
+    ``question`` and ``golden_answers``, and no two share a ``rollout_id``.
 
     Args:
         rollouts: the rollouts to check, in order.
-        head: the group, whose ``uid``, ``question`` and ``golden_answers`` every rollout must
-            match; None: the rollouts may hold several uids, and each uid's first rollout is the
+        head: the group every rollout must match; None: each uid's first rollout is the
             reference of the others.
 
     Returns:
-        ``(i, field, j)`` for each broken rule, by rollout i and then in the order uid,
-        rollout_id, golden_answers, question: ``"uid"`` (rollout i's uid is not the head's; j None),
-        ``"rollout_id"`` (it repeats rollout j's in the same uid), ``"golden_answers"`` or
-        ``"question"`` (it differs from rollout j's, or from the head's when j is None).
-        Empty when the rollouts are consistent.
+        ``(i, field, j)`` per broken rule, by rollout i, then in the order ``"uid"`` (not the
+        head's; j None), ``"rollout_id"`` (repeats rollout j's), ``"golden_answers"``,
+        ``"question"`` (differs from rollout j's, or the head's when j is None).
     """
     conflicts: list[tuple[int, str, int | None]] = []
     ids: dict[tuple[str, str], int] = {}
@@ -259,11 +229,8 @@ def group_conflicts(
 
 
 class Group(BaseModel):
-    """The G rollouts of one question, keyed by ``uid`` only (docs/method.md §1).
-
-    Raises ``ValidationError`` when a rollout belongs to another uid, when two rollouts share a
-    ``rollout_id``, or when rollouts disagree on ``golden_answers`` or ``question``.
-    """
+    """The G rollouts of one question, keyed by ``uid`` only (docs/method.md §1); a
+    ``ValidationError`` when they break :func:`group_conflicts`' rule."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -312,12 +279,9 @@ class Group(BaseModel):
         rollouts = list(rollouts)
         if not rollouts:
             raise ValueError("a group needs at least one rollout")
-        return cls(
-            uid=rollouts[0].uid,
-            question=rollouts[0].question,
-            golden_answers=rollouts[0].golden_answers,
-            rollouts=rollouts,
-        )
+        first = rollouts[0]
+        return cls(uid=first.uid, question=first.question, golden_answers=first.golden_answers,
+                   rollouts=rollouts)
 
 
 def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
@@ -331,11 +295,9 @@ def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
 def input_json_schema() -> dict[str, Any]:
     """JSON Schema of one input line (docs/method.md §8): a rollout, actions in any accepted form."""
     schema = Rollout.model_json_schema(mode="validation")
-    raw_schema = RawAction.model_json_schema()
     actions = schema["properties"]["actions"]
-    item = actions["items"]
-    actions["items"] = {"anyOf": [item, {"$ref": "#/$defs/RawAction"}]}
-    schema.setdefault("$defs", {})["RawAction"] = raw_schema
+    actions["items"] = {"anyOf": [actions["items"], {"$ref": "#/$defs/RawAction"}]}
+    schema.setdefault("$defs", {})["RawAction"] = RawAction.model_json_schema()
     schema["title"] = "factutil rollout (one JSONL line)"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
