@@ -62,15 +62,9 @@ class Triple(BaseModel):
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        as_object = handler(schema)
-        as_array = {
-            "type": "array",
-            "items": {"type": "string", "minLength": 1},
-            "minItems": 3,
-            "maxItems": 3,
-            "description": "[subject, relation, object]",
-        }
-        return {"anyOf": [as_array, as_object]}
+        as_array = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 3,
+                    "maxItems": 3, "description": "[subject, relation, object]"}
+        return {"anyOf": [as_array, handler(schema)]}
 
 
 class _ActionBase(BaseModel):

@@ -59,9 +59,7 @@ def compute_process_advantages(
             (``cluster_work_ignored``, ``cluster_work_unreadable``; ``cluster_work_facts``).
 
     Returns:
-        :class:`ProcessAdvantages`; ``advantages`` is float32 (N,) over all N input actions in
-        input order (0 for ignored actions); independent of the order of groups, rollouts and
-        triples.
+        :class:`ProcessAdvantages`, independent of the order of groups, rollouts and triples.
 
     Raises:
         pydantic.ValidationError: a bad config.
@@ -119,11 +117,8 @@ def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
 
 
 def _compute(
-    groups: GroupsInput,
-    config: FactUtilConfig,
-    clusterer: Clusterer | None,
-    on_invalid_group: str,
-    work: Any = None,
+    groups: GroupsInput, config: FactUtilConfig, clusterer: Clusterer | None,
+    on_invalid_group: str, work: Any = None,
 ) -> ProcessAdvantages:
     started = clock = time.perf_counter()
     warnings: list[str] = []

@@ -71,12 +71,7 @@ class _Group(_Help, TyperGroup):
     pass
 
 
-app = typer.Typer(
-    cls=_Group,
-    add_completion=False,
-    no_args_is_help=True,
-    help="Dense per-step credit for search agents (FactAgent): score rollouts, show clusters.",
-)
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True)  # help: _main's
 console = Console()
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -107,12 +102,8 @@ def _main(
 
 
 def load_config(path: Path | None = None, sets: list[str] | None = None) -> FactUtilConfig:
-    """A :class:`FactUtilConfig` from a YAML/JSON file, then ``key=value`` overrides (YAML
-    scalars, :func:`setting_value`).
-
-    Raises:
-        ConfigError: unreadable file, a ``--set`` without ``=``, or a field failing validation.
-    """
+    """A :class:`FactUtilConfig` from a YAML/JSON file, then ``key=value`` overrides; a
+    ConfigError for an unreadable file, a ``--set`` without ``=`` or a field failing validation."""
     values: dict[str, Any] = {}
     if path is not None:
         try:

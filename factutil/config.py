@@ -16,7 +16,7 @@ FilterName = Literal["negation", "numeric", "relation", "entity"]
 
 _TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {  # name -> the fields it sets unless given explicitly
     # The library's defaults: the paper's method with the group-centred prior of cluster success.
     "default": {},
     # The paper's method as published (Eq. 5-9's Beta(epsilon, epsilon) prior).
@@ -25,7 +25,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     # all scored the same gives no shaping, and the process term is normalised like the outcome's.
     "plain_grpo": {"prior": "group", "process_norm": "group"},
 }
-"""Named settings of ``FactUtilConfig.preset``: the fields each one sets unless given explicitly."""
 
 
 class FactUtilConfig(BaseModel):
@@ -89,8 +88,8 @@ class FactUtilConfig(BaseModel):
     )
     embedding_batch_size: int = Field(
         32, ge=1,
-        description="semantic mode: rows per forward pass (texts of one token length, filled to "
-        "this many rows, so no text's vector depends on its batch).",
+        description="semantic mode: rows per forward pass (filled, so no text's vector depends on "
+        "its batch).",
     )
     knn_min_size: int = Field(
         4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."
@@ -116,23 +115,20 @@ class FactUtilConfig(BaseModel):
     )
     prior: Literal["beta", "group"] = Field(
         "group",
-        description="Prior of cluster success: 'group' = Beta with the group's success rate as mean "
-        "and strength 2*epsilon, so a group whose rollouts all scored the same gives every cluster "
-        "utility 0 (the default); 'beta' = Beta(epsilon, epsilon), mean 0.5 (the paper's Eq. 5-9, "
-        "preset='paper').",
+        description="Prior of cluster success: 'group' = Beta around the group's success rate, "
+        "strength 2*epsilon (a group whose rollouts all scored the same gives utility 0); "
+        "'beta' = Beta(epsilon, epsilon), the paper's Eq. 5-9.",
     )
     utility: Literal["group", "loo"] = Field(
         "group",
-        description="The utilities a rollout's shaping reads: 'group' = each cluster's u_c from "
-        "all G rollouts (the paper's); 'loo' = leave-one-out, u_c from the other G-1 rollouts "
-        "of the group (s_c - y_i, n_c - 1, their mean success), so a rollout's own outcome "
-        "(already in A_out) does not feed its process reward.",
+        description="The utilities a rollout's shaping reads: 'group' = u_c from all G rollouts "
+        "(the paper's); 'loo' = from the other G-1, so a rollout's own outcome (already in "
+        "A_out) does not feed its process reward.",
     )
     uniform_groups: Literal["keep", "zero"] = Field(
         "keep",
-        description="A group whose rollouts all have the same success: 'keep' its utilities as "
-        "docs/method.md §3 gives them (all > 0 when every rollout fails, all < 0 when every one succeeds), "
-        "or 'zero' them so its shaping is 0 and only penalties remain (see docs/decisions.md).",
+        description="A group whose rollouts all have the same success: 'keep' its utilities "
+        "(docs/method.md §3), or 'zero' them so only penalties remain (docs/decisions.md).",
     )
     # §4 process rewards
     gamma: float = Field(1.0, gt=0.0, le=1.0, description="Shaping discount: F = gamma*Phi(S') - Phi(S).")
@@ -156,38 +152,30 @@ class FactUtilConfig(BaseModel):
     # runtime
     pause_gc: bool = Field(
         True,
-        description="Pause Python's cyclic garbage collector during a step called on the main "
-        "thread (it re-enables after; never from another thread, such as a trainer's early "
-        "scoring): the step builds many short-lived objects and collections in the middle of it "
-        "are wasted.",
+        description="Pause Python's cyclic garbage collector during a step on the main thread "
+        "(collections mid-step are wasted work).",
     )
     report_every: int = Field(
         0, ge=0,
-        description="Trainers: write the HTML credit report of every N-th step's batch into the "
-        "run's output folder (factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
+        description="Trainers: write the HTML credit report of every N-th step's batch "
+        "(factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
     )
     prepare_in_workers: bool | None = Field(
         None,
-        description="Trainers: make the rollouts' per-fact work (fact texts, embeddings, filter "
-        "analyses) in the rollout workers, each fact shipped once per worker, so the trainer's "
-        "step finds it in its clusterer's caches; None: on in semantic mode, off in exact mode "
-        "(no embedding to ship).",
+        description="Trainers: make the per-fact work (texts, embeddings, filter analyses) in the "
+        "rollout workers, for the step's clusterer caches; None: on in semantic mode only.",
     )
     score_early: bool = Field(
         True,
-        description="Trainers (verl's factutil trainer mode, OpenRLHF): start scoring a batch in "
-        "a background thread once its rewards are known, while the trainer computes log-probs, and "
-        "use the result if its inputs are unchanged at the advantage step (the same numbers as "
-        "scoring then); verl: never with KL in the reward (the rewards change after the log-probs).",
+        description="Trainers (verl, OpenRLHF): score a batch in a background thread once its "
+        "rewards are known, used if its inputs are unchanged at the advantage step; verl: never "
+        "with KL in the reward.",
     )
     prepared_device: Literal["any", "same"] = Field(
         "any",
         description="semantic mode: per-fact work made on another kind of device than the step's "
-        "embedder (a worker's GPU, the driver's CPU; their vectors differ by float rounding, "
-        "~1e-7). 'any': its vectors are used (the point of a worker's GPU), with one warning and "
-        "the metric cluster_work_other_device (facts); 'same': it is ignored like work for "
-        "another embedder (cluster_work_ignored), so the result is bit-identical to the step "
-        "doing it all.",
+        "embedder (vectors differ by ~1e-7): 'any' uses it (one warning, metric "
+        "cluster_work_other_device); 'same' ignores it, for bit-identical results.",
     )
     # QA metrics
     fold_unicode: bool = Field(
@@ -285,7 +273,7 @@ def load_yaml(text: str) -> Any:
 
     Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     try:
-        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=Loader)  # safe: a SafeLoader subclass
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
 
@@ -317,8 +305,7 @@ def config_from_values(
     """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`.
 
     Raises:
-        ``error`` (an adapter's own ValueError subclass): one :func:`error_lines` line per
-            problem, each field named by ``where``.
+        ``error`` (an adapter's ValueError subclass): one :func:`error_lines` line per problem.
     """
     try:
         return FactUtilConfig.model_validate(dict(values))

@@ -56,9 +56,8 @@ def distinct_facts(
         key: a fact's text when not its template text (:func:`factutil.passages.passage_key`).
 
     Returns:
-        ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
-        in ``parts`` of its representative; for each of ``parts``, ``first`` + the position of
-        its text.
+        ``(texts, chosen, position)``: the k distinct texts, sorted; the index in ``parts`` of
+        each one's representative; per part, ``first`` + the position of its text.
     """
     if key is None:
         texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]

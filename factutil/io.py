@@ -52,15 +52,11 @@ def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[
     return errors.error_messages(error, whole, _FIELDS_OF.get(error.title, ()))
 
 
-def validation_problems(error: ValidationError, path: str, line: int) -> list[Problem]:
-    return [Problem(path, line, field, message) for field, message in error_messages(error)]
-
-
 def read_rollouts(
     path: str | os.PathLike, progress: Callable[[int], None] | None = None
 ) -> list[tuple[int, Rollout]]:
-    """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file (UTF-8).
-    ``progress`` gets the bytes read since its last call, about every MiB and at the end.
+    """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file;
+    ``progress`` gets the bytes read, about every MiB.
 
     Raises:
         InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``.
@@ -111,7 +107,8 @@ def read_rollouts(
             try:
                 rollouts.append((number, Rollout.model_validate(data)))
             except ValidationError as error:
-                problems.extend(validation_problems(error, name, number))
+                problems.extend(Problem(name, number, field, message)
+                                for field, message in error_messages(error))
     if progress is not None and unreported:
         progress(unreported)
     if problems and problems[0].line == 1 and problems[0].field == "(line)" and not rollouts:

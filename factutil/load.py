@@ -31,12 +31,11 @@ class GroupRows:
 def load_groups(
     groups: GroupsInput, skip_invalid: bool = False
 ) -> tuple[list[GroupRows], dict[str, str]]:
-    """Validate the input of ``compute_process_advantages`` into plain rows (docs/method.md §8, §1).
+    """Validate the input of ``compute_process_advantages`` into rows (docs/method.md §1, §8).
 
     Args:
         groups: a JSONL path, a :class:`Group`, a group or rollout mapping (:func:`group_key`),
-            or an iterable of Groups, Rollouts and such mappings; loose rollouts are gathered
-            by ``uid`` in order of first appearance. Never mutated.
+            or an iterable of them; loose rollouts are grouped by ``uid``. Never mutated.
         skip_invalid: leave out a group that fails validation instead of raising.
 
     Returns:
@@ -79,28 +78,25 @@ def load_groups(
 def _pending(
     groups: Iterable[Any],
 ) -> tuple[list[tuple[str, Any, int | None]], dict[str, list[Any]], dict[str, list[int]]]:
-    """(key, group item or None for loose rollouts, its position) in order of first appearance,
-    and per key the loose rollouts and their positions."""
+    """(key, group item or None for loose rollouts, its position) in order of first appearance;
+    per key the loose rollouts and their positions."""
     pending: list[tuple[str, Any, int | None]] = []
     loose: dict[str, list[Any]] = {}
     loose_at: dict[str, list[int]] = {}
     for position, item in enumerate(groups):
         if isinstance(item, Group):
             pending.append((item.uid, item, position))
-            continue
-        if isinstance(item, Mapping) and group_key(item) is not None:
+        elif isinstance(item, Mapping) and group_key(item) is not None:
             pending.append((str(item.get("uid", "?")), item, position))
-            continue
-        if isinstance(item, (Rollout, Mapping)):
+        elif isinstance(item, (Rollout, Mapping)):
             key = str(item.uid if isinstance(item, Rollout) else item.get("uid"))
+            if key not in loose:
+                pending.append((key, None, None))
+            loose.setdefault(key, []).append(item)
+            loose_at.setdefault(key, []).append(position)
         else:
-            raise TypeError(
-                f"groups must hold Group, Rollout or dict items, got {type(item).__name__}"
-            )
-        if key not in loose:
-            pending.append((key, None, None))
-        loose.setdefault(key, []).append(item)
-        loose_at.setdefault(key, []).append(position)
+            raise TypeError("groups must hold Group, Rollout or dict items, got "
+                            f"{type(item).__name__}")
     return pending, loose, loose_at
 
 
@@ -123,9 +119,8 @@ class _Where:
                  if isinstance(get(key), str) and get(key)]
         return self.name(position) + (f" ({', '.join(known)})" if known else "")
 
-    def problems(
-        self, error: ValidationError, position: int | None, item: Any, whole: str
-    ) -> list[Problem]:
+    def problems(self, error: ValidationError, position: int | None, item: Any, whole: str
+                 ) -> list[Problem]:
         label = self.label(position, item)
         return [Problem(label, None, field, message)
                 for field, message in error_messages(error, whole)]
@@ -170,10 +165,8 @@ def _loose_group(items: list[Any], where: _Where) -> Group:
 def group_rows(group: Group) -> GroupRows:
     """A validated :class:`Group` as :class:`GroupRows`, nothing validated again; a TypeError
     for an action that is not an action model."""
-    return GroupRows(
-        group.uid, group.question, list(group.golden_answers),
-        [rollout_row(rollout) for rollout in group.rollouts],
-    )
+    rollouts = [rollout_row(rollout) for rollout in group.rollouts]
+    return GroupRows(group.uid, group.question, list(group.golden_answers), rollouts)
 
 
 def rollout_row(rollout: Rollout) -> dict[str, Any]:

@@ -37,12 +37,11 @@ def parse_action(text: str, observation: str | None = None) -> ParsedAction:
             ``InvalidAction``, dropped for ``assert`` and ``answer``.
 
     Returns:
-        A Search-, Assert- or AnswerAction; else ``InvalidAction(raw=text, reason=...)`` with a
-        short reason ("no action found", "unknown action 'lookup'", ...).
+        A Search-, Assert- or AnswerAction; else ``InvalidAction(raw=text, reason=...)``.
 
     Raises:
-        TypeError: ``text`` is not a ``str``, or ``observation`` neither a ``str`` nor None; no
-            other exception escapes for a ``str`` input.
+        TypeError: ``text`` or ``observation`` is not a ``str`` (nor None for ``observation``);
+            nothing else escapes.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -55,9 +54,6 @@ def parse_action(text: str, observation: str | None = None) -> ParsedAction:
     except (RecursionError, MemoryError, ValueError) as error:  # pragma: no cover - last resort
         reason = f"unparseable text ({type(error).__name__})"
         return InvalidAction(raw=text, reason=reason, observation=observation)
-
-
-# --- the rule for several candidates -------------------------------------------------------
 
 
 def _parse(text: str, observation: str | None) -> ParsedAction:
@@ -101,9 +97,6 @@ def _evaluate(text: str, item: Item, observation: str | None) -> ParsedAction:
     if not isinstance(value, dict) or "action" not in value:
         raise Rejected("malformed JSON: no top-level 'action' key")
     return _from_mapping(value, observation)
-
-
-# --- tag content ----------------------------------------------------------------------------
 
 
 def _from_tag(name: str, content: str, observation: str | None) -> ParsedAction:
@@ -184,9 +177,6 @@ def _strip_fence(body: str) -> str:
     if body.rstrip().endswith("```"):
         body = body.rstrip()[:-3]
     return body.strip()
-
-
-# --- building actions -----------------------------------------------------------------------
 
 
 def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedAction:

@@ -83,6 +83,7 @@ class ClusterRecord:
         return asdict(self)
 
 
+@dataclass(eq=False)
 class ProcessAdvantages:
     """Result of :func:`compute_process_advantages`; the records are built on first access.
 
@@ -96,33 +97,21 @@ class ProcessAdvantages:
         rollout_keys: ``(uid, rollout_id)`` of each rollout, in input order.
         action_offsets: int64 (len(rollout_keys) + 1,): rollout i's actions are
             ``[action_offsets[i], action_offsets[i + 1])``.
-        metrics: named floats: counts, utility spread, mean EM/F1, ``golds_normalized_empty``,
-            ``time_<stage>_s`` in seconds.
+        metrics: named floats (counts, utility spread, mean EM/F1, ``time_<stage>_s``).
         warnings: messages also sent to the ``factutil`` logger.
         skipped: uid -> reason for groups left out under ``on_invalid_group="skip"``.
         actions, rollouts, clusters: the :class:`ActionRecord`, :class:`RolloutRecord` and
             :class:`ClusterRecord` lists, in input order.
     """
 
-    def __init__(
-        self,
-        advantages: np.ndarray,
-        action_columns: dict[str, np.ndarray],
-        rollout_keys: list[tuple[str, str]],
-        action_offsets: np.ndarray,
-        metrics: dict[str, float],
-        warnings: list[str],
-        skipped: dict[str, str],
-        records: Records,
-    ):
-        self.advantages = advantages
-        self.action_columns = action_columns
-        self.rollout_keys = rollout_keys
-        self.action_offsets = action_offsets
-        self.metrics = metrics
-        self.warnings = warnings
-        self.skipped = skipped
-        self._records = records
+    advantages: np.ndarray
+    action_columns: dict[str, np.ndarray]
+    rollout_keys: list[tuple[str, str]]
+    action_offsets: np.ndarray
+    metrics: dict[str, float]
+    warnings: list[str]
+    skipped: dict[str, str]
+    _records: Records
 
     @cached_property
     def actions(self) -> list[ActionRecord]:
@@ -155,12 +144,8 @@ class ProcessAdvantages:
         )
 
     def per_rollout(self, column: str = "advantage") -> dict[tuple[str, str], np.ndarray]:
-        """One column of ``action_columns``, per rollout: ``(uid, rollout_id)`` -> its actions'
-        values (views, ignored actions included).
-
-        Raises:
-            KeyError: an unknown column, naming the known ones.
-        """
+        """``(uid, rollout_id)`` -> one column of ``action_columns`` over the rollout's actions
+        (views, ignored actions included); a KeyError names the known columns."""
         if column not in self.action_columns:
             raise KeyError(f"column must be one of {sorted(self.action_columns)}, got {column!r}")
         values = self.action_columns[column]
@@ -168,8 +153,7 @@ class ProcessAdvantages:
         return {key: values[bounds[i] : bounds[i + 1]] for i, key in enumerate(self.rollout_keys)}
 
 
-KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
-"""Kind code -> action name (``"search"``, ``"assert"``, ``"answer"``, ``"invalid"``)."""
+KIND_NAMES = {code: name for name, code in KIND_CODES.items()}  # kind code -> action name
 
 
 @dataclass

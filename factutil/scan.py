@@ -79,9 +79,6 @@ def select(items: list[Item]) -> list[Item]:
     return selected
 
 
-# --- JSON objects ---------------------------------------------------------------------------
-
-
 def json_items(text: str) -> list[Item]:
     """Closed and truncated ``{...}`` objects whose top level has an ``action`` key."""
     key_starts = [match.start() for match in _ACTION_KEY.finditer(text)]
@@ -108,25 +105,15 @@ def json_items(text: str) -> list[Item]:
         # A closed object is read whole; after an unclosed one, braces it saw inside strings may
         # still start objects of their own (a stray "{" or apostrophe in prose).
         pos = end if end > 0 else start + 1
-    items = [
-        Item(start, end, "json", depth=depth)
-        for start, (end, keyed, depth) in closed.items()
-        if keyed
-    ]
-    items += [
-        Item(start, len(text), "truncated", reason=reason) for start, reason in truncated.items()
-    ]
-    return items
+    items = [Item(start, end, "json", depth=depth)
+             for start, (end, keyed, depth) in closed.items() if keyed]
+    return items + [Item(start, len(text), "truncated", reason=reason)
+                    for start, reason in truncated.items()]
 
 
 def _scan_object(
-    text: str,
-    start: int,
-    keys: set[int],
-    closed: dict[int, tuple[int, bool, int]],
-    truncated: dict[int, str],
-    covered: set[int],
-    budget: list[int],
+    text: str, start: int, keys: set[int], closed: dict[int, tuple[int, bool, int]],
+    truncated: dict[int, str], covered: set[int], budget: list[int],
 ) -> int:
     """Scan the object opening at ``text[start]``, recording every object met; the index just
     past its closing brace, or -1 when the text (or budget) ends first. ``closed`` gets
@@ -296,9 +283,6 @@ def _without_trailing_commas(chunk: str) -> str:
         copied = pos = at + 1
     kept.append(chunk[copied:])
     return "".join(kept)
-
-
-# --- tags -----------------------------------------------------------------------------------
 
 
 def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple[int, str]]]:

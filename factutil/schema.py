@@ -6,9 +6,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from factutil.actions import (  # noqa: F401  (the action models stay importable from here)
     TRIPLE_PARTS,
@@ -57,19 +65,19 @@ def coerce_action(item: Any) -> Any:
     if item.get("action") == "search" and isinstance(query, str) and not query.strip():
         # As parse_action does: a blank query is the agent's format error, not a data error.
         observation = item.get("observation")
-        return InvalidAction(
-            raw=_item_text(item),
-            reason="search with an empty query",
-            observation=observation if isinstance(observation, str) else None,
-        )
+        return InvalidAction(raw=_item_text(item), reason="search with an empty query",
+                             observation=observation if isinstance(observation, str) else None)
     return item
 
 
-def _reject_blank_list(values: list[str], field: str) -> list[str]:
+def _golden_not_blank(values: list[str]) -> list[str]:
     for index, value in enumerate(values):
         if not value.strip():
-            raise ValueError(f"{field}[{index}] is empty or whitespace: {value!r}")
+            raise ValueError(f"golden_answers[{index}] is empty or whitespace: {value!r}")
     return values
+
+
+GoldenAnswers = Annotated[list[str], Field(min_length=1), AfterValidator(_golden_not_blank)]
 
 
 class Rollout(BaseModel):
@@ -80,7 +88,7 @@ class Rollout(BaseModel):
 
     uid: str = Field(min_length=1)
     question: str
-    golden_answers: list[str] = Field(min_length=1)
+    golden_answers: GoldenAnswers
     rollout_id: str = Field(min_length=1)
     actions: list[Action]
     reward: float | None = None
@@ -120,11 +128,6 @@ class Rollout(BaseModel):
                 ) from None
         return coerced
 
-    @field_validator("golden_answers")
-    @classmethod
-    def _golden_not_blank(cls, value: list[str]) -> list[str]:
-        return _reject_blank_list(value, "golden_answers")
-
     @field_validator("reward", mode="before")
     @classmethod
     def _reward_is_number(cls, value: Any) -> Any:
@@ -142,8 +145,7 @@ class Rollout(BaseModel):
         return number
 
 
-GROUP_FIELDS = ("uid", "question", "golden_answers")
-"""The fields a group and each of its rollouts share."""
+GROUP_FIELDS = ("uid", "question", "golden_answers")  # shared by a group and its rollouts
 
 
 def group_key(item: Mapping[str, Any]) -> str | None:
@@ -190,9 +192,8 @@ def group_conflicts(
     ``question`` and ``golden_answers``, and no two share a ``rollout_id``.
 
     Args:
-        rollouts: the rollouts to check, in order.
-        head: the group every rollout must match; None: each uid's first rollout is the
-            reference of the others.
+        head: the group every rollout must match; None: each uid's first rollout is the others'
+            reference.
 
     Returns:
         ``(i, field, j)`` per broken rule, by rollout i, then in the order ``"uid"`` (not the
@@ -236,18 +237,13 @@ class Group(BaseModel):
 
     uid: str = Field(min_length=1)
     question: str
-    golden_answers: list[str] = Field(min_length=1)
+    golden_answers: GoldenAnswers
     rollouts: list[Rollout] = Field(min_length=1)
 
     @model_validator(mode="before")
     @classmethod
     def _fill_from_rollouts(cls, data: Any) -> Any:
         return fill_group_fields(dict(data)) if isinstance(data, Mapping) else data
-
-    @field_validator("golden_answers")
-    @classmethod
-    def _golden_not_blank(cls, value: list[str]) -> list[str]:
-        return _reject_blank_list(value, "golden_answers")
 
     @model_validator(mode="after")
     def _consistent(self) -> Group:
