@@ -46,17 +46,15 @@ def compute_process_advantages(
     """Per-action advantages A = A_out + omega * A_proc for a batch of groups (docs/method.md §1–§5).
 
     Args:
-        groups: what :func:`factutil.load.load_groups` accepts (a §8 JSONL path, a Group, or
-            Groups, Rollouts, group or rollout dicts); never mutated.
+        groups: what :func:`factutil.load.load_groups` accepts (a §8 JSONL path, dicts, models).
         config: a :class:`FactUtilConfig` or a mapping of its fields; None: the defaults.
         clusterer: None builds the one ``config.mode`` names; pass one to reuse its caches.
             An Exact/SemanticClusterer must fit ``config`` (:func:`check_clusterer`).
         on_invalid_group: ``"raise"``, or ``"skip"``: leave a failing group out, listed in
             ``skipped`` and warned, so a trainer falls back to outcome-only advantages for it.
-        work: per-fact work made elsewhere (:func:`factutil.workers.make_work`): a FactWork,
-            its bytes, or a list of them. What fits the clusterer goes into its caches (the
-            same results bit for bit); the rest is ignored with one warning and counted
-            (``cluster_work_ignored``, ``cluster_work_unreadable``; ``cluster_work_facts``).
+        work: per-fact work made elsewhere (:func:`factutil.workers.make_work`), or a list of
+            it: what fits the clusterer fills its caches (same results bit for bit); the rest is
+            ignored with one warning and counted (``cluster_work_ignored``).
 
     Returns:
         :class:`ProcessAdvantages`, independent of the order of groups, rollouts and triples.
@@ -79,9 +77,8 @@ def compute_process_advantages(
 
 @contextmanager
 def _collector_paused(pause: bool) -> Iterator[None]:
-    """The cyclic garbage collector paused during a step on the main thread: collections
-    mid-step find no cycles to free. Never from another thread, where switching the collector
-    would race with the trainer's own code."""
+    """The cyclic collector paused for a step on the main thread (mid-step collections find no
+    cycles); never from another thread, where switching it races with the trainer's code."""
     paused = pause and threading.current_thread() is threading.main_thread() and gc.isenabled()
     if paused:
         gc.disable()
@@ -95,8 +92,7 @@ def _collector_paused(pause: bool) -> Iterator[None]:
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
     """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
 
-    Else the step would silently cluster by the clusterer's config
-    (:func:`~factutil.workers.clustering_fit`). Other clusterer classes carry none: unchecked.
+    Else the step would silently cluster by the clusterer's :func:`~factutil.workers.clustering_fit`.
 
     Raises:
         ValueError: naming each differing field with the clusterer's and the call's value.

@@ -141,13 +141,12 @@ EXTRA_WORDS = {"allow_extra_args": True}
 
 def _score(
     ctx: typer.Context, path: Path, config_path: Path | None, sets: list[str] | None,
-    progress: Progress | None = None,
+    progress: Progress,
 ) -> ProcessAdvantages:
     """Load config and input, compute; exit 2 with one line per problem on bad input."""
     if ctx.args:
         _fail(f"unexpected argument {ctx.args[0]!r}: --set takes key=value as one word "
               f"(e.g. --set omega=0.3)")
-    progress = progress or progress_bar()
     try:
         config = load_config(config_path, sets)
         task = progress.add_task(f"reading {path.name}", total=path.stat().st_size)
@@ -220,8 +219,7 @@ def score(
 ) -> None:
     """Write one line of credit per action (docs/method.md §8) and print a summary table.
 
-    A missing output folder is created (the command says so); the file gets the usual mode of a new file.
-    """
+    A missing output folder is created (the command says so)."""
     with progress_bar() as progress:
         result = _score(ctx, input, config, set_, progress)
         task = progress.add_task(f"writing {output.name}", total=len(result.advantages))
@@ -304,8 +302,7 @@ def report(
         gold_triples = load_gold(gold) if gold is not None else None
     except GoldError as error:
         _fail(f"--gold: {error}")
-    missing = matplotlib_missing()
-    if missing:
+    if missing := matplotlib_missing():
         errors.print(missing, markup=False)
     with progress_bar() as progress:
         result = _score(ctx, input, config, set_, progress)
@@ -322,11 +319,9 @@ def report(
             _fail(f"--uid: {error}")
         except OSError as error:
             _fail(f"{output}: cannot write: {error.strerror or error}")
-    size = output.stat().st_size
-    console.print(
-        f"wrote {output} ({size / 1e6:.2f} MB): {shown} of {len(result.groups)} questions in full",
-        markup=False, highlight=False, soft_wrap=True,
-    )
+    console.print(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB): {shown} of "
+                  f"{len(result.groups)} questions in full", markup=False, highlight=False,
+                  soft_wrap=True)
 
 
 @app.command(cls=_Command)
@@ -334,12 +329,10 @@ def schema(
     what: Annotated[str, typer.Option(metavar="input|config", help="input (one JSONL line) or config.")] = "input",
 ) -> None:
     """Print the JSON Schema of the input line (docs/method.md §8) or of the configuration."""
-    if what == "input":
-        typer.echo(json.dumps(input_json_schema(), indent=2, ensure_ascii=False))
-    elif what == "config":
-        typer.echo(json.dumps(FactUtilConfig.model_json_schema(), indent=2, ensure_ascii=False))
-    else:
+    schemas = {"input": input_json_schema, "config": FactUtilConfig.model_json_schema}
+    if what not in schemas:
         _fail(f"--what: expected 'input' or 'config', got {what!r}")
+    typer.echo(json.dumps(schemas[what](), indent=2, ensure_ascii=False))
 
 
 @app.command(cls=_Command)
@@ -364,9 +357,8 @@ def serve(
 ) -> None:
     """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""
     try:
-        # Imported when serving only: the server (fastapi, uvicorn and bm25s of the `retrieval`
-        # extra, which says how to install them when missing) is no part of scoring, and every
-        # other command starts without it.
+        # Imported when serving only: the server's dependencies (the `retrieval` extra) are no
+        # part of scoring, and every other command starts without them.
         from factutil.tools.retrieval.server import serve as serve_retrieval
 
         serve_retrieval(corpus, host=host, port=port, topk=topk,

@@ -68,10 +68,9 @@ def rollout_columns(
 ) -> RolloutColumns:
     """One rollout's columns from its validated action rows (docs/method.md §1, §5, §9).
 
-    Effective actions: up to and including the answer, within ``max_turns``. A search is repeated
-    when its normalised query is an earlier search's. With ``retrieved`` (``facts="retrieved"``)
-    the facts are each search's passages (given, else split from its observation) at its step;
-    asserts bring none. ``queries``: a memo of normalised queries shared between calls.
+    Effective actions: up to the answer, within ``max_turns``. A search repeats when its
+    normalised query is an earlier one's. With ``retrieved`` the facts are each search's passages
+    at its step. ``queries``: a memo of normalised queries shared between calls.
     """
     queries = {} if queries is None else queries
     kinds: list[int] = []
@@ -132,9 +131,7 @@ def rollout_columns(
 
 def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
     """One pass over every rollout: outcomes, kinds, fact texts and occurrences (docs/method.md
-    §1, §2.1); each group's distinct texts get one representative (:func:`distinct_facts`).
-    What the records need (triples as written, ignored kinds, reasons) is kept too.
-    """
+    §1, §2.1), and what the records need (triples as written, ignored kinds, reasons)."""
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     retrieved = config.facts == "retrieved"
     cols: list[RolloutColumns] = []  # per row

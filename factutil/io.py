@@ -42,14 +42,11 @@ class InputError(ValueError):
         super().__init__("\n".join(str(problem) for problem in problems))
 
 
-_FIELDS_OF = {"Group": tuple(Group.model_fields)}
-"""The fields of the models that refuse unknown keys, by their ValidationError's title."""
-
-
 def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[str, str]]:
     """(field path, message) per problem of an input model's error
     (:func:`factutil.errors.error_messages`)."""
-    return errors.error_messages(error, whole, _FIELDS_OF.get(error.title, ()))
+    known = tuple(Group.model_fields) if error.title == "Group" else ()  # refuses unknown keys
+    return errors.error_messages(error, whole, known)
 
 
 def read_rollouts(

@@ -235,9 +235,8 @@ def _assert(triples: Any) -> AssertAction:
 
 
 def _triple(triple: Any, index: int) -> Triple:
+    # assert_content_problem has refused a wrong arity and blank parts already.
     if isinstance(triple, (list, tuple)):
-        if len(triple) != 3:
-            raise Rejected(f"triple {index} has {len(triple)} parts, expected 3")
         given = dict(zip(TRIPLE_PARTS, triple))
     elif isinstance(triple, dict):
         given = triple
@@ -254,7 +253,5 @@ def _triple(triple: Any, index: int) -> Triple:
             part = str(part)
         else:
             raise Rejected(f"triple {index} part {name} is not a string")
-        if not part:
-            raise Rejected(f"triple {index} has an empty {name}")
         parts[name] = part
     return Triple(**parts)

@@ -39,9 +39,8 @@ class Passages(NamedTuple):
 
 
 def split_passages(observation: str) -> Passages:
-    """The passages of a search's observation (docs/method.md §9): Search-R1's ``Doc i(Title: T)
-    text``, numbered (``[1]``, ``1.``, ``1)``) or blank-line separated ones. Blank passages are
-    dropped; one that no layout splits is the one passage (``unsplit`` True)."""
+    """The passages of a search's observation (docs/method.md §9 lists the layouts); one that no
+    layout splits is the one passage (``unsplit`` True)."""
     docs = list(_DOC.finditer(observation))
     if docs:
         passages = []

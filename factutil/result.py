@@ -17,12 +17,9 @@ from factutil.utility import BatchUtilities
 
 @dataclass(slots=True)
 class ActionRecord:
-    """One action's credit: the output line of docs/method.md §8.
-
-    ``ignored``: after the rollout's first answer or beyond ``max_turns``; no effect, every reward
-    and advantage field 0. ``new_clusters``: the cluster ids an assert brought into the store.
-    ``invalid_reason``: why an ``invalid`` action failed to parse; None for the others.
-    """
+    """One action's credit: the output line of docs/method.md §8. ``ignored``: after the answer
+    or beyond ``max_turns`` (every reward and advantage 0); ``new_clusters``: the cluster ids an
+    assert brought into the store; ``invalid_reason``: why an ``invalid`` action failed."""
 
     uid: str
     rollout_id: str
@@ -100,8 +97,7 @@ class ProcessAdvantages:
         metrics: named floats (counts, utility spread, mean EM/F1, ``time_<stage>_s``).
         warnings: messages also sent to the ``factutil`` logger.
         skipped: uid -> reason for groups left out under ``on_invalid_group="skip"``.
-        actions, rollouts, clusters: the :class:`ActionRecord`, :class:`RolloutRecord` and
-            :class:`ClusterRecord` lists, in input order.
+        actions, rollouts, clusters: lists of :class:`ActionRecord` etc., in input order.
     """
 
     advantages: np.ndarray

@@ -1,9 +1,7 @@
 """Where the actions are in a model text, for :mod:`factutil.parse` (docs/method.md §1).
 
-The candidates of one response: ``{...}`` objects with a top-level ``action`` key (closed or
-truncated; a scanner linear in the text, its work capped at three times its count of brace,
-bracket and quote characters) and ``<search>``/``<assert>``/``<answer>`` tag pairs; :func:`load`
-reads one value under :data:`MAX_DEPTH`. The rules are docs/parsing.md's.
+The candidates: ``{...}`` objects with a top-level ``action`` key (the work capped at three
+times the text's count of brackets and quotes) and tag pairs. The rules are docs/parsing.md's.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ import bisect
 import json
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,24 +195,32 @@ def _string_end(text: str, start: int) -> int:
         pos = close + 1
 
 
+def _outside_strings(
+    text: str, pattern: re.Pattern[str], pos: int = 0, budget: list[int] | None = None
+) -> Iterator[int]:
+    """Where ``pattern`` (which matches the quotes too) matches outside string literals, from
+    ``pos`` until the text, an unterminated string or the ``budget`` (one per match) ends."""
+    while budget is None or budget[0] > 0:
+        if budget is not None:
+            budget[0] -= 1
+        match = pattern.search(text, pos)
+        if match is None:
+            return
+        at = match.start()
+        if text[at] in "\"'":
+            pos = _string_end(text, at)
+            if pos < 0:
+                return
+            continue
+        pos = at + 1
+        yield at
+
+
 def _nesting_depth(text: str) -> int:
     """Deepest bracket nesting outside strings; stops counting once past MAX_DEPTH."""
     depth = deepest = 0
-    pos = 0
-    while True:
-        match = _NESTING.search(text, pos)
-        if match is None:
-            return deepest
-        at = match.start()
-        char = text[at]
-        if char in "\"'":
-            after = _string_end(text, at)
-            if after < 0:
-                return deepest
-            pos = after
-            continue
-        pos = at + 1
-        if char in _OPENERS:
+    for at in _outside_strings(text, _NESTING):
+        if text[at] in _OPENERS:
             depth += 1
             if depth > deepest:
                 deepest = depth
@@ -221,6 +228,7 @@ def _nesting_depth(text: str) -> int:
                     return deepest
         elif depth:
             depth -= 1
+    return deepest
 
 
 def load(chunk: str, checked: bool = False) -> Any:
@@ -235,7 +243,8 @@ def load(chunk: str, checked: bool = False) -> Any:
     except json.JSONDecodeError as error:
         problem = _json_problem(error)
     except (ValueError, RecursionError) as error:
-        problem = _clip(str(error))
+        problem = str(error)
+        problem = problem if len(problem) <= 60 else problem[:57] + "..."
     trimmed = _without_trailing_commas(chunk)
     if trimmed != chunk:
         try:
@@ -268,19 +277,10 @@ def _without_trailing_commas(chunk: str) -> str:
     """``chunk`` without the commas before ``}`` or ``]`` outside strings (the text from an
     unterminated string on kept)."""
     kept: list[str] = []
-    copied = pos = 0
-    while True:
-        match = _TRAILING_COMMA_OR_QUOTE.search(chunk, pos)
-        if match is None:
-            break
-        at = match.start()
-        if chunk[at] == '"':
-            pos = _string_end(chunk, at)
-            if pos < 0:
-                break
-            continue
+    copied = 0
+    for at in _outside_strings(chunk, _TRAILING_COMMA_OR_QUOTE):
         kept.append(chunk[copied:at])
-        copied = pos = at + 1
+        copied = at + 1
     kept.append(chunk[copied:])
     return "".join(kept)
 
@@ -358,28 +358,13 @@ def _value_end(text: str, start: int, budget: list[int]) -> int:
     """Index just past the bracket closing ``text[start]``; -1 when the text (or budget) ends
     first or a bracket closes the wrong opener."""
     stack: list[str] = []
-    pos = start
-    while budget[0] > 0:
-        budget[0] -= 1
-        match = _STRUCTURAL.search(text, pos)
-        if match is None:
-            return -1
-        at = match.start()
+    for at in _outside_strings(text, _STRUCTURAL, start, budget):
         char = text[at]
-        if char in "\"'":
-            pos = _string_end(text, at)
-            if pos < 0:
-                return -1
-            continue
-        pos = at + 1
         if char in "[{":
             stack.append("]" if char == "[" else "}")
         elif not stack or stack.pop() != char:
             return -1
         elif not stack:
-            return pos
+            return at + 1
     return -1
 
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -204,27 +204,24 @@ def group_conflicts(
     ids: dict[tuple[str, str], int] = {}
     first: dict[str, int] = {}
     for index, rollout in enumerate(rollouts):
-        rollout_uid = rollout.uid
-        if head is not None and rollout_uid != head.uid:
+        if head is not None and rollout.uid != head.uid:
             conflicts.append((index, "uid", None))
-        key = (rollout_uid, rollout.rollout_id)
+        key = (rollout.uid, rollout.rollout_id)
         if key in ids:
             conflicts.append((index, "rollout_id", ids[key]))
         else:
             ids[key] = index
         if head is not None:
-            reference: int | None = None
-            ref_question, ref_golden = head.question, head.golden_answers
-        elif rollout_uid not in first:
-            first[rollout_uid] = index
+            reference, ref = None, head
+        elif rollout.uid not in first:
+            first[rollout.uid] = index
             continue
         else:
-            reference = first[rollout_uid]
-            ref_question = rollouts[reference].question
-            ref_golden = rollouts[reference].golden_answers
-        if rollout.golden_answers != ref_golden:
+            reference = first[rollout.uid]
+            ref = rollouts[reference]
+        if rollout.golden_answers != ref.golden_answers:
             conflicts.append((index, "golden_answers", reference))
-        if rollout.question != ref_question:
+        if rollout.question != ref.question:
             conflicts.append((index, "question", reference))
     return conflicts
 
@@ -252,22 +249,15 @@ class Group(BaseModel):
             return self
         index, field, other = conflicts[0]
         rollout = self.rollouts[index]
-        if field == "uid":
-            raise ValueError(f"rollouts[{index}].uid is {rollout.uid!r}, the group's uid is {self.uid!r}")
-        if field == "rollout_id":
-            raise ValueError(
-                f"rollouts[{index}].rollout_id {rollout.rollout_id!r} repeats "
-                f"rollouts[{other}] in group {self.uid!r}"
-            )
-        if field == "golden_answers":
-            raise ValueError(
-                f"rollouts[{index}].golden_answers {rollout.golden_answers!r} differ from "
-                f"the group's {self.golden_answers!r}"
-            )
-        raise ValueError(
-            f"rollouts[{index}].question {short(rollout.question, 80)} differs from "
-            f"the group's {short(self.question, 80)}"
-        )
+        raise ValueError(f"rollouts[{index}]." + {
+            "uid": f"uid is {rollout.uid!r}, the group's uid is {self.uid!r}",
+            "rollout_id": f"rollout_id {rollout.rollout_id!r} repeats rollouts[{other}] in "
+                          f"group {self.uid!r}",
+            "golden_answers": f"golden_answers {rollout.golden_answers!r} differ from the "
+                              f"group's {self.golden_answers!r}",
+            "question": f"question {short(rollout.question, 80)} differs from the group's "
+                        f"{short(self.question, 80)}",
+        }[field])
 
     @classmethod
     def from_rollouts(cls, rollouts: Iterable[Rollout]) -> Group:
