@@ -82,17 +82,13 @@ def rollout_columns(
     store_empty = True
     answer = None
     empty_store_answer = False
-    t = 0
     unsplit = 0
-    for action in actions[:max_turns]:
+    for t, action in enumerate(actions[:max_turns]):
         kind = action["action"]
         kinds.append(KIND_CODES[kind])
-        if kind == "assert":
-            if not retrieved:
-                store_empty = False
-                triples = action["triples"]
-                steps.extend([t] * len(triples))
-                triples_written.extend(triples)
+        facts: list[Any] = []  # what the action brings into the store
+        if kind == "assert" and not retrieved:
+            facts = action["triples"]
         elif kind == "search":
             if retrieved:
                 given = action.get("passages")
@@ -101,10 +97,7 @@ def rollout_columns(
                 else:
                     passages, cut = split_passages(action.get("observation") or "")
                     unsplit += cut
-                if passages:
-                    store_empty = False
-                    steps.extend([t] * len(passages))
-                    triples_written.extend(passage_parts(passage) for passage in passages)
+                facts = [passage_parts(passage) for passage in passages]
             query = action["query"]
             normalized = queries.get(query)
             if normalized is None:
@@ -116,11 +109,14 @@ def rollout_columns(
         elif kind == "answer":
             answer = action["answer"]
             empty_store_answer = store_empty
-            t += 1
             break
-        else:
+        elif kind == "invalid":
             reasons[t] = action["reason"]
-        t += 1
+        if facts:
+            store_empty = False
+            steps.extend([t] * len(facts))
+            triples_written.extend(facts)
+    t = len(kinds)  # the effective actions; the rest are ignored
     for u in range(t, len(actions)):
         if actions[u]["action"] == "invalid":
             reasons[u] = actions[u]["reason"]

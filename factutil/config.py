@@ -255,13 +255,9 @@ class ConfigError(ValueError):
 
 
 def load_yaml(text: str) -> Any:
-    """YAML text as Python values (:func:`yaml.safe_load`'s types). An integer past Python's
-    4,300-digit limit is read as a float, so it fails its field's check by name instead of
-    escaping as a bare ValueError.
-
-    Raises:
-        yaml.YAMLError: text YAML cannot read.
-    """
+    """YAML text as Python values (:func:`yaml.safe_load`'s types; a yaml.YAMLError if it cannot
+    be read). An integer past Python's 4,300-digit limit is read as a float, so it fails its
+    field's check by name instead of escaping as a bare ValueError."""
     import yaml  # imported on use: the OpenRLHF adapter reads settings before factutil is needed
 
     class Loader(yaml.SafeLoader):
@@ -302,11 +298,8 @@ def config_from_values(
     where: Callable[[str], str] = lambda field: f"config: {field}",
     error: type[ValueError] = ConfigError,
 ) -> FactUtilConfig:
-    """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`.
-
-    Raises:
-        ``error`` (an adapter's ValueError subclass): one :func:`error_lines` line per problem.
-    """
+    """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`; raises ``error`` (an
+    adapter's ValueError subclass) with one :func:`error_lines` line per problem."""
     try:
         return FactUtilConfig.model_validate(dict(values))
     except ValidationError as problem:

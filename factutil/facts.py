@@ -59,10 +59,8 @@ def distinct_facts(
         ``(texts, chosen, position)``: the k distinct texts, sorted; the index in ``parts`` of
         each one's representative; per part, ``first`` + the position of its text.
     """
-    if key is None:
-        texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
-    else:
-        texts = [key(part) for part in parts]
+    texts = ([fact_text(*part, template) for part in parts] if key is None
+             else [key(part) for part in parts])
     local: dict[str, int] = {}
     best: list[int] = []
     found: list[int] = []

@@ -154,11 +154,8 @@ def group_problems(
 def read_groups(
     path: str | os.PathLike, progress: Callable[[int], None] | None = None
 ) -> list[Group]:
-    """Read a docs/method.md §8 file into groups by ``uid``, in first-appearance order.
-
-    Raises:
-        InputError, OSError: as :func:`read_rollouts`.
-    """
+    """Read a docs/method.md §8 file into groups by ``uid``, in first-appearance order
+    (InputError, OSError: as :func:`read_rollouts`)."""
     return group_rollouts(rollout for _, rollout in read_rollouts(path, progress))
 
 
@@ -179,11 +176,8 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> None
 
 def write_atomic(path: str | os.PathLike, chunks: Iterable[str]) -> None:
     """Write text (UTF-8) atomically: a temporary file in the same folder, then a rename, so a
-    crash never leaves a partial file; it gets a new file's mode (0666 less the umask).
-
-    Raises:
-        OSError: the folder does not exist (it is never created here) or cannot be written.
-    """
+    crash never leaves a partial file; it gets a new file's mode (0666 less the umask). An
+    OSError when the folder does not exist (never created here) or cannot be written."""
     target = Path(path)
     for attempt in range(100):
         temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"

@@ -183,11 +183,7 @@ def rollout_row(rollout: Rollout) -> dict[str, Any]:
 
 def action_row(action: Any) -> dict[str, Any]:
     """An action model as a dict of its fields (no extra keys), assert triples as
-    ``[subject, relation, object]`` lists.
-
-    Raises:
-        TypeError: ``action`` is not a search, assert, answer or invalid action model.
-    """
+    ``[subject, relation, object]`` lists; a TypeError for anything else."""
     kind = getattr(action, "action", None)  # the discriminator: isinstance on models is slow
     if kind == "assert":
         return {"action": "assert",

@@ -90,21 +90,18 @@ def _evaluate(text: str, item: Item, observation: str | None) -> ParsedAction:
     if item.reason:
         raise Rejected(item.reason)
     if item.kind == "tag":
-        return _from_tag(item.name, text[item.inner[0] : item.inner[1]], observation)
+        content = text[item.inner[0] : item.inner[1]]
+        if item.name == "search":
+            return _search(content, observation)
+        if item.name == "answer":
+            return AnswerAction(answer=content.strip())
+        return _assert(_tag_triples(content))
     if item.depth > MAX_DEPTH:
         raise Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
     value = load(text[item.start : item.end], checked=True)
     if not isinstance(value, dict) or "action" not in value:
         raise Rejected("malformed JSON: no top-level 'action' key")
     return _from_mapping(value, observation)
-
-
-def _from_tag(name: str, content: str, observation: str | None) -> ParsedAction:
-    if name == "search":
-        return _search(content, observation)
-    if name == "answer":
-        return AnswerAction(answer=content.strip())
-    return _assert(_tag_triples(content))
 
 
 def _tag_triples(content: str) -> Any:

@@ -164,13 +164,10 @@ class Records:
     keys: list[tuple[str, str]]
     offsets: np.ndarray
 
-    def _group_of_row(self) -> np.ndarray:
-        counts = np.diff(np.append(self.prep.rollout_starts, len(self.keys)))
-        return np.repeat(np.arange(len(self.batch), dtype=np.int64), counts)
-
     def actions(self, columns: dict[str, np.ndarray]) -> list[ActionRecord]:
         util, prep = self.util, self.prep
-        group_of_row = self._group_of_row()
+        counts = np.diff(np.append(prep.rollout_starts, len(self.keys)))  # rollouts per group
+        group_of_row = np.repeat(np.arange(len(self.batch), dtype=np.int64), counts)
         order = np.lexsort((util.pair_cluster, util.pair_step, util.pair_row))
         new: dict[tuple[int, int], list[int]] = {}
         local = util.pair_cluster - util.cluster_starts[group_of_row[util.pair_row]]

@@ -163,9 +163,7 @@ def _scan_object(
             closed[entry[1]] = (at + 1, entry[3], entry[2] - base)
             if not stack:
                 return at + 1
-    reason = "truncated JSON: unterminated string" if in_string else (
-        "truncated JSON: unterminated object"
-    )
+    reason = f"truncated JSON: unterminated {'string' if in_string else 'object'}"
     for entry in stack:
         if entry[0] == "{" and entry[3]:
             truncated.setdefault(entry[1], reason)
@@ -316,16 +314,13 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
             if tokens[opened][3] == name:
                 break
             unclosed.append(opened)
-        start, inner_start = tokens[opened][0], tokens[opened][1]
-        inner_end, end = tokens[index][0], tokens[index][1]
         reason = ""
         if index - opened > 1:
             _, _, inner_close, inner_name = tokens[opened + 1]
             shown = f"</{inner_name}>" if inner_close else f"<{inner_name}>"
             reason = f"nested {shown} tag inside <{name}>"
-        items.append(
-            Item(start, end, "tag", name=name, inner=(inner_start, inner_end), reason=reason)
-        )
+        inner = (tokens[opened][1], tokens[index][0])
+        items.append(Item(tokens[opened][0], tokens[index][1], "tag", name, inner, reason=reason))
     unclosed.extend(stack)
     failures = [(tokens[index][0], f"unclosed <{tokens[index][3]}> tag") for index in unclosed]
     return items, failures

@@ -118,14 +118,8 @@ class Rollout(BaseModel):
             try:
                 coerced.append(coerce_action(item))
             except ValidationError as error:  # a bad raw item: name it actions[index].<field>
-                raise ValidationError.from_exception_data(
-                    error.title,
-                    [
-                        {"type": e["type"], "loc": (index, *e["loc"]), "input": e["input"],
-                         **({"ctx": e["ctx"]} if "ctx" in e else {})}
-                        for e in error.errors()
-                    ],
-                ) from None
+                located = [{**e, "loc": (index, *e["loc"])} for e in error.errors()]
+                raise ValidationError.from_exception_data(error.title, located) from None
         return coerced
 
     @field_validator("reward", mode="before")
@@ -163,8 +157,7 @@ def group_key(item: Mapping[str, Any]) -> str | None:
 def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
     """A group dict with its :data:`GROUP_FIELDS` filled in both directions (docs/method.md §8):
     the group's default to its first rollout's, a rollout mapping lacking one takes the group's
-    (a given value is kept: a disagreement is the group check's). ``data`` is never changed.
-    """
+    (a given value is kept: a disagreement is the group check's). ``data`` is never changed."""
     rollouts = data.get("rollouts")
     if not isinstance(rollouts, (list, tuple)) or not rollouts:
         return data
