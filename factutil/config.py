@@ -14,8 +14,6 @@ from factutil.errors import UNKNOWN_FIELD, error_messages, unknown_field_message
 
 FilterName = Literal["negation", "numeric", "relation", "entity"]
 
-_TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
-
 PRESETS: dict[str, dict[str, Any]] = {  # name -> the fields it sets unless given explicitly
     # The library's defaults: the paper's method with the group-centred prior of cluster success.
     "default": {},
@@ -229,7 +227,7 @@ class FactUtilConfig(BaseModel):
     @field_validator("triple_template")
     @classmethod
     def _template_has_parts(cls, value: str) -> str:
-        missing = [part for part in _TEMPLATE_FIELDS if part not in value]
+        missing = [part for part in ("{subject}", "{relation}", "{object}") if part not in value]
         if missing:
             raise ValueError(f"triple_template {value!r} lacks {', '.join(missing)}")
         try:

@@ -35,9 +35,7 @@ def field_path(loc: Iterable[Any], whole: str = "(line)") -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif isinstance(previous, int) and part in _UNION_TAGS:
-            pass
-        else:
+        elif not (isinstance(previous, int) and part in _UNION_TAGS):
             path += f".{part}" if path else str(part)
         previous = part
     return path or whole

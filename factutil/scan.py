@@ -27,7 +27,6 @@ _STRUCTURAL = re.compile(r"""[{}\[\]"']""")  # brackets and quotes
 _BRACES = re.compile(r"\{+")
 _NESTING = re.compile(r"""[{}\[\]()"']""")
 _TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
-_OPENERS = "{[("
 
 
 class Number(str):
@@ -218,7 +217,7 @@ def _nesting_depth(text: str) -> int:
     """Deepest bracket nesting outside strings; stops counting once past MAX_DEPTH."""
     depth = deepest = 0
     for at in _outside_strings(text, _NESTING):
-        if text[at] in _OPENERS:
+        if text[at] in "{[(":
             depth += 1
             if depth > deepest:
                 deepest = depth
