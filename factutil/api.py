@@ -1,8 +1,5 @@
 """``compute_process_advantages``: rollouts -> per-action advantages (docs/method.md §1–§5).
-
-This module only orders the steps, each its own module's batch call over the flat columns of
-:mod:`factutil.columns`; :mod:`factutil.result` builds the records from them on demand.
-"""
+It only orders the steps, each one batch call over the columns of :mod:`factutil.columns`."""
 
 from __future__ import annotations
 
@@ -92,7 +89,7 @@ def _collector_paused(pause: bool) -> Iterator[None]:
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
     """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
 
-    Else the step would silently cluster by the clusterer's :func:`~factutil.workers.clustering_fit`.
+    Else the step would silently cluster by the clusterer's config (:func:`clustering_fit`).
 
     Raises:
         ValueError: naming each differing field with the clusterer's and the call's value.

@@ -1,8 +1,5 @@
-"""The ``factutil`` command line: score, clusters, report, schema, serve (docs/method.md §8).
-
-Bad input or configuration: exit status 2 and one line per problem, ``FILE:LINE: field: what is
-wrong`` (``config: field: ...``), never a traceback.
-"""
+"""The ``factutil`` command line (docs/method.md §8). Bad input or configuration: exit status 2
+and one ``FILE:LINE: field: what is wrong`` line per problem, never a traceback."""
 
 from __future__ import annotations
 

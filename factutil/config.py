@@ -1,4 +1,4 @@
-"""The configuration: every knob of the method in :class:`FactUtilConfig` (docs/method.md §1–§5),
+"""The configuration: every knob of the method in :class:`FactUtilConfig` (docs/method.md §1-5),
 and the helpers every surface (CLI, verl, OpenRLHF) builds one with."""
 
 from __future__ import annotations

@@ -46,9 +46,8 @@ def distinct_facts(
     parts: Sequence[Sequence[str]], template: str = DEFAULT_TEMPLATE, first: int = 0,
     key: Callable[[Sequence[str]], str] | None = None,
 ) -> tuple[list[str], list[int], list[int]]:
-    """The distinct normalised texts of some triples, sorted, each with one representative
-    (docs/method.md §2.1): the smallest ``(subject, relation, object)`` sharing it (the first of
-    equals), so the choice does not depend on input order.
+    """The distinct normalised texts of some triples, sorted, each with one representative, the
+    smallest triple sharing it, so the choice does not depend on input order (docs/method.md §2.1).
 
     Args:
         parts: ``(subject, relation, object)`` of each triple, all tuples or all lists.

@@ -53,11 +53,10 @@ def read_rollouts(
     path: str | os.PathLike, progress: Callable[[int], None] | None = None
 ) -> list[tuple[int, Rollout]]:
     """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file;
-    ``progress`` gets the bytes read, about every MiB.
+    ``progress`` gets the bytes read, about every MiB. An OSError when it cannot be read.
 
     Raises:
         InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``.
-        OSError: the file cannot be read.
     """
     name = str(path)
     problems: list[Problem] = []

@@ -43,8 +43,7 @@ def load_groups(
 
     Raises:
         InputError: every problem of a failing group (or file), one ``WHERE: field: what is
-            wrong`` line each, WHERE being ``FILE:LINE`` or the item's position, e.g.
-            ``groups[3] (uid 'q7', rollout_id 'q7-2')``.
+            wrong`` line each (WHERE: ``FILE:LINE``, or ``groups[3] (uid 'q7', ...)``).
         ValueError: one uid names two groups.
         TypeError: an item is not a Group, Rollout or mapping.
     """

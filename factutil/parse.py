@@ -1,8 +1,5 @@
-"""Model text -> actions (docs/method.md §1; the ``raw`` items of docs/method.md §8).
-
-:mod:`factutil.scan` finds the candidates in the text; this module turns them into an action.
-A format error is a penalised action, never a crash of training. Every rule is in docs/parsing.md.
-"""
+"""Model text -> actions (docs/method.md §1, §8): :mod:`factutil.scan` finds the candidates,
+this module turns them into an action; a format error is an invalid action (docs/parsing.md)."""
 
 from __future__ import annotations
 
@@ -40,8 +37,7 @@ def parse_action(text: str, observation: str | None = None) -> ParsedAction:
         A Search-, Assert- or AnswerAction; else ``InvalidAction(raw=text, reason=...)``.
 
     Raises:
-        TypeError: ``text`` or ``observation`` is not a ``str`` (nor None for ``observation``);
-            nothing else escapes.
+        TypeError: ``text`` or ``observation`` is not a ``str`` (or None); nothing else escapes.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")

@@ -88,7 +88,7 @@ def passages_of(given: Sequence[Any]) -> list[Passage]:
 
 
 def passage_parts(passage: Passage) -> list[str]:
-    """A passage as a fact's three parts, ``[title, "id:<id>" or "", text]`` (docs/method.md §9)."""
+    """A passage as a fact's parts, ``[title, "id:<id>" or "", text]`` (docs/method.md §9)."""
     return [passage.title, f"id:{passage.id}" if passage.id else "", passage.text]
 
 

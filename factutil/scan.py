@@ -1,8 +1,5 @@
-"""Where the actions are in a model text, for :mod:`factutil.parse` (docs/method.md §1).
-
-The candidates: ``{...}`` objects with a top-level ``action`` key (the work capped at three
-times the text's count of brackets and quotes) and tag pairs. The rules are docs/parsing.md's.
-"""
+"""Where the actions are in a model text, for :mod:`factutil.parse`: ``{...}`` objects with an
+``action`` key, and tag pairs (docs/parsing.md); the work is linear in the text."""
 
 from __future__ import annotations
 

@@ -182,11 +182,8 @@ def group_conflicts(
     rollouts: Sequence[Rollout], head: Group | None = None
 ) -> list[tuple[int, str, int | None]]:
     """Where rollouts break the group rule (docs/method.md §1, §8): one uid's rollouts share
-    ``question`` and ``golden_answers``, and no two share a ``rollout_id``.
-
-    Args:
-        head: the group every rollout must match; None: each uid's first rollout is the others'
-            reference.
+    ``question`` and ``golden_answers`` (those of ``head``, else of the uid's first rollout), and
+    no two share a ``rollout_id``.
 
     Returns:
         ``(i, field, j)`` per broken rule, by rollout i, then in the order ``"uid"`` (not the
