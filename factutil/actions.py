@@ -1,9 +1,5 @@
-"""Triples and the four actions of the agent (docs/method.md §1, §8): the models every layer shares.
-
-:mod:`factutil.parse` turns model text into these and :mod:`factutil.schema` builds rollouts and
-groups from them (calling the parser for raw model output): actions <- parse <- schema, no cycle.
-Every name stays importable from :mod:`factutil.schema`.
-"""
+"""Triples and the four actions of the agent (docs/method.md §1, §8): the models every layer
+shares (actions <- parse <- schema, no cycle); importable from :mod:`factutil.schema` too."""
 
 from __future__ import annotations
 
@@ -33,11 +29,8 @@ def reject_blank(value: str, field: str) -> str:
 
 
 class Triple(BaseModel):
-    """One fact ``(subject, relation, object)`` (docs/method.md §1).
-
-    Accepts a list or tuple of three strings as well as a mapping with the three fields.
-    Raises ``ValidationError`` for a wrong arity, a non-string part or an empty part.
-    """
+    """One fact ``(subject, relation, object)`` (docs/method.md §1), from a mapping or a list of
+    three non-blank strings."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -63,22 +56,15 @@ class Triple(BaseModel):
         return reject_blank(value, info.field_name)
 
     def as_list(self) -> list[str]:
-        """The triple as ``[subject, relation, object]`` (the file form of docs/method.md §8)."""
         return [self.subject, self.relation, self.object]
 
     @classmethod
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        as_object = handler(schema)
-        as_array = {
-            "type": "array",
-            "items": {"type": "string", "minLength": 1},
-            "minItems": 3,
-            "maxItems": 3,
-            "description": "[subject, relation, object]",
-        }
-        return {"anyOf": [as_array, as_object]}
+        as_array = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 3,
+                    "maxItems": 3, "description": "[subject, relation, object]"}
+        return {"anyOf": [as_array, handler(schema)]}
 
 
 class _ActionBase(BaseModel):
@@ -87,7 +73,7 @@ class _ActionBase(BaseModel):
 
 
 class PassageItem(BaseModel):
-    """One passage a search lists (docs/method.md §9): its ``text`` (or Search-R1's ``contents``,
+    """One passage a search lists (docs/method.md §9): ``text`` (or Search-R1's ``contents``,
     ``'"Title"\ntext'``), optional ``id`` and ``title``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -123,11 +109,8 @@ class SearchAction(_ActionBase):
 
 
 class AssertAction(_ActionBase):
-    """``assert``: triples taken from the current observation into the store (docs/method.md §1).
-
-    The file form names the list ``triples``; model output (docs/method.md §1) names it ``facts``; both are
-    accepted. At least one triple is required.
-    """
+    """``assert``: triples taken from the current observation into the store (docs/method.md §1);
+    at least one, named ``triples`` (file form) or ``facts`` (model output)."""
 
     action: Literal["assert"] = "assert"
     triples: list[Triple] = Field(
@@ -161,10 +144,7 @@ ActionKind = Literal["search", "assert", "answer", "invalid"]
 
 
 class RawAction(BaseModel):
-    """The ``raw`` input form: model output still to be parsed (docs/method.md §8).
-
-    The observation, if any, belongs to the action when it parses as a ``search``.
-    """
+    """The ``raw`` input form: model output still to be parsed (docs/method.md §8)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -173,11 +153,9 @@ class RawAction(BaseModel):
 
 
 def assert_content_problem(item: dict[str, Any]) -> str | None:
-    """Why a structured ``assert`` is an invalid *action* (docs/method.md §1), or None.
-
-    An assert with no triple or with an empty part is the agent's format error, penalised like any
-    invalid action; a wrongly typed field is left to pydantic and becomes a data error.
-    """
+    """Why a structured ``assert`` is an invalid *action* (docs/method.md §1), or None: no triple
+    or an empty part is the agent's format error; a wrongly typed field is left to pydantic (a
+    data error)."""
     triples = item.get("triples", item.get("facts"))
     if not isinstance(triples, list):
         return None

@@ -1,12 +1,5 @@
 """``compute_process_advantages``: rollouts -> per-action advantages (docs/method.md §1–§5).
-
-The steps, each in its own module: outcome rewards and the empty-store rule
-(:func:`factutil.metrics.outcome`), clusters (:mod:`factutil.cluster`), utilities
-(:func:`factutil.utility.batch_utilities`), the gain grid, potentials, shaping, back-credit and
-penalties (:mod:`factutil.shaping`), advantages (:mod:`factutil.advantages`). This module only
-orders them: the groups become flat columns once (:mod:`factutil.columns`), each step is one batch
-call, and the result (:mod:`factutil.result`) builds its records from the columns on demand.
-"""
+It only orders the steps, each one batch call over the columns of :mod:`factutil.columns`."""
 
 from __future__ import annotations
 
@@ -50,43 +43,24 @@ def compute_process_advantages(
     """Per-action advantages A = A_out + omega * A_proc for a batch of groups (docs/method.md §1–§5).
 
     Args:
-        groups: a path to a docs/method.md §8 JSONL file; a :class:`Group`; or an iterable of Groups,
-            Rollouts, group dicts (with ``rollouts``) or rollout dicts (docs/method.md §8 lines, grouped by
-            ``uid`` only). Inputs are never mutated.
-        config: a :class:`FactUtilConfig` or a mapping of its fields; None uses the defaults.
-        clusterer: the :class:`~factutil.cluster.Clusterer` to use; None builds the one
-            ``config.mode`` names. Pass one to reuse its state (e.g. an embedding cache) across
-            calls. An :class:`~factutil.cluster.ExactClusterer` or
-            :class:`~factutil.cluster.SemanticClusterer` must agree with ``config`` on ``mode``
-            and on every field of :data:`CLUSTERING_FIELDS` (a ValueError names the others);
-            any other clusterer is used as given.
-        on_invalid_group: ``"raise"`` (default) raises on the first group that fails validation;
-            ``"skip"`` leaves such groups out, lists them in ``skipped`` with the reason and logs a
-            warning, so a trainer can fall back to outcome-only advantages for them alone.
-        work: per-fact work made elsewhere (:func:`factutil.workers.make_work`, e.g. in the
-            rollout workers): a :class:`~factutil.workers.FactWork`, its bytes, or a list of
-            them. Work that fits the clusterer (:func:`~factutil.workers.clustering_fit`) goes
-            into its caches (:meth:`~factutil.cluster.SemanticClusterer.add_work`) and the step
-            computes the rest, so results are the same bit for bit. Work that does not fit or
-            cannot be read is ignored with one warning and counted
-            (``metrics["cluster_work_ignored"]``, ``cluster_work_unreadable``; items);
-            ``cluster_work_facts`` counts the step's facts found in it. A clusterer without
-            ``add_work`` (exact mode) ignores all of it.
+        groups: what :func:`factutil.load.load_groups` accepts (a §8 JSONL path, dicts, models).
+        config: a :class:`FactUtilConfig` or a mapping of its fields; None: the defaults.
+        clusterer: None builds the one ``config.mode`` names; pass one to reuse its caches.
+            An Exact/SemanticClusterer must fit ``config`` (:func:`check_clusterer`).
+        on_invalid_group: ``"raise"``, or ``"skip"``: leave a failing group out, listed in
+            ``skipped`` and warned, so a trainer falls back to outcome-only advantages for it.
+        work: per-fact work made elsewhere (:func:`factutil.workers.make_work`), or a list of
+            it: what fits the clusterer fills its caches (same results bit for bit); the rest is
+            ignored with one warning and counted (``cluster_work_ignored``).
 
     Returns:
-        :class:`ProcessAdvantages`; ``advantages`` is float32 (N,) over all N input actions in
-        input order (0 for ignored actions). Deterministic, and independent of the order of
-        groups, of rollouts within a group and of triples within an assert.
+        :class:`ProcessAdvantages`, independent of the order of groups, rollouts and triples.
 
     Raises:
-        pydantic.ValidationError: a bad config (the message names field and value).
-        factutil.io.InputError: bad groups: every problem of a file as ``FILE:LINE: field: ...``,
-            of dicts and models as ``groups[i] (uid ..., rollout_id ...): field: ...``
-            (docs/method.md §8).
-        ValueError: a uid shared by two groups; a clusterer built for another clustering
-            config (the message names each field and both values).
-        FloatingPointError: an advantage beyond float32 (extreme rewards or omega); the message
-            names group, rollout, step and omega.
+        pydantic.ValidationError: a bad config.
+        factutil.io.InputError: bad groups, one ``WHERE: field: ...`` line per problem (§8).
+        ValueError: a uid shared by two groups; a clusterer built for another config.
+        FloatingPointError: an advantage beyond float32; names group, rollout, step and omega.
     """
     if config is None:
         config = FactUtilConfig()
@@ -100,11 +74,8 @@ def compute_process_advantages(
 
 @contextmanager
 def _collector_paused(pause: bool) -> Iterator[None]:
-    """Python's cyclic garbage collector paused for a step run on the main thread (``pause``
-    and the collector on), restored after. A step allocates ~10 objects per action and frees
-    them together; collections in the middle of it traverse the clusterer's memos and find no
-    cycles to free. Never from another thread: a trainer's early-scoring thread switching the
-    collector would race with the trainer's own code (benchmarks/README.md has the cost)."""
+    """The cyclic collector paused for a step on the main thread (mid-step collections find no
+    cycles); never from another thread, where switching it races with the trainer's code."""
     paused = pause and threading.current_thread() is threading.main_thread() and gc.isenabled()
     if paused:
         gc.disable()
@@ -118,11 +89,7 @@ def _collector_paused(pause: bool) -> Iterator[None]:
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
     """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
 
-    A passed clusterer does the clustering, so a call whose clustering fit
-    (:func:`~factutil.workers.clustering_fit`: ``mode`` and, in semantic mode, every field the
-    clusters depend on) differs from the clusterer's would silently cluster by the clusterer's. Clusterers other than
-    :class:`~factutil.cluster.ExactClusterer` and :class:`~factutil.cluster.SemanticClusterer`
-    carry no config and are not checked.
+    Else the step would silently cluster by the clusterer's config (:func:`clustering_fit`).
 
     Raises:
         ValueError: naming each differing field with the clusterer's and the call's value.
@@ -143,36 +110,35 @@ def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
 
 
 def _compute(
-    groups: GroupsInput,
-    config: FactUtilConfig,
-    clusterer: Clusterer | None,
-    on_invalid_group: str,
-    work: Any = None,
+    groups: GroupsInput, config: FactUtilConfig, clusterer: Clusterer | None,
+    on_invalid_group: str, work: Any = None,
 ) -> ProcessAdvantages:
-    """The body of :func:`compute_process_advantages` (config already validated)."""
-    started = time.perf_counter()
+    started = clock = time.perf_counter()
     warnings: list[str] = []
+    timings: dict[str, float] = {}
 
     def warn(message: str) -> None:
         warnings.append(message)
         logger.warning(message)
 
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
+    def lap(stage: str) -> None:  # the seconds since the previous stage ended
+        nonlocal clock
+        now = time.perf_counter()
+        timings[stage] = now - clock
+        clock = now
+
     if on_invalid_group not in ("raise", "skip"):
         raise ValueError(f"on_invalid_group must be 'raise' or 'skip', got {on_invalid_group!r}")
     batch, skipped = load_groups(groups, skip_invalid=on_invalid_group == "skip")
     for uid, reason in skipped.items():
         warn(f"group {uid!r} skipped: {reason}")
-    timings["load"] = time.perf_counter() - clock
+    lap("load")
 
     # 1. Outcomes and the fact texts of every rollout (docs/method.md §1, §2.1).
-    clock = time.perf_counter()
     prep = prepare(batch, config, warn)
-    timings["prepare"] = time.perf_counter() - clock
+    lap("prepare")
 
     # 2. Clusters (docs/method.md §2).
-    clock = time.perf_counter()
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
     work_metrics = {}
     if work is not None:
@@ -185,25 +151,22 @@ def _compute(
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
                  f"{type(clusterer).__name__} takes none (no add_work method)")
-        timings["work"] = time.perf_counter() - clock
-        clock = time.perf_counter()
+        lap("work")
     if isinstance(clusterer, SemanticClusterer):  # its warnings are the step's
         labels = clusterer.cluster_batch(prep.facts, warn=warn)
     else:
         labels = clusterer.cluster_batch(prep.facts)
-    timings["cluster"] = time.perf_counter() - clock
+    lap("cluster")
 
     # 3. Utilities of every cluster (docs/method.md §3).
-    clock = time.perf_counter()
     util = batch_utilities(
         labels, prep.occurrence_row, prep.occurrence_step, prep.occurrence_fact,
         np.asarray(prep.success, dtype=np.float64), prep.rank, prep.rollout_starts,
         config.epsilon, config.prior, config.uniform_groups, config.utility,
     )
-    timings["utility"] = time.perf_counter() - clock
+    lap("utility")
 
     # 4. Potentials, shaping, back-credit and penalties, every rollout at once (docs/method.md §4).
-    clock = time.perf_counter()
     rows = len(prep.lengths)
     steps = int(prep.lengths.max()) if rows else 0
     effective = int(prep.lengths.sum())
@@ -216,20 +179,14 @@ def _compute(
     repeated = np.zeros((rows, steps), dtype=bool)
     repeated[prep.repeated_row, prep.repeated_step] = True
     parts = process_rewards(
-        kinds,
-        gain,
-        added,
-        repeated,
-        gamma=config.gamma,
-        alpha=config.alpha,
+        kinds, gain, added, repeated, gamma=config.gamma, alpha=config.alpha,
         invalid_penalty=config.invalid_penalty,
         repeat_search_penalty=config.repeat_search_penalty,
         empty_store_answer_penalty=config.empty_store_answer_penalty,
     )
-    timings["shaping"] = time.perf_counter() - clock
+    lap("shaping")
 
     # 5. Advantages per group (docs/method.md §5), then the per-action columns over every input action.
-    clock = time.perf_counter()
     reward = np.asarray(prep.reward, dtype=np.float64)
     a_out = segment_normalize(reward, prep.rollout_starts, config.norm_eps, config.norm_by_std)
     process_reward = parts.process_reward[action_row, action_step]
@@ -263,13 +220,11 @@ def _compute(
     columns["ignored"] = ignored
     for column in columns.values():
         column.flags.writeable = False  # the records are built from them later
-    timings["advantage"] = time.perf_counter() - clock
+    lap("advantage")
 
     with np.errstate(over="ignore"):
         advantages = columns["advantage"].astype(np.float32)
-    keys = [
-        (group.uid, rollout["rollout_id"]) for group in batch for rollout in group.rollouts
-    ]
+    keys = [(group.uid, rollout["rollout_id"]) for group in batch for rollout in group.rollouts]
     if not np.all(np.isfinite(advantages)):
         k = int(np.flatnonzero(~np.isfinite(advantages))[0])
         uid, rollout_id = keys[int(np.searchsorted(offsets, k, side="right")) - 1]

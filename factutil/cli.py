@@ -1,23 +1,11 @@
-"""The ``factutil`` command line (docs/method.md §8).
-
-    factutil score IN.jsonl -o OUT.jsonl [--config FILE] [--set key=value ...]
-    factutil clusters IN.jsonl [--format table|json] [--config FILE] [--set key=value ...]
-    factutil report IN.jsonl -o REPORT.html [--gold FILE] [--uid UID ...] [--max-groups N]
-        [--config FILE] [--set key=value ...]
-    factutil schema [--what input|config]
-    factutil serve [--corpus FILE] [--host 127.0.0.1] [--port 8000] [--topk 3]
-        [--request-timeout 10]
-
-Bad input or configuration: exit status 2 and one line per problem, ``FILE:LINE: field: what is
-wrong`` (``config: field: ...`` for the configuration), never a traceback. On a terminal, long
-work (reading, scoring, writing) shows a progress bar on stderr; piped, nothing is drawn.
-"""
+"""The ``factutil`` command line (docs/method.md §8). Bad input or configuration: exit status 2
+and one ``FILE:LINE: field: what is wrong`` line per problem, never a traceback."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import click
 import typer
@@ -80,16 +68,17 @@ class _Group(_Help, TyperGroup):
     pass
 
 
-app = typer.Typer(
-    cls=_Group,
-    add_completion=False,
-    no_args_is_help=True,
-    help="Dense per-step credit for search agents (FactAgent): score rollouts, show clusters.",
-)
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True)  # help: _main's
 console = Console()
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> NoReturn:
+    """Print ``message`` to stderr and exit with status 2, without a traceback."""
+    errors.print(message, markup=False)
+    raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 def _print_version(value: bool) -> None:
@@ -110,15 +99,8 @@ def _main(
 
 
 def load_config(path: Path | None = None, sets: list[str] | None = None) -> FactUtilConfig:
-    """Build a :class:`FactUtilConfig` from a YAML/JSON file, then ``key=value`` overrides.
-
-    Values of ``--set`` are read as YAML scalars (``0.3`` a float, ``true`` a bool, ``exact`` a
-    string).
-
-    Raises:
-        ConfigError: unreadable file, a ``--set`` without ``=``, or a field that fails validation
-            (the message names the field and the value).
-    """
+    """A :class:`FactUtilConfig` from a YAML/JSON file, then ``key=value`` overrides; a
+    ConfigError for an unreadable file, a ``--set`` without ``=`` or a field failing validation."""
     values: dict[str, Any] = {}
     if path is not None:
         try:
@@ -142,8 +124,7 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> Fact
 
 
 def progress_bar() -> Progress:
-    """A progress display on stderr, drawn only when stderr is a terminal (never into a pipe
-    or a file) and erased when done."""
+    """A progress display on stderr, drawn only on a terminal and erased when done."""
     return Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
         TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
@@ -151,30 +132,26 @@ def progress_bar() -> Progress:
 
 
 EXTRA_WORDS = {"allow_extra_args": True}
-"""Words no option takes reach the command (``ctx.args``), so that ``--set omega 0.3`` is answered
-with the form ``--set`` wants rather than click's bare "unexpected extra argument"."""
+"""Words no option takes reach the command, so ``--set omega 0.3`` is answered with the form
+``--set`` wants rather than click's bare "unexpected extra argument"."""
 
 
 def _score(
     ctx: typer.Context, path: Path, config_path: Path | None, sets: list[str] | None,
-    progress: Progress | None = None,
+    progress: Progress,
 ) -> ProcessAdvantages:
     """Load config and input, compute; exit 2 with one line per problem on bad input."""
     if ctx.args:
-        errors.print(f"unexpected argument {ctx.args[0]!r}: --set takes key=value as one word "
-                     f"(e.g. --set omega=0.3)", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT)
-    progress = progress or progress_bar()
+        _fail(f"unexpected argument {ctx.args[0]!r}: --set takes key=value as one word "
+              f"(e.g. --set omega=0.3)")
     try:
         config = load_config(config_path, sets)
         task = progress.add_task(f"reading {path.name}", total=path.stat().st_size)
         groups = read_groups(path, lambda done: progress.advance(task, done))
     except (ConfigError, InputError) as error:
-        errors.print(str(error), markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        _fail(str(error))
     except OSError as error:
-        errors.print(f"{path}: cannot read: {error.strerror or error}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        _fail(f"{path}: cannot read: {error.strerror or error}")
     if not groups:
         errors.print(f"warning: {path} holds no rollout (empty or blank lines only)", markup=False)
     task = progress.add_task(f"scoring {len(groups)} groups", total=None)
@@ -183,8 +160,7 @@ def _score(
         progress.update(task, total=1, completed=1)
         return result
     except FloatingPointError as error:  # an advantage beyond float32: config or rewards too big
-        errors.print(f"{path}: {error}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        _fail(f"{path}: {error}")
 
 
 ConfigOption = Annotated[
@@ -240,8 +216,7 @@ def score(
 ) -> None:
     """Write one line of credit per action (docs/method.md §8) and print a summary table.
 
-    A missing output folder is created (the command says so); the file gets the usual mode of a new file.
-    """
+    A missing output folder is created (the command says so)."""
     with progress_bar() as progress:
         result = _score(ctx, input, config, set_, progress)
         task = progress.add_task(f"writing {output.name}", total=len(result.advantages))
@@ -251,15 +226,13 @@ def score(
                 console.print(f"created folder {output.parent}", markup=False, highlight=False)
             write_jsonl(output, _advancing(progress, task, (r.to_dict() for r in result.actions)))
         except OSError as error:
-            errors.print(f"{output}: cannot write: {error.strerror or error}", markup=False)
-            raise typer.Exit(EXIT_BAD_INPUT) from None
+            _fail(f"{output}: cannot write: {error.strerror or error}")
     console.print(summary_table(result))
     console.print(f"wrote {len(result.actions)} action lines to {output}")
 
 
 def _advancing(progress: Progress, task: Any, rows: Any) -> Any:
-    """Yield ``rows``, advancing ``task`` every 1,000 (a refresh per row would cost more than
-    the row)."""
+    """Yield ``rows``, advancing ``task`` every 1,000 (a refresh per row costs more than it)."""
     count = 0
     for count, row in enumerate(rows, start=1):
         yield row
@@ -278,8 +251,7 @@ def clusters(
 ) -> None:
     """Print each group's fact clusters with n, s, mean and utility (docs/method.md §8)."""
     if format not in ("table", "json"):
-        errors.print(f"--format: expected 'table' or 'json', got {format!r}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        _fail(f"--format: expected 'table' or 'json', got {format!r}")
     with progress_bar() as progress:
         result = _score(ctx, input, config, set_, progress)
     if format == "json":
@@ -326,10 +298,8 @@ def report(
     try:
         gold_triples = load_gold(gold) if gold is not None else None
     except GoldError as error:
-        errors.print(f"--gold: {error}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    missing = matplotlib_missing()
-    if missing:
+        _fail(f"--gold: {error}")
+    if missing := matplotlib_missing():
         errors.print(missing, markup=False)
     with progress_bar() as progress:
         result = _score(ctx, input, config, set_, progress)
@@ -343,16 +313,12 @@ def report(
             task = progress.add_task(f"writing {output.name}", total=shown)
             write_report(result, output, inputs, progress=lambda n: progress.advance(task, n))
         except ValueError as error:  # an unknown --uid
-            errors.print(f"--uid: {error}", markup=False)
-            raise typer.Exit(EXIT_BAD_INPUT) from None
+            _fail(f"--uid: {error}")
         except OSError as error:
-            errors.print(f"{output}: cannot write: {error.strerror or error}", markup=False)
-            raise typer.Exit(EXIT_BAD_INPUT) from None
-    size = output.stat().st_size
-    console.print(
-        f"wrote {output} ({size / 1e6:.2f} MB): {shown} of {len(result.groups)} questions in full",
-        markup=False, highlight=False, soft_wrap=True,
-    )
+            _fail(f"{output}: cannot write: {error.strerror or error}")
+    console.print(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB): {shown} of "
+                  f"{len(result.groups)} questions in full", markup=False, highlight=False,
+                  soft_wrap=True)
 
 
 @app.command(cls=_Command)
@@ -360,13 +326,10 @@ def schema(
     what: Annotated[str, typer.Option(metavar="input|config", help="input (one JSONL line) or config.")] = "input",
 ) -> None:
     """Print the JSON Schema of the input line (docs/method.md §8) or of the configuration."""
-    if what == "input":
-        typer.echo(json.dumps(input_json_schema(), indent=2, ensure_ascii=False))
-    elif what == "config":
-        typer.echo(json.dumps(FactUtilConfig.model_json_schema(), indent=2, ensure_ascii=False))
-    else:
-        errors.print(f"--what: expected 'input' or 'config', got {what!r}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT)
+    schemas = {"input": input_json_schema, "config": FactUtilConfig.model_json_schema}
+    if what not in schemas:
+        _fail(f"--what: expected 'input' or 'config', got {what!r}")
+    typer.echo(json.dumps(schemas[what](), indent=2, ensure_ascii=False))
 
 
 @app.command(cls=_Command)
@@ -390,23 +353,17 @@ def serve(
     ] = 10.0,
 ) -> None:
     """Serve BM25 retrieval with Search-R1's API (POST /retrieve) until interrupted."""
-
-    def announce(line: str) -> None:
-        print(line, flush=True)
-
     try:
-        # Imported when serving only: the server (fastapi, uvicorn and bm25s of the `retrieval`
-        # extra, which says how to install them when missing) is no part of scoring, and every
-        # other command starts without it.
+        # Imported when serving only: the server's dependencies (the `retrieval` extra) are no
+        # part of scoring, and every other command starts without them.
         from factutil.tools.retrieval.server import serve as serve_retrieval
 
-        serve_retrieval(corpus, host=host, port=port, topk=topk, announce=announce,
+        serve_retrieval(corpus, host=host, port=port, topk=topk,
+                        announce=lambda line: print(line, flush=True),
                         request_timeout_s=request_timeout)
     except (OSError, ValueError, ImportError) as error:
-        errors.print(f"serve: {error}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        _fail(f"serve: {error}")
 
 
 def main() -> None:
-    """Console-script entry point."""
     app()

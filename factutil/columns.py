@@ -1,10 +1,5 @@
-"""The batch as flat columns: one pass over every action (docs/method.md §1, §2.1).
-
-:func:`prepare` walks the validated groups once and returns :class:`Prepared`: per rollout its
-outcome (:func:`factutil.metrics.outcome`), per effective action its kind code, per asserted triple
-occurrence its rollout, step and fact, per group its distinct fact texts with one representative
-each. Every later step of :func:`factutil.api.compute_process_advantages` works on these columns.
-"""
+"""The batch as flat columns, from one pass over every action (docs/method.md §1, §2.1); every
+later step of :func:`factutil.api.compute_process_advantages` works on them."""
 
 from __future__ import annotations
 
@@ -24,11 +19,8 @@ from factutil.shaping import KIND_CODES
 
 @dataclass
 class Prepared:
-    """The batch as flat columns after one pass over every action (docs/method.md §1, §2.1).
-
-    Rollouts are numbered 0..R-1 across the batch in input order ("rows"); effective actions
-    0..N_eff-1 in (row, step) order; triple occurrences in (row, step, position) order.
-    """
+    """The batch as flat columns (docs/method.md §1, §2.1): rollouts ("rows") 0..R-1 in input
+    order, effective actions in (row, step) order, triple occurrences in (row, step, position)."""
 
     rollout_starts: np.ndarray  # int64 (groups,): first row of each group
     lengths: np.ndarray  # int64 (R,): effective actions per rollout
@@ -56,8 +48,7 @@ class Prepared:
 
 
 class RolloutColumns(NamedTuple):
-    """One rollout's share of :class:`Prepared` (docs/method.md §1, §2.1, §5): what its actions
-    say before its group is known, read from them by :func:`rollout_columns`."""
+    """One rollout's share of :class:`Prepared`, before its group is known."""
 
     kinds: list[int]  # the kind code of each effective action
     total: int  # all actions, ignored ones included
@@ -75,20 +66,11 @@ def rollout_columns(
     actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str] | None = None,
     retrieved: bool = False,
 ) -> RolloutColumns:
-    """One rollout's columns from its validated actions (docs/method.md §1, §5, §9).
+    """One rollout's columns from its validated action rows (docs/method.md §1, §5, §9).
 
-    The effective actions are those before and including the answer, within ``max_turns``; the
-    rest are ignored. A search is repeated when the normalised text of its query
-    (:func:`~factutil.facts.normalize_fact_text`) is that of an earlier search of the rollout.
-    With ``retrieved`` the facts are the passages of each search's observation (its
-    ``passages`` when given, else :func:`~factutil.passages.split_passages`), at the search's
-    step, as :func:`~factutil.passages.passage_parts`; asserts bring none.
-
-    Args:
-        actions: the rollout's action rows (:attr:`factutil.load.GroupRows.rollouts`).
-        max_turns: ``FactUtilConfig.max_turns``.
-        queries: a memo of normalised queries to share between calls (None: this call's own).
-        retrieved: ``FactUtilConfig.facts == "retrieved"``.
+    Effective actions: up to the answer, within ``max_turns``. A search repeats when its
+    normalised query is an earlier one's. With ``retrieved`` the facts are each search's passages
+    at its step. ``queries``: a memo of normalised queries shared between calls.
     """
     queries = {} if queries is None else queries
     kinds: list[int] = []
@@ -100,17 +82,13 @@ def rollout_columns(
     store_empty = True
     answer = None
     empty_store_answer = False
-    t = 0
     unsplit = 0
-    for action in actions[:max_turns]:
+    for t, action in enumerate(actions[:max_turns]):
         kind = action["action"]
         kinds.append(KIND_CODES[kind])
-        if kind == "assert":
-            if not retrieved:
-                store_empty = False
-                triples = action["triples"]
-                steps.extend([t] * len(triples))
-                triples_written.extend(triples)
+        facts: list[Any] = []  # what the action brings into the store
+        if kind == "assert" and not retrieved:
+            facts = action["triples"]
         elif kind == "search":
             if retrieved:
                 given = action.get("passages")
@@ -119,10 +97,7 @@ def rollout_columns(
                 else:
                     passages, cut = split_passages(action.get("observation") or "")
                     unsplit += cut
-                if passages:
-                    store_empty = False
-                    steps.extend([t] * len(passages))
-                    triples_written.extend(passage_parts(passage) for passage in passages)
+                facts = [passage_parts(passage) for passage in passages]
             query = action["query"]
             normalized = queries.get(query)
             if normalized is None:
@@ -134,59 +109,37 @@ def rollout_columns(
         elif kind == "answer":
             answer = action["answer"]
             empty_store_answer = store_empty
-            t += 1
             break
-        else:
+        elif kind == "invalid":
             reasons[t] = action["reason"]
-        t += 1
-    ignored_kinds: list[int] = []
+        if facts:
+            store_empty = False
+            steps.extend([t] * len(facts))
+            triples_written.extend(facts)
+    t = len(kinds)  # the effective actions; the rest are ignored
     for u in range(t, len(actions)):
-        ignored_kinds.append(KIND_CODES[actions[u]["action"]])
         if actions[u]["action"] == "invalid":
             reasons[u] = actions[u]["reason"]
+    ignored_kinds = [KIND_CODES[action["action"]] for action in actions[t:]]
     return RolloutColumns(kinds, len(actions), steps, triples_written, repeated, answer,
                           empty_store_answer, ignored_kinds, reasons, unsplit)
 
 
 def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
-    """One pass over every rollout: outcomes, kinds, fact texts and occurrences (docs/method.md §1, §2.1).
-
-    Each rollout's columns come from :func:`rollout_columns`. Each group's distinct texts get one representative triple, the smallest ``(subject, relation,
-    object)`` sharing the text (:func:`~factutil.facts.distinct_facts`), so no choice depends
-    on input order. What the per-item records need beyond the numbers (each
-    occurrence's triple as written, the kinds of ignored actions, invalid actions' reasons) is
-    kept too, so the records are built from these columns, never by walking the input again.
-    """
+    """One pass over every rollout: outcomes, kinds, fact texts and occurrences (docs/method.md
+    §1, §2.1), and what the records need (triples as written, ignored kinds, reasons)."""
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     retrieved = config.facts == "retrieved"
-    unsplit = 0
-    success_rule = config.success
-    kinds: list[int] = []
-    occurrences: list[int] = []  # per rollout, its number of triple occurrences
-    occurrence_step: list[int] = []
+    cols: list[RolloutColumns] = []  # per row
+    outcomes: list[tuple[float, float, float, float]] = []  # per row: em, f1, reward, success
     occurrence_fact: list[int] = []
-    repeats: list[int] = []  # per rollout, its number of repeated searches
-    repeated_step: list[int] = []
-    lengths: list[int] = []
-    totals: list[int] = []
     rank: list[int] = []
     rollout_starts: list[int] = []
-    answers: list[str | None] = []
-    empty_store: list[bool] = []
-    em_list: list[float] = []
-    f1_list: list[float] = []
-    rewards: list[float] = []
-    successes: list[float] = []
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
     queries: dict[str, str] = {}
-    occurrence_triples: list[list[str]] = []
-    ignored_kinds: list[int] = []
-    reasons: dict[int, str] = {}
     golds_empty = 0
-    first_action = 0  # input index of the rollout's first action
     fact_count = 0
-    row = 0
     for group in batch:
         rollouts = group.rollouts
         size = len(rollouts)
@@ -194,7 +147,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
         if config.group_size is not None and size != config.group_size:
             warn(f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
-        rollout_starts.append(row)
+        first_row = len(cols)
+        rollout_starts.append(first_row)
         ids = [rollout["rollout_id"] for rollout in rollouts]
         positions = [0] * size
         for position, index in enumerate(sorted(range(size), key=ids.__getitem__)):
@@ -209,21 +163,9 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                 "answer"
             )
         scores: dict[str, tuple[float, float]] = {}
-        first_occurrence = len(occurrence_triples)
         for rollout in rollouts:
             columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved)
-            unsplit += columns.unsplit
-            t = len(columns.kinds)
-            kinds.extend(columns.kinds)
-            count = len(columns.occurrence_step)
-            occurrences.append(count)
-            occurrence_step.extend(columns.occurrence_step)
-            occurrence_triples.extend(columns.occurrence_triples)
-            repeats.append(len(columns.repeated_steps))
-            repeated_step.extend(columns.repeated_steps)
-            for index, reason in columns.reasons.items():
-                reasons[first_action + index] = reason
-            ignored_kinds.extend(columns.ignored_kinds)
+            cols.append(columns)
             if columns.ignored_kinds:
                 warn(
                     f"group {group.uid!r} rollout {rollout['rollout_id']!r}: "
@@ -241,47 +183,48 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             reward, success = outcome(  # retrieved: the store is not the agent's, R stays
                 em, f1, answered=answer is not None,
                 empty_store=columns.empty_store_answer and not retrieved,
-                given=rollout.get("reward"), success=success_rule,
+                given=rollout.get("reward"), success=config.success,
             )
-            answers.append(answer)
-            empty_store.append(columns.empty_store_answer)
-            em_list.append(em)
-            f1_list.append(f1)
-            rewards.append(reward)
-            successes.append(success)
-            lengths.append(t)
-            totals.append(columns.total)
-            first_action += columns.total
-            row += 1
-        parts = occurrence_triples[first_occurrence:]
+            outcomes.append((em, f1, reward, success))
+        parts = [triple for columns in cols[first_row:] for triple in columns.occurrence_triples]
         texts, chosen, where = distinct_facts(parts, template, fact_count,
                                               passage_key if retrieved else None)
         occurrence_fact.extend(where)
         fact_count += len(texts)
         texts_per_group.append(texts)
         facts_per_group.append([Fact._make(parts[i]) for i in chosen])
+    reasons: dict[int, str] = {}
+    first_action = 0  # input index of the row's first action
+    for columns in cols:
+        reasons.update((first_action + index, reason) for index, reason in columns.reasons.items())
+        first_action += columns.total
+    rows = np.arange(len(cols), dtype=np.int64)
+
+    def flat(name: str) -> list[Any]:
+        return [value for columns in cols for value in getattr(columns, name)]
+
     return Prepared(
         rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
-        lengths=np.asarray(lengths, dtype=np.int64),
-        totals=np.asarray(totals, dtype=np.int64),
-        kinds=np.asarray(kinds, dtype=np.int8),
-        occurrence_row=np.repeat(np.arange(row, dtype=np.int64), occurrences),
-        occurrence_step=np.asarray(occurrence_step, dtype=np.int64),
+        lengths=np.asarray([len(columns.kinds) for columns in cols], dtype=np.int64),
+        totals=np.asarray([columns.total for columns in cols], dtype=np.int64),
+        kinds=np.asarray(flat("kinds"), dtype=np.int8),
+        occurrence_row=np.repeat(rows, [len(columns.occurrence_step) for columns in cols]),
+        occurrence_step=np.asarray(flat("occurrence_step"), dtype=np.int64),
         occurrence_fact=np.asarray(occurrence_fact, dtype=np.int64),
         facts=facts_per_group,
         texts=texts_per_group,
-        repeated_row=np.repeat(np.arange(row, dtype=np.int64), repeats).tolist(),
-        repeated_step=repeated_step,
+        repeated_row=np.repeat(rows, [len(columns.repeated_steps) for columns in cols]).tolist(),
+        repeated_step=flat("repeated_steps"),
         rank=np.asarray(rank, dtype=np.int64),
-        answers=answers,
-        empty_store_answer=empty_store,
-        em=em_list,
-        f1=f1_list,
-        reward=rewards,
-        success=successes,
+        answers=[columns.answer for columns in cols],
+        empty_store_answer=[columns.empty_store_answer for columns in cols],
+        em=[row[0] for row in outcomes],
+        f1=[row[1] for row in outcomes],
+        reward=[row[2] for row in outcomes],
+        success=[row[3] for row in outcomes],
         golds_normalized_empty=golds_empty,
-        occurrence_triples=occurrence_triples,
-        ignored_kinds=ignored_kinds,
+        occurrence_triples=flat("occurrence_triples"),
+        ignored_kinds=flat("ignored_kinds"),
         reasons=reasons,
-        observations_unsplit=unsplit,
+        observations_unsplit=sum(columns.unsplit for columns in cols),
     )

@@ -1,10 +1,5 @@
-"""The configuration: every knob of the method in :class:`FactUtilConfig` (docs/method.md §1–§5).
-
-Besides the model, the helpers every surface uses to build one (the CLI's ``--config``/``--set``,
-verl's ``algorithm.factutil``, OpenRLHF's ``FACTUTIL_*`` variables): :func:`setting_value` reads a
-text setting as a YAML scalar, :func:`error_lines` turns a validation error into one
-``WHERE: message`` line per problem, and :func:`config_from_values` validates with both.
-"""
+"""The configuration: every knob of the method in :class:`FactUtilConfig` (docs/method.md §1-5),
+and the helpers every surface (CLI, verl, OpenRLHF) builds one with."""
 
 from __future__ import annotations
 
@@ -19,27 +14,20 @@ from factutil.errors import UNKNOWN_FIELD, error_messages, unknown_field_message
 
 FilterName = Literal["negation", "numeric", "relation", "entity"]
 
-_TEMPLATE_FIELDS = ("{subject}", "{relation}", "{object}")
-
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {  # name -> the fields it sets unless given explicitly
     # The library's defaults: the paper's method with the group-centred prior of cluster success.
     "default": {},
     # The paper's method as published (Eq. 5-9's Beta(epsilon, epsilon) prior).
     "paper": {"prior": "beta"},
-    # For trainers that keep every group (plain GRPO, no dynamic sampling): the most robust setting
-    # of the credit ablation (benchmarks/README.md), where a group whose rollouts all scored the
-    # same gives no shaping and the process term is normalised like the outcome term.
+    # For trainers that keep every group (plain GRPO, no dynamic sampling): a group whose rollouts
+    # all scored the same gives no shaping, and the process term is normalised like the outcome's.
     "plain_grpo": {"prior": "group", "process_norm": "group"},
 }
-"""Named settings of ``FactUtilConfig.preset``: the fields each one sets unless given explicitly."""
 
 
 class FactUtilConfig(BaseModel):
     """Every parameter of the method, with its default and valid range (docs/method.md §1–§5).
-
-    Validation errors name the field and the value (``pydantic.ValidationError``). Unknown fields
-    are rejected so a typo never silently keeps a default.
-    """
+    Unknown fields are rejected, so a typo never silently keeps a default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
@@ -98,8 +86,8 @@ class FactUtilConfig(BaseModel):
     )
     embedding_batch_size: int = Field(
         32, ge=1,
-        description="semantic mode: rows per forward pass (texts of one token length, filled to "
-        "this many rows, so no text's vector depends on its batch).",
+        description="semantic mode: rows per forward pass (filled, so no text's vector depends on "
+        "its batch).",
     )
     knn_min_size: int = Field(
         4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."
@@ -125,23 +113,20 @@ class FactUtilConfig(BaseModel):
     )
     prior: Literal["beta", "group"] = Field(
         "group",
-        description="Prior of cluster success: 'group' = Beta with the group's success rate as mean "
-        "and strength 2*epsilon, so a group whose rollouts all scored the same gives every cluster "
-        "utility 0 (the default); 'beta' = Beta(epsilon, epsilon), mean 0.5 (the paper's Eq. 5-9, "
-        "preset='paper').",
+        description="Prior of cluster success: 'group' = Beta around the group's success rate, "
+        "strength 2*epsilon (a group whose rollouts all scored the same gives utility 0); "
+        "'beta' = Beta(epsilon, epsilon), the paper's Eq. 5-9.",
     )
     utility: Literal["group", "loo"] = Field(
         "group",
-        description="The utilities a rollout's shaping reads: 'group' = each cluster's u_c from "
-        "all G rollouts (the paper's); 'loo' = leave-one-out, u_c from the other G-1 rollouts "
-        "of the group (s_c - y_i, n_c - 1, their mean success), so a rollout's own outcome "
-        "(already in A_out) does not feed its process reward.",
+        description="The utilities a rollout's shaping reads: 'group' = u_c from all G rollouts "
+        "(the paper's); 'loo' = from the other G-1, so a rollout's own outcome (already in "
+        "A_out) does not feed its process reward.",
     )
     uniform_groups: Literal["keep", "zero"] = Field(
         "keep",
-        description="A group whose rollouts all have the same success: 'keep' its utilities as "
-        "docs/method.md §3 gives them (all > 0 when every rollout fails, all < 0 when every one succeeds), "
-        "or 'zero' them so its shaping is 0 and only penalties remain (see docs/decisions.md).",
+        description="A group whose rollouts all have the same success: 'keep' its utilities "
+        "(docs/method.md §3), or 'zero' them so only penalties remain (docs/decisions.md).",
     )
     # §4 process rewards
     gamma: float = Field(1.0, gt=0.0, le=1.0, description="Shaping discount: F = gamma*Phi(S') - Phi(S).")
@@ -165,38 +150,30 @@ class FactUtilConfig(BaseModel):
     # runtime
     pause_gc: bool = Field(
         True,
-        description="Pause Python's cyclic garbage collector during a step called on the main "
-        "thread (it re-enables after; never from another thread, such as a trainer's early "
-        "scoring): the step builds many short-lived objects and collections in the middle of it "
-        "are wasted.",
+        description="Pause Python's cyclic garbage collector during a step on the main thread "
+        "(collections mid-step are wasted work).",
     )
     report_every: int = Field(
         0, ge=0,
-        description="Trainers: write the HTML credit report of every N-th step's batch into the "
-        "run's output folder (factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
+        description="Trainers: write the HTML credit report of every N-th step's batch "
+        "(factutil_reports/step_NNNNNN.html), in a background thread; 0: never.",
     )
     prepare_in_workers: bool | None = Field(
         None,
-        description="Trainers: make the rollouts' per-fact work (fact texts, embeddings, filter "
-        "analyses) in the rollout workers, each fact shipped once per worker, so the trainer's "
-        "step finds it in its clusterer's caches; None: on in semantic mode, off in exact mode "
-        "(no embedding to ship).",
+        description="Trainers: make the per-fact work (texts, embeddings, filter analyses) in the "
+        "rollout workers, for the step's clusterer caches; None: on in semantic mode only.",
     )
     score_early: bool = Field(
         True,
-        description="Trainers (verl's factutil trainer mode, OpenRLHF): start scoring a batch in "
-        "a background thread once its rewards are known, while the trainer computes log-probs, and "
-        "use the result if its inputs are unchanged at the advantage step (the same numbers as "
-        "scoring then); verl: never with KL in the reward (the rewards change after the log-probs).",
+        description="Trainers (verl, OpenRLHF): score a batch in a background thread once its "
+        "rewards are known, used if its inputs are unchanged at the advantage step; verl: never "
+        "with KL in the reward.",
     )
     prepared_device: Literal["any", "same"] = Field(
         "any",
         description="semantic mode: per-fact work made on another kind of device than the step's "
-        "embedder (a worker's GPU, the driver's CPU; their vectors differ by float rounding, "
-        "~1e-7). 'any': its vectors are used (the point of a worker's GPU), with one warning and "
-        "the metric cluster_work_other_device (facts); 'same': it is ignored like work for "
-        "another embedder (cluster_work_ignored), so the result is bit-identical to the step "
-        "doing it all.",
+        "embedder (vectors differ by ~1e-7): 'any' uses it (one warning, metric "
+        "cluster_work_other_device); 'same' ignores it, for bit-identical results.",
     )
     # QA metrics
     fold_unicode: bool = Field(
@@ -250,7 +227,7 @@ class FactUtilConfig(BaseModel):
     @field_validator("triple_template")
     @classmethod
     def _template_has_parts(cls, value: str) -> str:
-        missing = [part for part in _TEMPLATE_FIELDS if part not in value]
+        missing = [part for part in ("{subject}", "{relation}", "{object}") if part not in value]
         if missing:
             raise ValueError(f"triple_template {value!r} lacks {', '.join(missing)}")
         try:
@@ -270,22 +247,15 @@ class FactUtilConfig(BaseModel):
         return value
 
 
-
 class ConfigError(ValueError):
-    """A bad configuration; ``str()`` is one line per problem, each naming where the setting came
-    from (``config: omega``, ``algorithm.factutil.omega``, ``FACTUTIL_OMEGA='-1': omega``), the
-    field and the value."""
+    """A bad configuration; ``str()`` is one line per problem, naming where the setting came from
+    (``config: omega``, ``FACTUTIL_OMEGA='-1': omega``), the field and the value."""
 
 
 def load_yaml(text: str) -> Any:
-    """YAML text (a config file, a ``--set`` or environment value) as Python values, safely
-    (:func:`yaml.safe_load`'s types). An integer too long for Python to read (past its
-    4,300-digit limit) is read as a float, so it fails its field's check by name (``omega: must
-    be finite``) instead of escaping as a bare ValueError.
-
-    Raises:
-        yaml.YAMLError: text YAML cannot read.
-    """
+    """YAML text as Python values (:func:`yaml.safe_load`'s types; a yaml.YAMLError if it cannot
+    be read). An integer past Python's 4,300-digit limit is read as a float, so it fails its
+    field's check by name instead of escaping as a bare ValueError."""
     import yaml  # imported on use: the OpenRLHF adapter reads settings before factutil is needed
 
     class Loader(yaml.SafeLoader):
@@ -297,17 +267,14 @@ def load_yaml(text: str) -> Any:
 
     Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     try:
-        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=Loader)  # safe: a SafeLoader subclass
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
 
 
 def setting_value(text: str) -> Any:
-    """A setting given as text (``--set key=value``, an environment variable) as a YAML scalar.
-
-    ``"0.3"`` -> 0.3, ``"true"`` -> True, ``"null"`` -> None, ``"exact"`` -> ``"exact"``; a blank
-    text, or one YAML cannot read, stays as given (and then fails validation for a numeric field).
-    """
+    """A setting given as text (``--set``, an environment variable) as a YAML scalar (``"0.3"``
+    -> 0.3, ``"true"`` -> True); a blank text, or one YAML cannot read, stays as given."""
     if not text.strip():
         return text
     import yaml
@@ -319,9 +286,8 @@ def setting_value(text: str) -> Any:
 
 
 def error_lines(error: ValidationError, where: Callable[[str], str]) -> str:
-    """One ``where(field): message`` line per problem of ``error`` (``field`` as
-    :func:`factutil.errors.field_path` writes it, ``"(line)"`` for the whole value); a mistyped
-    :class:`FactUtilConfig` field reads "unknown field 'omgea' (did you mean 'omega'?)"."""
+    """One ``where(field): message`` line per problem of ``error``
+    (:func:`factutil.errors.error_messages`)."""
     return "\n".join(f"{where(field)}: {message}" for field, message in error_messages(error))
 
 
@@ -330,16 +296,8 @@ def config_from_values(
     where: Callable[[str], str] = lambda field: f"config: {field}",
     error: type[ValueError] = ConfigError,
 ) -> FactUtilConfig:
-    """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`.
-
-    Args:
-        values: config fields; a ``preset`` applies first.
-        where: names a field in the error lines (default ``config: FIELD``).
-        error: the exception class to raise (an adapter's own subclass of ValueError).
-
-    Raises:
-        ``error``: one :func:`error_lines` line per problem.
-    """
+    """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`; raises ``error`` (an
+    adapter's ValueError subclass) with one :func:`error_lines` line per problem."""
     try:
         return FactUtilConfig.model_validate(dict(values))
     except ValidationError as problem:

@@ -1,8 +1,5 @@
-"""Validation errors as readable lines: ``field: message (got VALUE)`` (docs/method.md §8).
-
-Shared by the file reader, the dict loader, the configuration and the trainer adapters, so every
-error reads alike. Imports nothing of factutil: every module may use it.
-"""
+"""Validation errors as readable lines, ``field: message (got VALUE)``, the same on every path
+(docs/method.md §8). Imports nothing of factutil: every module may use it."""
 
 from __future__ import annotations
 
@@ -21,9 +18,8 @@ _SHOWN.maxstring = _SHOWN.maxlong = _SHOWN.maxother = 200
 
 
 def short(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, cut to ``limit`` characters with ``...`` (for error messages). Built
-    bounded (a few levels, items and characters of each; :mod:`reprlib`), so a huge or
-    self-sharing value (a YAML alias bomb) costs no more than a small one."""
+    """``repr(value)`` cut to ``limit`` characters with ``...``; built bounded (:mod:`reprlib`), so
+    a huge or self-sharing value (a YAML alias bomb) costs no more than a small one."""
     text = _SHOWN.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -32,17 +28,14 @@ _UNION_TAGS = {"search", "assert", "answer", "invalid", "RawAction"}
 
 
 def field_path(loc: Iterable[Any], whole: str = "(line)") -> str:
-    """A pydantic error location as a readable path: ``('actions', 2, 'search', 'query')`` ->
-    ``actions[2].query`` (the discriminator tag is dropped); ``whole`` names the empty location
-    (the item itself)."""
+    """``('actions', 2, 'search', 'query')`` -> ``actions[2].query`` (the union tag dropped);
+    ``whole`` names the empty location."""
     path = ""
     previous: Any = None
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif isinstance(previous, int) and part in _UNION_TAGS:
-            pass
-        else:
+        elif not (isinstance(previous, int) and part in _UNION_TAGS):
             path += f".{part}" if path else str(part)
         previous = part
     return path or whole
@@ -55,8 +48,7 @@ def close_match(name: Any, known: Sequence[str]) -> str | None:
 
 
 def unknown_field_message(name: Any, known: Sequence[str]) -> str:
-    """``unknown field 'omgea' (did you mean 'omega'?)``: the words for a key a model does not
-    have, with the closest of ``known`` (its field names) when one is close enough."""
+    """``unknown field 'omgea' (did you mean 'omega'?)``, the closest of ``known`` if any."""
     close = close_match(name, known)
     return f"unknown field {name!r}" + (f" (did you mean {close!r}?)" if close else "")
 
@@ -68,13 +60,9 @@ UNKNOWN_FIELD = "unknown_field"
 def error_messages(
     error: ValidationError, whole: str = "(line)", known: Sequence[str] = ()
 ) -> list[tuple[str, str]]:
-    """(field path, message) for each problem of a pydantic error.
-
-    The message names the offending value: pydantic's own messages get ``(got VALUE)``; this
-    library's validators (``value_error``) already say it, and a missing field has none.
-    An action with neither ``action`` nor ``raw`` reads "missing field `action`"; an unknown
-    top-level key of a model whose fields are ``known`` reads as :func:`unknown_field_message`.
-    """
+    """(field path, message) per problem of a pydantic error. Pydantic's own messages get
+    ``(got VALUE)`` (this library's validators say it already); an unknown top-level key of a
+    model whose fields are ``known`` reads as :func:`unknown_field_message`."""
     messages = []
     for item in error.errors(include_url=False):
         message = item["msg"].removeprefix("Value error, ")

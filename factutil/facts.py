@@ -1,10 +1,5 @@
 """A triple as a fact of the method (docs/method.md §2.1): its normalised text, and each
-group's distinct facts with one representative each.
-
-A triple becomes text through the configured template and is normalised (NFKC, case-folded,
-whitespace collapsed, stripped); identical normalised texts are one fact before any clustering.
-Inside the method steps a triple is a :class:`Fact`, a plain named tuple.
-"""
+group's distinct facts with one representative each."""
 
 from __future__ import annotations
 
@@ -21,20 +16,14 @@ _PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, obje
 
 
 def normalize_fact_text(text: str) -> str:
-    """Normalise text as docs/method.md §2.1 says: Unicode NFKC, case-fold, collapse whitespace, strip.
-
-    Also used for search queries when detecting a repeated search (docs/method.md §5).
-    """
+    """NFKC, case-fold, collapse whitespace, strip (docs/method.md §2.1; queries too, §5)."""
     # str.split() splits on exactly the characters re's \s matches (str.isspace), and is faster.
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 class Fact(NamedTuple):
-    """A triple's three parts as a plain tuple: what the pipeline passes to a :class:`Clusterer`.
-
-    Has the same ``subject`` / ``relation`` / ``object`` attributes as :class:`Triple` (whose
-    validation it has already passed) at a fraction of the cost, and compares as a tuple.
-    """
+    """A validated triple as a plain tuple (what a :class:`Clusterer` gets): :class:`Triple`'s
+    attributes at a fraction of the cost."""
 
     subject: str
     relation: str
@@ -43,9 +32,8 @@ class Fact(NamedTuple):
 
 @lru_cache(maxsize=1 << 16)
 def fact_text(subject: str, relation: str, object: str, template: str = DEFAULT_TEMPLATE) -> str:
-    """The normalised text of the triple ``(subject, relation, object)`` under ``template``
-    (docs/method.md §2.1). Memoised (65,536 most recent triples): rollouts repeat facts, and a training run
-    meets the same facts step after step."""
+    """The normalised text of a triple under ``template`` (docs/method.md §2.1); memoised, as
+    rollouts and training steps repeat facts."""
     return normalize_fact_text(template.format(subject=subject, relation=relation, object=object))
 
 
@@ -58,29 +46,20 @@ def distinct_facts(
     parts: Sequence[Sequence[str]], template: str = DEFAULT_TEMPLATE, first: int = 0,
     key: Callable[[Sequence[str]], str] | None = None,
 ) -> tuple[list[str], list[int], list[int]]:
-    """The distinct normalised texts of some triples, sorted, each with one representative
-    (docs/method.md §2.1): the one rule behind :func:`representatives` and the batch's columns.
-
-    The representative of a text is the smallest ``(subject, relation, object)`` among the
-    triples that share it (the first of equals), so the choice does not depend on input order.
+    """The distinct normalised texts of some triples, sorted, each with one representative, the
+    smallest triple sharing it, so the choice does not depend on input order (docs/method.md §2.1).
 
     Args:
-        parts: ``(subject, relation, object)`` of each triple (tuples, or lists: all of one
-            kind, as they are compared), duplicates allowed.
-        template: the triple text template.
+        parts: ``(subject, relation, object)`` of each triple, all tuples or all lists.
         first: the number of the first distinct text (a batch numbers its groups' facts on).
-        key: the text of a fact's parts, when not its template text (a retrieved passage's
-            identity, :func:`factutil.passages.passage_key`).
+        key: a fact's text when not its template text (:func:`factutil.passages.passage_key`).
 
     Returns:
-        ``(texts, chosen, position)``: the k distinct texts in sorted order; for each, the index
-        in ``parts`` of its representative; for each of ``parts``, ``first`` + the position of
-        its text.
+        ``(texts, chosen, position)``: the k distinct texts, sorted; the index in ``parts`` of
+        each one's representative; per part, ``first`` + the position of its text.
     """
-    if key is None:
-        texts = [fact_text(subject, relation, obj, template) for subject, relation, obj in parts]
-    else:
-        texts = [key(part) for part in parts]
+    texts = ([fact_text(*part, template) for part in parts] if key is None
+             else [key(part) for part in parts])
     local: dict[str, int] = {}
     best: list[int] = []
     found: list[int] = []
@@ -103,11 +82,7 @@ def distinct_facts(
 def representatives(
     triples: Sequence[Triple], template: str = DEFAULT_TEMPLATE
 ) -> tuple[list[str], list[Triple]]:
-    """Distinct normalised texts of ``triples`` in sorted order, each with one representative
-    (:func:`distinct_facts`).
-
-    Returns:
-        (texts, triples), both of length k = number of distinct texts.
-    """
+    """(texts, triples): the k distinct texts of ``triples``, sorted, each with its
+    representative (:func:`distinct_facts`)."""
     texts, chosen, _ = distinct_facts([_PARTS(triple) for triple in triples], template)
     return texts, [triples[i] for i in chosen]

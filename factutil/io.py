@@ -1,8 +1,5 @@
-"""Reading and writing the files of docs/method.md §8.
-
-The reader checks the whole file and reports every problem, one per line, as
-``FILE:LINE: field: what is wrong``; it never stops at the first one.
-"""
+"""Reading and writing the files of docs/method.md §8; the reader reports every problem of a
+file, one ``FILE:LINE: field: what is wrong`` line each."""
 
 from __future__ import annotations
 
@@ -23,12 +20,8 @@ from factutil.schema import Group, Rollout, group_conflicts, group_key, group_ro
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem of the input: where, which field, what.
-
-    ``path`` is the file and ``line`` its 1-based line (``FILE:LINE: field: message``); for input
-    given as dicts or models ``path`` is the item's position in the argument, e.g.
-    ``groups[3] (uid 'q7', rollout_id 'q7-2')``, and ``line`` is None (``WHERE: field: message``).
-    """
+    """One problem of the input: ``path`` and 1-based ``line`` of a file, or (``line`` None) the
+    item's position in the argument, e.g. ``groups[3] (uid 'q7', rollout_id 'q7-2')``."""
 
     path: str
     line: int | None
@@ -41,48 +34,29 @@ class Problem:
 
 
 class InputError(ValueError):
-    """Input with problems (a file, or dicts and models); ``problems`` lists all of them,
-    ``str()`` one per line. Raised from the pydantic ``ValidationError`` it rewords, if any."""
+    """Input with ``problems``, ``str()`` one per line; raised from the ``ValidationError`` it
+    rewords, if any."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("\n".join(str(problem) for problem in problems))
 
 
-_FIELDS_OF = {"Group": tuple(Group.model_fields)}
-"""The fields of the models that refuse unknown keys, by the title of their ValidationError
-(:class:`~factutil.config.FactUtilConfig` words its own)."""
-
-
 def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[str, str]]:
-    """(field path, message) for each problem of a pydantic error of an input or config model
-    (:func:`factutil.errors.error_messages`; an unknown key of a group dict reads "unknown field
-    'x' (did you mean ...?)", as one of the config does)."""
-    return errors.error_messages(error, whole, _FIELDS_OF.get(error.title, ()))
-
-
-def validation_problems(error: ValidationError, path: str, line: int) -> list[Problem]:
-    """Turn a pydantic error into problems naming the field and the offending value."""
-    return [Problem(path, line, field, message) for field, message in error_messages(error)]
+    """(field path, message) per problem of an input model's error
+    (:func:`factutil.errors.error_messages`)."""
+    known = tuple(Group.model_fields) if error.title == "Group" else ()  # refuses unknown keys
+    return errors.error_messages(error, whole, known)
 
 
 def read_rollouts(
     path: str | os.PathLike, progress: Callable[[int], None] | None = None
 ) -> list[tuple[int, Rollout]]:
-    """Read a docs/method.md §8 JSONL file: one rollout per non-blank line.
-
-    Args:
-        path: the file (UTF-8).
-        progress: called with the number of bytes read since its last call, about every MiB
-            and at the end (for a progress bar).
-
-    Returns:
-        (line number, Rollout) pairs in file order.
+    """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file;
+    ``progress`` gets the bytes read, about every MiB. An OSError when it cannot be read.
 
     Raises:
-        InputError: listing every problem of the file (bad JSON, bad UTF-8, a field with the
-            wrong type or value), each as ``FILE:LINE: field: what is wrong``.
-        OSError: the file cannot be read.
+        InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``.
     """
     name = str(path)
     problems: list[Problem] = []
@@ -98,10 +72,8 @@ def read_rollouts(
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                problems.append(
-                    Problem(name, number, "(line)", f"not valid UTF-8: byte "
-                            f"0x{raw[error.start]:02x} at column {error.start + 1}")
-                )
+                problems.append(Problem(name, number, "(line)", f"not valid UTF-8: byte "
+                                        f"0x{raw[error.start]:02x} at column {error.start + 1}"))
                 continue
             if not text.strip():
                 continue
@@ -109,10 +81,8 @@ def read_rollouts(
                 data = json.loads(text)
             except json.JSONDecodeError as error:
                 # Some decoder messages end in "at" ("Unterminated string starting at").
-                problems.append(
-                    Problem(name, number, "(line)",
-                            f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}")
-                )
+                problems.append(Problem(name, number, "(line)", f"invalid JSON: "
+                                        f"{error.msg.removesuffix(' at')} at column {error.colno}"))
                 continue
             except RecursionError:
                 problems.append(Problem(name, number, "(line)", "invalid JSON: nested too deeply"))
@@ -121,9 +91,8 @@ def read_rollouts(
                 problems.append(Problem(name, number, "(line)", f"invalid JSON: {str(error)[:90]}"))
                 continue
             if not isinstance(data, dict):
-                problems.append(
-                    Problem(name, number, "(line)", f"expected a JSON object, got {type(data).__name__}")
-                )
+                problems.append(Problem(name, number, "(line)",
+                                        f"expected a JSON object, got {type(data).__name__}"))
                 continue
             key = group_key(data)
             if key is not None:
@@ -134,7 +103,8 @@ def read_rollouts(
             try:
                 rollouts.append((number, Rollout.model_validate(data)))
             except ValidationError as error:
-                problems.extend(validation_problems(error, name, number))
+                problems.extend(Problem(name, number, field, message)
+                                for field, message in error_messages(error))
     if progress is not None and unreported:
         progress(unreported)
     if problems and problems[0].line == 1 and problems[0].field == "(line)" and not rollouts:
@@ -150,8 +120,7 @@ def read_rollouts(
 
 
 def _json_document(path: str | os.PathLike) -> str | None:
-    """``"object"`` or ``"array"`` when the whole file is one JSON document of several lines
-    (what a JSONL reader takes line by line as garbage), else None."""
+    """``"object"`` or ``"array"`` when the whole file is one JSON document, else None."""
     try:
         with open(path, encoding="utf-8") as handle:
             value = json.load(handle)
@@ -165,13 +134,8 @@ def group_problems(
     at: Callable[[int], tuple[str, int | None]],
     name: Callable[[int], str],
 ) -> list[Problem]:
-    """Problems between rollouts of one uid: a repeated rollout_id, differing gold or question.
-
-    Args:
-        rollouts: (number, rollout) pairs: a file's line numbers, or positions in an argument.
-        at: number -> (``Problem.path``, ``Problem.line``) of the rollout with that number.
-        name: number -> how a message names that rollout ("line 3", "groups[3]").
-    """
+    """Problems between rollouts (:func:`group_conflicts`) numbered by line or position:
+    ``at(number)`` gives ``(Problem.path, Problem.line)``, ``name(number)`` their words."""
     numbers = [number for number, _ in rollouts]
     models = [rollout for _, rollout in rollouts]
     problems = []
@@ -189,13 +153,8 @@ def group_problems(
 def read_groups(
     path: str | os.PathLike, progress: Callable[[int], None] | None = None
 ) -> list[Group]:
-    """Read a docs/method.md §8 file and gather its rollouts into groups by ``uid`` (first-appearance order).
-
-    ``progress`` is called with bytes read (see :func:`read_rollouts`).
-
-    Raises:
-        InputError: every problem of the file (see :func:`read_rollouts`).
-    """
+    """Read a docs/method.md §8 file into groups by ``uid``, in first-appearance order
+    (InputError, OSError: as :func:`read_rollouts`)."""
     return group_rollouts(rollout for _, rollout in read_rollouts(path, progress))
 
 
@@ -210,27 +169,14 @@ def json_line(row: Any) -> str:
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> None:
-    """Write rows as JSONL atomically (see :func:`write_atomic`).
-
-    Raises:
-        OSError: the folder does not exist (it is never created here) or cannot be written.
-    """
+    """Write rows as JSONL, atomically (:func:`write_atomic`)."""
     write_atomic(path, (json_line(row) + "\n" for row in rows))
 
 
 def write_atomic(path: str | os.PathLike, chunks: Iterable[str]) -> None:
-    """Write text (UTF-8) atomically: a temporary file in the same folder, then a rename.
-
-    A crash or an error while writing never leaves a partial output file. The file gets the mode
-    any new file gets (0666 less the umask, e.g. 0644), not a temporary file's 0600.
-
-    Args:
-        path: the file to write (replaced if it exists).
-        chunks: the text, in pieces written in order.
-
-    Raises:
-        OSError: the folder does not exist (it is never created here) or cannot be written.
-    """
+    """Write text (UTF-8) atomically: a temporary file in the same folder, then a rename, so a
+    crash never leaves a partial file; it gets a new file's mode (0666 less the umask). An
+    OSError when the folder does not exist (never created here) or cannot be written."""
     target = Path(path)
     for attempt in range(100):
         temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"

@@ -1,9 +1,5 @@
-"""The input of ``compute_process_advantages`` -> validated plain rows (docs/method.md §8, §1).
-
-:func:`load_groups` accepts a path, a :class:`Group`, a mapping, or an iterable of Groups /
-Rollouts / group dicts / rollout dicts, validates them with the pydantic models of
-:mod:`factutil.schema` (the one set of input rules), and returns their content as plain dicts.
-"""
+"""The input of ``compute_process_advantages`` -> validated plain rows (docs/method.md §8, §1),
+validated by the models of :mod:`factutil.schema` (the one set of input rules)."""
 
 from __future__ import annotations
 
@@ -15,33 +11,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
-from factutil.schema import (
-    AnswerAction,
-    Group,
-    InvalidAction,
-    Rollout,
-    SearchAction,
-    group_key,
-)
+from factutil.schema import AnswerAction, Group, InvalidAction, Rollout, SearchAction, group_key
 
 GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
 
 
 @dataclass(slots=True)
 class GroupRows:
-    """One validated group as plain data (docs/method.md §1, §8).
-
-    Attributes:
-        uid: the group's uid (non-empty).
-        question: the question every rollout shares.
-        golden_answers: the gold answers (at least one, none blank).
-        rollouts: one dict per rollout, in input order: ``uid``, ``question``, ``golden_answers``,
-            ``rollout_id`` (str), ``reward`` (finite float or None) and ``actions``, a list of
-            dicts keyed by ``action``: ``"search"`` with ``query`` and ``observation``,
-            ``"assert"`` with ``triples`` (lists of 3 non-blank str: subject, relation, object),
-            ``"answer"`` with ``answer``, ``"invalid"`` with ``raw``, ``reason`` and
-            ``observation``.
-    """
+    """One validated group as plain data (docs/method.md §1, §8). ``rollouts``: per rollout in
+    input order, a dict of ``uid``, ``question``, ``golden_answers``, ``rollout_id``, ``reward``
+    (float or None) and ``actions`` (:func:`action_row` dicts)."""
 
     uid: str
     question: str
@@ -52,26 +31,19 @@ class GroupRows:
 def load_groups(
     groups: GroupsInput, skip_invalid: bool = False
 ) -> tuple[list[GroupRows], dict[str, str]]:
-    """Validate the input of ``compute_process_advantages`` into plain rows (docs/method.md §8, §1).
+    """Validate the input of ``compute_process_advantages`` into rows (docs/method.md §1, §8).
 
     Args:
-        groups: a JSONL path (docs/method.md §8), a :class:`Group`, a group or rollout mapping, or an
-            iterable of Groups, Rollouts, group dicts (``rollouts`` key) and rollout dicts;
-            loose rollouts are gathered by ``uid`` in order of first appearance. A mapping with
-            neither ``actions`` nor ``rollout_id`` whose key is a near miss of ``rollouts``
-            (``rolouts``) is a group dict, refused for its unknown key. Never mutated.
+        groups: a JSONL path, a :class:`Group`, a group or rollout mapping (:func:`group_key`),
+            or an iterable of them; loose rollouts are grouped by ``uid``. Never mutated.
         skip_invalid: leave out a group that fails validation instead of raising.
 
     Returns:
-        The groups in input order, and uid -> ``str(error)`` of each group left out (empty
-        unless ``skip_invalid``).
+        The groups in input order, and uid -> ``str(error)`` of each group left out.
 
     Raises:
-        InputError: a rollout or group breaks the data model (schema.py), or a file has
-            problems; one line per problem, ``WHERE: field: what is wrong``, where WHERE is
-            ``FILE:LINE`` for a file and the item's position for dicts and models, e.g.
-            ``groups[3] (uid 'q7', rollout_id 'q7-2'): actions[0].query: Field required``
-            (every problem of a failing group; ``__cause__`` is the models' ValidationError).
+        InputError: every problem of a failing group (or file), one ``WHERE: field: what is
+            wrong`` line each (WHERE: ``FILE:LINE``, or ``groups[3] (uid 'q7', ...)``).
         ValueError: one uid names two groups.
         TypeError: an item is not a Group, Rollout or mapping.
     """
@@ -105,36 +77,32 @@ def load_groups(
 def _pending(
     groups: Iterable[Any],
 ) -> tuple[list[tuple[str, Any, int | None]], dict[str, list[Any]], dict[str, list[int]]]:
-    """Sort the items into groups: (key, group item or None for loose rollouts, the group
-    item's position) in order of first appearance, and per key the loose rollouts and their
-    positions in ``groups``."""
+    """(key, group item or None for loose rollouts, its position) in order of first appearance;
+    per key the loose rollouts and their positions."""
     pending: list[tuple[str, Any, int | None]] = []
     loose: dict[str, list[Any]] = {}
     loose_at: dict[str, list[int]] = {}
     for position, item in enumerate(groups):
         if isinstance(item, Group):
             pending.append((item.uid, item, position))
-            continue
-        if isinstance(item, Mapping) and group_key(item) is not None:
+        elif isinstance(item, Mapping) and group_key(item) is not None:
             pending.append((str(item.get("uid", "?")), item, position))
-            continue
-        if isinstance(item, (Rollout, Mapping)):
+        elif isinstance(item, (Rollout, Mapping)):
             key = str(item.uid if isinstance(item, Rollout) else item.get("uid"))
+            if key not in loose:
+                pending.append((key, None, None))
+            loose.setdefault(key, []).append(item)
+            loose_at.setdefault(key, []).append(position)
         else:
-            raise TypeError(
-                f"groups must hold Group, Rollout or dict items, got {type(item).__name__}"
-            )
-        if key not in loose:
-            pending.append((key, None, None))
-        loose.setdefault(key, []).append(item)
-        loose_at.setdefault(key, []).append(position)
+            raise TypeError("groups must hold Group, Rollout or dict items, got "
+                            f"{type(item).__name__}")
     return pending, loose, loose_at
 
 
 @dataclass(slots=True)
 class _Where:
-    """How error messages name the items of ``groups``: ``groups`` itself for a single mapping,
-    else ``groups[i]`` (``position`` for a group item, ``positions`` for loose rollouts)."""
+    """How error messages name the items of ``groups``: ``groups`` for a single mapping, else
+    ``groups[i]``."""
 
     single: bool
     position: int | None
@@ -150,17 +118,14 @@ class _Where:
                  if isinstance(get(key), str) and get(key)]
         return self.name(position) + (f" ({', '.join(known)})" if known else "")
 
-    def problems(
-        self, error: ValidationError, position: int | None, item: Any, whole: str
-    ) -> list[Problem]:
-        """The models' error for one item, one problem per line, under the item's label."""
+    def problems(self, error: ValidationError, position: int | None, item: Any, whole: str
+                 ) -> list[Problem]:
         label = self.label(position, item)
         return [Problem(label, None, field, message)
                 for field, message in error_messages(error, whole)]
 
 
 def _group_dict(item: Any, where: _Where) -> Group:
-    """A Group item as it is, a group mapping validated as a :class:`Group`."""
     if isinstance(item, Group):
         return item
     try:
@@ -170,9 +135,8 @@ def _group_dict(item: Any, where: _Where) -> Group:
 
 
 def _loose_group(items: list[Any], where: _Where) -> Group:
-    """The loose rollouts of one uid as a :class:`Group`: every bad rollout is reported at once;
-    when each is valid alone, the problems between them (repeated rollout_id, other gold or
-    question) are worded as the file reader's."""
+    """The loose rollouts of one uid as a :class:`Group`, every bad rollout reported at once;
+    the problems between them are worded as the file reader's."""
     models: list[tuple[int, Rollout]] = []
     problems: list[Problem] = []
     first: ValidationError | None = None
@@ -197,28 +161,15 @@ def _loose_group(items: list[Any], where: _Where) -> Group:
             error, where.positions[0], items[0], "(group)")) from error
 
 
-# --- models -> rows ---------------------------------------------------------------------------
-
-
 def group_rows(group: Group) -> GroupRows:
-    """A validated :class:`Group` (docs/method.md §1) as :class:`GroupRows`: attributes read, nothing
-    dumped, nothing validated again.
-
-    Raises:
-        TypeError: an action is not an action model (see :func:`action_row`).
-    """
-    return GroupRows(
-        group.uid, group.question, list(group.golden_answers),
-        [rollout_row(rollout) for rollout in group.rollouts],
-    )
+    """A validated :class:`Group` as :class:`GroupRows`, nothing validated again; a TypeError
+    for an action that is not an action model."""
+    rollouts = [rollout_row(rollout) for rollout in group.rollouts]
+    return GroupRows(group.uid, group.question, list(group.golden_answers), rollouts)
 
 
 def rollout_row(rollout: Rollout) -> dict[str, Any]:
-    """A validated :class:`Rollout` (docs/method.md §8) as the rollout dict of :class:`GroupRows`.
-
-    Raises:
-        TypeError: an action is not an action model (see :func:`action_row`).
-    """
+    """A validated :class:`Rollout` as the rollout dict of :class:`GroupRows`."""
     return {
         "uid": rollout.uid,
         "question": rollout.question,
@@ -230,12 +181,8 @@ def rollout_row(rollout: Rollout) -> dict[str, Any]:
 
 
 def action_row(action: Any) -> dict[str, Any]:
-    """An action model (docs/method.md §1) as the action dict of :class:`GroupRows`: its fields,
-    assert triples as ``[subject, relation, object]`` lists; extra keys of the model are not carried.
-
-    Raises:
-        TypeError: ``action`` is not a search, assert, answer or invalid action model.
-    """
+    """An action model as a dict of its fields (no extra keys), assert triples as
+    ``[subject, relation, object]`` lists; a TypeError for anything else."""
     kind = getattr(action, "action", None)  # the discriminator: isinstance on models is slow
     if kind == "assert":
         return {"action": "assert",

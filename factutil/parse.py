@@ -1,16 +1,5 @@
-"""Model text -> actions (docs/method.md §1; the ``raw`` items of docs/method.md §8).
-
-:func:`parse_action` reads one model response and returns a :class:`~factutil.schema.SearchAction`,
-:class:`~factutil.schema.AssertAction`, :class:`~factutil.schema.AnswerAction` or, for anything it
-cannot read, an :class:`~factutil.schema.InvalidAction` holding the raw text and a short reason. It
-never raises for a ``str`` input: a format error is a penalised action, not a crash of training.
-The input is only the model's response; no prompt is ever read. Finding the candidate actions in
-the text (the JSON scanner, tag pairing, the depth-guarded loader) is :mod:`factutil.scan`; this
-module turns each candidate into an action.
-
-Every rule (forms accepted, values, several actions in one response, limits) is in
-docs/parsing.md.
-"""
+"""Model text -> actions (docs/method.md §1, §8): :mod:`factutil.scan` finds the candidates,
+this module turns them into an action; a format error is an invalid action (docs/parsing.md)."""
 
 from __future__ import annotations
 
@@ -27,16 +16,7 @@ from factutil.actions import (
     assert_content_problem,
 )
 from factutil.errors import short
-from factutil.scan import (
-    MAX_DEPTH,
-    Item,
-    Number,
-    Rejected,
-    json_items,
-    load,
-    select,
-    tag_items,
-)
+from factutil.scan import MAX_DEPTH, Item, Number, Rejected, json_items, load, select, tag_items
 
 __all__ = ["MAX_DEPTH", "ParsedAction", "parse_action"]
 
@@ -46,24 +26,18 @@ _BULLET = re.compile(r"(?:[-*\u2022]|\d{1,3}[.)])\s+")
 
 
 def parse_action(text: str, observation: str | None = None) -> ParsedAction:
-    """Parse one model response into an action (docs/method.md §1; the ``raw`` input items of docs/method.md §8).
+    """Parse one model response into an action (docs/method.md §1, §8; docs/parsing.md).
 
     Args:
-        text: the model's response, as generated (prose, code fences and all). Only this text is
-            read, never the prompt.
-        observation: the retriever's output for this turn, if any. It is attached to the result
-            when the text parses as a ``search`` (and kept on an ``InvalidAction``); it is dropped
-            for ``assert`` and ``answer``.
+        text: the model's response as generated (prose, code fences and all); never the prompt.
+        observation: the retriever's output for this turn, kept on a ``search`` or an
+            ``InvalidAction``, dropped for ``assert`` and ``answer``.
 
     Returns:
-        A ``SearchAction``, ``AssertAction`` or ``AnswerAction``; or ``InvalidAction(raw=text,
-        reason=...)`` with a short reason ("no action found", "truncated JSON: unterminated
-        object", "unknown action 'lookup'", "search with an empty query", ...). The accepted forms
-        and the rule for several actions in one text are in docs/parsing.md.
+        A Search-, Assert- or AnswerAction; else ``InvalidAction(raw=text, reason=...)``.
 
     Raises:
-        TypeError: ``text`` is not a ``str``, or ``observation`` is neither a ``str`` nor None.
-            No other exception escapes for any ``str`` input.
+        TypeError: ``text`` or ``observation`` is not a ``str`` (or None); nothing else escapes.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -76,9 +50,6 @@ def parse_action(text: str, observation: str | None = None) -> ParsedAction:
     except (RecursionError, MemoryError, ValueError) as error:  # pragma: no cover - last resort
         reason = f"unparseable text ({type(error).__name__})"
         return InvalidAction(raw=text, reason=reason, observation=observation)
-
-
-# --- the rule for several candidates -------------------------------------------------------
 
 
 def _parse(text: str, observation: str | None) -> ParsedAction:
@@ -115,24 +86,18 @@ def _evaluate(text: str, item: Item, observation: str | None) -> ParsedAction:
     if item.reason:
         raise Rejected(item.reason)
     if item.kind == "tag":
-        return _from_tag(item.name, text[item.inner[0] : item.inner[1]], observation)
+        content = text[item.inner[0] : item.inner[1]]
+        if item.name == "search":
+            return _search(content, observation)
+        if item.name == "answer":
+            return AnswerAction(answer=content.strip())
+        return _assert(_tag_triples(content))
     if item.depth > MAX_DEPTH:
         raise Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
     value = load(text[item.start : item.end], checked=True)
     if not isinstance(value, dict) or "action" not in value:
         raise Rejected("malformed JSON: no top-level 'action' key")
     return _from_mapping(value, observation)
-
-
-# --- tag content ----------------------------------------------------------------------------
-
-
-def _from_tag(name: str, content: str, observation: str | None) -> ParsedAction:
-    if name == "search":
-        return _search(content, observation)
-    if name == "answer":
-        return AnswerAction(answer=content.strip())
-    return _assert(_tag_triples(content))
 
 
 def _tag_triples(content: str) -> Any:
@@ -207,9 +172,6 @@ def _strip_fence(body: str) -> str:
     return body.strip()
 
 
-# --- building actions -----------------------------------------------------------------------
-
-
 def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedAction:
     name = value["action"]
     if not _is_text(name):
@@ -266,9 +228,8 @@ def _assert(triples: Any) -> AssertAction:
 
 
 def _triple(triple: Any, index: int) -> Triple:
+    # assert_content_problem has refused a wrong arity and blank parts already.
     if isinstance(triple, (list, tuple)):
-        if len(triple) != 3:
-            raise Rejected(f"triple {index} has {len(triple)} parts, expected 3")
         given = dict(zip(TRIPLE_PARTS, triple))
     elif isinstance(triple, dict):
         given = triple
@@ -285,7 +246,5 @@ def _triple(triple: Any, index: int) -> Triple:
             part = str(part)
         else:
             raise Rejected(f"triple {index} part {name} is not a string")
-        if not part:
-            raise Rejected(f"triple {index} has an empty {name}")
         parts[name] = part
     return Triple(**parts)

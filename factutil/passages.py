@@ -1,16 +1,5 @@
-"""A search's observation as passages: the facts of ``facts="retrieved"`` (docs/method.md §9).
-
-:func:`split_passages` reads the layouts retrievers hand to search agents:
-
-- Search-R1's ``Doc i(Title: T) text`` (also ``Doc i (Title: T) text``, the layout of
-  ``factutil serve``'s client), one passage per ``Doc`` line and the lines after it;
-- numbered passages, each starting a line: ``[1] text``, ``1. text``, ``1) text``;
-- passages separated by blank lines.
-
-An observation none of these splits is one passage (:attr:`Passages.unsplit` says so, and the
-step counts it). A passage's identity (:func:`passage_key`) is its id when the input gives one,
-else its normalised title and text.
-"""
+"""A search's observation as passages: the facts of ``facts="retrieved"`` (docs/method.md §9),
+which also lists the layouts :func:`split_passages` reads."""
 
 from __future__ import annotations
 
@@ -50,15 +39,8 @@ class Passages(NamedTuple):
 
 
 def split_passages(observation: str) -> Passages:
-    """The passages of a search's observation (docs/method.md §9).
-
-    Args:
-        observation: the retriever's text as the agent read it.
-
-    Returns:
-        :class:`Passages`. Blank passages are dropped; an observation that is blank gives none,
-        one that no layout splits gives itself as the one passage (``unsplit`` True).
-    """
+    """The passages of a search's observation (docs/method.md §9 lists the layouts); one that no
+    layout splits is the one passage (``unsplit`` True)."""
     docs = list(_DOC.finditer(observation))
     if docs:
         passages = []
@@ -77,7 +59,7 @@ def split_passages(observation: str) -> Passages:
 
 
 def _numbered(observation: str) -> list[str]:
-    """The pieces of ``[1] …`` / ``1. …`` / ``1) …`` passages, when the observation starts with one."""
+    """The pieces of numbered passages, when the observation starts with one."""
     starts = [match.start() for match in _NUMBERED.finditer(observation)]
     if not starts or observation[: starts[0]].strip():
         return []
@@ -87,9 +69,8 @@ def _numbered(observation: str) -> list[str]:
 
 
 def passages_of(given: Sequence[Any]) -> list[Passage]:
-    """Passages an input lists explicitly (a search's ``passages``): each a
-    :class:`factutil.actions.PassageItem`, a mapping of its fields, or a string (its text).
-    Search-R1's ``contents`` form (``'"Title"\ntext'``) is split into title and text.
+    """Passages a search lists: each a :class:`~factutil.actions.PassageItem`, a mapping of its
+    fields, or its text; ``contents`` (``'"Title"\ntext'``) is split into title and text.
 
     Raises:
         pydantic.ValidationError: an item without a text, or of another type.
@@ -107,14 +88,13 @@ def passages_of(given: Sequence[Any]) -> list[Passage]:
 
 
 def passage_parts(passage: Passage) -> list[str]:
-    """A passage as the three parts a fact has (docs/method.md §9): ``[title, "id:<id>" or "",
-    text]``, so the clusterers and records take it as they take a triple."""
+    """A passage as a fact's parts, ``[title, "id:<id>" or "", text]`` (docs/method.md §9)."""
     return [passage.title, f"id:{passage.id}" if passage.id else "", passage.text]
 
 
 def passage_key(parts: Sequence[str]) -> str:
-    """A passage's identity as text, from :func:`passage_parts`: ``id:<id>`` when it has an id,
-    else its title and text normalised as docs/method.md §2.1 normalises a fact."""
+    """A passage's identity from its :func:`passage_parts`: ``id:<id>``, else its normalised
+    title and text."""
     title, tag, text = parts
     if tag:
         return tag
@@ -122,9 +102,8 @@ def passage_key(parts: Sequence[str]) -> str:
 
 
 def member_label(parts: Sequence[str], retrieved: bool, width: int = 160) -> str:
-    """A cluster member as one line to show: ``subject | relation | object`` for a triple; for a
-    passage (``retrieved``), ``Title: text`` cut to ``width`` characters of text, with
-    ``[id:...]`` when it has an id."""
+    """A cluster member as one line: ``subject | relation | object``, or for a passage ``Title:
+    text`` (text cut to ``width`` characters) and ``[id:...]`` when it has one."""
     if not retrieved:
         return " | ".join(parts)
     title, tag, text = parts

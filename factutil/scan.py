@@ -1,13 +1,5 @@
-"""Where the actions are in a model text, for :mod:`factutil.parse` (docs/method.md §1).
-
-The candidates of one response: closed and truncated ``{...}`` objects whose top level has an
-``action`` key (a balanced-brace scanner that honours ``"..."`` and ``'...'`` strings and
-backslash escapes, linear in the text, its work capped at three times the text's count of brace,
-bracket and quote characters), and the ``<search>``/``<assert>``/``<answer>`` tag pairs (paired
-like XML; tags inside a JSON action are text). :func:`load` reads one JSON value, else a Python
-literal, with the nesting guard of :data:`MAX_DEPTH`. The rules they implement are stated once,
-in docs/parsing.md.
-"""
+"""Where the actions are in a model text, for :mod:`factutil.parse`: ``{...}`` objects with an
+``action`` key, and tag pairs (docs/parsing.md); the work is linear in the text."""
 
 from __future__ import annotations
 
@@ -16,6 +8,7 @@ import bisect
 import json
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,19 +20,16 @@ _LITERAL_EVAL_LIMIT = 200_000
 
 _TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
-_STRUCTURAL = re.compile(r"""[{}\[\]"']""")
+_STRUCTURAL = re.compile(r"""[{}\[\]"']""")  # brackets and quotes
 _BRACES = re.compile(r"\{+")
 _NESTING = re.compile(r"""[{}\[\]()"']""")
 _TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
-_OPENERS = "{[("
 
 
 class Number(str):
-    """A JSON number as the model wrote it (``2.50`` stays ``"2.50"``, ``1e3`` stays ``"1e3"``): a
-    number is read as its literal text, never converted, so an answer or a triple part keeps the
-    digits written and no integer is too long to read. A subclass of ``str`` so that it is text
-    where text is wanted; :mod:`factutil.parse` tells it from a JSON string where a string is
-    required (a query, an action name)."""
+    """A JSON number as its literal text (``2.50`` stays ``"2.50"``): an answer or a triple part
+    keeps the digits written, and no integer is too long to read. :mod:`factutil.parse` tells
+    it from a JSON string where a string is required (a query, an action name)."""
 
     __slots__ = ()
 
@@ -52,8 +42,7 @@ def _not_json(constant: str) -> Any:
 
 
 class Rejected(Exception):
-    """The text names an action but its content is not acceptable; ``reason`` says why (it becomes
-    the ``InvalidAction``'s reason)."""
+    """The text names an action but its content is not acceptable; ``reason`` says why."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -85,9 +74,6 @@ def select(items: list[Item]) -> list[Item]:
     return selected
 
 
-# --- JSON objects ---------------------------------------------------------------------------
-
-
 def json_items(text: str) -> list[Item]:
     """Closed and truncated ``{...}`` objects whose top level has an ``action`` key."""
     key_starts = [match.start() for match in _ACTION_KEY.finditer(text)]
@@ -114,31 +100,19 @@ def json_items(text: str) -> list[Item]:
         # A closed object is read whole; after an unclosed one, braces it saw inside strings may
         # still start objects of their own (a stray "{" or apostrophe in prose).
         pos = end if end > 0 else start + 1
-    items = [
-        Item(start, end, "json", depth=depth)
-        for start, (end, keyed, depth) in closed.items()
-        if keyed
-    ]
-    items += [
-        Item(start, len(text), "truncated", reason=reason) for start, reason in truncated.items()
-    ]
-    return items
+    items = [Item(start, end, "json", depth=depth)
+             for start, (end, keyed, depth) in closed.items() if keyed]
+    return items + [Item(start, len(text), "truncated", reason=reason)
+                    for start, reason in truncated.items()]
 
 
 def _scan_object(
-    text: str,
-    start: int,
-    keys: set[int],
-    closed: dict[int, tuple[int, bool, int]],
-    truncated: dict[int, str],
-    covered: set[int],
-    budget: list[int],
+    text: str, start: int, keys: set[int], closed: dict[int, tuple[int, bool, int]],
+    truncated: dict[int, str], covered: set[int], budget: list[int],
 ) -> int:
-    """Scan the object opening at ``text[start]``; record every object met on the way.
-
-    Returns the index just past the closing brace, or -1 when the text ends first (or the budget
-    runs out). ``closed`` gets ``start -> (end, has top-level action key, nesting depth)``.
-    """
+    """Scan the object opening at ``text[start]``, recording every object met; the index just
+    past its closing brace, or -1 when the text (or budget) ends first. ``closed`` gets
+    ``start -> (end, has top-level action key, nesting depth)``."""
     # stack entries: [opener, position, deepest stack length while open, has action key]
     stack: list[list[Any]] = []
     pos = start
@@ -185,9 +159,7 @@ def _scan_object(
             closed[entry[1]] = (at + 1, entry[3], entry[2] - base)
             if not stack:
                 return at + 1
-    reason = "truncated JSON: unterminated string" if in_string else (
-        "truncated JSON: unterminated object"
-    )
+    reason = f"truncated JSON: unterminated {'string' if in_string else 'object'}"
     for entry in stack:
         if entry[0] == "{" and entry[3]:
             truncated.setdefault(entry[1], reason)
@@ -217,24 +189,32 @@ def _string_end(text: str, start: int) -> int:
         pos = close + 1
 
 
+def _outside_strings(
+    text: str, pattern: re.Pattern[str], pos: int = 0, budget: list[int] | None = None
+) -> Iterator[int]:
+    """Where ``pattern`` (which matches the quotes too) matches outside string literals, from
+    ``pos`` until the text, an unterminated string or the ``budget`` (one per match) ends."""
+    while budget is None or budget[0] > 0:
+        if budget is not None:
+            budget[0] -= 1
+        match = pattern.search(text, pos)
+        if match is None:
+            return
+        at = match.start()
+        if text[at] in "\"'":
+            pos = _string_end(text, at)
+            if pos < 0:
+                return
+            continue
+        pos = at + 1
+        yield at
+
+
 def _nesting_depth(text: str) -> int:
     """Deepest bracket nesting outside strings; stops counting once past MAX_DEPTH."""
     depth = deepest = 0
-    pos = 0
-    while True:
-        match = _NESTING.search(text, pos)
-        if match is None:
-            return deepest
-        at = match.start()
-        char = text[at]
-        if char in "\"'":
-            after = _string_end(text, at)
-            if after < 0:
-                return deepest
-            pos = after
-            continue
-        pos = at + 1
-        if char in _OPENERS:
+    for at in _outside_strings(text, _NESTING):
+        if text[at] in "{[(":
             depth += 1
             if depth > deepest:
                 deepest = depth
@@ -242,19 +222,14 @@ def _nesting_depth(text: str) -> int:
                     return deepest
         elif depth:
             depth -= 1
+    return deepest
 
 
 def load(chunk: str, checked: bool = False) -> Any:
-    """JSON, else a Python literal; raises Rejected with the JSON error. Depth is guarded.
-
-    JSON is read as ``json.loads(strict=False)`` reads it (a real newline or tab inside a string is
-    kept), and trailing commas outside strings are tolerated by dropping them before decoding, so
-    a comma never sends a JSON text to the Python-literal reader (where ``"\\/"`` and ``null``
-    mean something else).
-
-    Numbers come back as :class:`Number` (their literal text); ``NaN``, ``Infinity`` and
-    ``-Infinity``, which Python's decoder accepts but JSON does not have, are refused.
-    """
+    """JSON (``strict=False``; numbers as :class:`Number`, ``NaN``/``Infinity`` refused), else a
+    Python literal; raises Rejected with the JSON error. Depth is guarded. Trailing commas are
+    dropped before decoding, so a comma never sends JSON to the Python-literal reader (where
+    ``"\\/"`` and ``null`` mean something else)."""
     if not checked and _nesting_depth(chunk) > MAX_DEPTH:
         raise Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
@@ -262,7 +237,8 @@ def load(chunk: str, checked: bool = False) -> Any:
     except json.JSONDecodeError as error:
         problem = _json_problem(error)
     except (ValueError, RecursionError) as error:
-        problem = _clip(str(error))
+        problem = str(error)
+        problem = problem if len(problem) <= 60 else problem[:57] + "..."
     trimmed = _without_trailing_commas(chunk)
     if trimmed != chunk:
         try:
@@ -292,27 +268,15 @@ def _json_problem(error: json.JSONDecodeError) -> str:
 
 
 def _without_trailing_commas(chunk: str) -> str:
-    """``chunk`` with every comma that is followed (after whitespace) by ``}`` or ``]`` dropped,
-    outside double-quoted strings; the text from an unterminated string on is kept as it is."""
+    """``chunk`` without the commas before ``}`` or ``]`` outside strings (the text from an
+    unterminated string on kept)."""
     kept: list[str] = []
-    copied = pos = 0
-    while True:
-        match = _TRAILING_COMMA_OR_QUOTE.search(chunk, pos)
-        if match is None:
-            break
-        at = match.start()
-        if chunk[at] == '"':
-            pos = _string_end(chunk, at)
-            if pos < 0:
-                break
-            continue
+    copied = 0
+    for at in _outside_strings(chunk, _TRAILING_COMMA_OR_QUOTE):
         kept.append(chunk[copied:at])
-        copied = pos = at + 1
+        copied = at + 1
     kept.append(chunk[copied:])
     return "".join(kept)
-
-
-# --- tags -----------------------------------------------------------------------------------
 
 
 def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple[int, str]]]:
@@ -346,31 +310,26 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
             if tokens[opened][3] == name:
                 break
             unclosed.append(opened)
-        start, inner_start = tokens[opened][0], tokens[opened][1]
-        inner_end, end = tokens[index][0], tokens[index][1]
         reason = ""
         if index - opened > 1:
             _, _, inner_close, inner_name = tokens[opened + 1]
             shown = f"</{inner_name}>" if inner_close else f"<{inner_name}>"
             reason = f"nested {shown} tag inside <{name}>"
-        items.append(
-            Item(start, end, "tag", name=name, inner=(inner_start, inner_end), reason=reason)
-        )
+        inner = (tokens[opened][1], tokens[index][0])
+        items.append(Item(tokens[opened][0], tokens[index][1], "tag", name, inner, reason=reason))
     unclosed.extend(stack)
     failures = [(tokens[index][0], f"unclosed <{tokens[index][3]}> tag") for index in unclosed]
     return items, failures
 
 
 _FENCE = re.compile(r"\s*(?:```[^\n]*\n)?\s*")
-_BRACKETS = re.compile(r"""[{}\[\]"']""")
 
 
 def _outside_assert_values(text: str, tokens: list[tuple[int, int, bool, str]]
                            ) -> list[tuple[int, int, bool, str]]:
-    """``tokens`` less the tag tokens inside the JSON value that opens an ``<assert>``'s content
-    (after white space or a code fence): ``<assert>[["tag", "closes", "</answer>"]]</assert>``
-    holds text, not a nested tag. A value that never closes hides nothing. The scanning work is
-    capped at three times the text's count of brackets and quotes."""
+    """``tokens`` less those inside the JSON value opening an ``<assert>``'s content (after space
+    or a code fence): ``<assert>[["tag", "closes", "</answer>"]]</assert>`` holds text, not a
+    nested tag. A value that never closes hides nothing."""
     budget = [3 * sum(text.count(char) for char in "{}[]\"'") + 1000]
     kept: list[tuple[int, int, bool, str]] = []
     hidden_until = -1
@@ -387,31 +346,16 @@ def _outside_assert_values(text: str, tokens: list[tuple[int, int, bool, str]]
 
 
 def _value_end(text: str, start: int, budget: list[int]) -> int:
-    """Index just past the bracket that closes ``text[start]`` (strings honoured), or -1 when
-    the text (or the budget) ends first or a bracket closes the wrong opener."""
+    """Index just past the bracket closing ``text[start]``; -1 when the text (or budget) ends
+    first or a bracket closes the wrong opener."""
     stack: list[str] = []
-    pos = start
-    while budget[0] > 0:
-        budget[0] -= 1
-        match = _BRACKETS.search(text, pos)
-        if match is None:
-            return -1
-        at = match.start()
+    for at in _outside_strings(text, _STRUCTURAL, start, budget):
         char = text[at]
-        if char in "\"'":
-            pos = _string_end(text, at)
-            if pos < 0:
-                return -1
-            continue
-        pos = at + 1
         if char in "[{":
             stack.append("]" if char == "[" else "}")
         elif not stack or stack.pop() != char:
             return -1
         elif not stack:
-            return pos
+            return at + 1
     return -1
 
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,18 +1,15 @@
-"""Data model: triples, actions, rollouts and groups (docs/method.md §1, §8).
-
-Every model is pydantic v2, so bad input raises :class:`pydantic.ValidationError` naming the
-field and the offending value. The input file of docs/method.md §8 is one :class:`Rollout` per line;
-:class:`Group` gathers the rollouts of one ``uid``.
-"""
+"""Data model: rollouts and groups (docs/method.md §1, §8); pydantic v2, so bad input raises a
+``ValidationError`` naming field and value. The actions are :mod:`factutil.actions`'."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -50,13 +47,9 @@ def _item_text(item: dict[str, Any]) -> str:
 
 
 def coerce_action(item: Any) -> Any:
-    """Turn one input item of docs/method.md §8 into an action model or leave it for pydantic to reject.
-
-    - ``{"raw": ..., "observation"?: ...}`` (no ``action`` key) is parsed with
-      :func:`factutil.parse.parse_action`;
-    - a structured ``assert`` with no triple or an empty part becomes an :class:`InvalidAction`;
-    - anything else is returned unchanged for validation.
-    """
+    """One input action item of docs/method.md §8 as a model, or as given for pydantic to judge:
+    a ``raw`` item (no ``action`` key) is parsed (:func:`factutil.parse.parse_action`); an
+    ``assert`` with no triple or an empty part, or a search with a blank query, is invalid."""
     if isinstance(item, RawAction):
         return parse_action(item.raw, observation=item.observation)
     if not isinstance(item, dict):
@@ -67,40 +60,35 @@ def coerce_action(item: Any) -> Any:
     if item.get("action") == "assert":
         problem = assert_content_problem(item)
         if problem is not None:
-            return InvalidAction(
-                raw=_item_text(item), reason=problem
-            )
+            return InvalidAction(raw=_item_text(item), reason=problem)
     query = item.get("query")
     if item.get("action") == "search" and isinstance(query, str) and not query.strip():
         # As parse_action does: a blank query is the agent's format error, not a data error.
         observation = item.get("observation")
-        return InvalidAction(
-            raw=_item_text(item),
-            reason="search with an empty query",
-            observation=observation if isinstance(observation, str) else None,
-        )
+        return InvalidAction(raw=_item_text(item), reason="search with an empty query",
+                             observation=observation if isinstance(observation, str) else None)
     return item
 
 
-def _reject_blank_list(values: list[str], field: str) -> list[str]:
+def _golden_not_blank(values: list[str]) -> list[str]:
     for index, value in enumerate(values):
         if not value.strip():
-            raise ValueError(f"{field}[{index}] is empty or whitespace: {value!r}")
+            raise ValueError(f"golden_answers[{index}] is empty or whitespace: {value!r}")
     return values
 
 
-class Rollout(BaseModel):
-    """One rollout of a group: the input line of docs/method.md §8.
+GoldenAnswers = Annotated[list[str], Field(min_length=1), AfterValidator(_golden_not_blank)]
 
-    ``reward`` (optional) replaces the computed answer F1 as the outcome reward; it must be a finite
-    number. Keys the model does not know are moved into ``metadata``.
-    """
+
+class Rollout(BaseModel):
+    """One rollout of a group: the input line of docs/method.md §8. ``reward`` (a finite number)
+    replaces the computed answer F1 as outcome reward; unknown keys go into ``metadata``."""
 
     model_config = ConfigDict(extra="forbid")
 
     uid: str = Field(min_length=1)
     question: str
-    golden_answers: list[str] = Field(min_length=1)
+    golden_answers: GoldenAnswers
     rollout_id: str = Field(min_length=1)
     actions: list[Action]
     reward: float | None = None
@@ -130,20 +118,9 @@ class Rollout(BaseModel):
             try:
                 coerced.append(coerce_action(item))
             except ValidationError as error:  # a bad raw item: name it actions[index].<field>
-                raise ValidationError.from_exception_data(
-                    error.title,
-                    [
-                        {"type": e["type"], "loc": (index, *e["loc"]), "input": e["input"],
-                         **({"ctx": e["ctx"]} if "ctx" in e else {})}
-                        for e in error.errors()
-                    ],
-                ) from None
+                located = [{**e, "loc": (index, *e["loc"])} for e in error.errors()]
+                raise ValidationError.from_exception_data(error.title, located) from None
         return coerced
-
-    @field_validator("golden_answers")
-    @classmethod
-    def _golden_not_blank(cls, value: list[str]) -> list[str]:
-        return _reject_blank_list(value, "golden_answers")
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -162,15 +139,13 @@ class Rollout(BaseModel):
         return number
 
 
-GROUP_FIELDS = ("uid", "question", "golden_answers")
-"""The fields a group and each of its rollouts share."""
+GROUP_FIELDS = ("uid", "question", "golden_answers")  # shared by a group and its rollouts
 
 
 def group_key(item: Mapping[str, Any]) -> str | None:
-    """The key that makes a mapping a group dict (docs/method.md §8), or None for a rollout mapping:
-    ``rollouts``, or, in a mapping with neither ``actions`` nor ``rollout_id``, a key that is no
-    rollout field and is a near miss of ``rollouts`` (``rolouts``: the group model then refuses
-    it, naming ``rollouts``)."""
+    """The key that makes a mapping a group dict (docs/method.md §8), or None (a rollout):
+    ``rollouts``, or, without ``actions`` and ``rollout_id``, a near miss of it (``rolouts``,
+    which the group model then refuses by name)."""
     if "rollouts" in item:
         return "rollouts"
     if "actions" in item or "rollout_id" in item:
@@ -180,14 +155,9 @@ def group_key(item: Mapping[str, Any]) -> str | None:
 
 
 def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """A group dict with its shared fields filled in both directions (docs/method.md §8, group-dict form).
-
-    The group's ``uid``, ``question`` and ``golden_answers`` default to its first rollout's; a
-    rollout mapping that lacks one of them takes the group's, so a group may be written as
-    ``{"uid", "question", "golden_answers", "rollouts": [{"rollout_id", "actions"}, ...]}``.
-    A value a rollout does give is kept (a disagreement is then the group check's error).
-    Returns a new dict (rollouts that gain a field are new dicts); ``data`` is never changed.
-    """
+    """A group dict with its :data:`GROUP_FIELDS` filled in both directions (docs/method.md §8):
+    the group's default to its first rollout's, a rollout mapping lacking one takes the group's
+    (a given value is kept: a disagreement is the group check's). ``data`` is never changed."""
     rollouts = data.get("rollouts")
     if not isinstance(rollouts, (list, tuple)) or not rollouts:
         return data
@@ -211,76 +181,56 @@ def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
 def group_conflicts(
     rollouts: Sequence[Rollout], head: Group | None = None
 ) -> list[tuple[int, str, int | None]]:
-    """Where rollouts break the group rule (docs/method.md §1, §8): the one check every reader applies.
-
-    The rollouts of one ``uid`` form a group: they share ``question`` and ``golden_answers``, and no
-    two share a ``rollout_id``.
-
-    Args:
-        rollouts: the rollouts to check, in order.
-        head: the group, whose ``uid``, ``question`` and ``golden_answers`` every rollout must
-            match; None: the rollouts may hold several uids, and each uid's first rollout is the
-            reference of the others.
+    """Where rollouts break the group rule (docs/method.md §1, §8): one uid's rollouts share
+    ``question`` and ``golden_answers`` (those of ``head``, else of the uid's first rollout), and
+    no two share a ``rollout_id``.
 
     Returns:
-        ``(i, field, j)`` for each broken rule, by rollout i and then in the order uid,
-        rollout_id, golden_answers, question: ``"uid"`` (rollout i's uid is not the head's; j None),
-        ``"rollout_id"`` (it repeats rollout j's in the same uid), ``"golden_answers"`` or
-        ``"question"`` (it differs from rollout j's, or from the head's when j is None).
-        Empty when the rollouts are consistent.
+        ``(i, field, j)`` per broken rule, by rollout i, then in the order ``"uid"`` (not the
+        head's; j None), ``"rollout_id"`` (repeats rollout j's), ``"golden_answers"``,
+        ``"question"`` (differs from rollout j's, or the head's when j is None).
     """
     conflicts: list[tuple[int, str, int | None]] = []
     ids: dict[tuple[str, str], int] = {}
     first: dict[str, int] = {}
     for index, rollout in enumerate(rollouts):
-        rollout_uid = rollout.uid
-        if head is not None and rollout_uid != head.uid:
+        if head is not None and rollout.uid != head.uid:
             conflicts.append((index, "uid", None))
-        key = (rollout_uid, rollout.rollout_id)
+        key = (rollout.uid, rollout.rollout_id)
         if key in ids:
             conflicts.append((index, "rollout_id", ids[key]))
         else:
             ids[key] = index
         if head is not None:
-            reference: int | None = None
-            ref_question, ref_golden = head.question, head.golden_answers
-        elif rollout_uid not in first:
-            first[rollout_uid] = index
+            reference, ref = None, head
+        elif rollout.uid not in first:
+            first[rollout.uid] = index
             continue
         else:
-            reference = first[rollout_uid]
-            ref_question = rollouts[reference].question
-            ref_golden = rollouts[reference].golden_answers
-        if rollout.golden_answers != ref_golden:
+            reference = first[rollout.uid]
+            ref = rollouts[reference]
+        if rollout.golden_answers != ref.golden_answers:
             conflicts.append((index, "golden_answers", reference))
-        if rollout.question != ref_question:
+        if rollout.question != ref.question:
             conflicts.append((index, "question", reference))
     return conflicts
 
 
 class Group(BaseModel):
-    """The G rollouts of one question, keyed by ``uid`` only (docs/method.md §1).
-
-    Raises ``ValidationError`` when a rollout belongs to another uid, when two rollouts share a
-    ``rollout_id``, or when rollouts disagree on ``golden_answers`` or ``question``.
-    """
+    """The G rollouts of one question, keyed by ``uid`` only (docs/method.md §1); a
+    ``ValidationError`` when they break :func:`group_conflicts`' rule."""
 
     model_config = ConfigDict(extra="forbid")
 
     uid: str = Field(min_length=1)
     question: str
-    golden_answers: list[str] = Field(min_length=1)
+    golden_answers: GoldenAnswers
     rollouts: list[Rollout] = Field(min_length=1)
 
     @model_validator(mode="before")
     @classmethod
     def _fill_from_rollouts(cls, data: Any) -> Any:
         return fill_group_fields(dict(data)) if isinstance(data, Mapping) else data
-
-    @field_validator("golden_answers")
-    @classmethod
-    def _golden_not_blank(cls, value: list[str]) -> list[str]:
-        return _reject_blank_list(value, "golden_answers")
 
     @model_validator(mode="after")
     def _consistent(self) -> Group:
@@ -289,22 +239,15 @@ class Group(BaseModel):
             return self
         index, field, other = conflicts[0]
         rollout = self.rollouts[index]
-        if field == "uid":
-            raise ValueError(f"rollouts[{index}].uid is {rollout.uid!r}, the group's uid is {self.uid!r}")
-        if field == "rollout_id":
-            raise ValueError(
-                f"rollouts[{index}].rollout_id {rollout.rollout_id!r} repeats "
-                f"rollouts[{other}] in group {self.uid!r}"
-            )
-        if field == "golden_answers":
-            raise ValueError(
-                f"rollouts[{index}].golden_answers {rollout.golden_answers!r} differ from "
-                f"the group's {self.golden_answers!r}"
-            )
-        raise ValueError(
-            f"rollouts[{index}].question {short(rollout.question, 80)} differs from "
-            f"the group's {short(self.question, 80)}"
-        )
+        raise ValueError(f"rollouts[{index}]." + {
+            "uid": f"uid is {rollout.uid!r}, the group's uid is {self.uid!r}",
+            "rollout_id": f"rollout_id {rollout.rollout_id!r} repeats rollouts[{other}] in "
+                          f"group {self.uid!r}",
+            "golden_answers": f"golden_answers {rollout.golden_answers!r} differ from the "
+                              f"group's {self.golden_answers!r}",
+            "question": f"question {short(rollout.question, 80)} differs from the group's "
+                        f"{short(self.question, 80)}",
+        }[field])
 
     @classmethod
     def from_rollouts(cls, rollouts: Iterable[Rollout]) -> Group:
@@ -312,12 +255,9 @@ class Group(BaseModel):
         rollouts = list(rollouts)
         if not rollouts:
             raise ValueError("a group needs at least one rollout")
-        return cls(
-            uid=rollouts[0].uid,
-            question=rollouts[0].question,
-            golden_answers=rollouts[0].golden_answers,
-            rollouts=rollouts,
-        )
+        first = rollouts[0]
+        return cls(uid=first.uid, question=first.question, golden_answers=first.golden_answers,
+                   rollouts=rollouts)
 
 
 def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
@@ -331,11 +271,9 @@ def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
 def input_json_schema() -> dict[str, Any]:
     """JSON Schema of one input line (docs/method.md §8): a rollout, actions in any accepted form."""
     schema = Rollout.model_json_schema(mode="validation")
-    raw_schema = RawAction.model_json_schema()
     actions = schema["properties"]["actions"]
-    item = actions["items"]
-    actions["items"] = {"anyOf": [item, {"$ref": "#/$defs/RawAction"}]}
-    schema.setdefault("$defs", {})["RawAction"] = raw_schema
+    actions["items"] = {"anyOf": [actions["items"], {"$ref": "#/$defs/RawAction"}]}
+    schema.setdefault("$defs", {})["RawAction"] = RawAction.model_json_schema()
     schema["title"] = "factutil rollout (one JSONL line)"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
