@@ -1,9 +1,8 @@
 """A :class:`~factutil.api.ProcessAdvantages` as one self-contained HTML page.
 
-The page only displays what the core computed (docs/method.md §1–§5): cluster records, action records,
-rollout records, the potential column and the metrics; it recomputes none of the method's
-numbers. Plots are inline SVG, styles inline, no script and no link leaves the file (a
-Content-Security-Policy forbids any load), so it opens from disk anywhere.
+The page only displays what the core computed (docs/method.md §1–§5), recomputing none of the
+method's numbers. Plots are inline SVG and styles inline; no script, and a Content-Security-Policy
+forbids any load, so it opens from disk anywhere.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,8 @@ from factutil.report import plots
 from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
 
 DEFAULT_MAX_GROUPS = 30
-"""Questions shown in full by default (the widest utility spread first); the summary and plots
-always cover every group. About 25 KB of HTML per question of 6 rollouts (0.86 MB for 30)."""
+"""Questions shown in full by default (widest utility spread first); the summary and plots
+always cover every group."""
 
 KINDS = ("search", "assert", "answer", "invalid")
 OBSERVATION_CHARS = 120
@@ -35,22 +35,14 @@ RAW_CHARS = 160
 MEMBERS_SHOWN = 6
 
 
-def select_groups(
-    result: ProcessAdvantages, max_groups: int | None = DEFAULT_MAX_GROUPS,
-    uids: Sequence[str] | None = None,
-) -> list[int]:
-    """Indices into ``result.groups`` of the questions to show, widest utility spread first.
+def select_groups(result: ProcessAdvantages, max_groups: int | None = DEFAULT_MAX_GROUPS,
+                  uids: Sequence[str] | None = None) -> list[int]:
+    """Indices into ``result.groups`` of the questions to show, widest utility spread (largest
+    minus smallest cluster utility, 0 with fewer than two) first; ties keep input order.
 
-    The spread of a group is the largest minus the smallest utility of its clusters (0 with
-    fewer than two); ties keep input order.
-
-    Args:
-        result: a scored batch.
-        max_groups: most groups to return; None or 0 for all.
-        uids: only these uids (before ``max_groups`` applies).
-
-    Raises:
-        ValueError: a uid of ``uids`` is not a group of ``result`` (the message names it).
+    ``max_groups``: most groups to return, None or 0 for all; ``uids``: only these (before
+    ``max_groups`` applies). Raises ValueError: a negative ``max_groups``, or a uid of ``uids``
+    that is not a group of ``result`` (named).
     """
     if max_groups is not None and max_groups < 0:
         raise ValueError(f"max_groups must be >= 0, got {max_groups}")
@@ -58,10 +50,8 @@ def select_groups(
     if uids:
         missing = [uid for uid in uids if uid not in position]
         if missing:
-            raise ValueError(
-                f"uid {missing[0]!r} is not in the input ({len(position)} groups, e.g. "
-                f"{', '.join(repr(uid) for uid in list(position)[:3])})"
-            )
+            raise ValueError(f"uid {missing[0]!r} is not in the input ({len(position)} groups, "
+                             f"e.g. {', '.join(repr(uid) for uid in list(position)[:3])})")
         chosen = sorted({position[uid] for uid in uids})
     else:
         chosen = list(range(len(position)))
@@ -82,7 +72,7 @@ def _spreads(result: ProcessAdvantages) -> list[float]:
 
 @dataclass
 class Number:
-    """One number of the page: its value and how it reads (sign class, text)."""
+    """One number of the page: its value, its text and its CSS sign class."""
 
     value: float
     digits: int = 3
@@ -111,7 +101,7 @@ class Number:
 
 @dataclass
 class ReportInputs:
-    """What a page shows besides the result: where it came from and optional gold evidence."""
+    """What a page shows besides the result: where it came from, gold evidence, which groups."""
 
     title: str = "factutil credit report"
     source: str | None = None
@@ -121,20 +111,10 @@ class ReportInputs:
     notes: list[str] = field(default_factory=list)
 
 
-def report_context(
-    result: ProcessAdvantages, inputs: ReportInputs | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Everything the template shows, as plain values (see ``templates/report.html.j2``).
-
-    Args:
-        result: the scored batch.
-        inputs: title, source name, gold evidence, which groups to show.
-        progress: called with 1 after each group is laid out (for a progress bar).
-
-    Raises:
-        ValueError: an unknown uid in ``inputs.uids`` or a negative ``max_groups``.
-    """
+def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None,
+                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Everything ``templates/report.html.j2`` shows, as plain values; ``progress`` is called
+    with 1 after each group is laid out. Raises ValueError as :func:`select_groups`."""
     inputs = inputs or ReportInputs()
     config = result.config
     clusters = result.clusters
@@ -150,11 +130,7 @@ def report_context(
     rollouts = result.rollouts
     potential = result.action_columns["potential"].tolist()
     offsets = result.action_offsets.tolist()
-    first_row = []
-    row = 0
-    for group in result.groups:
-        first_row.append(row)
-        row += len(group.rollouts)
+    first_row = list(accumulate((len(group.rollouts) for group in result.groups), initial=0))
 
     groups = []
     for g in shown:
@@ -171,9 +147,7 @@ def report_context(
         notes.append(missing)
         figures = {}
     else:
-        rows = [
-            first_row[g] + j for g in shown for j in range(len(result.groups[g].rollouts))
-        ]
+        rows = [first_row[g] + j for g in shown for j in range(len(result.groups[g].rollouts))]
         figures = _figures(result, labels, potential, offsets, rows, len(shown))
     return {
         "title": inputs.title,
@@ -299,12 +273,9 @@ def _selection_note(shown: int, total: int, inputs: ReportInputs) -> str:
     return f"All {total} questions, widest utility spread first."
 
 
-def _figures(
-    result: ProcessAdvantages, labels: list[bool | None] | None,
-    potential: list[float], offsets: list[int], rows: list[int], shown: int,
-) -> dict[str, str]:
-    """The three plots: utilities and advantages of the whole batch; the potential of the
-    rollouts of the questions shown (median and band per outcome)."""
+def _figures(result: ProcessAdvantages, labels: list[bool | None] | None, potential: list[float],
+             offsets: list[int], rows: list[int], shown: int) -> dict[str, str]:
+    """Utilities and advantages of the whole batch; the potential of the rollouts ``rows``."""
     utilities = [cluster.utility for cluster in result.clusters]
     auc = evidence_auc(labels, utilities) if labels is not None else None
     columns = result.action_columns
@@ -332,11 +303,10 @@ def _figures(
     }
 
 
-def _group_view(
-    group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
-    actions: list[Any], rollouts: list[Any], potential: list[float], offsets: list[int],
-    scale: float, gold_known: bool, retrieved: bool = False,
-) -> dict[str, Any]:
+def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
+                actions: list[Any], rollouts: list[Any], potential: list[float],
+                offsets: list[int], scale: float, gold_known: bool,
+                retrieved: bool = False) -> dict[str, Any]:
     utility_of = {cluster.cluster_id: cluster.utility for cluster, _ in clusters}
     gold_of = {cluster.cluster_id: label for cluster, label in clusters}
     ordered = sorted(clusters, key=lambda item: (-item[0].utility, item[0].cluster_id))
@@ -428,14 +398,9 @@ def _action_text(action: Mapping[str, Any]) -> dict[str, Any]:
 def _environment():
     import jinja2  # when rendering only: the CLI's other commands start without it
 
-    environment = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_template_source),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    return environment
+    return jinja2.Environment(loader=jinja2.FunctionLoader(_template_source), autoescape=True,
+                              trim_blocks=True, lstrip_blocks=True,
+                              undefined=jinja2.StrictUndefined)
 
 
 def _template_source(name: str) -> str:
@@ -444,26 +409,15 @@ def _template_source(name: str) -> str:
 
 def render(context: Mapping[str, Any]) -> str:
     """The page's HTML for a :func:`report_context` (jinja2, autoescaped)."""
-    environment = _environment()
-    css = _template_source("report.css")
-    return environment.get_template("report.html.j2").render(
-        **context, css=css, version=__version__
-    )
+    return _environment().get_template("report.html.j2").render(
+        **context, css=_template_source("report.css"), version=__version__)
 
 
-def build_report(
-    result: ProcessAdvantages, inputs: ReportInputs | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> str:
-    """The whole self-contained HTML page of a scored batch.
-
-    Args:
-        result: from :func:`factutil.compute_process_advantages`.
-        inputs: title, source, gold evidence, which questions to show (:class:`ReportInputs`).
-        progress: called with 1 after each question is laid out.
-
-    Returns:
-        the HTML text (UTF-8 when written).
+def build_report(result: ProcessAdvantages, inputs: ReportInputs | None = None,
+                 progress: Callable[[int], None] | None = None) -> str:
+    """The self-contained HTML page of a scored batch (from
+    :func:`factutil.compute_process_advantages`); ``progress`` is called with 1 after each
+    question is laid out.
 
     Raises:
         ValueError: an unknown uid or a negative ``max_groups`` in ``inputs``.
@@ -472,21 +426,13 @@ def build_report(
     return render(report_context(result, inputs, progress))
 
 
-def write_report(
-    result: ProcessAdvantages, path: str | os.PathLike, inputs: ReportInputs | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> Path:
-    """Write :func:`build_report`'s page to ``path`` atomically (temporary file, then rename).
-
-    Returns:
-        the path written. Parent folders are created.
-
-    Raises:
-        OSError: the file cannot be written; ValueError: see :func:`build_report`.
-    """
+def write_report(result: ProcessAdvantages, path: str | os.PathLike,
+                 inputs: ReportInputs | None = None,
+                 progress: Callable[[int], None] | None = None) -> Path:
+    """Write :func:`build_report`'s page to ``path`` atomically, creating parent folders, and
+    return the path. Raises OSError (not writable) or as :func:`build_report`."""
     text = build_report(result, inputs, progress)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, [text])
     return target
-
