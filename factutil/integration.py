@@ -2,9 +2,8 @@
 
 An adapter (verl, OpenRLHF, TRL …) keeps only what its trainer decides: where a batch's
 rollouts, rewards and token spans are, and how values go back onto its tensors. A group that
-cannot be scored keeps the trainer's own advantages, is counted in ``factutil/groups_fallback``
-and named in one warning: never a crash or a NaN.
-"""
+cannot be scored keeps the trainer's advantages, is counted and named in one warning: never a
+crash or a NaN."""
 
 from __future__ import annotations
 
@@ -46,22 +45,16 @@ T = TypeVar("T")
 
 
 class Unscorable(Exception):
-    """A group that cannot be scored: it keeps the trainer's own advantages (the message is the
-    group's fallback reason)."""
+    """A group that cannot be scored and keeps the trainer's advantages; the message says why."""
 
 
 @dataclass
 class BatchScore(Generic[K]):
-    """What :func:`score_batch` returns.
-
-    Attributes:
-        result: the core's result; None when no group was scored or the call failed.
-        values: ``(uid, rollout_id)`` -> float64 per-action values of the column asked for.
-        fallback: group key -> why it keeps the trainer's advantages. groups: the batch's count.
-        error: the exception of the core call, if any.
-        shipped, unshipped: work items given to the core, and those that did not come; None
-            when no work was to come.
-    """
+    """What :func:`score_batch` returns: the core's ``result`` (None when no group was scored or
+    the call failed), ``values`` (``(uid, rollout_id)`` -> float64 per-action values of the
+    column asked for), ``fallback`` (group key -> why it keeps the trainer's advantages), the
+    batch's ``groups`` count, the core call's ``error``, and the work items ``shipped`` to the
+    core and ``unshipped`` (None when no work was to come)."""
 
     result: ProcessAdvantages | None
     values: dict[tuple[str, str], np.ndarray]
@@ -84,19 +77,17 @@ def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, 
         config, clusterer: the core's (reuse one clusterer across steps: its caches).
         column: the ``action_columns`` key returned: ``"advantage"`` (A, replacing the
             trainer's) or ``"process_advantage"`` (A_proc, added as omega * A_proc).
-        work: one item per rollout whose worker was to make some: a
-            :class:`~factutil.workers.FactWork`, its bytes or base64 text, or None (none came).
+        work: per rollout whose worker was to make some, a :class:`~factutil.workers.FactWork`,
+            its bytes or base64 text, or None (none came).
 
-    Returns:
-        :class:`BatchScore`. Never raises: a group the core skips is in ``fallback`` with its
-        reason; when the core call raises, every group is (``"scoring failed: ..."``).
+    Never raises: a group the core skips is in ``fallback`` with its reason; when the core call
+    raises, every group is (``"scoring failed: ..."``).
     """
     fallback: dict[K, str] = {}
     rollouts: list[Mapping[str, Any]] = []
     keys: dict[str, K] = {}
-    count = 0
+    groups = list(groups)
     for key in groups:
-        count += 1
         try:
             members = build(key)
         except Unscorable as reason:
@@ -104,7 +95,7 @@ def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, 
             continue
         rollouts.extend(members)
         keys[str(key)] = key
-    score: BatchScore[K] = BatchScore(None, {}, fallback, count)
+    score: BatchScore[K] = BatchScore(None, {}, fallback, len(groups))
     if not rollouts:
         return score
     extra: dict[str, Any] = {}
@@ -141,21 +132,16 @@ def _work_form(item: Any) -> Any:
 
 def trainer_rollout(*, name: str, uid: str, rollout_id: str, question: Any, golden_answers: Any,
                     actions: list[Any], reward: float | None) -> dict[str, Any]:
-    """One rollout dict (docs/method.md §8) from a trainer's values.
-
-    ``name`` names it in a fallback reason (``"row 3"``); ``question`` None gives ``""``;
-    ``golden_answers``: what :func:`~factutil.metrics.golden_answers_from` reads; ``reward``
-    None leaves R to the core. Raises :class:`Unscorable`: no gold answer, a non-finite reward.
-    """
+    """One rollout dict (docs/method.md §8) from a trainer's values: ``name`` names it in a
+    fallback reason (``"row 3"``); ``golden_answers``: what
+    :func:`~factutil.metrics.golden_answers_from` reads; ``reward`` None leaves R to the core.
+    Raises :class:`Unscorable`: no gold answer, or a non-finite reward."""
     answers = golden_answers_from(golden_answers)
     if not answers:
         raise Unscorable(f"{name} has no golden_answers (got {golden_answers!r})"[:300])
     rollout: dict[str, Any] = {
-        "uid": uid,
-        "question": question if isinstance(question, str) else str(question or ""),
-        "golden_answers": answers,
-        "rollout_id": rollout_id,
-        "actions": actions,
+        "uid": uid, "question": question if isinstance(question, str) else str(question or ""),
+        "golden_answers": answers, "rollout_id": rollout_id, "actions": actions,
     }
     if reward is not None:
         reward = float(reward)
@@ -205,36 +191,27 @@ def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def checked_spans(given: Any, actions: int) -> np.ndarray:
-    """A rollout's ``[start, end)`` token spans, one per action, as int64 (actions, 2).
-
-    Raises ValueError: not int pairs with ``0 <= start <= end``, a wrong count, or overlapping.
-    """
-    pairs = list(given) if isinstance(given, (list, tuple)) else None
-    if pairs is None or not all(
-        isinstance(pair, (list, tuple))
-        and len(pair) == 2
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
-        and 0 <= pair[0] <= pair[1]
-        for pair in pairs
-    ):
+    """A rollout's ``[start, end)`` token spans, one per action, as int64 (actions, 2); raises
+    ValueError for pairs not of ints with ``0 <= start <= end``, a wrong count, or overlaps."""
+    if not isinstance(given, (list, tuple)) or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+            and 0 <= pair[0] <= pair[1] for pair in given):
         raise ValueError(f"spans must be [start, end) pairs of ints with 0 <= start <= end, "
                          f"got {given!r}"[:300])
-    if len(pairs) != actions:
-        raise ValueError(f"{len(pairs)} spans for {actions} actions")
-    spans = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    if len(given) != actions:
+        raise ValueError(f"{len(given)} spans for {actions} actions")
+    spans = np.array(given, dtype=np.int64).reshape(-1, 2)
     if np.any(spans[1:, 0] < spans[:-1, 1]):
         raise ValueError(f"spans must be in order and must not overlap, got {spans.tolist()}")
     return spans
 
 
 def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
-    """The ``factutil/*`` metrics of one trainer step, every value a finite float.
-
-    ``score``'s ``fallback`` is completed by the adapter (groups whose values it could not
-    place). Gives ``groups``, ``groups_scored``, ``groups_fallback``; with a result, its numeric
-    metrics (``time_<stage>_s`` as ``time_<stage>_ms``) and ``utility_spread``; with work to
-    come, ``prepared_shipped`` and ``prepared_unshipped``.
-    """
+    """The ``factutil/*`` metrics of one trainer step, every value a finite float: ``groups``,
+    ``groups_scored``, ``groups_fallback`` (``score.fallback`` completed by the adapter); with a
+    result, its numeric metrics (``time_<stage>_s`` as ``time_<stage>_ms``) and
+    ``utility_spread``; with work to come, ``prepared_shipped`` and ``prepared_unshipped``."""
     result, groups, fallback = score.result, score.groups, score.fallback
     metrics: dict[str, float] = {}
     if result is not None:
@@ -263,27 +240,21 @@ def warn_fallback(log: logging.Logger, fallback: Mapping[Any, str], kept: str, *
     """The step's one warning naming the groups of ``fallback`` (group -> reason) that kept
     ``kept`` (``"verl's GRPO advantages"``); with ``every`` (why), the whole batch did.
     ``error`` is logged with its traceback."""
-    if not fallback and every is None:
-        return
-    reasons = [f"group {group!r}: {reason}" for group, reason in sorted(fallback.items())]
-    log.warning(
-        "factutil: %s kept %s (%s): %s%s",
-        "every group" if every is not None else f"{len(fallback)} group(s)",
-        kept,
-        "factutil/batch_fallback" if every is not None else "factutil/groups_fallback",
-        every if every is not None else "; ".join(reasons[:3]),
-        " ..." if every is None and len(reasons) > 3 else "",
-        exc_info=error,
-    )
+    if every is not None:
+        log.warning("factutil: every group kept %s (factutil/batch_fallback): %s", kept, every,
+                    exc_info=error)
+    elif fallback:
+        reasons = [f"group {group!r}: {reason}" for group, reason in sorted(fallback.items())]
+        log.warning("factutil: %d group(s) kept %s (factutil/groups_fallback): %s%s",
+                    len(fallback), kept, "; ".join(reasons[:3]), " ..." if len(reasons) > 3 else "",
+                    exc_info=error)
 
 
 class TrainerStep:
     """What one training run's factutil steps share: the :attr:`clusterer` (kept across steps),
-    early scoring in one background thread (:meth:`start`, :meth:`take`), the report writer
-    (:attr:`reports`, in ``<run_folder>/factutil_reports/``) and :meth:`finish`.
-
-    ``early_used``, ``wait_s``: whether the last :meth:`take` used the early score, and how long
-    it waited for it (None: none was started).
+    early scoring in one background thread (:meth:`start`, :meth:`take`: ``early_used`` and
+    ``wait_s`` say whether the last take used it and how long it waited, None: none started),
+    the report writer (:attr:`reports`, in ``<run_folder>/factutil_reports/``) and :meth:`finish`.
     """
 
     def __init__(self, config: FactUtilConfig, run_folder: str | os.PathLike = ".",

@@ -38,9 +38,8 @@ CLUSTERING_FIELDS = (
     "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
     "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
 )
-"""The config fields a semantic clusterer's clusters depend on. ``embedding_device``,
-``embedding_batch_size`` and the cache bounds change only speed, and vectors by float rounding
-(the embedder's name, part of a work's fit, names its pass shapes)."""
+"""The config fields a semantic clusterer's clusters depend on (device, batch size and cache
+bounds change vectors only by float rounding, which the embedder's name in a work's fit covers)."""
 
 _VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
 
@@ -113,12 +112,10 @@ class FactWork:
     def __post_init__(self) -> None:
         n = len(self.subjects)
         sizes = {"relations": len(self.relations), "objects": len(self.objects)}
-        if self.analyses is not None:
-            sizes["analyses"] = len(self.analyses)
-        if self.truncated is not None:
-            sizes["truncated"] = len(self.truncated)
-            if not all(type(flag) is bool for flag in self.truncated):
-                raise ValueError("FactWork: truncated must hold bools")
+        sizes |= {name: len(column) for name in ("analyses", "truncated")
+                  if (column := getattr(self, name)) is not None}
+        if self.truncated is not None and not all(type(flag) is bool for flag in self.truncated):
+            raise ValueError("FactWork: truncated must hold bools")
         for name, size in sizes.items():
             if size != n:
                 raise ValueError(f"FactWork: {name} has {size} entries, subjects {n}")
@@ -143,11 +140,7 @@ class FactWork:
         return list(zip(self.subjects, self.relations, self.objects))
 
     def features(self) -> list[FactFeatures]:
-        """Each fact's :class:`~factutil.filters.FactFeatures` (:func:`features_from`).
-
-        Raises:
-            ValueError: no analyses, or one that is not an analysis (the fact named).
-        """
+        """Each fact's :func:`features_from`; ValueError without analyses or for a bad one."""
         if self.analyses is None:
             raise ValueError("FactWork: no analyses")
         return [features_from(parts, values) for parts, values in zip(self.parts, self.analyses)]
@@ -155,11 +148,7 @@ class FactWork:
     @classmethod
     def of(cls, item: Any) -> FactWork:
         """``item`` as a FactWork: a FactWork, the mapping of its fields (what a msgpack channel
-        such as verl's TransferQueue gives back), or its bytes (:meth:`from_bytes`).
-
-        Raises:
-            ValueError: none of these (the message says what was found).
-        """
+        such as verl's TransferQueue gives back), or its bytes; ValueError for anything else."""
         if isinstance(item, cls):
             return item
         if isinstance(item, Mapping):
@@ -185,19 +174,14 @@ class FactWork:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> FactWork:
-        """Read :meth:`to_bytes`' output; nothing runs and every field is checked.
-
-        Raises:
-            ValueError: not such bytes (the message says what: truncated or changed bytes, a
-                declared size beyond the data, a bad head, lengths that disagree, vectors that
-                are not finite unit vectors).
-        """
+        """Read :meth:`to_bytes`' output; nothing runs and every field is checked. Raises
+        ValueError (saying what) for truncated or changed bytes, sizes beyond the data, a bad
+        head, lengths that disagree or vectors that are not finite unit vectors."""
         try:
             arrays = _read_npz(bytes(data))
             head = json.loads(str(arrays.pop("head")[()]))
-            if not isinstance(head, dict) or not (
-                    {"fit", "device", "analyses"} <= set(head) <= {"fit", "device", "analyses",
-                                                                   "truncated"}):
+            keys = {"fit", "device", "analyses"}
+            if not isinstance(head, dict) or not keys <= set(head) <= keys | {"truncated"}:
                 raise ValueError("the head is not {fit, device, analyses[, truncated]}")
             fit, device, analyses = head["fit"], head["device"], head["analyses"]
             truncated = head.get("truncated")
@@ -248,12 +232,8 @@ def _read_npz(data: bytes) -> dict[str, np.ndarray]:
 
 
 def check_unit(vectors: np.ndarray) -> None:
-    """Refuse rows that are not finite unit vectors (every embedder L2-normalises): a changed
-    value must not reach the similarities as an overflow or a NaN.
-
-    Raises:
-        ValueError: not float32 (n, d), or naming the first bad row.
-    """
+    """Raise ValueError unless ``vectors`` are float32 (n, d) finite unit rows (naming the first
+    bad row): a changed value must not reach the similarities as an overflow or a NaN."""
     if vectors.dtype != np.float32 or vectors.ndim != 2:
         raise ValueError(f"vectors are {vectors.dtype} {vectors.shape}, not float32 (n, d)")
     with np.errstate(all="ignore"):
@@ -272,11 +252,8 @@ def analysis_values(f: FactFeatures) -> list[Any]:
 
 def features_from(parts: tuple[str, str, str], values: Any) -> FactFeatures:
     """The :class:`~factutil.filters.FactFeatures` of the fact ``parts`` from its
-    :func:`analysis_values`, the derived fields made by :func:`~factutil.filters.analyze`'s rules.
-
-    Raises:
-        ValueError: ``values`` are not the plain values of an analysis (the fact named).
-    """
+    :func:`analysis_values`, derived fields by :func:`~factutil.filters.analyze`'s rules. Raises
+    ValueError (the fact named) when ``values`` are not an analysis's."""
     try:
         subject_key, object_key, relation_id, inverse, relation_key, cues, words, quantities = values
         "".join((subject_key, object_key, relation_key, relation_id or "", *cues, *words))
@@ -303,17 +280,11 @@ def make_work(items: Any, config: FactUtilConfig | Mapping[str, Any] | None = No
     the embedder the step's clusterer would use (through :func:`~factutil.embed.embed_unique`:
     the same bit for bit), their truncation flags and, when needed, their analyses.
 
-    Args:
-        items: what :func:`triples_of` reads.
-        config: a :class:`FactUtilConfig` or a mapping of its fields; None: the clusterer's
-            config, else the defaults.
-        clusterer: a :class:`~factutil.cluster.SemanticClusterer` whose embedder and caches to
-            use (keep one per worker: the model loads once); None builds the config's embedder.
-
-    Raises:
-        TypeError, ValueError: an item that is not a rollout, an action or a triple (its index
-            named), or a clusterer built for another config.
-        pydantic.ValidationError: a bad ``config``.
+    ``config``: a :class:`FactUtilConfig` or a mapping of its fields (None: the clusterer's, else
+    the defaults). ``clusterer``: a :class:`~factutil.cluster.SemanticClusterer` whose embedder
+    and caches to use (keep one per worker: the model loads once); None: the config's embedder.
+    Raises TypeError or ValueError as :func:`triples_of` or for a clusterer built for another
+    config, pydantic.ValidationError for a bad ``config``.
     """
     own = getattr(clusterer, "config", None)
     if config is None:
@@ -348,9 +319,7 @@ def triples_of(items: Any, max_turns: int) -> list[tuple[str, str, str]]:
     iterable of rollouts, action lists, actions (dicts or models: together one trajectory) and
     triples (:class:`~factutil.schema.Triple`, :class:`~factutil.facts.Fact`, ``[s, r, o]``).
     Of a trajectory only the asserts before its answer and within ``max_turns`` actions count.
-
-    Raises:
-        ValueError, TypeError: an item that is none of these (its index and value named).
+    Raises ValueError or TypeError for an item that is none of these (index and value named).
     """
     if isinstance(items, Rollout):
         return _assert_parts(rollout_row(items)["actions"], max_turns)

@@ -1,10 +1,8 @@
 """See the credit: a self-contained HTML report of a scored batch.
 
-``factutil report IN.jsonl -o report.html``, or ``write_report(result, "report.html",
-ReportInputs(gold=load_gold("gold.json")))``; from a trainer, :class:`ReportWriter`. The page
-shows the batch's summary, plots, and per question its clusters and every rollout's credited
-actions.
-"""
+``factutil report IN.jsonl -o report.html``, :func:`write_report` or, from a trainer,
+:class:`ReportWriter`: the batch's summary, plots, and per question its clusters and every
+rollout's credited actions."""
 
 from factutil.report.evidence import (
     GoldError,

@@ -21,15 +21,10 @@ class GoldError(ValueError):
 
 
 def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
-    """Read gold evidence triples per question: uid -> lists of 3 non-blank strings.
-
-    ``path``: a JSON object keyed by uid whose values are lists of triples, or objects whose
-    ``gold`` key holds one (``examples/data/2wiki_gold.json``; other keys ignored).
-
-    Raises:
-        GoldError: unreadable file, invalid JSON, or a bad entry (uid and field named, e.g.
-            ``gold.json: 'q1': gold[2]: expected 3 non-blank strings, got [...]``).
-    """
+    """Read gold evidence triples per question: uid -> lists of 3 non-blank strings, from a JSON
+    object keyed by uid whose values are lists of triples, or objects whose ``gold`` key holds
+    one (``examples/data/2wiki_gold.json``; other keys ignored). Raises GoldError: unreadable
+    file, invalid JSON, or a bad entry (``gold.json: 'q1': gold[2]: expected 3 ...``)."""
     name = str(path)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -60,12 +55,9 @@ def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
 
 def gold_labels(clusters: Sequence[ClusterRecord], gold: Mapping[str, Sequence[Sequence[str]]],
                 template: str = DEFAULT_TEMPLATE) -> list[bool | None]:
-    """Per cluster of a result: True (gold) when a member's normalised text is a gold triple's
-    of its question, False (distractor), or None when its question has no gold entry.
-
-    ``gold``: uid -> triples (:func:`load_gold`; case and spacing do not matter); ``template``:
-    the ``triple_template`` the clusters were built with.
-    """
+    """Per cluster: True (gold) when a member's normalised text under ``template`` is a gold
+    triple's of its question (``gold``: uid -> triples, :func:`load_gold`), False
+    (distractor), or None when its question has no gold entry."""
     texts = {uid: {fact_text(*triple, template) for triple in triples}
              for uid, triples in gold.items()}
     return [None if (wanted := texts.get(cluster.uid)) is None
@@ -87,10 +79,8 @@ def evidence_auc(labels: Sequence[bool | None], utilities: Sequence[float]) -> f
 def within_group_auc(labels: Sequence[bool | None], utilities: Sequence[float],
                      uids: Sequence[str]) -> float | None:
     """P(u_gold > u_distractor) + P(tie) / 2 over every (gold, distractor) pair of one question
-    (``uids``: per cluster), all questions' pairs pooled; None when no pair exists.
-
-    Utilities are relative to each group's success rate, so this is the comparison a policy
-    update makes.
+    (``uids``: per cluster), all questions' pairs pooled; None when no pair exists. Utilities
+    are relative to each group's success rate, so this is the comparison a policy update makes.
     """
     by_uid: dict[str, tuple[list[float], list[float]]] = {}
     for label, utility, uid in zip(labels, utilities, uids, strict=True):

@@ -19,16 +19,10 @@ INSTALL_HINT = "pip install 'factutil[report]'"
 POSITIVE, NEGATIVE, GOLD, DISTRACTOR, NEUTRAL = "#1a7f37", "#c62828", "#b8860b", "#5b6b7f", "#3b6fb6"
 
 _RC = {
-    "svg.fonttype": "none",
-    "svg.hashsalt": "factutil-report",
-    "font.family": "sans-serif",
+    "svg.fonttype": "none", "svg.hashsalt": "factutil-report", "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans"],  # bundled with matplotlib; browsers fall back to theirs
-    "font.size": 9,
-    "legend.fontsize": 8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.titlesize": 10,
-    "axes.titleweight": "bold",
+    "font.size": 9, "legend.fontsize": 8, "axes.spines.top": False, "axes.spines.right": False,
+    "axes.titlesize": 10, "axes.titleweight": "bold",
 }
 
 
@@ -117,19 +111,17 @@ def advantage_by_kind(values: Mapping[str, Mapping[str, Sequence[float]]]) -> st
             kinds = [kind for kind, v in by_kind.items() if len(v)][::-1]  # first kind on top
             data = [list(by_kind[kind]) for kind in kinds]
             if data:
-                axis.boxplot(
-                    data, tick_labels=[f"{kind} ({len(v)})" for kind, v in zip(kinds, data)],
-                    orientation="horizontal", widths=0.6,
-                    flierprops={"markersize": 2, "alpha": 0.4}, medianprops={"color": "black"},
-                )
+                labels = [f"{kind} ({len(v)})" for kind, v in zip(kinds, data)]
+                axis.boxplot(data, tick_labels=labels, orientation="horizontal", widths=0.6,
+                             flierprops={"markersize": 2, "alpha": 0.4},
+                             medianprops={"color": "black"})
             axis.axvline(0.0, color="black", linewidth=0.6, alpha=0.6)
             axis.set_title(title)
         return _svg(figure, "advantage")
 
 
-def potential_band(
-    curves: Sequence[Sequence[float]],
-) -> tuple[list[float], list[float], list[float], int] | None:
+def potential_band(curves: Sequence[Sequence[float]],
+                   ) -> tuple[list[float], list[float], list[float], int] | None:
     """``(low, median, high, count)``: the 25th, 50th and 75th percentiles of Phi at each step
     over ``curves`` (each from Phi(empty) = 0, an ended one keeping its last value), or None
     without curves."""

@@ -19,14 +19,11 @@ FOLDER = "factutil_reports"
 
 class ReportWriter:
     """Write the HTML credit report of every ``every``-th training step (0: never) into
-    ``folder``, off the critical path.
-
-    :meth:`submit` returns at once; a background thread builds and writes the page. A report due
-    while the previous one is still being written is skipped, so reports never queue up behind a
-    slow disk. No report error reaches the trainer: the first is logged, later ones counted.
-
-    Attributes: ``written`` (paths, in order), ``failures``, ``skipped``. Raises ValueError:
-    ``every`` or ``max_groups`` below 0.
+    ``folder``, off the critical path: :meth:`submit` returns at once and a background thread
+    writes the page. A report due while the previous one is still being written is skipped, so
+    reports never queue up behind a slow disk. No report error reaches the trainer: the first
+    is logged, later ones counted. Counts ``written`` (paths), ``failures`` and ``skipped``;
+    raises ValueError for ``every`` or ``max_groups`` below 0.
     """
 
     def __init__(self, folder: str | os.PathLike, every: int, *,
@@ -64,10 +61,9 @@ class ReportWriter:
                             "being written", step)
                 return None
             target = self.path(step)
-            thread = threading.Thread(target=self._write, args=(result, target, step),
-                                      name=f"factutil-report-{step}", daemon=True)
-            self._thread = thread
-            thread.start()
+            self._thread = threading.Thread(target=self._write, args=(result, target, step),
+                                            name=f"factutil-report-{step}", daemon=True)
+            self._thread.start()
             return target
         except Exception:  # noqa: BLE001 - a report must never fail a training step
             self._failed(step)

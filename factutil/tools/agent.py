@@ -1,8 +1,6 @@
-"""The FactAgent's prompt and fact store (docs/method.md §1), shared by every trainer adapter.
-
-The prompt is the question, the fact store and the latest search result, never the history; the
-store holds each triple once per normalised text (docs/method.md §2.1).
-"""
+"""The FactAgent's prompt and fact store (docs/method.md §1), shared by every trainer adapter:
+the prompt is the question, the store and the latest search result, never the history; the
+store holds each triple once per normalised text (docs/method.md §2.1)."""
 
 from __future__ import annotations
 
@@ -32,15 +30,14 @@ NO_OBSERVATION = "(none yet)"
 def add_to_store(store: list[Triple], triples: Iterable[Triple], template: str) -> int:
     """Append to ``store`` (in place) the triples of one valid ``assert`` whose normalised text
     (docs/method.md §2.1, ``template``: the ``triple_template``) it lacks; returns how many."""
+    before = len(store)
     seen = {triple_text(triple, template) for triple in store}
-    added = 0
     for triple in triples:
         text = triple_text(triple, template)
         if text not in seen:
             seen.add(text)
             store.append(triple)
-            added += 1
-    return added
+    return len(store) - before
 
 
 def render_store(store: Sequence[Triple]) -> str:

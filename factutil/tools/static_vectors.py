@@ -28,13 +28,10 @@ from factutil.embed import (
 
 def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: bool = True) -> str:
     """Distil static token vectors from the bundled MiniLM (the model2vec method) into ``path``
-    and return it.
-
-    Every WordPiece token is embedded alone by the full model, reduced to ``dims`` with PCA and
-    scaled by a Zipf weight log(1 + rank), so frequent sub-words count less. Saved as
-    ``vectors.npy`` (float32 (vocab, dims)) beside ``tokenizer.json``. With ``progress``, a
-    notice, a progress bar and the time taken go to stderr.
-    """
+    and return it: every WordPiece token embedded alone by the full model, reduced to ``dims``
+    with PCA and scaled by a Zipf weight log(1 + rank) (frequent sub-words count less), saved
+    as ``vectors.npy`` (float32 (vocab, dims)) beside ``tokenizer.json``. With ``progress``, a
+    notice, a progress bar and the time taken go to stderr."""
     started = time.perf_counter()
     vocab = minilm_tokenizer().get_vocab()
     tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]

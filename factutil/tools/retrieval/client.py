@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -53,11 +52,8 @@ def _passage(item: Any) -> Passage:
 
 def parse_reply(payload: Any) -> list[list[Passage]]:
     """One list of :class:`Passage` per query from a decoded ``/retrieve`` reply in either
-    Search-R1 shape (``{"result": [[...], ...]}``, with or without scores).
-
-    Raises:
-        ValueError: the payload has neither shape (the message says what was found).
-    """
+    Search-R1 shape (``{"result": [[...], ...]}``, with or without scores); ValueError (saying
+    what was found) for anything else."""
     if not isinstance(payload, Mapping) or "result" not in payload:
         found = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
         raise ValueError(f"reply has no 'result' (got {found})")
@@ -91,16 +87,10 @@ class SearchResult:
 
 class RetrievalClient:
     """A blocking client of a Search-R1 ``/retrieve`` endpoint (``url``) that never raises on a
-    failed search.
-
-    Args:
-        topk: passages per query (>= 1).
-        timeout_s: seconds per HTTP attempt (> 0).
-        retries: extra attempts after a timeout, connection error or HTTP 5xx (>= 0); a 4xx or a
-            malformed reply is not retried.
-        return_scores: ask for the scored reply shape (both shapes are read either way).
-        max_observation_chars: the observation is cut to this many characters (None: no cut).
-    """
+    failed search: ``topk`` passages per query (>= 1), ``timeout_s`` per HTTP attempt (> 0),
+    ``retries`` extra attempts after a timeout, connection error or HTTP 5xx (a 4xx or a
+    malformed reply is not retried), ``return_scores`` asks for the scored shape (both are
+    read), observations cut to ``max_observation_chars`` (None: no cut)."""
 
     def __init__(self, url: str, topk: int = DEFAULT_TOPK, timeout_s: float = 10.0,
                  retries: int = 1, return_scores: bool = True,
@@ -119,12 +109,8 @@ class RetrievalClient:
         self.max_observation_chars = max_observation_chars
 
     def search(self, query: str) -> SearchResult:
-        """Retrieve for one query. Failures come back as an observation, with ``error`` set:
-
-        ``"Search failed: the retriever timed out after 10.0 s."``, ``"Search failed: HTTP 500
-        from the retriever."``, ``"Search failed: the retriever is unreachable (...)."``,
-        ``"Search failed: malformed reply (...)."``.
-        """
+        """Retrieve for one query. A failure comes back as the observation ``"Search failed:
+        ..."`` (timed out, HTTP 500, unreachable, malformed reply) with ``error`` set."""
         started = time.perf_counter()
         body = json.dumps({"queries": [query], "topk": self.topk,
                            "return_scores": self.return_scores}).encode("utf-8")
@@ -140,14 +126,12 @@ class RetrievalClient:
                 if http_error.code < 500:
                     break
                 continue
-            except TimeoutError:
-                error = f"the retriever timed out after {self.timeout_s:g} s"
-                continue
-            except urllib.error.URLError as url_error:
-                if isinstance(url_error.reason, (TimeoutError, socket.timeout)):
+            except (TimeoutError, urllib.error.URLError) as failure:  # socket.timeout included
+                reason = getattr(failure, "reason", failure)
+                if isinstance(reason, TimeoutError):
                     error = f"the retriever timed out after {self.timeout_s:g} s"
                 else:
-                    error = f"the retriever is unreachable ({url_error.reason})"
+                    error = f"the retriever is unreachable ({reason})"
                 continue
             except (OSError, ValueError) as other:  # connection reset, bad JSON
                 error = f"malformed reply ({other})"

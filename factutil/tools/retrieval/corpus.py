@@ -63,17 +63,13 @@ def _document_from(item: Any, index: int, where: str) -> Document:
 def load_corpus(path: str | Path) -> list[Document]:
     """Read a corpus: a JSON array of documents, or JSONL with one per line. A document is
     ``{"title", "text"}`` (HippoRAG's form) or ``{"id", "contents"}`` (Search-R1's wiki-18);
-    ``id`` (or ``_id``) defaults to the 0-based position.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: the file is empty or a document is malformed (``FILE:LINE`` or ``FILE[i]``).
+    ``id`` (or ``_id``) defaults to the 0-based position. Raises FileNotFoundError, or
+    ValueError for an empty file or a malformed document (``FILE:LINE`` or ``FILE[i]``).
     """
     path = Path(path)
     raw = path.read_text(encoding="utf-8")
-    stripped = raw.lstrip()
     documents: list[Document] = []
-    if stripped.startswith("["):
+    if raw.lstrip().startswith("["):
         try:
             items = json.loads(raw)
         except json.JSONDecodeError as error:
@@ -96,12 +92,8 @@ def load_corpus(path: str | Path) -> list[Document]:
 
 class BM25Retriever:
     """BM25 over each document's ``title + " " + text`` (``bm25s`` defaults, English
-    stopwords): deterministic, and thread-safe for concurrent :meth:`search` calls.
-
-    Raises:
-        ImportError: ``bm25s`` is not installed.
-        ValueError: no document.
-    """
+    stopwords): deterministic, and thread-safe for concurrent :meth:`search` calls. Raises
+    ImportError without ``bm25s``, ValueError without documents."""
 
     def __init__(self, documents: Sequence[Document]):
         if not documents:

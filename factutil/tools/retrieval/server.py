@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +50,11 @@ def retrieve_reply(retriever: BM25Retriever, request: RetrieveRequest,
                    default_topk: int = DEFAULT_TOPK) -> dict[str, Any]:
     """The JSON reply to one request: ``{"result": [[{"document": DOC, "score": s}, ...], ...]}``
     with ``return_scores``, else ``{"result": [[DOC, ...], ...]}``."""
-    topk = request.topk or default_topk
-    result: list[list[Any]] = []
-    for hits in retriever.search(request.queries, topk):
-        if request.return_scores:
-            result.append([{"document": doc.to_reply(), "score": score} for doc, score in hits])
-        else:
-            result.append([doc.to_reply() for doc, _ in hits])
-    return {"result": result}
+    found = retriever.search(request.queries, request.topk or default_topk)
+    if request.return_scores:
+        return {"result": [[{"document": doc.to_reply(), "score": score} for doc, score in hits]
+                           for hits in found]}
+    return {"result": [[doc.to_reply() for doc, _ in hits] for hits in found]}
 
 
 class _BoundedBody:
@@ -98,11 +95,8 @@ class _BoundedBody:
 def make_app(retriever: BM25Retriever, default_topk: int = DEFAULT_TOPK,
              request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
     """The FastAPI app: ``POST /retrieve`` and ``GET /health`` over ``retriever``; searches run
-    in FastAPI's thread pool (a sync endpoint), never on the event loop.
-
-    Raises:
-        ValueError: default_topk < 1 or request_timeout_s <= 0.
-    """
+    in FastAPI's thread pool (a sync endpoint), never on the event loop. Raises ValueError:
+    default_topk < 1 or request_timeout_s <= 0."""
     if default_topk < 1:
         raise ValueError(f"default_topk must be >= 1, got {default_topk}")
     if not request_timeout_s > 0:
@@ -129,19 +123,11 @@ def running_server(retriever: BM25Retriever, host: str = DEFAULT_HOST, port: int
                    default_topk: int = DEFAULT_TOPK,
                    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Iterator[str]:
     """Serve ``retriever`` in a background thread while the block runs, yielding the URL of
-    ``/retrieve``; on exit requests in flight finish and the port is freed.
-
-    Args:
-        host: the address to bind (by default this machine only).
-        port: TCP port; 0 picks a free one.
-        default_topk: k when a request gives none (Search-R1's ``--topk``).
-        request_timeout_s: seconds a client may stay silent mid-body (then 408) or idle between
-            requests on a kept-alive connection (then closed); > 0.
-
-    Raises:
-        OSError: the port is taken.
-        ValueError: default_topk < 1 or request_timeout_s <= 0.
-    """
+    ``/retrieve``; on exit requests in flight finish and the port is freed. ``port`` 0 picks a
+    free one; ``default_topk``: k when a request gives none (Search-R1's ``--topk``);
+    ``request_timeout_s``: seconds a client may stay silent mid-body (then 408) or idle between
+    requests on a kept-alive connection (then closed). Raises OSError (the port is taken) or as
+    :func:`make_app`."""
     app = make_app(retriever, default_topk, request_timeout_s)
     # h11 and asyncio pinned: the answers docs/retrieval.md gives are h11's; log_config=None
     # leaves the process's logging as it is; in a thread, uvicorn installs no signal handlers.
@@ -185,7 +171,5 @@ def serve(corpus: str | Path | None = None, host: str = DEFAULT_HOST, port: int 
     with running_server(retriever, host, port, topk, request_timeout_s) as url:
         announce(f"listening on {url} ({len(retriever.documents)} documents from {path}, "
                  f"indexed in {time.perf_counter() - started:.1f} s)")
-        try:
+        with suppress(KeyboardInterrupt):
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
