@@ -1,14 +1,9 @@
-"""What every trainer adapter shares: one step object, one batch call with per-group fallback.
+"""What every trainer adapter shares, with no trainer import: one step object and one batch call.
 
-An adapter (verl, OpenRLHF, TRL, or a new one) keeps only what its trainer decides: where the
-rollouts, rewards and token spans of a batch are, and how the values go back onto its tensors.
-Everything else is here, once, with no trainer import: :class:`TrainerStep` (the run's
-clusterer, early scoring, report writer and step metrics), :func:`score_batch` (one core call;
-a group that cannot be scored keeps the trainer's own advantages, is counted in
-``factutil/groups_fallback`` and named in :func:`warn_fallback`'s one warning, never a crash or
-a NaN), :func:`trainer_rollout`, the action rows, :func:`checked_spans` and the span scatters of
-:mod:`factutil.advantages`, and :func:`batch_metrics`.
-"""
+An adapter (verl, OpenRLHF, TRL …) keeps only what its trainer decides: where a batch's
+rollouts, rewards and token spans are, and how values go back onto its tensors. A group that
+cannot be scored keeps the trainer's advantages, is counted and named in one warning: never a
+crash or a NaN."""
 
 from __future__ import annotations
 
@@ -50,24 +45,16 @@ T = TypeVar("T")
 
 
 class Unscorable(Exception):
-    """A group that cannot be scored: it keeps the trainer's own advantages (the message is the
-    group's fallback reason)."""
+    """A group that cannot be scored and keeps the trainer's advantages; the message says why."""
 
 
 @dataclass
 class BatchScore(Generic[K]):
-    """What :func:`score_batch` returns.
-
-    Attributes:
-        result: the core's result for the scored groups; None when none was or the call failed.
-        values: ``(uid, rollout_id)`` -> float64 per-action values of the column asked for.
-        fallback: group key -> why it keeps the trainer's advantages (its build raised
-            :class:`Unscorable`, the core skipped it, the call failed, or the adapter could not
-            place its values). groups: how many groups the batch has.
-        error: the exception of the core call, None when it did not raise.
-        shipped, unshipped: work items given to the core, and those that did not come (the
-            step computed their facts); None when no work was to come.
-    """
+    """What :func:`score_batch` returns: the core's ``result`` (None when no group was scored or
+    the call failed), ``values`` (``(uid, rollout_id)`` -> float64 per-action values of the
+    column asked for), ``fallback`` (group key -> why it keeps the trainer's advantages), the
+    batch's ``groups`` count, the core call's ``error``, and the work items ``shipped`` to the
+    core and ``unshipped`` (None when no work was to come)."""
 
     result: ProcessAdvantages | None
     values: dict[tuple[str, str], np.ndarray]
@@ -84,27 +71,23 @@ def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, 
     """Score a trainer's batch in one core call; a group that cannot be scored falls back alone.
 
     Args:
-        groups: the batch's group keys (any hashable), in the order the rollouts go to the core.
-        build: ``build(key)`` -> that group's rollout dicts (each ``uid`` is ``str(key)``, e.g.
-            from :func:`trainer_rollout`); raises :class:`Unscorable` for a group that cannot be.
+        groups: the batch's hashable group keys, in the order the rollouts go to the core.
+        build: ``build(key)`` -> that group's rollout dicts (``uid`` ``str(key)``); raises
+            :class:`Unscorable` for a group that cannot be scored.
         config, clusterer: the core's (reuse one clusterer across steps: its caches).
-        column: the ``action_columns`` key returned per rollout: ``"advantage"`` (A, for a
-            trainer whose advantages are replaced) or ``"process_advantage"`` (A_proc, for one
-            that adds omega * A_proc to its own).
-        work: one item per rollout whose worker was to make some: a
-            :class:`~factutil.workers.FactWork`, its bytes or base64 text, or None (none came).
+        column: the ``action_columns`` key returned: ``"advantage"`` (A, replacing the
+            trainer's) or ``"process_advantage"`` (A_proc, added as omega * A_proc).
+        work: per rollout whose worker was to make some, a :class:`~factutil.workers.FactWork`,
+            its bytes or base64 text, or None (none came).
 
-    Returns:
-        :class:`BatchScore`; a group the core skips (``on_invalid_group="skip"``) is in
-        ``fallback`` with its reason. Never raises: when the core call does, every group is in
-        ``fallback`` (``"scoring failed: ..."``) and ``error`` holds the exception.
+    Never raises: a group the core skips is in ``fallback`` with its reason; when the core call
+    raises, every group is (``"scoring failed: ..."``).
     """
     fallback: dict[K, str] = {}
     rollouts: list[Mapping[str, Any]] = []
     keys: dict[str, K] = {}
-    count = 0
+    groups = list(groups)
     for key in groups:
-        count += 1
         try:
             members = build(key)
         except Unscorable as reason:
@@ -112,7 +95,7 @@ def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, 
             continue
         rollouts.extend(members)
         keys[str(key)] = key
-    score: BatchScore[K] = BatchScore(None, {}, fallback, count)
+    score: BatchScore[K] = BatchScore(None, {}, fallback, len(groups))
     if not rollouts:
         return score
     extra: dict[str, Any] = {}
@@ -138,8 +121,7 @@ def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, 
 
 
 def _work_form(item: Any) -> Any:
-    """A shipped work item as the core takes it: base64 text as its bytes (text that is not
-    base64 as ``b""``, which the core counts unreadable); anything else as it is."""
+    """Base64 text as its bytes (``b""``, counted unreadable, when not base64); else as is."""
     if isinstance(item, str):
         try:
             return base64.b64decode(item.encode("ascii"), validate=True)
@@ -150,24 +132,16 @@ def _work_form(item: Any) -> Any:
 
 def trainer_rollout(*, name: str, uid: str, rollout_id: str, question: Any, golden_answers: Any,
                     actions: list[Any], reward: float | None) -> dict[str, Any]:
-    """One rollout dict (docs/method.md §8) from a trainer's values.
-
-    ``name`` names the rollout in a fallback reason (``"row 3"``); ``question`` may be any value
-    (None gives ``""``); ``golden_answers`` any value
-    :func:`factutil.metrics.golden_answers_from` reads; ``reward`` None leaves R to the core.
-
-    Raises:
-        Unscorable: no gold answer in ``golden_answers``, or a reward that is not finite.
-    """
+    """One rollout dict (docs/method.md §8) from a trainer's values: ``name`` names it in a
+    fallback reason (``"row 3"``); ``golden_answers``: what
+    :func:`~factutil.metrics.golden_answers_from` reads; ``reward`` None leaves R to the core.
+    Raises :class:`Unscorable`: no gold answer, or a non-finite reward."""
     answers = golden_answers_from(golden_answers)
     if not answers:
         raise Unscorable(f"{name} has no golden_answers (got {golden_answers!r})"[:300])
     rollout: dict[str, Any] = {
-        "uid": uid,
-        "question": question if isinstance(question, str) else str(question or ""),
-        "golden_answers": answers,
-        "rollout_id": rollout_id,
-        "actions": actions,
+        "uid": uid, "question": question if isinstance(question, str) else str(question or ""),
+        "golden_answers": answers, "rollout_id": rollout_id, "actions": actions,
     }
     if reward is not None:
         reward = float(reward)
@@ -182,10 +156,8 @@ FIXED_ACTION_KEYS = ("kind", "query", "triples", "answer", "error", "observation
 
 
 def fixed_key_row(action: Any) -> dict[str, Any]:
-    """A parsed action model with the same keys always (for trainers that store fields per
-    column): ``{"kind", "query", "triples", "answer", "error", "observation"}``, None where the
-    kind has none (``observation``: a search's retriever text, read under ``facts="retrieved"``).
-    Raises TypeError for anything but an action model."""
+    """A parsed action model as a dict of :data:`FIXED_ACTION_KEYS` (for trainers that store
+    fields per column), None where the kind has none. Raises TypeError for anything else."""
     row = action_row(action)
     fields: dict[str, Any] = dict.fromkeys(FIXED_ACTION_KEYS)
     fields["kind"] = kind = row["action"]
@@ -197,9 +169,9 @@ def fixed_key_row(action: Any) -> dict[str, Any]:
 
 
 def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The action dict of a :func:`fixed_key_row` dict. A known kind whose field is missing or
-    of the wrong type is an invalid action (the agent's format error, penalised like any other).
-    Raises :class:`Unscorable` when ``fields`` is not a mapping or names no known kind."""
+    """The action dict of a :func:`fixed_key_row` dict; a known kind whose field is missing or
+    mistyped is an invalid action (the agent's format error). Raises :class:`Unscorable` when
+    ``fields`` is not a mapping or names no known kind."""
     if not isinstance(fields, Mapping):
         raise Unscorable(f"action must be a mapping, got {type(fields).__name__}")
     kind = fields.get("kind")
@@ -219,42 +191,27 @@ def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def checked_spans(given: Any, actions: int) -> np.ndarray:
-    """A rollout's recorded ``[start, end)`` token spans, one per action, checked.
-
-    Returns int64 (actions, 2). Raises ValueError (the message says which): not pairs of ints
-    with ``0 <= start <= end``, another count than ``actions``, out of order or overlapping.
-    """
-    pairs = list(given) if isinstance(given, (list, tuple)) else None
-    if pairs is None or not all(
-        isinstance(pair, (list, tuple))
-        and len(pair) == 2
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
-        and 0 <= pair[0] <= pair[1]
-        for pair in pairs
-    ):
+    """A rollout's ``[start, end)`` token spans, one per action, as int64 (actions, 2); raises
+    ValueError for pairs not of ints with ``0 <= start <= end``, a wrong count, or overlaps."""
+    if not isinstance(given, (list, tuple)) or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+            and 0 <= pair[0] <= pair[1] for pair in given):
         raise ValueError(f"spans must be [start, end) pairs of ints with 0 <= start <= end, "
                          f"got {given!r}"[:300])
-    if len(pairs) != actions:
-        raise ValueError(f"{len(pairs)} spans for {actions} actions")
-    spans = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    if len(given) != actions:
+        raise ValueError(f"{len(given)} spans for {actions} actions")
+    spans = np.array(given, dtype=np.int64).reshape(-1, 2)
     if np.any(spans[1:, 0] < spans[:-1, 1]):
         raise ValueError(f"spans must be in order and must not overlap, got {spans.tolist()}")
     return spans
 
 
 def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
-    """The ``factutil/*`` metrics of one trainer step, every value a finite float.
-
-    Args:
-        score: the step's :class:`BatchScore`, its ``fallback`` completed by the adapter (the
-            groups whose values it could not place).
-
-    Returns:
-        ``factutil/groups``, ``groups_scored``, ``groups_fallback`` (the trainer's groups); with
-        a result, its numeric ``metrics`` as ``factutil/<name>`` (``time_<stage>_s`` as
-        ``time_<stage>_ms``) and ``utility_spread`` (max - min utility); with work to come,
-        ``prepared_shipped`` and ``prepared_unshipped`` (:class:`BatchScore`'s counts).
-    """
+    """The ``factutil/*`` metrics of one trainer step, every value a finite float: ``groups``,
+    ``groups_scored``, ``groups_fallback`` (``score.fallback`` completed by the adapter); with a
+    result, its numeric metrics (``time_<stage>_s`` as ``time_<stage>_ms``) and
+    ``utility_spread``; with work to come, ``prepared_shipped`` and ``prepared_unshipped``."""
     result, groups, fallback = score.result, score.groups, score.fallback
     metrics: dict[str, float] = {}
     if result is not None:
@@ -280,32 +237,24 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
 
 def warn_fallback(log: logging.Logger, fallback: Mapping[Any, str], kept: str, *,
                   every: str | None = None, error: BaseException | None = None) -> None:
-    """The step's one warning naming the groups (``fallback``: group -> reason; none, nothing
-    logged) that kept ``kept`` (``"verl's GRPO advantages"``); with ``every`` (why), the whole
-    batch kept them. ``error``, the exception behind it, is logged with its traceback."""
-    if not fallback and every is None:
-        return
-    reasons = [f"group {group!r}: {reason}" for group, reason in sorted(fallback.items())]
-    log.warning(
-        "factutil: %s kept %s (%s): %s%s",
-        "every group" if every is not None else f"{len(fallback)} group(s)",
-        kept,
-        "factutil/batch_fallback" if every is not None else "factutil/groups_fallback",
-        every if every is not None else "; ".join(reasons[:3]),
-        " ..." if every is None and len(reasons) > 3 else "",
-        exc_info=error,
-    )
+    """The step's one warning naming the groups of ``fallback`` (group -> reason) that kept
+    ``kept`` (``"verl's GRPO advantages"``); with ``every`` (why), the whole batch did.
+    ``error`` is logged with its traceback."""
+    if every is not None:
+        log.warning("factutil: every group kept %s (factutil/batch_fallback): %s", kept, every,
+                    exc_info=error)
+    elif fallback:
+        reasons = [f"group {group!r}: {reason}" for group, reason in sorted(fallback.items())]
+        log.warning("factutil: %d group(s) kept %s (factutil/groups_fallback): %s%s",
+                    len(fallback), kept, "; ".join(reasons[:3]), " ..." if len(reasons) > 3 else "",
+                    exc_info=error)
 
 
 class TrainerStep:
-    """What one training run's factutil steps share, the same for every adapter: the
-    :attr:`clusterer` (made on first use, kept across steps), early scoring in one background
-    thread (:meth:`start`, :meth:`take`; the core never switches the garbage collector from it),
-    the report writer (:attr:`reports`, made on the first report) and :meth:`finish`.
-
-    ``run_folder``: reports go to ``<run_folder>/factutil_reports/`` (an adapter that learns it
-    later sets the attribute). ``early_used``, ``wait_s``: whether the last :meth:`take` used
-    the early score, and how long it waited for it (None: none was started).
+    """What one training run's factutil steps share: the :attr:`clusterer` (kept across steps),
+    early scoring in one background thread (:meth:`start`, :meth:`take`: ``early_used`` and
+    ``wait_s`` say whether the last take used it and how long it waited, None: none started),
+    the report writer (:attr:`reports`, in ``<run_folder>/factutil_reports/``) and :meth:`finish`.
     """
 
     def __init__(self, config: FactUtilConfig, run_folder: str | os.PathLike = ".",
@@ -334,8 +283,8 @@ class TrainerStep:
                            work=work)
 
     def start(self, key: Any, score: Callable[[], T]) -> None:
-        """Run ``score()`` in the background thread for the :meth:`take` of an equal ``key`` (the
-        step's inputs, compared with ``==``); forgets an earlier start. Never raises."""
+        """Run ``score()`` in the background for the :meth:`take` of an equal (``==``) ``key``;
+        forgets an earlier start. Never raises."""
         self._early = None
         try:
             if self._pool is None:
@@ -345,9 +294,8 @@ class TrainerStep:
             self.log.warning("factutil: could not start scoring early", exc_info=True)
 
     def take(self, key: Any, score: Callable[[], T]) -> T:
-        """The value :meth:`start` computed when it started from ``key``, else ``score()`` now
-        (one warning when the early scoring failed or its key differs); raises what
-        ``score()`` raises."""
+        """What :meth:`start` computed from ``key``, else ``score()`` now (one warning when the
+        early scoring failed or its key differs)."""
         early, self._early = self._early, None
         self.early_used, self.wait_s = False, None
         if early is not None:
@@ -371,12 +319,10 @@ class TrainerStep:
 
     def finish(self, result: ProcessAdvantages | None, started: float, *, failed: bool = False,
                step: int | None = None) -> dict[str, float]:
-        """End a step: count it, hand ``result`` (None: nothing scored) to the report writer
-        under ``step`` (the trainer's, 1-based; None: :attr:`steps`), and return the step's
-        metrics: ``factutil/batch_fallback`` (1.0 when ``failed``: the whole batch kept the
-        trainer's advantages), ``score_early_used``, ``time_wait_ms`` (after an early start),
-        ``report_failures`` (with ``report_every``), ``time_trainer_ms`` (since ``started``,
-        a ``time.perf_counter()``)."""
+        """End a step: count it, hand ``result`` to the report writer under ``step`` (1-based;
+        None: :attr:`steps`) and return the step's metrics: ``factutil/batch_fallback`` (1.0
+        when ``failed``), ``score_early_used``, ``time_wait_ms``, ``report_failures`` and
+        ``time_trainer_ms`` (since ``started``, a ``time.perf_counter()``)."""
         self.steps += 1
         metrics = {"factutil/batch_fallback": float(failed),
                    "factutil/score_early_used": float(self.early_used)}

@@ -1,6 +1,6 @@
-"""The rollout workers' side of :mod:`factutil.workers` (``prepare_in_workers``): a
-:class:`FactPreparer` per worker makes each rollout's work, carried under :data:`WORK_KEY` to
-:func:`factutil.integration.score_batch`. Above workers.py: it owns a clusterer, which reads it."""
+"""The rollout workers' side of :mod:`factutil.workers`: a :class:`FactPreparer` per worker makes
+each rollout's work, carried under :data:`WORK_KEY` to :func:`~factutil.integration.score_batch`
+(not in workers.py: it owns a clusterer, and the clusterer imports workers)."""
 
 from __future__ import annotations
 
@@ -18,30 +18,24 @@ from factutil.workers import FactWork, make_work, triples_of
 __all__ = ["WORK_KEY", "FactPreparer", "prepares_in_workers"]
 
 WORK_KEY = "work"
-"""The key of an adapter's per-rollout fields holding the work its rollout worker made
-(:class:`FactPreparer`'s :class:`~factutil.workers.FactWork`, or its base64 text)."""
+"""The key of an adapter's per-rollout fields holding its :class:`FactPreparer`'s work."""
 
 
 def prepares_in_workers(config: FactUtilConfig) -> bool:
-    """Whether the rollout workers make the rollouts' per-fact work (``config.prepare_in_workers``;
-    None: in semantic mode only, exact mode having no embedding or analysis to ship)."""
+    """``config.prepare_in_workers``; None: in semantic mode only (exact mode has nothing to
+    ship)."""
     if config.prepare_in_workers is not None:
         return bool(config.prepare_in_workers)
     return config.mode == "semantic"
 
 
 class FactPreparer:
-    """A rollout worker's per-fact work, one :class:`~factutil.workers.FactWork` per call with
-    only the facts this preparer has not shipped before (an LRU of ``config.cache_max_entries``:
-    the trainer's clusterer keeps them across steps and computes any it lacks, so the numbers
-    never depend on what was shipped).
-
-    One per worker process and config (the trainer's: work for another fit is ignored there).
-    It owns ``clusterer`` (None: made on the first call). Calls from several threads run one at
-    a time; the rollouts that wait meanwhile are embedded together by the next call (a
-    fixed-shape pass costs a rollout's few texts alone many times more per text). ``log``
-    reports a failure once.
-    """
+    """A rollout worker's per-fact work: one :class:`~factutil.workers.FactWork` per call of
+    the facts not shipped before (an LRU of ``config.cache_max_entries``; the trainer's clusterer
+    computes any it lacks, so the numbers never depend on what was shipped). One per worker
+    process and (the trainer's) config; it owns ``clusterer`` (None: made on the first call).
+    Calls run one at a time; the rollouts waiting meanwhile are embedded together by the next
+    (a fixed-shape pass over a rollout's few texts alone costs far more per text)."""
 
     def __init__(self, config: FactUtilConfig, log: logging.Logger | None = None,
                  clusterer: Any = None):
@@ -56,17 +50,17 @@ class FactPreparer:
         self._waiting_lock = threading.Lock()
 
     def text(self, facts: Any) -> str | None:
-        """:meth:`__call__`'s work as base64 text of its bytes, for fields that must stay JSON
-        (OpenRLHF's payload): None when it failed, ``""`` when it holds no fact."""
+        """:meth:`__call__`'s work as base64 text of its bytes, for JSON fields (OpenRLHF's
+        payload): None when it failed, ``""`` when it holds no fact."""
         work = self(facts)
         if work is None or not len(work):
             return None if work is None else ""
         return base64.b64encode(work.to_bytes()).decode("ascii")
 
     def __call__(self, facts: Any) -> FactWork | None:
-        """The work of the facts of ``facts`` (anything :func:`~factutil.workers.triples_of`
-        reads) not shipped before; of no fact when all were (nothing to ship); None when it
-        failed (counted in ``failures``, logged once: the trainer's step does it). Never raises."""
+        """The work of the facts of ``facts`` (what :func:`~factutil.workers.triples_of` reads)
+        not shipped before; None when it failed (counted in ``failures``, logged once: the
+        trainer's step does it). Never raises."""
         try:
             with self._waiting_lock:
                 self._waiting.append(facts)
@@ -92,8 +86,8 @@ class FactPreparer:
             return None
 
     def _warm(self, waiting: list[Any]) -> None:
-        """Embed and analyse the facts of every waiting rollout in one call, into the
-        clusterer's caches (a rollout that cannot be read is left to its own call)."""
+        """Embed and analyse every waiting rollout's facts in one call, into the clusterer's
+        caches (a rollout that cannot be read is left to its own call)."""
         parts = []
         for facts in waiting:
             try:

@@ -1,18 +1,10 @@
-"""Per-fact work made where the rollouts are, and the one rule for what a config's clusters depend on.
+"""Per-fact work made where the rollouts are (docs/method.md §2.1–§2.4), and the one rule for
+what a config's clusters depend on (:func:`clustering_fit`).
 
-Everything the clustering step does per fact, rather than per pair or per group, depends on that
-fact alone (docs/method.md §2.1–§2.4): its normalised text, its embedding (a vector never depends
-on the texts embedded with it) and its filter analysis (read from its own parts). A rollout worker
-can therefore do it for its share of rollouts (:func:`make_work`) and hand the result to the
-trainer's step as a :class:`FactWork`: numpy arrays and lists that Ray, verl's TransferQueue and
-pickle (protocol 5: the vectors out of band) move as they are, or, for a channel that carries only
-bytes or JSON, numpy's own ``.npz`` (:meth:`FactWork.to_bytes`). The step
-(:func:`factutil.compute_process_advantages`, ``work=``) puts work that fits into its clusterer's
-caches and computes what is missing, so its results are the same bit for bit.
-
-:func:`clustering_fit` is the one rule for "does this work / clusterer fit this config": the
-factutil version, the mode and every config field the clusters depend on, and for work the name
-of the embedder that made the vectors.
+A fact's normalised text, embedding and filter analysis depend on that fact alone, so a rollout
+worker can make them for its share (:func:`make_work`) and ship a :class:`FactWork` (numpy arrays
+and lists, or ``.npz`` bytes for a channel of bytes or JSON). The step (``work=``) caches what
+fits its clusterer and computes the rest, so its results are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -40,19 +32,16 @@ from factutil.load import rollout_row
 from factutil.schema import Rollout, coerce_action
 
 __all__ = ["CLUSTERING_FIELDS", "FactWork", "analysis_values", "check_unit", "clusterer_mismatch",
-           "clustering_fit", "features_from", "fit_key", "make_work",
-           "triples_of"]
+           "clustering_fit", "features_from", "fit_key", "make_work", "triples_of"]
 
 CLUSTERING_FIELDS = (
     "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
     "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
 )
-"""The config fields a semantic clusterer's clusters depend on (``embedding_device``,
-``embedding_batch_size`` and the cache bounds change only speed, and
-vectors by float rounding: the embedder's name, part of a work's fit, names its pass shapes)."""
+"""The config fields a semantic clusterer's clusters depend on (device, batch size and cache
+bounds change vectors only by float rounding, which the embedder's name in a work's fit covers)."""
 
 _VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
-_LIST = {list}
 
 
 def _version() -> str:
@@ -64,9 +53,8 @@ def _version() -> str:
 
 def clustering_fit(config: FactUtilConfig, embedder: str | None = None) -> tuple[tuple[str, Any], ...]:
     """What clusters made under ``config`` depend on, as ``(name, value)`` pairs: the factutil
-    version, ``mode`` and, in semantic mode, every field of :data:`CLUSTERING_FIELDS`; with
-    ``embedder`` (an embedder's ``name``) also that name. Two configs (or a config and a
-    clusterer, or a config and some work) fit each other when their fits are equal."""
+    version, ``mode``, in semantic mode every field of :data:`CLUSTERING_FIELDS`, and
+    ``embedder`` (an embedder's ``name``) when given. Two fits are compatible when equal."""
     fit: list[tuple[str, Any]] = [("version", _version()), ("mode", config.mode)]
     if config.mode == "semantic":
         fit += [(name, _plain(getattr(config, name))) for name in CLUSTERING_FIELDS]
@@ -76,21 +64,21 @@ def clustering_fit(config: FactUtilConfig, embedder: str | None = None) -> tuple
 
 
 def fit_key(fit: Sequence[tuple[str, Any]]) -> str:
-    """The short name of a fit that work carries (a fit is a few hundred bytes, and a trainer
-    ships one work item per rollout): the factutil version and a digest of the whole fit."""
+    """The short name of a fit that work carries (one work item ships per rollout):
+    ``"<version>:<16 hex digits of the fit's digest>"``."""
     digest = hashlib.sha256(json.dumps(list(fit), default=str).encode()).hexdigest()[:16]
     return f"{dict(fit).get('version')}:{digest}"
 
 
 def _plain(value: Any) -> Any:
-    """A config value as the fit keeps it: sequences as tuples, compared as one kind."""
+    """Sequences as tuples, so a list and a tuple compare equal."""
     return tuple(_plain(item) for item in value) if isinstance(value, (list, tuple)) else value
 
 
 def clusterer_mismatch(own: Sequence[tuple[str, Any]], config: FactUtilConfig) -> str | None:
     """Why a clusterer whose :func:`clustering_fit` is ``own`` cannot cluster for ``config``:
-    ``"name: clusterer X, config Y; ..."`` for each differing field (only ``mode`` when the modes
-    differ: it names no more), or None when they fit."""
+    ``"name: clusterer X, config Y; ..."`` per differing field (only ``mode`` when the modes
+    differ), or None when they fit."""
     a, b = dict(own), dict(clustering_fit(config))
     differ = [(name, a.get(name), b.get(name)) for name in dict.fromkeys([*a, *b])
               if a.get(name) != b.get(name)]  # a name one side lacks: None there
@@ -103,22 +91,13 @@ def clusterer_mismatch(own: Sequence[tuple[str, Any]], config: FactUtilConfig) -
 class FactWork:
     """The per-fact work of n distinct facts (docs/method.md §2.1–§2.4), sorted by their parts.
 
-    Attributes:
-        fit: :func:`fit_key` of the :func:`clustering_fit` of the config and embedder it was
-            made with.
-        device: the kind of device the vectors were made on (``"cpu"``, ``"cuda"`` …); one
-            model's vectors from two kinds differ by float rounding (config ``prepared_device``).
-        subjects, relations, objects: n str each, the facts' exact parts.
-        vectors: float32 (n, d), L2-normalised, row i for fact i; None in exact mode.
-        analyses: per fact its filter analysis as plain values (:func:`analysis_values`); None
-            when neither the filters nor key edges need them.
-        truncated: per fact whether the embedder reads its text only in part
-            (:func:`~factutil.embed.truncated_texts`); None: not said (the step asks its own
-            embedder).
-
-    Raises:
-        ValueError: fields of different lengths, vectors that are not float32 (n, d), or
-            ``truncated`` not bools.
+    ``fit``: :func:`fit_key` of its config and embedder's :func:`clustering_fit`; ``device``: the
+    device kind of the vectors (``"cpu"``, ``"cuda"`` …: two kinds differ by float rounding);
+    ``subjects``, ``relations``, ``objects``: n str each; ``vectors``: float32 (n, d),
+    L2-normalised, None in exact mode; ``analyses``: per fact :func:`analysis_values`, None when
+    no filter or key edge needs them; ``truncated``: per fact whether the embedder reads its text
+    only in part, None: the step asks its own embedder. Raises ValueError for fields of different
+    lengths, vectors not float32 (n, d) or ``truncated`` not bools.
     """
 
     fit: str
@@ -133,12 +112,10 @@ class FactWork:
     def __post_init__(self) -> None:
         n = len(self.subjects)
         sizes = {"relations": len(self.relations), "objects": len(self.objects)}
-        if self.analyses is not None:
-            sizes["analyses"] = len(self.analyses)
-        if self.truncated is not None:
-            sizes["truncated"] = len(self.truncated)
-            if not all(type(flag) is bool for flag in self.truncated):
-                raise ValueError("FactWork: truncated must hold bools")
+        sizes |= {name: len(column) for name in ("analyses", "truncated")
+                  if (column := getattr(self, name)) is not None}
+        if self.truncated is not None and not all(type(flag) is bool for flag in self.truncated):
+            raise ValueError("FactWork: truncated must hold bools")
         for name, size in sizes.items():
             if size != n:
                 raise ValueError(f"FactWork: {name} has {size} entries, subjects {n}")
@@ -163,25 +140,15 @@ class FactWork:
         return list(zip(self.subjects, self.relations, self.objects))
 
     def features(self) -> list[FactFeatures]:
-        """Each fact's :class:`~factutil.filters.FactFeatures`, its derived fields made by the
-        rules :func:`~factutil.filters.analyze` uses.
-
-        Raises:
-            ValueError: an analysis that is not the plain values of one (the fact named).
-        """
+        """Each fact's :func:`features_from`; ValueError without analyses or for a bad one."""
         if self.analyses is None:
             raise ValueError("FactWork: no analyses")
         return [features_from(parts, values) for parts, values in zip(self.parts, self.analyses)]
 
     @classmethod
     def of(cls, item: Any) -> FactWork:
-        """``item`` as a FactWork: a FactWork as it is, the mapping of its fields (what a
-        msgpack channel such as verl's TransferQueue gives back for one), or its bytes
-        (:meth:`from_bytes`).
-
-        Raises:
-            ValueError: none of these (the message says what was found).
-        """
+        """``item`` as a FactWork: a FactWork, the mapping of its fields (what a msgpack channel
+        such as verl's TransferQueue gives back), or its bytes; ValueError for anything else."""
         if isinstance(item, cls):
             return item
         if isinstance(item, Mapping):
@@ -192,8 +159,8 @@ class FactWork:
         return cls.from_bytes(item)
 
     def to_bytes(self) -> bytes:
-        """This work as numpy's ``.npz`` (strings as unicode arrays, the fit and the analyses as
-        JSON text), for channels that carry only bytes; :meth:`from_bytes` reads it back."""
+        """This work as numpy's ``.npz`` (strings as unicode arrays; fit, device, analyses and
+        truncated as JSON text), for channels that carry only bytes."""
         arrays = {name: np.array(getattr(self, name), dtype=str)
                   for name in ("subjects", "relations", "objects")}
         head = {"fit": self.fit, "device": self.device, "analyses": self.analyses,
@@ -207,19 +174,14 @@ class FactWork:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> FactWork:
-        """Read :meth:`to_bytes`' output; nothing runs and every field is checked.
-
-        Raises:
-            ValueError: not such bytes (the message says what was found: truncated or
-                changed bytes, a declared size beyond the data, JSON that is not the head,
-                lengths that disagree, vectors that are not finite unit vectors).
-        """
+        """Read :meth:`to_bytes`' output; nothing runs and every field is checked. Raises
+        ValueError (saying what) for truncated or changed bytes, sizes beyond the data, a bad
+        head, lengths that disagree or vectors that are not finite unit vectors."""
         try:
             arrays = _read_npz(bytes(data))
             head = json.loads(str(arrays.pop("head")[()]))
-            if not isinstance(head, dict) or not (
-                    {"fit", "device", "analyses"} <= set(head) <= {"fit", "device", "analyses",
-                                                                   "truncated"}):
+            keys = {"fit", "device", "analyses"}
+            if not isinstance(head, dict) or not keys <= set(head) <= keys | {"truncated"}:
                 raise ValueError("the head is not {fit, device, analyses[, truncated]}")
             fit, device, analyses = head["fit"], head["device"], head["analyses"]
             truncated = head.get("truncated")
@@ -250,8 +212,8 @@ class FactWork:
 
 
 def _read_npz(data: bytes) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` (no pickle), each member's declared size checked against the
-    bytes it has before anything is allocated."""
+    """The arrays of an ``.npz`` (no pickle), each member's declared size checked against its
+    bytes before anything is allocated."""
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         for info in archive.infolist():
             if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
@@ -270,12 +232,8 @@ def _read_npz(data: bytes) -> dict[str, np.ndarray]:
 
 
 def check_unit(vectors: np.ndarray) -> None:
-    """Refuse rows that are not finite unit vectors (every embedder's are L2-normalised): a
-    changed value must not reach the similarities as an overflow or a NaN.
-
-    Raises:
-        ValueError: naming the first such row.
-    """
+    """Raise ValueError unless ``vectors`` are float32 (n, d) finite unit rows (naming the first
+    bad row): a changed value must not reach the similarities as an overflow or a NaN."""
     if vectors.dtype != np.float32 or vectors.ndim != 2:
         raise ValueError(f"vectors are {vectors.dtype} {vectors.shape}, not float32 (n, d)")
     with np.errstate(all="ignore"):
@@ -287,26 +245,22 @@ def check_unit(vectors: np.ndarray) -> None:
 
 def analysis_values(f: FactFeatures) -> list[Any]:
     """A fact's analysis as plain JSON values: the :class:`~factutil.filters.FactFeatures` fields
-    the others do not determine (the parts are kept beside it)."""
+    that the parts and the other fields do not determine."""
     return [f.subject_key, f.object_key, f.relation_id, f.inverse, f.relation_key,
             list(f.negation_cues), sorted(f.words), [list(q) for q in f.quantities]]
 
 
 def features_from(parts: tuple[str, str, str], values: Any) -> FactFeatures:
-    """:func:`analysis_values` of the fact ``parts`` read back into its
-    :class:`~factutil.filters.FactFeatures`, the derived fields made by the rules
-    :func:`~factutil.filters.analyze` uses (``is_negated``, ``is_symmetric``, ``fact_key``).
-
-    Raises:
-        ValueError: ``values`` are not the plain values of an analysis (the fact named).
-    """
+    """The :class:`~factutil.filters.FactFeatures` of the fact ``parts`` from its
+    :func:`analysis_values`, derived fields by :func:`~factutil.filters.analyze`'s rules. Raises
+    ValueError (the fact named) when ``values`` are not an analysis's."""
     try:
         subject_key, object_key, relation_id, inverse, relation_key, cues, words, quantities = values
         "".join((subject_key, object_key, relation_key, relation_id or "", *cues, *words))
         if type(inverse) is not bool or type(cues) is not list or type(words) is not list:
             raise TypeError("inverse must be a bool, cues and words lists")  # join: all str
         cues = tuple(cues)
-        if type(quantities) is not list or not set(map(type, quantities)) <= _LIST:
+        if type(quantities) is not list or not all(type(q) is list for q in quantities):
             raise TypeError("quantities must be a list of lists")
         quantities = tuple(map(tuple, quantities)) if quantities else ()
         hash(quantities)  # a list or mapping inside a quantity raises TypeError
@@ -319,32 +273,18 @@ def features_from(parts: tuple[str, str, str], values: Any) -> FactFeatures:
         raise ValueError(f"the analysis of {parts!r:.80} is not one ({error!s:.80})") from None
 
 
-def make_work(
-    items: Any,
-    config: FactUtilConfig | Mapping[str, Any] | None = None,
-    clusterer: Any = None,
-) -> FactWork:
-    """The per-fact work of a worker's share of rollouts (docs/method.md §2.1–§2.4).
+def make_work(items: Any, config: FactUtilConfig | Mapping[str, Any] | None = None,
+              clusterer: Any = None) -> FactWork:
+    """The per-fact work of a worker's share of rollouts (docs/method.md §2.1–§2.4): the
+    distinct triples of ``items`` (:func:`triples_of`) and, in semantic mode, their vectors from
+    the embedder the step's clusterer would use (through :func:`~factutil.embed.embed_unique`:
+    the same bit for bit), their truncation flags and, when needed, their analyses.
 
-    The distinct triples (by exact parts) of ``items``; in semantic mode their normalised texts'
-    vectors from the embedder the step's clusterer would use, through
-    :func:`~factutil.embed.embed_unique` (the same vectors, bit for bit) with which of them the
-    embedder reads only in part (:func:`~factutil.embed.truncated_texts`), and, when the filters
-    or key edges need them, their analyses (:func:`~factutil.filters.analyze`). Of a rollout only
-    the actions the step reads count: those up to the answer and within ``config.max_turns``.
-
-    Args:
-        items: what :func:`triples_of` reads: a rollout, a list of rollouts, action lists,
-            actions or triples.
-        config: a :class:`FactUtilConfig`, a mapping of its fields, or None: the clusterer's
-            config when one is given, else the defaults.
-        clusterer: a :class:`~factutil.cluster.SemanticClusterer` whose embedder and caches to
-            use (keep one per worker: the model loads once); None builds the config's embedder.
-
-    Raises:
-        TypeError, ValueError: ``items`` holds something that is not a rollout, an action or a
-            triple (named with its index), or the clusterer was built for another config.
-        pydantic.ValidationError: a bad ``config``.
+    ``config``: a :class:`FactUtilConfig` or a mapping of its fields (None: the clusterer's, else
+    the defaults). ``clusterer``: a :class:`~factutil.cluster.SemanticClusterer` whose embedder
+    and caches to use (keep one per worker: the model loads once); None: the config's embedder.
+    Raises TypeError or ValueError as :func:`triples_of` or for a clusterer built for another
+    config, pydantic.ValidationError for a bad ``config``.
     """
     own = getattr(clusterer, "config", None)
     if config is None:
@@ -375,14 +315,11 @@ def make_work(
 def triples_of(items: Any, max_turns: int) -> list[tuple[str, str, str]]:
     """The exact ``(subject, relation, object)`` of every triple ``items`` holds, in order.
 
-    ``items`` is a rollout (a :class:`~factutil.schema.Rollout` or a docs/method.md §8 dict,
-    ``actions`` required) or an iterable of rollouts, action lists (each one trajectory), actions
-    (dicts or models, structured or ``{"raw": ...}``: together one trajectory) and triples
-    (:class:`~factutil.schema.Triple`, :class:`~factutil.facts.Fact`, ``[s, r, o]``). Of a
-    trajectory only the asserts before its answer and within ``max_turns`` actions count.
-
-    Raises:
-        ValueError, TypeError: an item that is none of these (its index and value named).
+    ``items``: a rollout (:class:`~factutil.schema.Rollout` or docs/method.md §8 dict) or an
+    iterable of rollouts, action lists, actions (dicts or models: together one trajectory) and
+    triples (:class:`~factutil.schema.Triple`, :class:`~factutil.facts.Fact`, ``[s, r, o]``).
+    Of a trajectory only the asserts before its answer and within ``max_turns`` actions count.
+    Raises ValueError or TypeError for an item that is none of these (index and value named).
     """
     if isinstance(items, Rollout):
         return _assert_parts(rollout_row(items)["actions"], max_turns)
@@ -418,7 +355,7 @@ def _is_triple(item: Sequence[Any]) -> bool:
 
 
 def _action(item: Any, index: int) -> dict[str, Any]:
-    """One action item as its row form (``{"action": ..., "triples": [[s, r, o], ...]}``)."""
+    """One action item in its row form (``{"action": ..., "triples": [[s, r, o], ...]}``)."""
     try:
         action = _VALIDATE_ACTIONS([coerce_action(item)])[0]
     except ValidationError as error:
@@ -431,7 +368,7 @@ def _action(item: Any, index: int) -> dict[str, Any]:
 
 
 def _parts(item: Any, index: int) -> tuple[str, str, str]:
-    """A triple item's exact (subject, relation, object), validated as :class:`Triple` is."""
+    """A triple item's exact parts, validated as :class:`Triple` is."""
     if isinstance(item, (Triple, Fact)):
         return (item.subject, item.relation, item.object)
     if isinstance(item, (list, tuple)) and _is_triple(item) and all(part.strip() for part in item):

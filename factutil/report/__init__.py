@@ -1,15 +1,8 @@
 """See the credit: a self-contained HTML report of a scored batch.
 
-``factutil report IN.jsonl -o report.html`` on the command line; from code::
-
-    from factutil.report import ReportInputs, write_report
-    write_report(result, "report.html", ReportInputs(gold=load_gold("gold.json")))
-
-From a trainer, :class:`ReportWriter` writes a step's report in a background thread every N
-steps and never raises. The page shows the summary of the batch, plots, and per question its
-clusters (members, n, s, m, u) and every rollout's actions with their credit; it needs no script
-and loads nothing (jinja2 for the page; matplotlib, optional, for the plots).
-"""
+``factutil report IN.jsonl -o report.html``, :func:`write_report` or, from a trainer,
+:class:`ReportWriter`: the batch's summary, plots, and per question its clusters and every
+rollout's credited actions."""
 
 from factutil.report.evidence import (
     GoldError,
@@ -29,16 +22,7 @@ from factutil.report.page import (
 from factutil.report.writer import ReportWriter
 
 __all__ = [
-    "DEFAULT_MAX_GROUPS",
-    "GoldError",
-    "ReportInputs",
-    "ReportWriter",
-    "build_report",
-    "evidence_auc",
-    "gold_labels",
-    "load_gold",
-    "report_context",
-    "select_groups",
-    "within_group_auc",
-    "write_report",
+    "DEFAULT_MAX_GROUPS", "GoldError", "ReportInputs", "ReportWriter", "build_report",
+    "evidence_auc", "gold_labels", "load_gold", "report_context", "select_groups",
+    "within_group_auc", "write_report",
 ]

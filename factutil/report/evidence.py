@@ -1,11 +1,8 @@
 """Gold evidence: which clusters hold a gold triple, and how well utility separates them.
 
-Where the gold evidence of each question is known (the bundled 2Wiki sample's
-``2wiki_gold.json``), a cluster is *gold* when one of its members has the normalised text
-(docs/method.md §2.1) of a gold triple of its question, and *distractor* otherwise. The AUC of utility for
-telling them apart is the probability that a gold cluster out-scores a distractor (1.0: every
-gold cluster above every distractor; 0.5: chance). The report and ``examples/credit_check.py``
-both use these functions.
+A cluster is *gold* when a member has the normalised text (docs/method.md §2.1) of a gold triple
+of its question (e.g. the bundled ``2wiki_gold.json``), else a *distractor*. The AUC is the
+probability that a gold cluster out-scores a distractor (1.0: always; 0.5: chance).
 """
 
 from __future__ import annotations
@@ -24,20 +21,10 @@ class GoldError(ValueError):
 
 
 def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
-    """Read gold evidence triples per question.
-
-    Args:
-        path: a JSON object keyed by uid; each value is either a list of triples
-            ``[[subject, relation, object], ...]`` or an object whose ``gold`` key holds that list
-            (the layout of ``examples/data/2wiki_gold.json``, whose other keys are ignored).
-
-    Returns:
-        uid -> gold triples, each a list of 3 non-blank strings.
-
-    Raises:
-        GoldError: unreadable file, invalid JSON, or a bad entry (the message names the uid and
-            the field, e.g. ``gold.json: 'q1': gold[2]: expected 3 non-blank strings, got [...]``).
-    """
+    """Read gold evidence triples per question: uid -> lists of 3 non-blank strings, from a JSON
+    object keyed by uid whose values are lists of triples, or objects whose ``gold`` key holds
+    one (``examples/data/2wiki_gold.json``; other keys ignored). Raises GoldError: unreadable
+    file, invalid JSON, or a bad entry (``gold.json: 'q1': gold[2]: expected 3 ...``)."""
     name = str(path)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -55,62 +42,32 @@ def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
         triples = entry.get("gold") if isinstance(entry, Mapping) else entry
         where = "gold" if isinstance(entry, Mapping) else "(value)"
         if not isinstance(triples, list):
-            raise GoldError(
-                f"{name}: {uid!r}: {where}: expected a list of triples, got {short(triples)}"
-            )
+            raise GoldError(f"{name}: {uid!r}: {where}: expected a list of triples, got "
+                            f"{short(triples)}")
         for k, triple in enumerate(triples):
-            if not (
-                isinstance(triple, list)
-                and len(triple) == 3
-                and all(isinstance(part, str) and part.strip() for part in triple)
-            ):
-                raise GoldError(
-                    f"{name}: {uid!r}: {where}[{k}]: expected 3 non-blank strings, got "
-                    f"{short(triple)}"
-                )
+            if not (isinstance(triple, list) and len(triple) == 3
+                    and all(isinstance(part, str) and part.strip() for part in triple)):
+                raise GoldError(f"{name}: {uid!r}: {where}[{k}]: expected 3 non-blank strings, "
+                                f"got {short(triple)}")
         gold[str(uid)] = [list(triple) for triple in triples]
     return gold
 
 
-def gold_labels(
-    clusters: Sequence[ClusterRecord],
-    gold: Mapping[str, Sequence[Sequence[str]]],
-    template: str = DEFAULT_TEMPLATE,
-) -> list[bool | None]:
-    """Per cluster: True when a member's normalised text is a gold triple's of its question.
-
-    Args:
-        clusters: the clusters of a result (:attr:`ProcessAdvantages.clusters`).
-        gold: uid -> gold triples (:func:`load_gold`); letter case and spacing do not matter.
-        template: the ``triple_template`` the clusters were built with.
-
-    Returns:
-        one label per cluster, in order: True (gold), False (distractor), or None when its
-        question has no gold entry.
-    """
-    texts = {
-        uid: {fact_text(*triple, template) for triple in triples} for uid, triples in gold.items()
-    }
-    labels: list[bool | None] = []
-    for cluster in clusters:
-        wanted = texts.get(cluster.uid)
-        if wanted is None:
-            labels.append(None)
-        else:
-            labels.append(any(fact_text(*member, template) in wanted for member in cluster.members))
-    return labels
+def gold_labels(clusters: Sequence[ClusterRecord], gold: Mapping[str, Sequence[Sequence[str]]],
+                template: str = DEFAULT_TEMPLATE) -> list[bool | None]:
+    """Per cluster: True (gold) when a member's normalised text under ``template`` is a gold
+    triple's of its question (``gold``: uid -> triples, :func:`load_gold`), False
+    (distractor), or None when its question has no gold entry."""
+    texts = {uid: {fact_text(*triple, template) for triple in triples}
+             for uid, triples in gold.items()}
+    return [None if (wanted := texts.get(cluster.uid)) is None
+            else any(fact_text(*member, template) in wanted for member in cluster.members)
+            for cluster in clusters]
 
 
 def evidence_auc(labels: Sequence[bool | None], utilities: Sequence[float]) -> float | None:
-    """AUC of utility for separating gold clusters from distractors (ties count one half).
-
-    Args:
-        labels: per cluster, True / False / None (left out), as :func:`gold_labels` gives.
-        utilities: per cluster, its utility u_c.
-
-    Returns:
-        the AUC in [0, 1], or None when there is no gold or no distractor cluster.
-    """
+    """AUC in [0, 1] of utility u_c for separating gold clusters from distractors (ties count
+    one half) over :func:`gold_labels`' labels (None left out); None without both kinds."""
     from sklearn.metrics import roc_auc_score  # heavy (~3 s): imported when an AUC is asked for
 
     pairs = [(label, u) for label, u in zip(labels, utilities, strict=True) if label is not None]
@@ -119,22 +76,11 @@ def evidence_auc(labels: Sequence[bool | None], utilities: Sequence[float]) -> f
     return float(roc_auc_score([label for label, _ in pairs], [u for _, u in pairs]))
 
 
-def within_group_auc(
-    labels: Sequence[bool | None], utilities: Sequence[float], uids: Sequence[str]
-) -> float | None:
-    """P(u_gold > u_distractor) + P(tie) / 2 over every (gold, distractor) pair of one question.
-
-    Utilities are relative to each group's success rate, so this is the comparison a policy
-    update makes. Pairs from all questions are counted together (a question with more pairs
-    weighs more); a question with no gold or no distractor cluster adds no pair.
-
-    Args:
-        labels: per cluster True / False / None (left out), as :func:`gold_labels` gives.
-        utilities: per cluster, u_c.
-        uids: per cluster, its group's uid.
-
-    Returns:
-        the AUC in [0, 1], or None when no pair exists.
+def within_group_auc(labels: Sequence[bool | None], utilities: Sequence[float],
+                     uids: Sequence[str]) -> float | None:
+    """P(u_gold > u_distractor) + P(tie) / 2 over every (gold, distractor) pair of one question
+    (``uids``: per cluster), all questions' pairs pooled; None when no pair exists. Utilities
+    are relative to each group's success rate, so this is the comparison a policy update makes.
     """
     by_uid: dict[str, tuple[list[float], list[float]]] = {}
     for label, utility, uid in zip(labels, utilities, uids, strict=True):

@@ -1,9 +1,8 @@
 """A :class:`~factutil.api.ProcessAdvantages` as one self-contained HTML page.
 
-The page only displays what the core computed (docs/method.md §1–§5): cluster records, action records,
-rollout records, the potential column and the metrics; it recomputes none of the method's
-numbers. Plots are inline SVG, styles inline, no script and no link leaves the file (a
-Content-Security-Policy forbids any load), so it opens from disk anywhere.
+The page only displays what the core computed (docs/method.md §1–§5), recomputing none of the
+method's numbers. Plots are inline SVG and styles inline; no script, and a Content-Security-Policy
+forbids any load, so it opens from disk anywhere.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -26,63 +26,45 @@ from factutil.report import plots
 from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
 
 DEFAULT_MAX_GROUPS = 30
-"""Questions shown in full by default (the widest utility spread first); the summary and plots
-always cover every group. About 25 KB of HTML per question of 6 rollouts (0.86 MB for 30)."""
+"""Questions shown in full by default (widest utility spread first); the summary and plots
+always cover every group."""
 
 KINDS = ("search", "assert", "answer", "invalid")
 OBSERVATION_CHARS = 120
 RAW_CHARS = 160
 MEMBERS_SHOWN = 6
+CREDITS = ("shaping", "back_credit", "penalty", "process_advantage", "advantage")
 
 
-def select_groups(
-    result: ProcessAdvantages, max_groups: int | None = DEFAULT_MAX_GROUPS,
-    uids: Sequence[str] | None = None,
-) -> list[int]:
-    """Indices into ``result.groups`` of the questions to show, widest utility spread first.
-
-    The spread of a group is the largest minus the smallest utility of its clusters (0 with
-    fewer than two); ties keep input order.
-
-    Args:
-        result: a scored batch.
-        max_groups: most groups to return; None or 0 for all.
-        uids: only these uids (before ``max_groups`` applies).
-
-    Raises:
-        ValueError: a uid of ``uids`` is not a group of ``result`` (the message names it).
-    """
+def select_groups(result: ProcessAdvantages, max_groups: int | None = DEFAULT_MAX_GROUPS,
+                  uids: Sequence[str] | None = None) -> list[int]:
+    """Indices into ``result.groups`` of the questions to show, widest utility spread (largest
+    minus smallest cluster utility, 0 with fewer than two) first, ties in input order: only
+    ``uids`` when given, at most ``max_groups`` (None or 0: all). Raises ValueError for a
+    negative ``max_groups`` or a uid that is not a group of ``result`` (named)."""
     if max_groups is not None and max_groups < 0:
         raise ValueError(f"max_groups must be >= 0, got {max_groups}")
     position = {group.uid: g for g, group in enumerate(result.groups)}
     if uids:
         missing = [uid for uid in uids if uid not in position]
         if missing:
-            raise ValueError(
-                f"uid {missing[0]!r} is not in the input ({len(position)} groups, e.g. "
-                f"{', '.join(repr(uid) for uid in list(position)[:3])})"
-            )
+            raise ValueError(f"uid {missing[0]!r} is not in the input ({len(position)} groups, "
+                             f"e.g. {', '.join(repr(uid) for uid in list(position)[:3])})")
         chosen = sorted({position[uid] for uid in uids})
     else:
         chosen = list(range(len(position)))
-    spread = _spreads(result)
+    utilities: dict[str, list[float]] = {}
+    for cluster in result.clusters:
+        utilities.setdefault(cluster.uid, []).append(cluster.utility)
+    spread = [max(values) - min(values) if len(values := utilities.get(group.uid, [])) > 1 else 0.0
+              for group in result.groups]
     chosen.sort(key=lambda g: -spread[g])
     return chosen[:max_groups] if max_groups else chosen
 
 
-def _spreads(result: ProcessAdvantages) -> list[float]:
-    utilities: dict[str, list[float]] = {}
-    for cluster in result.clusters:
-        utilities.setdefault(cluster.uid, []).append(cluster.utility)
-    return [
-        max(values) - min(values) if len(values := utilities.get(group.uid, [])) > 1 else 0.0
-        for group in result.groups
-    ]
-
-
 @dataclass
 class Number:
-    """One number of the page: its value and how it reads (sign class, text)."""
+    """One number of the page: its value, its text and its CSS sign class."""
 
     value: float
     digits: int = 3
@@ -111,7 +93,7 @@ class Number:
 
 @dataclass
 class ReportInputs:
-    """What a page shows besides the result: where it came from and optional gold evidence."""
+    """What a page shows besides the result: where it came from, gold evidence, which groups."""
 
     title: str = "factutil credit report"
     source: str | None = None
@@ -121,20 +103,10 @@ class ReportInputs:
     notes: list[str] = field(default_factory=list)
 
 
-def report_context(
-    result: ProcessAdvantages, inputs: ReportInputs | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Everything the template shows, as plain values (see ``templates/report.html.j2``).
-
-    Args:
-        result: the scored batch.
-        inputs: title, source name, gold evidence, which groups to show.
-        progress: called with 1 after each group is laid out (for a progress bar).
-
-    Raises:
-        ValueError: an unknown uid in ``inputs.uids`` or a negative ``max_groups``.
-    """
+def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None,
+                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Everything ``templates/report.html.j2`` shows, as plain values; ``progress`` is called
+    with 1 after each group is laid out. Raises ValueError as :func:`select_groups`."""
     inputs = inputs or ReportInputs()
     config = result.config
     clusters = result.clusters
@@ -146,21 +118,16 @@ def report_context(
     scale = max([abs(u) for u in utilities] + [1e-9])
     shown = select_groups(result, inputs.max_groups, inputs.uids)
 
-    actions = result.actions
-    rollouts = result.rollouts
     potential = result.action_columns["potential"].tolist()
     offsets = result.action_offsets.tolist()
-    first_row = []
-    row = 0
-    for group in result.groups:
-        first_row.append(row)
-        row += len(group.rollouts)
+    first_row = list(accumulate((len(group.rollouts) for group in result.groups), initial=0))
 
     groups = []
     for g in shown:
         groups.append(_group_view(
-            result.groups[g], first_row[g], by_uid.get(result.groups[g].uid, []), actions,
-            rollouts, potential, offsets, scale, labels is not None, config.facts == "retrieved",
+            result.groups[g], first_row[g], by_uid.get(result.groups[g].uid, []), result.actions,
+            result.rollouts, potential, offsets, scale, labels is not None,
+            config.facts == "retrieved",
         ))
         if progress is not None:
             progress(1)
@@ -171,38 +138,25 @@ def report_context(
         notes.append(missing)
         figures = {}
     else:
-        rows = [
-            first_row[g] + j for g in shown for j in range(len(result.groups[g].rollouts))
-        ]
+        rows = [first_row[g] + j for g in shown for j in range(len(result.groups[g].rollouts))]
         figures = _figures(result, labels, potential, offsets, rows, len(shown))
     return {
-        "title": inputs.title,
-        "source": inputs.source,
-        "summary": _summary(result),
-        "kinds": _kind_table(result),
-        "invalid_reasons": _invalid_reasons(result),
-        "times": [
-            (name[5:-2], Number(value, 4, signed=False))
-            for name, value in result.metrics.items()
-            if name.startswith("time_") and name.endswith("_s")
-        ],
-        "config": _config_rows(config),
-        "retrieved": config.facts == "retrieved",
+        "title": inputs.title, "source": inputs.source, "summary": _summary(result),
+        "kinds": _kind_table(result), "invalid_reasons": _invalid_reasons(result),
+        "times": [(name[5:-2], Number(value, 4, signed=False))
+                  for name, value in result.metrics.items()
+                  if name.startswith("time_") and name.endswith("_s")],
+        "config": _config_rows(config), "retrieved": config.facts == "retrieved",
         "key_config": [
             ("mode", config.mode), ("prior", config.prior), ("success", config.success),
             ("Ω", f"{config.omega:g}"), ("α", f"{config.alpha:g}"),
             ("process_norm", config.process_norm),
         ],
-        "warnings": result.warnings[:10],
-        "warnings_left": max(0, len(result.warnings) - 10),
+        "warnings": result.warnings[:10], "warnings_left": max(0, len(result.warnings) - 10),
         "skipped": sorted(result.skipped.items()),
         "gold": _gold_summary(clusters, labels) if labels is not None else None,
-        "figures": figures,
-        "notes": notes,
-        "groups": groups,
-        "groups_total": len(result.groups),
-        "selection": _selection_note(len(shown), len(result.groups), inputs),
-        "scale": scale,
+        "figures": figures, "notes": notes, "groups": groups, "groups_total": len(result.groups),
+        "selection": _selection_note(len(shown), len(result.groups), inputs), "scale": scale,
     }
 
 
@@ -226,19 +180,11 @@ def _summary(result: ProcessAdvantages) -> list[tuple[str, str]]:
 
 
 def _kind_table(result: ProcessAdvantages) -> list[dict[str, Any]]:
-    counts: Counter[str] = Counter()
-    ignored = 0
-    for record in result.actions:
-        if record.ignored:
-            ignored += 1
-        else:
-            counts[record.action] += 1
+    counts = Counter(None if record.ignored else record.action for record in result.actions)
+    ignored = counts.pop(None, 0)
     total = sum(counts.values()) + ignored
-    rows = [
-        {"kind": kind, "count": counts[kind],
-         "share": f"{100 * counts[kind] / total:.1f}%" if total else "–"}
-        for kind in KINDS
-    ]
+    rows = [{"kind": kind, "count": counts[kind],
+             "share": f"{100 * counts[kind] / total:.1f}%" if total else "–"} for kind in KINDS]
     if ignored:
         rows.append({"kind": "ignored (after the answer or max_turns)", "count": ignored,
                      "share": f"{100 * ignored / total:.1f}%"})
@@ -246,17 +192,12 @@ def _kind_table(result: ProcessAdvantages) -> list[dict[str, Any]]:
 
 
 def _invalid_reasons(result: ProcessAdvantages) -> list[tuple[str, int, str]]:
-    reasons: Counter[str] = Counter()
-    for group in result.groups:
-        for rollout in group.rollouts:
-            for action in rollout["actions"]:
-                if action["action"] == "invalid":
-                    reasons[str(action.get("reason") or "unknown")] += 1
+    reasons = Counter(str(action.get("reason") or "unknown") for group in result.groups
+                      for rollout in group.rollouts for action in rollout["actions"]
+                      if action["action"] == "invalid")
     total = sum(reasons.values())
-    return [
-        (reason, count, f"{100 * count / total:.0f}%")
-        for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
-    ]
+    return [(reason, count, f"{100 * count / total:.0f}%")
+            for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0]))]
 
 
 def _config_rows(config: FactUtilConfig) -> list[tuple[str, str, bool]]:
@@ -276,18 +217,14 @@ def _gold_summary(clusters: list[ClusterRecord], labels: list[bool | None]) -> d
     for name, flag in (("gold evidence", True), ("distractor", False)):
         values = [u for u, label in zip(utilities, labels) if label is flag]
         rows.append({
-            "name": name,
-            "count": len(values),
+            "name": name, "count": len(values),
             "mean": Number(math.fsum(values) / len(values)) if values else None,
             "positive": f"{100 * sum(u > 0 for u in values) / len(values):.0f}%" if values else "–",
         })
     auc = evidence_auc(labels, utilities)
     within = within_group_auc(labels, utilities, [cluster.uid for cluster in clusters])
-    return {
-        "rows": rows,
-        "auc": None if auc is None else f"{auc:.3f}",
-        "within": None if within is None else f"{within:.3f}",
-    }
+    return {"rows": rows, "auc": None if auc is None else f"{auc:.3f}",
+            "within": None if within is None else f"{within:.3f}"}
 
 
 def _selection_note(shown: int, total: int, inputs: ReportInputs) -> str:
@@ -299,12 +236,9 @@ def _selection_note(shown: int, total: int, inputs: ReportInputs) -> str:
     return f"All {total} questions, widest utility spread first."
 
 
-def _figures(
-    result: ProcessAdvantages, labels: list[bool | None] | None,
-    potential: list[float], offsets: list[int], rows: list[int], shown: int,
-) -> dict[str, str]:
-    """The three plots: utilities and advantages of the whole batch; the potential of the
-    rollouts of the questions shown (median and band per outcome)."""
+def _figures(result: ProcessAdvantages, labels: list[bool | None] | None, potential: list[float],
+             offsets: list[int], rows: list[int], shown: int) -> dict[str, str]:
+    """Utilities and advantages of the whole batch; the potential of the rollouts ``rows``."""
     utilities = [cluster.utility for cluster in result.clusters]
     auc = evidence_auc(labels, utilities) if labels is not None else None
     columns = result.action_columns
@@ -318,12 +252,9 @@ def _figures(
         if not record.ignored:
             by_kind["process advantage A_proc"][record.action].append(process[k])
             by_kind["advantage A = A_out + Ω·A_proc"][record.action].append(total[k])
-    curves = []
-    succeeded = []
     rollouts = result.rollouts
-    for i in rows:
-        curves.append(potential[offsets[i] : offsets[i] + rollouts[i].actions])
-        succeeded.append(rollouts[i].success >= 0.5)
+    curves = [potential[offsets[i] : offsets[i] + rollouts[i].actions] for i in rows]
+    succeeded = [rollouts[i].success >= 0.5 for i in rows]
     whose = "" if shown == len(result.groups) else f"\n(rollouts of the {shown} questions shown)"
     return {
         "utility": plots.utility_histogram(utilities, labels, auc),
@@ -332,27 +263,21 @@ def _figures(
     }
 
 
-def _group_view(
-    group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
-    actions: list[Any], rollouts: list[Any], potential: list[float], offsets: list[int],
-    scale: float, gold_known: bool, retrieved: bool = False,
-) -> dict[str, Any]:
+def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
+                actions: list[Any], rollouts: list[Any], potential: list[float],
+                offsets: list[int], scale: float, gold_known: bool,
+                retrieved: bool = False) -> dict[str, Any]:
     utility_of = {cluster.cluster_id: cluster.utility for cluster, _ in clusters}
     gold_of = {cluster.cluster_id: label for cluster, label in clusters}
     ordered = sorted(clusters, key=lambda item: (-item[0].utility, item[0].cluster_id))
-    cluster_rows = []
-    for cluster, label in ordered:
-        cluster_rows.append({
-            "id": cluster.cluster_id,
-            "members": [member_label(member, retrieved) for member in cluster.members[:MEMBERS_SHOWN]],
-            "members_left": max(0, len(cluster.members) - MEMBERS_SHOWN),
-            "n": cluster.n,
-            "s": Number(cluster.s, signed=False),
-            "mean": Number(cluster.mean, signed=False),
-            "utility": Number(cluster.utility),
-            "bar": min(50.0, 50.0 * abs(cluster.utility) / scale),
-            "gold": label,
-        })
+    cluster_rows = [{
+        "id": cluster.cluster_id,
+        "members": [member_label(member, retrieved) for member in cluster.members[:MEMBERS_SHOWN]],
+        "members_left": max(0, len(cluster.members) - MEMBERS_SHOWN),
+        "n": cluster.n, "s": Number(cluster.s, signed=False),
+        "mean": Number(cluster.mean, signed=False), "utility": Number(cluster.utility),
+        "bar": min(50.0, 50.0 * abs(cluster.utility) / scale), "gold": label,
+    } for cluster, label in ordered]
     rollout_views = []
     for j, source in enumerate(group.rollouts):
         i = first_row + j
@@ -362,49 +287,28 @@ def _group_view(
             k = offsets[i] + t
             credit = actions[k]
             rows.append({
-                "step": t,
-                "kind": credit.action,
-                "ignored": credit.ignored,
-                **_action_text(action),
-                "new": [
-                    {"id": c, "utility": Number(utility_of.get(c, 0.0)), "gold": gold_of.get(c)}
-                    for c in credit.new_clusters
-                ],
-                "shaping": Number(credit.shaping),
-                "back_credit": Number(credit.back_credit),
-                "penalty": Number(credit.penalty),
+                "step": t, "kind": credit.action, "ignored": credit.ignored, **_action_text(action),
+                "new": [{"id": c, "utility": Number(utility_of.get(c, 0.0)), "gold": gold_of.get(c)}
+                        for c in credit.new_clusters],
+                **{name: Number(getattr(credit, name)) for name in CREDITS},
                 "potential": Number(potential[k]),
-                "process_advantage": Number(credit.process_advantage),
-                "advantage": Number(credit.advantage),
             })
         rollout_views.append({
-            "id": record.rollout_id,
-            "answer": record.answer,
-            "answered": record.answered,
-            "em": Number(record.em, 2, signed=False),
-            "f1": Number(record.f1, 2, signed=False),
-            "reward": Number(record.outcome_reward, signed=False),
-            "success": record.success,
+            "id": record.rollout_id, "answer": record.answer, "answered": record.answered,
+            "em": Number(record.em, 2, signed=False), "f1": Number(record.f1, 2, signed=False),
+            "reward": Number(record.outcome_reward, signed=False), "success": record.success,
             "outcome_advantage": Number(record.outcome_advantage),
-            "empty_store_answer": record.empty_store_answer,
-            "ignored": record.ignored_actions,
+            "empty_store_answer": record.empty_store_answer, "ignored": record.ignored_actions,
             "actions": rows,
         })
     successes = [rollouts[first_row + j].success for j in range(len(group.rollouts))]
     return {
-        "uid": group.uid,
-        "anchor": "q-" + "".join(c if c.isalnum() else "-" for c in group.uid),
-        "question": group.question,
-        "golden_answers": group.golden_answers,
-        "successes": sum(y >= 0.5 for y in successes),
-        "rollout_count": len(successes),
-        "spread": Number(
-            (ordered[0][0].utility - ordered[-1][0].utility) if len(ordered) > 1 else 0.0,
-            signed=False,
-        ),
-        "clusters": cluster_rows,
-        "gold_known": gold_known,
-        "rollouts": rollout_views,
+        "uid": group.uid, "anchor": "q-" + "".join(c if c.isalnum() else "-" for c in group.uid),
+        "question": group.question, "golden_answers": group.golden_answers,
+        "successes": sum(y >= 0.5 for y in successes), "rollout_count": len(successes),
+        "spread": Number(ordered[0][0].utility - ordered[-1][0].utility if len(ordered) > 1
+                         else 0.0, signed=False),
+        "clusters": cluster_rows, "gold_known": gold_known, "rollouts": rollout_views,
     }
 
 
@@ -419,74 +323,36 @@ def _action_text(action: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "answer":
         return {"answer": action["answer"]}
     raw = str(action.get("raw") or "")
-    return {
-        "reason": str(action.get("reason") or ""),
-        "raw": raw[:RAW_CHARS] + ("…" if len(raw) > RAW_CHARS else ""),
-    }
-
-
-def _environment():
-    import jinja2  # when rendering only: the CLI's other commands start without it
-
-    environment = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_template_source),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    return environment
+    return {"reason": str(action.get("reason") or ""),
+            "raw": raw[:RAW_CHARS] + ("…" if len(raw) > RAW_CHARS else "")}
 
 
 def _template_source(name: str) -> str:
     return resources.files("factutil.report").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-def render(context: Mapping[str, Any]) -> str:
-    """The page's HTML for a :func:`report_context` (jinja2, autoescaped)."""
-    environment = _environment()
-    css = _template_source("report.css")
+def build_report(result: ProcessAdvantages, inputs: ReportInputs | None = None,
+                 progress: Callable[[int], None] | None = None) -> str:
+    """The self-contained HTML page of a scored batch; ``progress`` is called with 1 after each
+    question is laid out. Raises ValueError (an unknown uid or a negative ``max_groups`` in
+    ``inputs``) or ImportError (jinja2 missing)."""
+    context = report_context(result, inputs, progress)
+    import jinja2  # when rendering only: the CLI's other commands start without it
+
+    environment = jinja2.Environment(loader=jinja2.FunctionLoader(_template_source),
+                                     autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                                     undefined=jinja2.StrictUndefined)
     return environment.get_template("report.html.j2").render(
-        **context, css=css, version=__version__
-    )
+        **context, css=_template_source("report.css"), version=__version__)
 
 
-def build_report(
-    result: ProcessAdvantages, inputs: ReportInputs | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> str:
-    """The whole self-contained HTML page of a scored batch.
-
-    Args:
-        result: from :func:`factutil.compute_process_advantages`.
-        inputs: title, source, gold evidence, which questions to show (:class:`ReportInputs`).
-        progress: called with 1 after each question is laid out.
-
-    Returns:
-        the HTML text (UTF-8 when written).
-
-    Raises:
-        ValueError: an unknown uid or a negative ``max_groups`` in ``inputs``.
-        ImportError: jinja2 is missing (a dependency of factutil).
-    """
-    return render(report_context(result, inputs, progress))
-
-
-def write_report(
-    result: ProcessAdvantages, path: str | os.PathLike, inputs: ReportInputs | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> Path:
-    """Write :func:`build_report`'s page to ``path`` atomically (temporary file, then rename).
-
-    Returns:
-        the path written. Parent folders are created.
-
-    Raises:
-        OSError: the file cannot be written; ValueError: see :func:`build_report`.
-    """
+def write_report(result: ProcessAdvantages, path: str | os.PathLike,
+                 inputs: ReportInputs | None = None,
+                 progress: Callable[[int], None] | None = None) -> Path:
+    """Write :func:`build_report`'s page to ``path`` atomically, creating parent folders, and
+    return the path. Raises OSError (not writable) or as :func:`build_report`."""
     text = build_report(result, inputs, progress)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, [text])
     return target
-

@@ -1,15 +1,15 @@
 """The report's plots as inline SVG text (matplotlib, optional: ``pip install 'factutil[report]'``).
 
-Figures are built with matplotlib's object API (no pyplot, no global figure registry), so a
-trainer may render them in a background thread. Output is deterministic: fixed hash salt, no
-date, text kept as text (smaller than glyph outlines and searchable in the page).
+matplotlib's object API (no pyplot, no global figure registry) lets a trainer draw them in a
+background thread. The output is deterministic: fixed hash salt, no date, text kept as text.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -19,16 +19,10 @@ INSTALL_HINT = "pip install 'factutil[report]'"
 POSITIVE, NEGATIVE, GOLD, DISTRACTOR, NEUTRAL = "#1a7f37", "#c62828", "#b8860b", "#5b6b7f", "#3b6fb6"
 
 _RC = {
-    "svg.fonttype": "none",
-    "svg.hashsalt": "factutil-report",
-    "font.family": "sans-serif",
+    "svg.fonttype": "none", "svg.hashsalt": "factutil-report", "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans"],  # bundled with matplotlib; browsers fall back to theirs
-    "font.size": 9,
-    "legend.fontsize": 8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.titlesize": 10,
-    "axes.titleweight": "bold",
+    "font.size": 9, "legend.fontsize": 8, "axes.spines.top": False, "axes.spines.right": False,
+    "axes.titlesize": 10, "axes.titleweight": "bold",
 }
 
 
@@ -45,22 +39,22 @@ WIDTH, HEIGHT = 4.8, 3.6
 """Inches of each plot: three side by side fill the page's width with legible text."""
 
 
-def _figure(rows: int = 1):
-    from matplotlib.figure import Figure  # optional (the report extra): imported when drawing
+@contextmanager
+def _figure(rows: int = 1) -> Iterator:
+    """A figure of ``rows`` stacked axes, drawn and saved under the page's rc settings."""
+    import matplotlib  # optional (the report extra): imported when drawing
+    from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(WIDTH, HEIGHT), layout="constrained")
-    axes = figure.subplots(rows, 1, squeeze=False)[:, 0]
-    return figure, axes
+    with matplotlib.rc_context(_RC):
+        figure = Figure(figsize=(WIDTH, HEIGHT), layout="constrained")
+        yield figure, figure.subplots(rows, 1, squeeze=False)[:, 0]
 
 
 def _svg(figure, name: str) -> str:
     """The figure as an ``<svg>`` element (no XML prolog), scaled by the page's CSS; its ids
     start with ``name`` so several plots can share one page."""
-    import matplotlib  # optional (the report extra): imported when drawing
-
     buffer = io.StringIO()
-    with matplotlib.rc_context(_RC):
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
     text = text[text.index("<svg") :]
     # The page sizes the plot (max-width: 100%); keep the aspect from the viewBox.
@@ -77,24 +71,11 @@ def _short_coordinates(match: re.Match) -> str:
     return re.sub(r"(-?\d+\.\d)\d+", r"\1", attribute)
 
 
-def utility_histogram(
-    utilities: Sequence[float], labels: Sequence[bool | None] | None = None,
-    auc: float | None = None,
-) -> str:
-    """Histogram of cluster utilities u_c; gold and distractor clusters apart when labels are known.
-
-    Args:
-        utilities: one u_c per cluster.
-        labels: per cluster True (gold evidence) / False (distractor) / None (unknown), or None.
-        auc: the gold-vs-distractor AUC to print in the title.
-
-    Returns:
-        an ``<svg>`` element as text.
-    """
-    import matplotlib  # optional (the report extra): imported when drawing
-
-    with matplotlib.rc_context(_RC):
-        figure, (axis,) = _figure()
+def utility_histogram(utilities: Sequence[float], labels: Sequence[bool | None] | None = None,
+                      auc: float | None = None) -> str:
+    """An ``<svg>`` histogram of cluster utilities u_c, gold and distractor clusters apart when
+    ``labels`` (per cluster True / False / None) are known; ``auc`` goes in the title."""
+    with _figure() as (figure, (axis,)):
         values = list(utilities)
         low = min([*values, -0.1])
         high = max([*values, 0.1])
@@ -123,42 +104,27 @@ def utility_histogram(
 
 
 def advantage_by_kind(values: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
-    """Box plots of advantages per action kind, one panel per quantity (stacked).
-
-    Args:
-        values: panel title -> action kind -> the values of that kind's actions
-            (e.g. ``{"process advantage A_proc": {"search": [...], ...}, ...}``).
-
-    Returns:
-        an ``<svg>`` element as text.
-    """
-    import matplotlib  # optional (the report extra): imported when drawing
-
-    with matplotlib.rc_context(_RC):
-        figure, axes = _figure(rows=len(values))
+    """``<svg>`` box plots of advantages per action kind, one stacked panel per quantity:
+    ``values`` is panel title -> action kind -> that kind's values."""
+    with _figure(rows=len(values)) as (figure, axes):
         for axis, (title, by_kind) in zip(axes, values.items()):
             kinds = [kind for kind, v in by_kind.items() if len(v)][::-1]  # first kind on top
             data = [list(by_kind[kind]) for kind in kinds]
             if data:
-                axis.boxplot(
-                    data, tick_labels=[f"{kind} ({len(v)})" for kind, v in zip(kinds, data)],
-                    orientation="horizontal", widths=0.6,
-                    flierprops={"markersize": 2, "alpha": 0.4}, medianprops={"color": "black"},
-                )
+                labels = [f"{kind} ({len(v)})" for kind, v in zip(kinds, data)]
+                axis.boxplot(data, tick_labels=labels, orientation="horizontal", widths=0.6,
+                             flierprops={"markersize": 2, "alpha": 0.4},
+                             medianprops={"color": "black"})
             axis.axvline(0.0, color="black", linewidth=0.6, alpha=0.6)
             axis.set_title(title)
         return _svg(figure, "advantage")
 
 
-def potential_band(
-    curves: Sequence[Sequence[float]],
-) -> tuple[list[float], list[float], list[float], int] | None:
-    """The 25th percentile, median and 75th percentile of Phi at each step over ``curves``.
-
-    Each curve starts at Phi(empty) = 0 and a curve that has ended keeps its last value, so all
-    have the length of the longest plus one. Returns ``(low, median, high, count)``, lists of
-    floats, or None without curves.
-    """
+def potential_band(curves: Sequence[Sequence[float]],
+                   ) -> tuple[list[float], list[float], list[float], int] | None:
+    """``(low, median, high, count)``: the 25th, 50th and 75th percentiles of Phi at each step
+    over ``curves`` (each from Phi(empty) = 0, an ended one keeping its last value), or None
+    without curves."""
     if not curves:
         return None
     steps = max(len(curve) for curve in curves) + 1
@@ -168,24 +134,12 @@ def potential_band(
     return low.tolist(), median.tolist(), high.tolist(), len(curves)
 
 
-def potential_lines(
-    curves: Sequence[Sequence[float]], succeeded: Sequence[bool], whose: str = ""
-) -> str:
-    """Phi of the rollouts' stores over their steps: per outcome, the median and the band from the
-    25th to the 75th percentile (a rollout that has ended keeps its last Phi).
-
-    Args:
-        curves: per rollout, Phi after each of its actions (each starts at Phi(empty) = 0).
-        succeeded: per rollout, whether it succeeded (y >= 0.5).
-        whose: added to the title (which rollouts these are).
-
-    Returns:
-        an ``<svg>`` element as text.
-    """
-    import matplotlib  # optional (the report extra): imported when drawing
-
-    with matplotlib.rc_context(_RC):
-        figure, (axis,) = _figure()
+def potential_lines(curves: Sequence[Sequence[float]], succeeded: Sequence[bool],
+                    whose: str = "") -> str:
+    """``<svg>`` of Phi over the rollouts' steps (``curves``: per rollout, Phi after each
+    action), per outcome (``succeeded``: y >= 0.5) its median and 25–75 % band; ``whose`` is
+    added to the title."""
+    with _figure() as (figure, (axis,)):
         for flag, colour, name in ((False, NEGATIVE, "failed"), (True, POSITIVE, "succeeded")):
             band = potential_band([c for c, ok in zip(curves, succeeded) if bool(ok) is flag])
             if band is None:

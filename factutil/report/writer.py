@@ -1,8 +1,5 @@
-"""Reports from a running trainer: every N steps, in a background thread, never failing the step.
-
-A trainer's :class:`factutil.integration.TrainerStep` holds one (in ``<run>/``:data:`FOLDER`)
-and calls :meth:`ReportWriter.submit` with each step's result.
-"""
+"""Reports from a running trainer (:class:`factutil.integration.TrainerStep` holds one): every
+N steps, in a background thread, never failing the step."""
 
 from __future__ import annotations
 
@@ -21,30 +18,16 @@ FOLDER = "factutil_reports"
 
 
 class ReportWriter:
-    """Write the HTML credit report of every ``every``-th training step, off the critical path.
-
-    :meth:`submit` returns at once: the page is built and written (atomically) by a background
-    thread. A report still being written when the next one is due makes that step's report be
-    skipped, so reports never queue up behind a slow disk. No error of the report ever reaches
-    the trainer: the first failure is logged with its traceback, later ones are only counted.
-
-    Args:
-        folder: where the reports go (created on first write), e.g. ``<run output>/factutil_reports``.
-        every: write at steps ``every``, ``2 * every``, ...; 0 never writes.
-        max_groups: questions shown in full per report (widest utility spread first).
-
-    Attributes:
-        written: paths written so far, in order.
-        failures: reports that failed (to build or to write).
-        skipped: due reports left out because the previous one was still being written.
-
-    Raises:
-        ValueError: ``every`` or ``max_groups`` below 0.
+    """Write the HTML credit report of every ``every``-th training step (0: never) into
+    ``folder``, off the critical path: :meth:`submit` returns at once and a background thread
+    writes the page. A report due while the previous one is still being written is skipped, so
+    reports never queue up behind a slow disk. No report error reaches the trainer: the first
+    is logged, later ones counted. Counts ``written`` (paths), ``failures`` and ``skipped``;
+    raises ValueError for ``every`` or ``max_groups`` below 0.
     """
 
-    def __init__(
-        self, folder: str | os.PathLike, every: int, *, max_groups: int = DEFAULT_MAX_GROUPS
-    ):
+    def __init__(self, folder: str | os.PathLike, every: int, *,
+                 max_groups: int = DEFAULT_MAX_GROUPS):
         if every < 0:
             raise ValueError(f"report_every must be >= 0, got {every}")
         if max_groups < 0:
@@ -67,12 +50,8 @@ class ReportWriter:
         return self.folder / f"step_{step:06d}.html"
 
     def submit(self, result: ProcessAdvantages | None, step: int) -> Path | None:
-        """Start writing the report of ``result`` when ``step`` is due; never raises.
-
-        Returns:
-            the path being written, or None (not due, no result, the previous report still
-            being written, or a failure to start, which is logged once).
-        """
+        """Start writing the report of ``result`` when ``step`` is due; never raises. Returns the
+        path being written, or None (not due, no result, skipped, or a failure to start)."""
         try:
             if result is None or not self.due(step):
                 return None
@@ -82,12 +61,9 @@ class ReportWriter:
                             "being written", step)
                 return None
             target = self.path(step)
-            thread = threading.Thread(
-                target=self._write, args=(result, target, step),
-                name=f"factutil-report-{step}", daemon=True,
-            )
-            self._thread = thread
-            thread.start()
+            self._thread = threading.Thread(target=self._write, args=(result, target, step),
+                                            name=f"factutil-report-{step}", daemon=True)
+            self._thread.start()
             return target
         except Exception:  # noqa: BLE001 - a report must never fail a training step
             self._failed(step)
@@ -103,10 +79,8 @@ class ReportWriter:
 
     def _write(self, result: ProcessAdvantages, target: Path, step: int) -> None:
         try:
-            inputs = ReportInputs(
-                title=f"factutil credit report, training step {step}",
-                source=f"training step {step}", max_groups=self.max_groups,
-            )
+            inputs = ReportInputs(title=f"factutil credit report, training step {step}",
+                                  source=f"training step {step}", max_groups=self.max_groups)
             write_report(result, target, inputs)
         except Exception:  # noqa: BLE001 - a report must never fail a training step
             self._failed(step)
@@ -119,7 +93,5 @@ class ReportWriter:
             self.failures += 1
             first = self.failures == 1
         if first:
-            logger.exception(
-                "factutil report of step %d failed; training goes on (later report failures "
-                "are counted, not logged)", step
-            )
+            logger.exception("factutil report of step %d failed; training goes on (later report "
+                             "failures are counted, not logged)", step)

@@ -1,16 +1,6 @@
-"""The FactAgent's prompt and fact store (docs/method.md §1): a tool for rolling the agent out.
-
-Every trainer adapter rolls the agent out the same way, so the parts they share live here:
-
-- the prompt: question + fact store + latest search result, never the history
-  (:func:`build_messages`, :data:`INSTRUCTIONS`); the messages go through the model's chat template
-  in the adapter;
-- the store: triples added once per normalised text (docs/method.md §2.1, :func:`add_to_store`).
-
-The outcome reward of a finished rollout (:func:`factutil.metrics.outcome_reward`) and the gold
-answers of a trainer value (:func:`factutil.metrics.golden_answers_from`) are method rules and
-live in the core. No method step imports this module.
-"""
+"""The FactAgent's prompt and fact store (docs/method.md §1), shared by every trainer adapter:
+the prompt is the question, the store and the latest search result, never the history; the
+store holds each triple once per normalised text (docs/method.md §2.1)."""
 
 from __future__ import annotations
 
@@ -19,7 +9,8 @@ from collections.abc import Iterable, Sequence
 from factutil.actions import Triple
 from factutil.facts import triple_text
 
-__all__ = ["EMPTY_STORE", "INSTRUCTIONS", "NO_OBSERVATION", "add_to_store", "build_messages", "render_store"]
+__all__ = ["EMPTY_STORE", "INSTRUCTIONS", "NO_OBSERVATION", "add_to_store", "build_messages",
+           "render_store"]
 
 INSTRUCTIONS = """\
 You answer a question by acting one step at a time. You keep a fact store: the facts you have \
@@ -37,25 +28,16 @@ NO_OBSERVATION = "(none yet)"
 
 
 def add_to_store(store: list[Triple], triples: Iterable[Triple], template: str) -> int:
-    """Append the triples whose normalised text (docs/method.md §2.1) is not in ``store`` yet.
-
-    Args:
-        store: the fact store, in insertion order; modified in place.
-        triples: the triples of one valid ``assert``.
-        template: ``FactUtilConfig.triple_template``.
-
-    Returns:
-        How many triples were added.
-    """
+    """Append to ``store`` (in place) the triples of one valid ``assert`` whose normalised text
+    (docs/method.md §2.1, ``template``: the ``triple_template``) it lacks; returns how many."""
+    before = len(store)
     seen = {triple_text(triple, template) for triple in store}
-    added = 0
     for triple in triples:
         text = triple_text(triple, template)
         if text not in seen:
             seen.add(text)
             store.append(triple)
-            added += 1
-    return added
+    return len(store) - before
 
 
 def render_store(store: Sequence[Triple]) -> str:
@@ -65,17 +47,10 @@ def render_store(store: Sequence[Triple]) -> str:
     return "\n".join(f"- {t.subject} | {t.relation} | {t.object}" for t in store)
 
 
-def build_messages(
-    question: str,
-    store: Sequence[Triple],
-    observation: str | None,
-    instructions: str = INSTRUCTIONS,
-) -> list[dict[str, str]]:
-    """Chat messages of one turn: a system message with ``instructions`` and one user message.
-
-    Returns:
-        ``[{"role": "system", ...}, {"role": "user", "content": "Question: ...\\n\\nFact store:\\n
-        ...\\n\\nLatest search result:\\n..."}]``.
+def build_messages(question: str, store: Sequence[Triple], observation: str | None,
+                   instructions: str = INSTRUCTIONS) -> list[dict[str, str]]:
+    """Chat messages of one turn: ``[{"role": "system", "content": instructions}, {"role":
+    "user", "content": "Question: ...\\n\\nFact store:\\n...\\n\\nLatest search result:\\n..."}]``.
     """
     user = (
         f"Question: {question}\n\n"

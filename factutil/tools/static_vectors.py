@@ -2,9 +2,8 @@
 
     python -m factutil.tools.static_vectors [PATH] [--dims 256] [--batch-size 256] [--quiet]
 
-PATH defaults to :func:`~factutil.embed.default_static_dir` (``$FACTUTIL_CACHE`` or
-``~/.cache/factutil``), where :class:`~factutil.embed.StaticEmbedder` looks by default. Run it
-once per machine; nothing is downloaded.
+PATH defaults to :func:`~factutil.embed.default_static_dir`, where
+:class:`~factutil.embed.StaticEmbedder` looks. Once per machine; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -28,18 +27,11 @@ from factutil.embed import (
 
 
 def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: bool = True) -> str:
-    """Distil static token vectors from the bundled MiniLM (the model2vec method, run locally).
-
-    Every WordPiece token of the vocabulary is embedded alone by the full model (sentence-
-    transformers, mean pooling), the vectors are reduced to ``dims`` with PCA, and each is scaled
-    by a Zipf weight log(1 + rank) so frequent sub-words count less. Saved as ``vectors.npy``
-    (float32 (vocab, dims)) beside a copy of ``tokenizer.json``. About a minute on 2 CPU cores,
-    once. With ``progress`` (default) a notice, a progress bar over the batches and the time
-    taken go to stderr.
-
-    Returns:
-        ``path``.
-    """
+    """Distil static token vectors from the bundled MiniLM (the model2vec method) into ``path``
+    and return it: every WordPiece token embedded alone by the full model, reduced to ``dims``
+    with PCA and scaled by a Zipf weight log(1 + rank) (frequent sub-words count less), saved
+    as ``vectors.npy`` (float32 (vocab, dims)) beside ``tokenizer.json``. With ``progress``, a
+    notice, a progress bar and the time taken go to stderr."""
     started = time.perf_counter()
     vocab = minilm_tokenizer().get_vocab()
     tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
@@ -66,7 +58,6 @@ def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command line: distil into PATH (default :func:`~factutil.embed.default_static_dir`)."""
     parser = argparse.ArgumentParser(prog="python -m factutil.tools.static_vectors",
                                      description="Distil static token vectors from the bundled "
                                                  "MiniLM (embedding_backend='static').")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -52,17 +51,9 @@ def _passage(item: Any) -> Passage:
 
 
 def parse_reply(payload: Any) -> list[list[Passage]]:
-    """Read a ``/retrieve`` reply in either Search-R1 shape (with or without scores).
-
-    Args:
-        payload: the decoded JSON, ``{"result": [[...], ...]}``.
-
-    Returns:
-        One list of :class:`Passage` per query, in reply order.
-
-    Raises:
-        ValueError: the payload has neither shape (the message says what was found).
-    """
+    """One list of :class:`Passage` per query from a decoded ``/retrieve`` reply in either
+    Search-R1 shape (``{"result": [[...], ...]}``, with or without scores); ValueError (saying
+    what was found) for anything else."""
     if not isinstance(payload, Mapping) or "result" not in payload:
         found = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
         raise ValueError(f"reply has no 'result' (got {found})")
@@ -73,21 +64,16 @@ def parse_reply(payload: Any) -> list[list[Passage]]:
 
 
 def format_observation(passages: Iterable[Passage]) -> str:
-    """Passages as one observation: ``Doc i (Title: ...) text`` lines, i from 1.
-
-    The form of the bundled sample rollouts (Search-R1 writes ``Doc i(Title: ...)``); an empty
-    list gives ``"No documents found."``.
-    """
-    lines = [
-        f"Doc {rank} (Title: {passage.title}) {passage.text}"
-        for rank, passage in enumerate(passages, start=1)
-    ]
+    """Passages as one observation, lines ``Doc i (Title: ...) text`` from i = 1 (the bundled
+    rollouts' form; Search-R1 writes ``Doc i(Title: ...)``), or ``"No documents found."``."""
+    lines = [f"Doc {rank} (Title: {passage.title}) {passage.text}"
+             for rank, passage in enumerate(passages, start=1)]
     return "\n".join(lines) if lines else "No documents found."
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """What one search gave: the observation text, the error (None when it worked), seconds taken."""
+    """What one search gave: the observation, the error (None when it worked), seconds taken."""
 
     observation: str
     error: str | None
@@ -100,27 +86,15 @@ class SearchResult:
 
 
 class RetrievalClient:
-    """A blocking client of a Search-R1 ``/retrieve`` endpoint that never raises on a failed search.
+    """A blocking client of a Search-R1 ``/retrieve`` endpoint (``url``) that never raises on a
+    failed search: ``topk`` passages per query (>= 1), ``timeout_s`` per HTTP attempt (> 0),
+    ``retries`` extra attempts after a timeout, connection error or HTTP 5xx (a 4xx or a
+    malformed reply is not retried), ``return_scores`` asks for the scored shape (both are
+    read), observations cut to ``max_observation_chars`` (None: no cut)."""
 
-    Args:
-        url: the endpoint, e.g. ``http://127.0.0.1:8000/retrieve``.
-        topk: passages per query (>= 1).
-        timeout_s: seconds per HTTP attempt (> 0).
-        retries: extra attempts after a timeout, connection error or HTTP 5xx (>= 0); a 4xx or a
-            malformed reply is not retried.
-        return_scores: ask for the scored reply shape (both shapes are read either way).
-        max_observation_chars: the observation is cut to this many characters (None: no cut).
-    """
-
-    def __init__(
-        self,
-        url: str,
-        topk: int = DEFAULT_TOPK,
-        timeout_s: float = 10.0,
-        retries: int = 1,
-        return_scores: bool = True,
-        max_observation_chars: int | None = None,
-    ):
+    def __init__(self, url: str, topk: int = DEFAULT_TOPK, timeout_s: float = 10.0,
+                 retries: int = 1, return_scores: bool = True,
+                 max_observation_chars: int | None = None):
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
         if not timeout_s > 0:
@@ -135,21 +109,15 @@ class RetrievalClient:
         self.max_observation_chars = max_observation_chars
 
     def search(self, query: str) -> SearchResult:
-        """Retrieve for one query. Failures come back as an observation, with ``error`` set:
-
-        ``"Search failed: the retriever timed out after 10.0 s."``, ``"Search failed: HTTP 500
-        from the retriever."``, ``"Search failed: the retriever is unreachable (...)."``,
-        ``"Search failed: malformed reply (...)."``.
-        """
+        """Retrieve for one query. A failure comes back as the observation ``"Search failed:
+        ..."`` (timed out, HTTP 500, unreachable, malformed reply) with ``error`` set."""
         started = time.perf_counter()
-        body = json.dumps(
-            {"queries": [query], "topk": self.topk, "return_scores": self.return_scores}
-        ).encode("utf-8")
+        body = json.dumps({"queries": [query], "topk": self.topk,
+                           "return_scores": self.return_scores}).encode("utf-8")
         error = "no attempt made"
         for _attempt in range(self.retries + 1):
-            request = urllib.request.Request(
-                self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-            )
+            request = urllib.request.Request(self.url, data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                     payload = json.loads(response.read().decode("utf-8"))
@@ -158,14 +126,12 @@ class RetrievalClient:
                 if http_error.code < 500:
                     break
                 continue
-            except TimeoutError:
-                error = f"the retriever timed out after {self.timeout_s:g} s"
-                continue
-            except urllib.error.URLError as url_error:
-                if isinstance(url_error.reason, (TimeoutError, socket.timeout)):
+            except (TimeoutError, urllib.error.URLError) as failure:  # socket.timeout included
+                reason = getattr(failure, "reason", failure)
+                if isinstance(reason, TimeoutError):
                     error = f"the retriever timed out after {self.timeout_s:g} s"
                 else:
-                    error = f"the retriever is unreachable ({url_error.reason})"
+                    error = f"the retriever is unreachable ({reason})"
                 continue
             except (OSError, ValueError) as other:  # connection reset, bad JSON
                 error = f"malformed reply ({other})"

@@ -1,7 +1,5 @@
-"""Search-R1's documents: the ``contents`` form (the title, quoted, on the first line), corpus
-files (a JSON array or JSONL of ``{title, text}`` or ``{id, contents}``) and the BM25 index the
-server searches; :func:`split_contents` is also the client's reading of a document.
-"""
+"""Search-R1's documents (``contents``: the quoted title on the first line), corpus files and
+the BM25 index the server searches."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ DEFAULT_TOPK = 3
 """Passages per query when a request (server) or a client gives none (Search-R1's ``--topk``)."""
 DEFAULT_CORPUS = (Path(__file__).resolve().parent.parent / "data"
                   / "hipporag_2wikimultihopqa_corpus.json")
-"""The 2Wiki paragraphs shipped as package data (HippoRAG's 2wikimultihopqa corpus, MIT; the
-repository's ``examples/data`` links to the same file)."""
+"""The 2Wiki paragraphs shipped as package data (HippoRAG's 2wikimultihopqa corpus, MIT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +31,7 @@ class Document:
         return f'"{self.title}"\n{self.text}'
 
     def to_reply(self) -> dict[str, str]:
-        """The ``DOC`` object of a reply: Search-R1's ``id`` and ``contents``, plus ``title``/``text``."""
+        """A reply's ``DOC``: Search-R1's ``id`` and ``contents``, plus ``title`` and ``text``."""
         return {"id": self.id, "contents": self.contents, "title": self.title, "text": self.text}
 
 
@@ -50,9 +47,9 @@ def split_contents(contents: str) -> tuple[str, str]:
 def _document_from(item: Any, index: int, where: str) -> Document:
     if not isinstance(item, Mapping):
         # A malformed corpus line is a data error like the others (ValueError), not a caller's bug.
+        kind = type(item).__name__
         raise ValueError(  # noqa: TRY004
-            f"{where}: expected an object with title/text or contents, got {type(item).__name__}"
-        )
+            f"{where}: expected an object with title/text or contents, got {kind}")
     doc_id = str(item.get("id", item.get("_id", index)))
     if isinstance(item.get("text"), str) and ("title" in item or "contents" not in item):
         return Document(doc_id, str(item.get("title", "")), item["text"])
@@ -64,21 +61,15 @@ def _document_from(item: Any, index: int, where: str) -> Document:
 
 
 def load_corpus(path: str | Path) -> list[Document]:
-    """Read a corpus: a JSON array of documents, or JSONL with one document per line.
-
-    A document is ``{"title", "text"}`` (the bundled 2Wiki file, HippoRAG's form) or
-    ``{"id", "contents"}`` (Search-R1's wiki-18 form, the title on the first line). ``id`` (or
-    ``_id``) is optional and defaults to the 0-based position.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: the file is empty or a document is malformed (``FILE:LINE`` or ``FILE[i]``).
+    """Read a corpus: a JSON array of documents, or JSONL with one per line. A document is
+    ``{"title", "text"}`` (HippoRAG's form) or ``{"id", "contents"}`` (Search-R1's wiki-18);
+    ``id`` (or ``_id``) defaults to the 0-based position. Raises FileNotFoundError, or
+    ValueError for an empty file or a malformed document (``FILE:LINE`` or ``FILE[i]``).
     """
     path = Path(path)
     raw = path.read_text(encoding="utf-8")
-    stripped = raw.lstrip()
     documents: list[Document] = []
-    if stripped.startswith("["):
+    if raw.lstrip().startswith("["):
         try:
             items = json.loads(raw)
         except json.JSONDecodeError as error:
@@ -100,18 +91,9 @@ def load_corpus(path: str | Path) -> list[Document]:
 
 
 class BM25Retriever:
-    """BM25 over ``title + " " + text`` of each document (``bm25s`` defaults, English stopwords).
-
-    Deterministic: the same corpus and query give the same documents in the same order.
-    Thread-safe for concurrent :meth:`search` calls (a lock guards the index).
-
-    Args:
-        documents: the corpus, at least one document.
-
-    Raises:
-        ImportError: ``bm25s`` is not installed (``pip install bm25s``).
-        ValueError: no document.
-    """
+    """BM25 over each document's ``title + " " + text`` (``bm25s`` defaults, English
+    stopwords): deterministic, and thread-safe for concurrent :meth:`search` calls. Raises
+    ImportError without ``bm25s``, ValueError without documents."""
 
     def __init__(self, documents: Sequence[Document]):
         if not documents:
@@ -120,29 +102,20 @@ class BM25Retriever:
             import bm25s
             from bm25s.tokenization import Tokenizer
         except ImportError as error:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "BM25Retriever needs bm25s: pip install 'factutil[retrieval]'"
-            ) from error
+            message = "BM25Retriever needs bm25s: pip install 'factutil[retrieval]'"
+            raise ImportError(message) from error
         self.documents = list(documents)
         self._tokenizer = Tokenizer(stopwords="en")
         texts = [f"{doc.title} {doc.text}" for doc in self.documents]
-        ids = self._tokenizer.tokenize(
-            texts, update_vocab=True, return_as="ids", show_progress=False
-        )
+        ids = self._tokenizer.tokenize(texts, update_vocab=True, return_as="ids",
+                                       show_progress=False)
         self._bm25 = bm25s.BM25()
         self._bm25.index(ids, show_progress=False)
         self._lock = threading.Lock()
 
     def search(self, queries: Sequence[str], topk: int) -> list[list[tuple[Document, float]]]:
-        """The top ``min(topk, len(corpus))`` documents of each query with their BM25 scores.
-
-        Args:
-            queries: Q query strings.
-            topk: k >= 1.
-
-        Returns:
-            Q lists of ``(document, score)``, best first; a query with no known word still gets k
-            documents, all scored 0.
+        """Per query, its top ``min(topk, len(corpus))`` ``(document, BM25 score)``, best first
+        (a query with no known word still gets them, all scored 0). Raises ValueError: topk < 1.
         """
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
@@ -151,11 +124,9 @@ class BM25Retriever:
         for query in queries:
             # One query per turn of the lock: a large request does not hold the others back.
             with self._lock:
-                ids = self._tokenizer.tokenize(
-                    [query], update_vocab=False, return_as="ids", show_progress=False
-                )
+                ids = self._tokenizer.tokenize([query], update_vocab=False, return_as="ids",
+                                               show_progress=False)
                 hits, scores = self._bm25.retrieve(ids, k=k, show_progress=False)
-            results.append(
-                [(self.documents[int(i)], float(s)) for i, s in zip(hits[0], scores[0])]
-            )
+            results.append([(self.documents[int(i)], float(s))
+                            for i, s in zip(hits[0], scores[0])])
         return results

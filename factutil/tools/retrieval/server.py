@@ -1,8 +1,5 @@
-"""Search-R1's ``POST /retrieve`` over a :class:`BM25Retriever`: a FastAPI app served by uvicorn
-(``factutil serve``); needs the ``retrieval`` extra (fastapi, uvicorn, bm25s).
-
-The API, the reply shapes and the limits on requests are in docs/retrieval.md.
-"""
+"""Search-R1's ``POST /retrieve`` over a :class:`BM25Retriever`, a FastAPI app served by uvicorn
+(``factutil serve``; the ``retrieval`` extra). API, reply shapes and limits: docs/retrieval.md."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +22,8 @@ try:
     from fastapi.responses import JSONResponse
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "the retrieval server needs fastapi and uvicorn: pip install 'factutil[retrieval]'"
-    ) from error
+    message = "the retrieval server needs fastapi and uvicorn: pip install 'factutil[retrieval]'"
+    raise ImportError(message) from error
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -41,10 +37,7 @@ _DRAIN_BYTES = 64 << 20  # an oversized body is read and dropped up to this, so 
 
 class RetrieveRequest(BaseModel):
     """The body of ``POST /retrieve`` (Search-R1's ``QueryRequest``); unknown keys are ignored.
-
-    ``queries`` is a list of at most :data:`MAX_QUERIES` strings (a bare string is refused, as by
-    Search-R1's server: it is a client bug, not one query); ``topk`` at most :data:`MAX_TOPK`.
-    """
+    A bare string as ``queries`` is refused, as by Search-R1's server (a client bug)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -53,30 +46,22 @@ class RetrieveRequest(BaseModel):
     return_scores: bool = False
 
 
-def retrieve_reply(
-    retriever: BM25Retriever, request: RetrieveRequest, default_topk: int = DEFAULT_TOPK
-) -> dict[str, Any]:
-    """The JSON reply to one request, in the shape ``request.return_scores`` selects.
-
-    Returns:
-        ``{"result": [[{"document": DOC, "score": s}, ...], ...]}`` with scores, or
-        ``{"result": [[DOC, ...], ...]}`` without (docs/retrieval.md).
-    """
-    topk = request.topk or default_topk
-    result: list[list[Any]] = []
-    for hits in retriever.search(request.queries, topk):
-        if request.return_scores:
-            result.append([{"document": doc.to_reply(), "score": score} for doc, score in hits])
-        else:
-            result.append([doc.to_reply() for doc, _ in hits])
-    return {"result": result}
+def retrieve_reply(retriever: BM25Retriever, request: RetrieveRequest,
+                   default_topk: int = DEFAULT_TOPK) -> dict[str, Any]:
+    """The JSON reply to one request: ``{"result": [[{"document": DOC, "score": s}, ...], ...]}``
+    with ``return_scores``, else ``{"result": [[DOC, ...], ...]}``."""
+    found = retriever.search(request.queries, request.topk or default_topk)
+    if request.return_scores:
+        return {"result": [[{"document": doc.to_reply(), "score": score} for doc, score in hits]
+                           for hits in found]}
+    return {"result": [[doc.to_reply() for doc, _ in hits] for hits in found]}
 
 
 class _BoundedBody:
-    """ASGI middleware: a body over ``max_bytes`` (counted as it arrives, chunked or not) -> 413,
-    once read and dropped up to :data:`_DRAIN_BYTES` (so a client still sending reads the answer,
-    not a reset); a client silent for ``timeout_s`` mid-body -> 408 and the connection closed.
-    Raised from ``receive`` as HTTPException, which FastAPI answers as JSON."""
+    """ASGI middleware raising from ``receive`` (FastAPI answers JSON): a body over
+    ``max_bytes`` (counted as it arrives) -> 413, once read and dropped up to :data:`_DRAIN_BYTES`
+    (so a client still sending reads the answer, not a reset); a client silent for ``timeout_s``
+    mid-body -> 408 and the connection closed."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float):
         self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
@@ -102,23 +87,16 @@ class _BoundedBody:
         try:
             return await asyncio.wait_for(receive(), self.timeout_s)
         except asyncio.TimeoutError:
-            raise HTTPException(
-                408, f"the request body was not received within {self.timeout_s:g} s",
-                headers={"Connection": "close"}) from None
+            raise HTTPException(408, f"the request body was not received within "
+                                     f"{self.timeout_s:g} s",
+                                headers={"Connection": "close"}) from None
 
 
-def make_app(
-    retriever: BM25Retriever,
-    default_topk: int = DEFAULT_TOPK,
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-) -> FastAPI:
-    """The FastAPI app: ``POST /retrieve`` and ``GET /health`` over ``retriever``.
-
-    Searches run in FastAPI's thread pool (a sync endpoint), never on the event loop.
-
-    Raises:
-        ValueError: default_topk < 1 or request_timeout_s <= 0.
-    """
+def make_app(retriever: BM25Retriever, default_topk: int = DEFAULT_TOPK,
+             request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
+    """The FastAPI app: ``POST /retrieve`` and ``GET /health`` over ``retriever``; searches run
+    in FastAPI's thread pool (a sync endpoint), never on the event loop. Raises ValueError:
+    default_topk < 1 or request_timeout_s <= 0."""
     if default_topk < 1:
         raise ValueError(f"default_topk must be >= 1, got {default_topk}")
     if not request_timeout_s > 0:
@@ -141,27 +119,15 @@ def make_app(
 
 
 @contextmanager
-def running_server(
-    retriever: BM25Retriever,
-    host: str = DEFAULT_HOST,
-    port: int = 0,
-    default_topk: int = DEFAULT_TOPK,
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-) -> Iterator[str]:
-    """Serve ``retriever`` in a background thread while the block runs; yields the URL of
-    ``/retrieve``. On exit the server stops (requests in flight are finished) and the port is freed.
-
-    Args:
-        host: the address to bind; 127.0.0.1 by default (this machine only).
-        port: TCP port; 0 (the default) picks a free one.
-        default_topk: k when a request gives none (Search-R1's ``--topk``).
-        request_timeout_s: seconds a client may stay silent mid-body (then 408) or idle between
-            requests on a kept-alive connection (then closed); > 0.
-
-    Raises:
-        OSError: the port is taken.
-        ValueError: default_topk < 1 or request_timeout_s <= 0.
-    """
+def running_server(retriever: BM25Retriever, host: str = DEFAULT_HOST, port: int = 0,
+                   default_topk: int = DEFAULT_TOPK,
+                   request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> Iterator[str]:
+    """Serve ``retriever`` in a background thread while the block runs, yielding the URL of
+    ``/retrieve``; on exit requests in flight finish and the port is freed. ``port`` 0 picks a
+    free one; ``default_topk``: k when a request gives none (Search-R1's ``--topk``);
+    ``request_timeout_s``: seconds a client may stay silent mid-body (then 408) or idle between
+    requests on a kept-alive connection (then closed). Raises OSError (the port is taken) or as
+    :func:`make_app`."""
     app = make_app(retriever, default_topk, request_timeout_s)
     # h11 and asyncio pinned: the answers docs/retrieval.md gives are h11's; log_config=None
     # leaves the process's logging as it is; in a thread, uvicorn installs no signal handlers.
@@ -190,33 +156,20 @@ def running_server(
             thread.join()
 
 
-def serve(
-    corpus: str | Path | None = None,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    topk: int = DEFAULT_TOPK,
-    announce: Callable[[str], None] = print,
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-) -> None:
-    """Load ``corpus`` (default: the bundled 2Wiki paragraphs), index it and serve until Ctrl-C
-    (requests in flight are finished first).
-
-    ``announce`` receives one line, ``listening on http://HOST:PORT/retrieve (N documents)``, once
-    the server is up (so a caller that passed port 0 learns the port).
-    """
+def serve(corpus: str | Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          topk: int = DEFAULT_TOPK, announce: Callable[[str], None] = print,
+          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+    """Load ``corpus`` (default: the bundled 2Wiki paragraphs), index it and serve until Ctrl-C.
+    ``announce`` gets one line, ``listening on http://HOST:PORT/retrieve (N documents ...)``,
+    once the server is up (so a caller that passed port 0 learns the port)."""
     path = Path(corpus) if corpus is not None else DEFAULT_CORPUS
     if not path.exists():
-        raise FileNotFoundError(
-            f"corpus {path} not found; pass --corpus FILE (JSON array or JSONL of title/text)"
-        )
+        raise FileNotFoundError(f"corpus {path} not found; pass --corpus FILE (JSON array or "
+                                f"JSONL of title/text)")
     started = time.perf_counter()
     retriever = BM25Retriever(load_corpus(path))
     with running_server(retriever, host, port, topk, request_timeout_s) as url:
-        announce(
-            f"listening on {url} ({len(retriever.documents)} documents from {path}, indexed in "
-            f"{time.perf_counter() - started:.1f} s)"
-        )
-        try:
+        announce(f"listening on {url} ({len(retriever.documents)} documents from {path}, "
+                 f"indexed in {time.perf_counter() - started:.1f} s)")
+        with suppress(KeyboardInterrupt):
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
