@@ -19,19 +19,18 @@ import numpy as np
 def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) -> np.ndarray:
     """(x - mean) / (std + eps) over one group, or x - mean when ``by_std`` is False.
 
+    One segment of :func:`segment_normalize`, so the formula has one implementation.
+
     Args:
         values: float (n,), n >= 1.
         eps: added to the sample std (ddof = 1, as ``torch.std`` in verl and OpenRLHF).
         by_std: divide by std + eps (verl's ``norm_adv_by_std_in_grpo``).
 
     Returns:
-        float64 (n,). All zeros when n == 1 or when every value is equal (no NaN, no noise
-        amplified by 1/eps).
+        float64 (n,); all zeros when n == 1 or every value is equal (no noise amplified by 1/eps).
 
     Raises:
         ValueError: if a value is not finite.
-
-    One group is one segment of :func:`segment_normalize`: the formula has one implementation.
     """
     values = np.asarray(values, dtype=np.float64)
     return segment_normalize(values, np.zeros(1 if values.size else 0, dtype=np.int64), eps, by_std)
@@ -40,19 +39,16 @@ def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) 
 def segment_normalize(
     values: np.ndarray, starts: np.ndarray, eps: float = 1e-6, by_std: bool = True
 ) -> np.ndarray:
-    """(x - mean) / (std + eps), or x - mean, over every segment of ``values`` at once (docs/method.md §5).
+    """:func:`group_normalize` over every segment of ``values`` at once (docs/method.md §5).
 
-    A batch of groups in one array: segment k is ``values[starts[k]:starts[k + 1]]`` (the last
-    runs to the end). Per segment: the sample std (ddof = 1); zeros for a segment of one value or
-    of equal values; values above 2**500 in magnitude are scaled by a power of two first (exact),
-    so the result is finite wherever it can be. The sums are exact per segment (``math.fsum``),
-    so a segment's result does not depend on the others. :func:`group_normalize` is this on one
-    segment.
+    Segment k is ``values[starts[k]:starts[k + 1]]`` (the last runs to the end). Values above
+    2**500 in magnitude are first scaled by a power of two (exact), so the result is finite
+    wherever it can be.
 
     Args:
         values: float (n,), the concatenated segments.
-        starts: int (k,), non-decreasing start offsets, ``starts[0] == 0`` when k > 0; empty
-            segments are allowed.
+        starts: int (k,), non-decreasing offsets, ``starts[0] == 0`` when k > 0; empty segments
+            are allowed.
         eps, by_std: as :func:`group_normalize`.
 
     Returns:
@@ -119,11 +115,11 @@ def process_advantages(
 
     Args:
         process_rewards: float (N,), every effective action of every rollout of the group.
-        eps: see :func:`group_normalize`.
-        mode: ``"group"`` normalises over the group's actions; ``"none"`` keeps r as is.
+        mode: ``"group"`` normalises over the group's actions (:func:`group_normalize`);
+            ``"none"`` keeps r as is.
 
     Returns:
-        float64 (N,). A group with one action (or constant rewards) gets zeros under "group".
+        float64 (N,).
 
     Raises:
         ValueError: for an unknown mode or a non-finite reward.
@@ -150,7 +146,7 @@ def total_advantages(
         outcome_advantage: float64 (G,).
         process_advantage: float64 (N,).
         rollout_index: int (N,), the rollout of each action, in [0, G).
-        omega: weight >= 0; omega = 0 returns exactly ``outcome_advantage[rollout_index]``.
+        omega: >= 0; omega = 0 returns exactly ``outcome_advantage[rollout_index]``.
 
     Returns:
         float64 (N,).
@@ -162,16 +158,10 @@ def total_advantages(
 
 
 def mask_spans(response_mask: np.ndarray) -> np.ndarray:
-    """The runs of 1s of a response mask: one run per model turn in the span layout.
-
-    Args:
-        response_mask: (T,) int or bool, 1 on the model's tokens, 0 on observations and padding.
-
-    Returns:
-        int64 (R, 2): ``[start, end)`` token indices of each run, in order.
+    """The ``[start, end)`` runs of 1s of a (T,) response mask, int64 (R, 2), in order.
 
     Raises:
-        ValueError: the mask is not 1-D (a (B, T) mask flattened would give runs across rows).
+        ValueError: the mask is not 1-D (a flattened (B, T) mask would give runs across rows).
     """
     mask = _one_row(response_mask)
     edges = np.diff(np.concatenate(([False], mask, [False])).astype(np.int8))
@@ -186,22 +176,22 @@ def scatter_to_spans(
     length: int,
     response_mask: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Put each action's value on every token of its span (docs/method.md §5: every token of an action's
-    response gets its advantage).
+    """Put each action's value on every token of its span (docs/method.md §5).
 
     Args:
         values: float (n,), one value per action, in order.
-        spans: int (n, 2), ``[start, end)`` token range of each action (e.g. OpenRLHF's
-            ``action_ranges`` or :func:`mask_spans`). Ranges are clipped to ``[0, length)``, so an
-            action cut by truncation keeps the tokens that remain and one cut off entirely has none.
+        spans: int (n, 2), ``[start, end)`` of each action (OpenRLHF's ``action_ranges`` or
+            :func:`mask_spans`); clipped to ``[0, length)``, so an action cut by truncation
+            keeps the tokens that remain.
         length: T, the number of token positions of the row.
-        response_mask: optional (T,); tokens where it is 0 get 0 (observation tokens inside a span).
+        response_mask: optional (T,); tokens where it is 0 get 0 (observations inside a span).
 
     Returns:
         float32 (T,); tokens outside every span are 0.
 
     Raises:
-        ValueError: when values and spans differ in count, a span has end < start, or spans overlap.
+        ValueError: values and spans differ in count, a span ends before it starts, or spans
+            overlap.
     """
     values = np.asarray(values, dtype=np.float64).reshape(-1)
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
@@ -226,20 +216,11 @@ def scatter_to_spans(
 
 
 def scatter_to_turns(values: np.ndarray, response_mask: np.ndarray) -> np.ndarray:
-    """Span layout: the k-th run of 1s in ``response_mask`` gets ``values[k]``.
+    """Span layout: the k-th run of 1s of ``response_mask`` (T,) gets ``values[k]``; float32 (T,).
 
-    One row holds a whole rollout; its model turns are the runs of 1s (observations are 0s). The
-    turns are read from the mask only when there is exactly one run per action: fewer runs mean two
-    actions with no observation between them, or a row truncated before its last actions, and
-    which tokens belong to which action cannot be recovered (give explicit spans to
-    :func:`scatter_to_spans` instead).
-
-    Args:
-        values: float (n,), per-action values of the rollout, in order.
-        response_mask: (T,), 1 on model tokens.
-
-    Returns:
-        float32 (T,).
+    Only exactly one run per action is accepted: fewer runs mean two actions with no observation
+    between them, or a truncated row, and the owner of each token cannot be recovered (give
+    explicit spans to :func:`scatter_to_spans` instead).
 
     Raises:
         ValueError: the mask is not 1-D, or its number of turns differs from the number of
@@ -276,17 +257,11 @@ def _one_row(response_mask: np.ndarray) -> np.ndarray:
 def scatter_rows_to_turns(
     values: Sequence[np.ndarray], response_mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`scatter_to_turns` for many rows at once (one vectorised pass).
-
-    Args:
-        values: R float arrays, row r's per-action values in order.
-        response_mask: (R, T), 1 on model tokens.
+    """:func:`scatter_to_turns` for R rows (``response_mask`` (R, T)) in one vectorised pass.
 
     Returns:
-        (float32 (R, T) tokens, int64 (R,) turns): row r's k-th run of 1s gets ``values[r][k]``.
-        A row with more turns than values gets 0 on the turns beyond them, one with fewer leaves
-        values unplaced: the caller checks ``turns`` against the value counts with
-        :func:`turns_problem` (:func:`scatter_to_turns` raises there).
+        (float32 (R, T) tokens, int64 (R,) turns). Turns beyond a row's values get 0 and values
+        beyond its turns are unplaced: the caller checks ``turns`` with :func:`turns_problem`.
     """
     mask = np.asarray(response_mask, dtype=bool)
     if mask.ndim != 2 or mask.shape[0] != len(values):

@@ -1,27 +1,9 @@
-"""Answer metrics for the outcome reward: normalisation, exact match and token F1 (docs/method.md §1).
+"""Answer metrics for the outcome reward: normalisation, EM and token F1 (docs/method.md §1).
 
-The outcome reward R of a rollout is the token-level F1 of its answer against the best-matching
-gold answer; EM is computed alongside and reported. Both follow the reference scripts that
-search-agent papers report with:
-
-- SQuAD v1.1 ``evaluate-v1.1.py`` (Rajpurkar et al. 2016): ``normalize_answer``, ``f1_score``,
-  ``exact_match_score`` and the max over gold answers;
-- HotpotQA ``hotpot_evaluate_v1.py`` (Yang et al. 2018): the same normalisation and F1 plus the
-  yes/no/no-answer rule below. Search-R1 and R1-Searcher copy these functions.
-
-Normalisation (default, ``fold_unicode=False``) is byte for byte the reference one, in its order:
-``lower()``; drop every character of ``string.punctuation``; replace the whole words ``a``,
-``an``, ``the`` (regex ``\\b(a|an|the)\\b``) with a space; split on whitespace and join with one
-space. So ``"U.S."`` -> ``"us"`` and ``"The  Beatles!"`` -> ``"beatles"``.
-
-The edge cases where the references are silent (empty prediction, token-less or blank gold,
-``fold_unicode``) are docs/method.md §1, "Answer metrics".
-
-Beside the scores: :func:`outcome` (R and y of a rollout, the empty-store rule),
-:func:`outcome_reward` (the same rule for one finished rollout, as every trainer adapter applies
-it) and :func:`golden_answers_from` (the gold answers a trainer's per-prompt value holds).
-
-All functions are pure: no state, no I/O, no globals beyond the constant tables.
+The scores follow SQuAD v1.1 ``evaluate-v1.1.py`` and HotpotQA ``hotpot_evaluate_v1.py`` (its
+yes/no/no-answer rule), which search-agent papers report with; with ``fold_unicode=False`` the
+normalisation is byte for byte the reference one. The cases the references leave open (empty
+prediction, token-less or blank gold, ``fold_unicode``) are docs/method.md §1, "Answer metrics".
 """
 
 from __future__ import annotations
@@ -68,17 +50,15 @@ _YES_NO_NOANSWER = frozenset({"yes", "no", "noanswer"})
 
 
 def normalize_answer(text: str, fold_unicode: bool = False) -> str:
-    """Normalise an answer as SQuAD v1.1 / HotpotQA do, optionally folding Unicode first.
+    """Normalise an answer as SQuAD v1.1 / HotpotQA do (docs/method.md §1).
 
     Args:
-        text: the answer text.
-        fold_unicode: if True, apply NFKC and then :data:`UNICODE_FOLDS` before the SQuAD steps
-            (docs/method.md §1). If False (default) the result equals the reference
-            ``normalize_answer`` of SQuAD v1.1 ``evaluate-v1.1.py`` for every string.
+        fold_unicode: apply NFKC and then :data:`UNICODE_FOLDS` before the SQuAD steps; when
+            False the result equals SQuAD's ``normalize_answer`` for every string.
 
     Returns:
-        The normalised text: lower-cased, without ``string.punctuation`` characters or the
-        articles a/an/the, tokens joined by single spaces; ``""`` when nothing is left.
+        Lower-cased text without ``string.punctuation`` or the articles a/an/the, tokens joined
+        by single spaces; ``""`` when nothing is left.
 
     Raises:
         TypeError: ``text`` is not a ``str``.
@@ -100,27 +80,21 @@ def qa_scores(
 ) -> tuple[float, float]:
     """Exact match and token F1 of one prediction, each maximised over the gold answers.
 
-    Each text is normalised once. Sources: SQuAD v1.1 ``evaluate-v1.1.py`` (``exact_match_score``,
-    ``f1_score``, ``metric_max_over_ground_truths``) and HotpotQA ``hotpot_evaluate_v1.py``
-    (yes/no/no-answer rule); docs/method.md §1. docs/method.md §1 gives the rules for empty
-    predictions, token-less golds and ``fold_unicode``.
+    SQuAD v1.1 ``exact_match_score``/``f1_score``/``metric_max_over_ground_truths`` with
+    HotpotQA's yes/no/no-answer rule, and the edge cases of docs/method.md §1.
 
     Args:
-        prediction: the rollout's answer text.
-        golden_answers: one gold answer, or a non-empty sequence of them (any non-string
-            iterable of ``str``, such as a NumPy array, is accepted).
-        fold_unicode: fold Unicode dashes and quotes and apply NFKC before normalising.
+        golden_answers: one gold answer, or a non-empty iterable of ``str`` (a NumPy array too).
+        fold_unicode: as :func:`normalize_answer`.
 
     Returns:
-        ``(em, f1)``: em is 1.0 if the normalised prediction equals a normalised gold answer,
-        else 0.0; f1 in [0, 1] is the best token F1 over the gold answers. Both are 0.0 for a
-        prediction that normalises to no tokens.
+        ``(em, f1)``: em is 1.0 or 0.0; f1 in [0, 1]. Both are 0.0 for a prediction that
+        normalises to no tokens.
 
     Raises:
         TypeError: ``prediction`` or a gold answer is not a ``str``, or ``golden_answers`` is
             neither a ``str`` nor an iterable of them.
-        ValueError: ``golden_answers`` is empty or holds a blank (empty or whitespace-only)
-            answer.
+        ValueError: ``golden_answers`` is empty or holds a blank (empty or whitespace-only) one.
     """
     golds = _checked_golden_answers(golden_answers)
     if not isinstance(prediction, str):
@@ -144,20 +118,10 @@ def qa_scores(
 def golds_normalized_empty(
     golden_answers: Sequence[str] | str, fold_unicode: bool = False
 ) -> list[str]:
-    """The gold answers that normalise to no tokens ("The The", "A", "!!!"), each once, in order.
+    """The gold answers that normalise to no tokens ("The The", "!!!"), each once, in order.
 
-    No prediction can match such a gold (an answer that normalises to nothing scores 0), so it
-    scores 0 against every answer: the rule of docs/method.md §1, kept for SQuAD compatibility;
-    callers warn about them.
-
-    Args:
-        golden_answers, fold_unicode: as :func:`qa_scores`.
-
-    Returns:
-        list of the original gold strings (empty when every gold keeps a token).
-
-    Raises:
-        TypeError, ValueError: as :func:`qa_scores` for malformed or blank gold answers.
+    Such a gold scores 0 against every answer (docs/method.md §1), so callers warn about it.
+    Arguments and errors as :func:`qa_scores`; returns the original gold strings.
     """
     golds = _checked_golden_answers(golden_answers)
     return list(dict.fromkeys(g for g in golds if not normalize_answer(g, fold_unicode)))
@@ -168,19 +132,15 @@ def exact_match(
 ) -> float:
     """1.0 if the normalised prediction equals any normalised gold answer, else 0.0.
 
-    Source: SQuAD v1.1 ``exact_match_score`` with the max over gold answers; an empty
-    prediction scores 0.0 (docs/method.md §1). Arguments and errors as :func:`qa_scores`.
+    The ``em`` of :func:`qa_scores` (docs/method.md §1); arguments and errors as there.
     """
     return qa_scores(prediction, golden_answers, fold_unicode)[0]
 
 
 def f1(prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False) -> float:
-    """Token-level F1 in [0, 1] against the best-matching gold answer (docs/method.md §1 outcome reward).
+    """Token-level F1 in [0, 1] against the best-matching gold answer (docs/method.md §1).
 
-    Source: SQuAD v1.1 ``f1_score`` (multiset token overlap, precision and recall over the
-    normalised tokens) with HotpotQA's yes/no/no-answer rule, maximised over the gold answers;
-    an empty prediction scores 0.0 (docs/method.md §1). Arguments and errors as
-    :func:`qa_scores`.
+    The ``f1`` of :func:`qa_scores`; arguments and errors as there.
     """
     return qa_scores(prediction, golden_answers, fold_unicode)[1]
 
@@ -240,19 +200,15 @@ def outcome(
     given: float | None = None,
     success: Literal["em", "f1", "reward"] = "em",
 ) -> tuple[float, float]:
-    """A rollout's outcome reward R and success y (docs/method.md §1, §3), with the empty-store rule (§4).
+    """A rollout's outcome reward R and success y (docs/method.md §1, §3; empty store §4).
 
-    A rollout without an answer, or whose answer came from an empty fact store, gets R = y = 0.
-    Otherwise R is the reward the input gives (``given``) or, when it gives none, the answer's F1;
-    y is its EM, its F1, or R clipped to [0, 1] (``success``). Every surface that scores an outcome
-    (the API, the verl reward function) calls this one rule.
+    No answer, or an answer from an empty fact store, gives R = y = 0. Otherwise R is ``given``,
+    else the answer's F1; y is its EM, its F1, or R clipped to [0, 1] (``success``, the field of
+    ``FactUtilConfig``). Every surface that scores an outcome calls this one rule.
 
     Args:
         em, f1: the answer's scores (:func:`qa_scores`); read only when ``answered``.
-        answered: the rollout gave an answer.
-        empty_store: the answer was given while the fact store was empty.
         given: the input's outcome reward, or None.
-        success: ``FactUtilConfig.success``.
 
     Returns:
         ``(reward, success)`` as floats.
@@ -271,13 +227,8 @@ def outcome(
 class Outcome:
     """The outcome of one rollout (docs/method.md §1, §4).
 
-    Attributes:
-        score: the outcome reward R in [0, 1]: answer F1, or 0 with no answer or an answer
-            from an empty store.
-        em: exact match of the answer as given (0 with no answer).
-        f1: token F1 of the answer as given (0 with no answer).
-        answered: the rollout gave an answer.
-        empty_store: it answered from an empty store.
+    ``score`` is R in [0, 1] (F1, 0 with no answer or one from an empty store); ``em`` and ``f1``
+    score the answer as given (0 with none).
     """
 
     score: float
@@ -297,17 +248,14 @@ def outcome_reward(
 
     Args:
         answer: the rollout's answer, None when it gave none.
-        golden_answers: the question's gold answers (a non-empty sequence, or one string).
-        store_size: triples in the store when it answered; None when unknown (the empty-store
-            rule then cannot apply and the answer is scored as given).
-        fold_unicode: ``FactUtilConfig.fold_unicode``.
+        store_size: triples in the store when it answered; None when unknown (then the
+            empty-store rule cannot apply).
 
     Returns:
-        :class:`Outcome`; ``score`` is F1, 0 without an answer or from an empty store.
+        :class:`Outcome`.
 
     Raises:
-        ValueError: ``golden_answers`` is empty or holds a blank answer.
-        TypeError: an answer or gold answer that is not a ``str``.
+        TypeError, ValueError: as :func:`qa_scores`.
     """
     if answer is None:
         qa_scores("", golden_answers)  # the gold answers are checked whatever the rollout did
@@ -325,15 +273,13 @@ GOLD_KEYS = ("golden_answers", "answers", "target", "answer")
 def golden_answers_from(value: Any) -> list[str]:
     """The gold answers a trainer's per-prompt value holds: the one rule of every adapter.
 
-    verl's ``reward_model.ground_truth``, OpenRLHF's ``label``, a dataset column: a string (one
-    answer, or a JSON list such as ``'["Paris", "paris"]'``); a list, tuple or array of answers
-    (nested ones flattened); a mapping with one of :data:`GOLD_KEYS` (Search-R1's
-    ``{"target": [...]}``), the first present wins; a number (its text). Blank answers, None and
-    booleans are dropped.
+    Accepted: a string (one answer, or a JSON list such as ``'["Paris", "paris"]'``); a list,
+    tuple or array (nested ones flattened); a mapping with one of :data:`GOLD_KEYS`, the first
+    present wins (Search-R1's ``{"target": [...]}``); a number (its text). Blank answers, None
+    and booleans are dropped.
 
     Returns:
-        list[str], possibly empty when nothing usable was given (a caller skips the group or
-        raises, never scores it silently).
+        list[str], empty when nothing usable was given (callers skip or raise, never score it).
     """
     if isinstance(value, Mapping):
         for key in GOLD_KEYS:

@@ -1,14 +1,8 @@
 """Utilities -> potentials, shaping rewards, back-credit and penalties (docs/method.md §4).
 
-All functions work on one rollout's effective actions (those before its first answer and within
-``max_turns``), given as parallel arrays of length T:
-
-- ``kinds``: int8 codes :data:`SEARCH`, :data:`ASSERT`, :data:`ANSWER`, :data:`INVALID`;
-- ``new_clusters``: per action, the sorted int64 ids of clusters the action brought into the store
-  (empty for everything but an assert that adds a new cluster).
-
-The potential of a store is Phi(S) = tanh(sum of its clusters' utilities), Phi(empty) = 0; the
-shaping reward of action t is F_t = gamma * Phi(S_t) - Phi(S_{t-1}).
+Phi(S) = tanh(sum of the utilities of the store's clusters), Phi(empty) = 0, and
+F_t = gamma * Phi(S_t) - Phi(S_{t-1}). Rollouts are rows of (R, T) grids of their effective
+actions, kinds coded :data:`SEARCH`, :data:`ASSERT`, :data:`ANSWER`, :data:`INVALID`, :data:`PAD`.
 """
 
 from __future__ import annotations
@@ -25,12 +19,10 @@ KIND_CODES = {"search": SEARCH, "assert": ASSERT, "answer": ANSWER, "invalid": I
 
 @dataclass(frozen=True)
 class ProcessRewards:
-    """Process reward parts of one rollout (docs/method.md §4); every array is float64 (T,).
+    """Process reward parts (docs/method.md §4); float64 arrays, (T,) or (R, T).
 
-    ``process_reward = shaping + back_credit + penalty``. ``back_credit`` is +alpha*F on the
-    search that receives a share and -alpha*F on the assert that sends it, so it sums to 0 over a
-    rollout. ``potential`` is Phi of the store after each action; ``empty_store_answer`` (bool)
-    marks an answer given while the store held no fact.
+    ``process_reward = shaping + back_credit + penalty``; ``potential`` is Phi after each action;
+    ``empty_store_answer`` (bool) marks an answer given while the store held no fact.
     """
 
     shaping: np.ndarray
@@ -42,12 +34,11 @@ class ProcessRewards:
 
 
 def potentials(gain: np.ndarray) -> np.ndarray:
-    """Phi of the store after each action: tanh of the running sum of the utility the actions
-    brought into it (docs/method.md §4). The one place Phi is computed.
+    """Phi of the store after each action (docs/method.md §4); the one place Phi is computed.
 
     Args:
-        gain: float64 (T,) or (R, T), the summed utility of the clusters each action added (0 for
-            an action that added none; :func:`action_gains`), one rollout per row.
+        gain: float64 (T,) or (R, T), the summed utility of the clusters each action added
+            (:func:`action_gains`), one rollout per row.
 
     Returns:
         float64, the shape of ``gain``, values in (-1, 1).
@@ -59,9 +50,8 @@ def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
     """F_t = gamma * Phi(S_t) - Phi(S_{t-1}) with Phi(S_{-1}) = Phi(empty) = 0 (docs/method.md §4).
 
     Args:
-        potential: float64 (T,) or (R, T), Phi after each action along the last axis
-            (:func:`potentials`).
-        gamma: discount in (0, 1]. With gamma = 1 the rewards telescope to Phi(final store).
+        potential: float64 (T,) or (R, T), Phi after each action (:func:`potentials`).
+        gamma: discount in (0, 1].
 
     Returns:
         float64, the shape of ``potential``.
@@ -80,8 +70,8 @@ def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> n
 
     Args:
         kinds: int (T,) or (R, T) action codes, one rollout per row.
-        shaping: float64, the shape of ``kinds``: shaping rewards.
-        alpha: share in [0, 1] sent back; an assert with no earlier search keeps all of F.
+        shaping: float64, the shape of ``kinds``.
+        alpha: share in [0, 1] sent back.
 
     Returns:
         float64, the shape of ``kinds``: +alpha*F on receiving searches, -alpha*F on sending
@@ -110,9 +100,7 @@ def action_gains(
     """What each action brought into its rollout's store, as (R, T) grids (docs/method.md §4).
 
     Args:
-        pair_row, pair_step: int64 (P,), each (rollout, cluster) pair once, with the step whose
-            assert first brought the cluster into that rollout's store.
-        pair_utility: float64 (P,), the pair's cluster utility.
+        pair_row, pair_step, pair_utility: (P,), as :class:`~factutil.utility.BatchUtilities`.
         rows, steps: the grid's shape R x T.
 
     Returns:
@@ -147,21 +135,19 @@ def process_rewards(
 ) -> ProcessRewards:
     """All process reward parts of many rollouts at once (docs/method.md §4), one rollout per row.
 
-    Rows are padded to a common length T with ``kinds == PAD``; padded cells get 0 everywhere.
-
     Args:
-        kinds: int (R, T) action codes, :data:`PAD` after a rollout's last effective action.
-        gain: float64 (R, T), the summed utility of the clusters each action brought into the
-            store (0 for every action but an assert that adds a new cluster).
-        added: int (R, T), how many clusters each action brought into the store.
+        kinds: int (R, T) action codes, :data:`PAD` after a rollout's last effective action
+            (padded cells get 0 everywhere).
+        gain, added: (R, T), as :func:`action_gains`.
         repeated_search: bool (R, T), True on a search whose normalised query repeats an earlier one.
-        gamma, alpha: docs/method.md §4 parameters.
-        invalid_penalty, repeat_search_penalty, empty_store_answer_penalty: values <= 0 added to
-            the process reward of the matching actions.
+        gamma, alpha, invalid_penalty, repeat_search_penalty, empty_store_answer_penalty: the
+            fields of docs/method.md §4.
 
     Returns:
-        :class:`ProcessRewards` with (R, T) arrays. Each row is computed on its own (running sums
-        along the row), so a rollout's numbers never depend on the other rows.
+        :class:`ProcessRewards` with (R, T) arrays; each row depends on that row alone.
+
+    Raises:
+        ValueError: ``kinds`` is not 2-D or the four grids differ in shape.
     """
     kinds = np.asarray(kinds)
     if kinds.ndim != 2:

@@ -1,4 +1,4 @@
-"""Numbers, dates, quantities and regnal numerals read out of a part (docs/method.md §2.4), and when two of them agree."""
+"""Numbers, dates, quantities and regnal numerals of a part, and when two agree (docs/method.md §2.4)."""
 
 from __future__ import annotations
 
@@ -380,10 +380,8 @@ _DIGIT = re.compile(r"\d")
 def scan_values(text: str) -> tuple[tuple[tuple, ...], str]:
     """Values found in ``text`` and the text with their spans blanked.
 
-    Memoised per part text by :class:`~factutil.filters.FilterCache`: the parts of a batch repeat
-    far more than whole triples do. Every date,
-    decade, era and number pattern needs a digit, and a regnal numeral needs I, V or X, so a text
-    without them skips those passes (same result, most parts of real triples are names).
+    Every date and number pattern needs a digit, and a regnal numeral I, V or X, so a text
+    without them skips those passes (most parts of real triples are names).
     """
     values: list[tuple] = []
     if not text.isascii():
@@ -475,7 +473,6 @@ def has_date(values: Iterable[tuple]) -> bool:
 
 
 def part_values(quantities: tuple[tuple, ...]) -> tuple[tuple[tuple, ...], tuple[tuple, ...]]:
-    """A fact's quantities split by part: the subject's values and the object's (and the
-    relation's), each value without its part letter."""
+    """A fact's quantities split into the subject's and the object's, without the part letter."""
     return (tuple(q[1:] for q in quantities if q[0] == "s"),
             tuple(q[1:] for q in quantities if q[0] == "o"))

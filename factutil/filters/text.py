@@ -15,15 +15,9 @@ _NON_WORD = re.compile(r"[\W_]+")
 
 
 def fold(text: str) -> str:
-    """Fold text for comparison: accents off, apostrophes out, punctuation to spaces, case-folded.
-
-    Args:
-        text: any string.
-
-    Returns:
-        The folded string, single-spaced and stripped ("Xi'an" → "xian", "Armando Bó" →
-        "armando bo", "Robbe-Grillet" → "robbe grillet").
-    """
+    """Fold text for comparison: accents off, apostrophes out, punctuation to spaces, case-folded,
+    single-spaced ("Xi'an" → "xian", "Armando Bó" → "armando bo", "Robbe-Grillet" → "robbe
+    grillet")."""
     if text.isascii():  # nothing to translate or decompose; casefold is lower() on ASCII
         plain = text.lower()
     else:
@@ -94,8 +88,7 @@ NEGATING_PREFIXES = ("non", "dis", "un", "in", "im", "il", "ir")
 
 
 def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
-    """(folded word, written in lower case) for every word; folding may split a word.
-    ``cache`` is a :class:`~factutil.filters.FilterCache` (its ``fold`` is used)."""
+    """(folded word, written in lower case) for every word; folding may split a word."""
     out = []
     for raw in _WORD.findall(text):
         if raw.isascii() and raw.isalnum():  # fold() would only lower it; upper case is A-Z
@@ -110,9 +103,8 @@ def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
 
 
 def flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """(word, stem) of the words outside the lexicon that start with a negating prefix
-    (:data:`NEGATING_PREFIXES`: non-, dis-, un-, in-, im-, il-, ir-) before a stem of >= 4
-    letters, sorted by word; a word's first matching prefix (in that order) gives its stem."""
+    """(word, stem) of the words outside the lexicon with a :data:`NEGATING_PREFIXES` prefix (the
+    first that matches) before a stem of >= 4 letters, sorted by word."""
     out = []
     for word in sorted(words):
         for prefix in NEGATING_PREFIXES:
