@@ -16,18 +16,14 @@ def batch_linkage(
     starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """:func:`constrained_linkage` of several contiguous groups at once (its one implementation).
-
-    ``starts``: int64 (G,), each group's first fact, increasing from 0; None = one group. Edges
-    never cross groups and are taken in the order (group, -similarity, i, j), so every group gets
-    the labels and counts it would get alone.
-    """
+    ``starts``: int64 (G,), each group's first fact, rising from 0; None = one group. Edges never
+    cross groups and go in the order (group, -similarity, i, j), so each group gets what it would
+    get alone."""
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     similarity = np.asarray(similarity, dtype=np.float64)
     if starts is None or len(starts) == 0:
         starts = np.zeros(1, dtype=np.int64)
-    group_of = np.repeat(
-        np.arange(len(starts)), np.diff(np.append(starts, n).astype(np.int64))
-    )
+    group_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n).astype(np.int64)))
     merges = refused = checks = 0
     parent = list(range(n))
     # Member lists of the sets with more than one fact (a singleton's is [root]); a merge appends
@@ -81,19 +77,9 @@ def batch_linkage(
 
 
 def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
-    """Renumber cluster labels within each group by first appearance (docs/method.md §2).
-
-    The one rule of every clusterer: with facts in sorted text order, clusters are numbered by
-    their smallest member text.
-
-    Args:
-        labels: int (n,), any labels, the groups contiguous (equal labels in two groups are two
-            clusters).
-        starts: as :func:`batch_linkage`.
-
-    Returns:
-        int64 (n,).
-    """
+    """Renumber int ``labels`` (n,) within each contiguous group (``starts`` as
+    :func:`batch_linkage`) by first appearance, int64 (n,): with facts in sorted text order,
+    clusters are numbered by their smallest member text, every clusterer's rule (§2)."""
     labels = np.asarray(labels).reshape(-1)
     n = len(labels)
     if not n:
@@ -115,28 +101,15 @@ def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np
 
 
 def constrained_linkage(
-    n: int,
-    edges: np.ndarray,
-    similarity: np.ndarray,
-    veto: Callable[[int, int], str | None],
+    n: int, edges: np.ndarray, similarity: np.ndarray, veto: Callable[[int, int], str | None]
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Single linkage under cannot-link constraints, with no transitive leak (docs/method.md §2.5).
-
-    Edges are taken from the most to the least similar (ties by (i, j)); an edge joins two
-    clusters unless ``veto`` separates any member of one from any member of the other. Unlike
-    connected components it never leaks through a chain A~B~C; unlike complete linkage it keeps
-    chains of paraphrases (docs/decisions.md).
-
-    Args:
-        n: number of facts.
-        edges: int64 (E, 2), candidate pairs (i < j).
-        similarity: float (E,), the (quantised) similarity of each edge.
-        veto: ``veto(i, j)`` (i < j) returns a reason when facts i and j must not share a cluster.
-
-    Returns:
-        (labels int64 (n,) canonical, counts) with ``merges``, ``refused`` (edges whose clusters a
-        veto kept apart) and ``veto_checks`` (pairs checked).
-    """
+    Edges (int64 (E, 2), i < j, with float ``similarity`` (E,)) are taken from the most to the
+    least similar, ties by (i, j); an edge joins two clusters unless ``veto(i, j)`` (i < j)
+    separates a member of one from a member of the other. Unlike connected components it never
+    leaks through a chain A~B~C; unlike complete linkage it keeps chains of paraphrases
+    (docs/decisions.md). Returns (canonical labels int64 (n,), counts ``merges``, ``refused``
+    and ``veto_checks``)."""
     return batch_linkage(n, edges, similarity, veto)
 
 
@@ -149,11 +122,9 @@ def _similarity_margin(dims: int, decimals: int) -> float:
 def _exact_similarity(
     vectors: np.ndarray, first: np.ndarray, second: np.ndarray, decimals: int, chunk: int = 8192
 ) -> np.ndarray:
-    """Cosines (float64 (E,), rounded to ``decimals``) of the rows ``first[e]``, ``second[e]``.
-
+    """Cosines (float64 (E,), rounded to ``decimals``) of the rows ``first[e]``, ``second[e]``:
     float32 products are exact in float64 and each row is summed alone, so a pair's similarity
-    depends only on its two vectors, never on the batch or the path that found it.
-    """
+    depends only on its two vectors, never on the batch or the path that found it."""
     out = np.empty(len(first), dtype=np.float64)
     for start in range(0, len(first), chunk):
         a = vectors[first[start : start + chunk]].astype(np.float64)
@@ -172,18 +143,11 @@ def dense_pairs(
     rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every intra-group pair with cosine >= ``threshold``, exactly, for many groups at once.
-
-    Groups of one size are multiplied stacked in float32, at most ``max_block`` similarities at a
-    time; the pairs near the threshold are then recomputed by :func:`_exact_similarity`.
-
-    Args:
-        vectors: float32 (m, d), L2-normalised.
-        starts, sizes: int64 (G,), each group's first fact and number of facts (groups contiguous).
-        rows: int64 (n,), fact i's row in ``vectors``; None = row i.
-
-    Returns:
-        (edges int64 (E, 2) with i < j in fact numbers, similarity float64 (E,)), unordered.
-    """
+    ``vectors``: float32 (m, d), unit rows; ``starts``, ``sizes``: int64 (G,) of contiguous
+    groups; ``rows``: int64 (n,), fact i's row (None = i). Groups of one size are multiplied
+    stacked in float32, ``max_block`` similarities at a time, and the pairs near the threshold
+    recomputed by :func:`_exact_similarity`. Returns unordered (edges int64 (E, 2), i < j,
+    similarity float64 (E,))."""
     loose = threshold - _similarity_margin(vectors.shape[1], decimals)
     if rows is None:
         rows = np.arange(len(vectors), dtype=np.int64)
@@ -243,21 +207,12 @@ def candidate_pairs(
     hnsw_ef: int = 64,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs of facts whose cosine similarity is at least ``threshold`` (docs/method.md §2.3).
-
+    """Pairs of ``vectors`` (float32 (n, d), unit rows) with cosine >= ``threshold`` (§2.3).
     Up to ``dense_max`` vectors, or when ``k`` >= n - 1, every pair (:func:`dense_pairs`); above
-    it each vector's ``k`` nearest neighbours from an hnswlib inner-product index (ef =
-    max(``hnsw_ef``, k + 1), fixed ``seed``, one thread so the graph is deterministic). Either
-    way a pair's similarity is :func:`_exact_similarity`, so batching cannot flip edges.
-
-    Args:
-        vectors: float32 (n, d), L2-normalised.
-        threshold: cosine in [-1, 1].
-        k: neighbours per vector on the k-NN path, >= 1.
-
-    Returns:
-        (edges int64 (E, 2) with i < j, similarity float64 (E,)), sorted by (i, j).
-    """
+    it each vector's ``k`` nearest neighbours from an hnswlib index (ef = max(``hnsw_ef``, k + 1),
+    fixed ``seed``, one thread so the graph is deterministic), similarities by
+    :func:`_exact_similarity`. Returns (edges int64 (E, 2), i < j, similarity float64 (E,)),
+    sorted by (i, j); docs/method.md §2.3."""
     n = len(vectors)
     if n < 2:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)

@@ -1,9 +1,5 @@
-"""Clusters -> Beta-smoothed utilities u_c = m_c - p-bar (docs/method.md §3).
-
-``prior="group"`` (default) shrinks m_c towards the group's rate p-bar, ``prior="beta"`` towards
-0.5 (the paper's Eq. 5-9); ``utility="loo"`` reads each cluster's utility from a rollout's group
-mates alone. The formulas and their reasons are in docs/method.md §3.
-"""
+"""Clusters -> Beta-smoothed utilities u_c = m_c - p-bar (docs/method.md §3, which gives the
+priors ``"group"`` and ``"beta"``, leave-one-out and their reasons)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,8 @@ PRIOR_RISK = (
     "prior='beta' (the paper's Beta(epsilon, epsilon)) such a group gives every fact a positive "
     "utility, rarest facts most: in the credit ablation (benchmarks/README.md) that is what made "
     "plain GRPO from a cold start take off in fewer seeds than outcome-only. Without dynamic "
-    "sampling use the default prior='group' (or preset='plain_grpo'); factutil/groups_uniform_share "
-    "reports the share of such groups per step"
+    "sampling use the default prior='group' (or preset='plain_grpo'); "
+    "factutil/groups_uniform_share reports the share of such groups per step"
 )
 
 
@@ -34,11 +30,8 @@ class PriorRiskWarning(UserWarning):
 
 
 def success_rate(success: np.ndarray) -> float:
-    """The group's mean success p-bar, summed exactly (``math.fsum``) so order never matters.
-
-    Equal successes y give p-bar = y exactly (``fsum`` then a division can land one ulp away),
-    so that such a group's utilities under ``prior="group"`` are exactly 0.
-    """
+    """The group's mean success p-bar, exact (``math.fsum``); equal successes y give exactly y
+    (a division can land one ulp away), so such a group's ``"group"`` utilities are exactly 0."""
     success = np.asarray(success, dtype=np.float64)
     if success.size == 0:
         raise ValueError("success must hold at least one rollout, got an empty array")
@@ -56,24 +49,11 @@ def smoothed_utilities(
     epsilon: float,
     prior: Prior = "group",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean success m_c and utility u_c = m_c - p-bar of each cluster (docs/method.md §3).
-
-    ``"group"`` computes u_c = d_c / (n_c + 2 epsilon), algebraically the formula of §3 and
-    exactly 0 when every rollout of the group has the same success.
-
-    Args:
-        s: float64 (K,) summed success of the rollouts holding each cluster.
-        deviation: float64 (K,) d_c, their summed y_i - p-bar (read only by ``"group"``).
-        n: int (K,) rollouts holding each cluster.
-        baseline: float64 (K,) p-bar of each cluster's group, or one scalar.
-        epsilon: prior strength, > 0.
-
-    Returns:
-        ``(mean, utility)``, float64 (K,) each.
-
-    Raises:
-        ValueError: for an unknown prior.
-    """
+    """``(m_c, u_c)``, float64 (K,) each, of K clusters (docs/method.md §3).
+    ``s``, ``n``: float64 s_c and int n_c (K,); ``deviation``: d_c, the summed y_i - p-bar of the
+    rollouts holding c (read by ``"group"``, where u_c = d_c / (n_c + 2 epsilon): the formula of
+    §3, exactly 0 when a group's successes are equal); ``baseline``: p-bar per cluster (K,) or a
+    scalar. Raises ValueError for an unknown prior."""
     if prior == "beta":
         mean = (s + epsilon) / (n + 2.0 * epsilon)
         return mean, mean - baseline
@@ -86,19 +66,9 @@ def smoothed_utilities(
 @dataclass(frozen=True)
 class BatchUtilities:
     """Every cluster of a batch of groups (docs/method.md §3), numbered 0..K-1 across the batch.
-
-    Attributes:
-        cluster_starts: int64 (groups,), each group's first batch cluster id.
-        cluster_group: int64 (K,), the group of each cluster.
-        n, s, mean, utility: (K,) n_c (int64), s_c, m_c and u_c (float64).
-        fact_cluster: int64 (facts,), the batch cluster of each batch fact.
-        pair_row, pair_cluster, pair_step: int64 (P,), each (rollout, cluster) pair once, sorted by
-            (rollout, cluster), with the step whose assert first brought the cluster in.
-        pair_utility: float64 (P,), the utility the pair's rollout reads (its group mates' alone
-            under ``utility_from="loo"``).
-        uniform_zeroed, groups_uniform, groups_all_fail: groups zeroed by
-            ``uniform_groups="zero"``, whose rollouts all have one success, all have success 0.
-    """
+    (K,) per cluster: its group, n_c (int64), s_c, m_c, u_c (float64); ``fact_cluster`` (facts,);
+    ``pair_*`` (P,): each (rollout, cluster) pair once, sorted, with the step that first brought
+    the cluster in and the utility the rollout reads; counts of groups zeroed, uniform, all-fail."""
 
     cluster_starts: np.ndarray
     cluster_group: np.ndarray
@@ -129,38 +99,23 @@ def batch_utilities(
     uniform_groups: Literal["keep", "zero"] = "keep",
     utility_from: UtilityFrom = "group",
 ) -> BatchUtilities:
-    """Cluster statistics and utilities of every group of a batch at once (docs/method.md §3).
-
-    Rollouts ("rows") and facts are numbered across the batch, group by group. s_c adds the
-    successes in ``rank`` (rollout_id) order, so sums never depend on input order; each group's
-    numbers depend on that group alone. Warns :class:`PriorRiskWarning` as docs/method.md §3 says.
-
-    Args:
-        labels: per group, int (facts of the group,) cluster labels 0..k-1.
-        occurrence_row, occurrence_step, occurrence_fact: int64 (occurrences,), for each asserted
-            triple occurrence its row, its step and its batch fact index.
-        success: float64 (R,), y of each row.
-        rank: int64 (R,), each row's position in its group by rollout_id.
-        rollout_starts: int64 (groups,), the first row of each group.
-        epsilon, prior: see :func:`smoothed_utilities`.
-        uniform_groups: ``"zero"`` sets the utilities of a group whose rows all have the same
-            success to 0 (docs/decisions.md).
-        utility_from: ``"group"`` (the paper's) or ``"loo"`` (docs/method.md §3).
-
-    Returns:
-        :class:`BatchUtilities`.
-    """
+    """The :class:`BatchUtilities` of every group of a batch at once (docs/method.md §3).
+    Rollouts ("rows") and facts are numbered across the batch, group by group; ``labels``: per
+    group, int cluster labels of its facts; ``occurrence_*``: int64, each asserted triple's row,
+    step and batch fact; ``success``, ``rank``: (R,) y and position by rollout_id, the order s_c
+    is summed in; ``rollout_starts``: int64, each group's first row. Each group's numbers depend
+    on it alone. Warns :class:`PriorRiskWarning` as §3 says."""
     if utility_from not in ("group", "loo"):
         raise ValueError(f"utility must be 'group' or 'loo', got {utility_from!r}")
     groups = len(labels)
     sizes = np.array([int(g.max()) + 1 if len(g) else 0 for g in labels], dtype=np.int64)
-    cluster_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if groups else sizes
+    cluster_starts = np.cumsum(sizes) - sizes
     total = int(sizes.sum())
     fact_counts = np.array([len(g) for g in labels], dtype=np.int64)
     fact_group = np.repeat(np.arange(groups, dtype=np.int64), fact_counts)
-    fact_cluster = (
-        np.concatenate(labels).astype(np.int64) + cluster_starts[fact_group] if groups else fact_group
-    )
+    fact_cluster = fact_group
+    if groups:
+        fact_cluster = np.concatenate(labels).astype(np.int64) + cluster_starts[fact_group]
     cluster_group = np.repeat(np.arange(groups, dtype=np.int64), sizes)
     occurrence_cluster = fact_cluster[occurrence_fact]
     keys, first = np.unique(occurrence_row * max(total, 1) + occurrence_cluster, return_index=True)
@@ -201,8 +156,8 @@ def batch_utilities(
     all_fail = int((uniform & (high == 0.0)).sum())
     zeroed = 0
     if uniform_groups == "zero" and groups:
-        # Nothing separates helpful facts from harmful ones when every rollout scored the
-        # same; docs/method.md §3's prior would still reward every fact (all fail) or punish it (all win).
+        # Nothing separates helpful facts from harmful ones when every rollout scored the same;
+        # §3's prior would still reward every fact (all fail) or punish it (all win).
         utility = np.where(uniform[cluster_group], 0.0, utility)
         pair_utility = np.where(uniform[cluster_group[pair_cluster]], 0.0, pair_utility)
         zeroed = int(uniform.sum())

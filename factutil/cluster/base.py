@@ -19,11 +19,9 @@ __all__ = ["Clusterer", "ExactClusterer", "cluster_triples", "make_clusterer"]
 @runtime_checkable
 class Clusterer(Protocol):
     """Assigns the distinct facts of each group to clusters (docs/method.md §2.2–§2.5).
-
     ``cluster_batch`` takes per group one :class:`Triple` per distinct normalised text, in text
     order (:func:`representatives`), and returns per group int64 canonical labels
-    (:func:`~factutil.linkage.canonical_labels`); ``metrics`` reports the last call.
-    """
+    (:func:`~factutil.linkage.canonical_labels`); ``metrics`` reports the last call."""
 
     metrics: dict[str, float]
 
@@ -37,15 +35,8 @@ def cluster_triples(
     triples_per_group: Sequence[Sequence[Triple]],
     template: str = DEFAULT_TEMPLATE,
 ) -> list[np.ndarray]:
-    """Cluster labels for arbitrary triples (duplicates allowed, any order), one array per group.
-
-    Args:
-        triples_per_group: per group, n_g triples.
-        template: the triple text template (docs/method.md §2.1).
-
-    Returns:
-        per group, int64 (n_g,): the canonical cluster of each triple, in the given order.
-    """
+    """Per group, int64 (n_g,): the canonical cluster of each of its n_g triples (duplicates
+    allowed, any order), ``template`` the triple text template (docs/method.md §2.1)."""
     found = [representatives(triples, template) for triples in triples_per_group]
     labels = clusterer.cluster_batch([facts for _, facts in found])
     result = []

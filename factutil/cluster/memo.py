@@ -78,10 +78,8 @@ class FactMemo:
         """Records made elsewhere (a :class:`~factutil.workers.FactWork`) for ``parts``."""
         if not self.keep:
             return
-        if features is None:
-            features = [None] * len(parts)
-        if truncated is None:
-            truncated = [None] * len(parts)
+        features = features if features is not None else [None] * len(parts)
+        truncated = truncated if truncated is not None else [None] * len(parts)
         hashes = [0 if feature is None else hash(feature.key) for feature in features]
         self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
                                            islice(self._serials, len(parts)), truncated)))

@@ -1,4 +1,4 @@
-"""Semantic clusters: embeddings, filters, constrained single linkage (docs/method.md §2.2–§2.5)."""
+"""Semantic clusters: embeddings, filters, constrained single linkage (docs/method.md §2)."""
 
 from __future__ import annotations
 
@@ -27,18 +27,12 @@ from factutil.facts import fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
 from factutil.linkage import batch_linkage, candidate_pairs, dense_pairs
 from factutil.schema import Triple
-from factutil.workers import (
-    FactWork,
-    check_unit,
-    clustering_fit,
-    features_from,
-    fit_key,
-)
+from factutil.workers import FactWork, check_unit, clustering_fit, features_from, fit_key
 
 __all__ = ["SemanticClusterer"]
 
 _logger = logging.getLogger("factutil")
-_PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact
+_PARTS = attrgetter("subject", "relation", "object")  # of a Triple or a Fact
 _UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
                MemoryError, OverflowError)
 
@@ -52,12 +46,8 @@ class SemanticClusterer:
     ``cache`` (vectors), ``memo`` (each fact's text and analysis, each checked pair's veto) and
     ``filter_cache``; ``metrics`` count the work of the last call as if nothing were kept.
 
-    Args:
-        config: a :class:`FactUtilConfig`; None = ``FactUtilConfig(mode="semantic")``.
-        embedder: any :class:`~factutil.embed.Embedder`; None =
-            :func:`~factutil.embed.config_embedder` of ``config``.
-        cache: an :class:`~factutil.embed.EmbeddingCache` to reuse; None creates one bounded by
-            ``config.cache_max_entries`` / ``config.cache_max_bytes``.
+    ``embedder`` None is :func:`~factutil.embed.config_embedder` of ``config``; ``cache`` None
+    creates an :class:`~factutil.embed.EmbeddingCache` bounded by the config's cache fields.
     """
 
     def __init__(
@@ -94,17 +84,10 @@ class SemanticClusterer:
     def add_work(self, work: Any, warn: Callable[[str], None] | None = None) -> None:
         """Take per-fact work made elsewhere (:func:`factutil.workers.make_work`) for the next
         :meth:`cluster_batch`, which then computes only what is missing, same result bit for bit.
-
-        An item of another :attr:`fit`, one made on another kind of device under
-        ``config.prepared_device="same"``, and an unreadable one are ignored and counted
-        (``work_ignored``, ``work_unreadable``); nothing raises.
-
-        Args:
-            work: a :class:`~factutil.workers.FactWork`, its bytes, or a sequence of them or of
-                the mappings of their fields (a msgpack channel's; None items are skipped).
-            warn: called once per kind of item ignored, and once when vectors come from another
-                kind of device; None = the ``factutil`` logger's warning.
-        """
+        ``work``: a :class:`~factutil.workers.FactWork`, its bytes, or a sequence of them or of
+        their field mappings (None items skipped). An item of another :attr:`fit`, of another
+        kind of device under ``prepared_device="same"``, or unreadable is ignored, counted and
+        reported through ``warn`` (None = the ``factutil`` logger); nothing raises."""
         warn = warn or _logger.warning
         items = [work] if isinstance(work, (FactWork, bytes, bytearray, memoryview)) else list(work)
         fit, device = self.fit, device_type(self.embedder)
@@ -178,8 +161,8 @@ class SemanticClusterer:
         template = self.config.triple_template
         texts = {row: fact_text(*parts[row], template) for row in rows}
         records = self.memo.records
-        new = [row for row in rows
-               if (record := records.get(parts[row])) is None or (analyse and record.features is None)]
+        new = [row for row in rows if (record := records.get(parts[row])) is None
+               or (analyse and record.features is None)]
         features = [features_from(parts[row], analyses[row]) for row in new] if analyse else None
         self.memo.add([parts[row] for row in new], [texts[row] for row in new], features,
                       [truncated[row] for row in new])
@@ -188,26 +171,17 @@ class SemanticClusterer:
 
     def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]],
                       warn: Callable[[str], None] | None = None) -> list[np.ndarray]:
-        """Canonical labels per group (see :class:`~factutil.cluster.Clusterer`).
-
+        """Per group, int64 (n_g,) canonical labels of its n_g distinct facts (:class:`Triple`
+        or :class:`~factutil.facts.Fact`, in sorted text order), as views of one array.
         A fact whose text the embedder reads only in part shares a cluster with no fact of
-        another text (docs/method.md §2.4); one warning per call names how many.
-
-        Args:
-            facts_per_group: per group g, n_g distinct facts (:class:`Triple` or
-                :class:`~factutil.facts.Fact`) in sorted text order
-                (:func:`~factutil.facts.representatives`).
-            warn: called with that warning; None = the ``factutil`` logger's warning.
-
-        Returns:
-            per group, int64 (n_g,) canonical labels (views of one array).
-        """
+        another text (docs/method.md §2.4); ``warn`` (None = the ``factutil`` logger) gets one
+        warning per call naming how many."""
         config = self.config
         timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
         hits, misses = self.cache.hits, self.cache.misses
 
-        # 1-2. Texts, analyses and vectors (docs/method.md §2.1–§2.2, 4). Facts are numbered 0..n-1,
-        # the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
+        # 1-2. Texts, analyses and vectors (docs/method.md §2.1-§2.2, 4). Facts are numbered
+        # 0..n-1, the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
         clock = time.perf_counter()
         parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
         n = len(parts)
@@ -219,9 +193,7 @@ class SemanticClusterer:
         timings["filters"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
-        row_of = dict.fromkeys(texts)
-        for row, text in enumerate(row_of):
-            row_of[text] = row
+        row_of = {text: row for row, text in enumerate(dict.fromkeys(texts))}
         vectors = embed_unique(list(row_of), self.embedder, self.cache)
         rows = np.fromiter(map(row_of.__getitem__, texts), dtype=np.int64, count=n)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -315,12 +287,10 @@ class SemanticClusterer:
         self, features: Sequence[Any], serials: Sequence[int], texts: Sequence[str] | None = None,
         truncated: Sequence[bool] = (),
     ) -> tuple[Callable[[int, int], str | None], dict[str, int]]:
-        """The veto of one call (docs/method.md §2.4) and its per-filter counts.
-
-        ``veto(i, j)`` (i < j) returns ``"truncated"``, the name of the first filter of
-        ``config.filters`` that separates facts i and j, or None. Each pair is counted once per
-        call; across calls the pair memo keeps the name only (not a long reason text).
-        """
+        """The veto of one call (docs/method.md §2.4) and its per-filter counts: ``veto(i, j)``
+        (i < j) returns ``"truncated"``, the name of the first filter of ``config.filters`` that
+        separates facts i and j, or None. Each pair counts once per call; the pair memo keeps
+        the name only across calls (not a long reason text)."""
         names = tuple(self.config.filters)
         filter_cache = self.filter_cache
         enabled = [(name, FILTERS[name]) for name in names]
@@ -351,9 +321,7 @@ class SemanticClusterer:
                     pairs[key] = outcome
             if outcome:
                 vetoes[outcome] += 1
-                memo[(i, j)] = outcome
-                return outcome
-            memo[(i, j)] = None
-            return None
+            memo[(i, j)] = outcome or None
+            return outcome or None
 
         return veto, vetoes

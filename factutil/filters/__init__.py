@@ -31,26 +31,9 @@ from factutil.filters.vetoes import (
 )
 
 __all__ = [
-    "DEFAULT_FILTERS",
-    "ENTITY_CUTOFF",
-    "FILTERS",
-    "GENERATIONAL",
-    "NO_MEMO",
-    "RELATIONS",
-    "RELATION_BY_ID",
-    "RELATION_LOOKUP_CUTOFF",
-    "RELATION_TEXT_CUTOFF",
-    "FactFeatures",
-    "FilterCache",
-    "Relation",
-    "alike",
-    "analyze",
-    "entity_veto",
-    "first_veto",
-    "fold",
-    "negation_veto",
-    "numeric_veto",
-    "relation_veto",
-    "same_entity",
+    "DEFAULT_FILTERS", "ENTITY_CUTOFF", "FILTERS", "GENERATIONAL", "NO_MEMO", "RELATIONS",
+    "RELATION_BY_ID", "RELATION_LOOKUP_CUTOFF", "RELATION_TEXT_CUTOFF", "FactFeatures",
+    "FilterCache", "Relation", "alike", "analyze", "entity_veto", "first_veto", "fold",
+    "negation_veto", "numeric_veto", "relation_veto", "same_entity",
 ]
 

@@ -1,4 +1,4 @@
-""":class:`FilterCache`: the memo of the filters' helpers, an object its owner holds (docs/method.md §2.4).
+""":class:`FilterCache`: the filters' memo, an object its owner holds (docs/method.md §2.4).
 
 The helpers are pure functions of strings and a batch repeats parts far more than triples, so
 the analysis and the vetoes read through memoised copies owned by a cache (nothing memoised at
@@ -23,17 +23,14 @@ _SIZES = {
 
 class FilterCache:
     """Memoised copies of the filters' helpers (an LRU each, sized by ``_SIZES``), for the
-    ``cache=`` of :func:`~factutil.filters.analyze` and the vetoes.
-
-    Args:
-        memo: False builds the memo-less form that keeps nothing (:data:`NO_MEMO`).
-    """
+    ``cache=`` of :func:`~factutil.filters.analyze` and the vetoes; ``memo=False`` builds the
+    form that keeps nothing (:data:`NO_MEMO`)."""
 
     __slots__ = ("__weakref__", "memo", "last_align", *_SIZES)
 
     def __init__(self, memo: bool = True) -> None:
         self.memo = memo
-        self.last_align: tuple[Any, ...] = ()  # (features a, features b, alignment) of the last pair
+        self.last_align: tuple[Any, ...] = ()  # (features a, features b, alignment), last pair
 
         def wrap(name: str, function: Any) -> Any:
             return lru_cache(maxsize=_SIZES[name])(function) if memo else function

@@ -12,12 +12,10 @@ from factutil.filters.text import ARTICLES
 
 
 def same_entity(a: str, b: str, cache: Any = None) -> bool:
-    """Whether two folded entity keys name the same thing (symmetric; docs/filters.md).
-
-    Equal keys, an empty key, token containment or a fuzzy ratio >= ``ENTITY_CUTOFF`` agree,
-    unless a generational suffix or a qualifier's words ("paris" vs "paris, texas") are on one
-    side only. ``cache``: a :class:`~factutil.filters.FilterCache`, or None.
-    """
+    """Whether two folded entity keys name the same thing (symmetric; docs/filters.md): equal
+    keys, an empty key, token containment or a fuzzy ratio >= ``ENTITY_CUTOFF`` agree, unless a
+    generational suffix or a qualifier's words ("paris" vs "paris, texas") are on one side only.
+    ``cache``: a :class:`~factutil.filters.FilterCache`, or None."""
     if a == b or not a or not b:
         return True
     plain_a, plain_b = plain_key(a), plain_key(b)
@@ -64,7 +62,7 @@ def _roman(number: int) -> str:
 
 # Generational suffixes: Jr./Sr. and the numerals of more than one letter up to 39 (I, V and X
 # alone are too often initials to count).
-GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr"} | {_roman(n) for n in range(2, 40)} - {"v", "x"})
+GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr", *map(_roman, range(2, 40))}) - {"v", "x"}
 
 
 def generational_suffixes(text: str, cache: Any) -> tuple[str, ...]:

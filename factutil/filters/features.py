@@ -18,14 +18,11 @@ from factutil.filters.lexicon import RELATION_BY_ID
 class FactFeatures:
     """What the filters need to know about one triple (immutable by contract).
 
-    ``subject_key`` / ``object_key``: folded entity keys without negation cues and values, in
-    canonical direction (swapped for an ``inverse`` verbalisation, sorted when symmetric); a
-    qualifier after a comma stays as ", ". ``quantities``: ``(part, kind, ...)`` with part "s"
-    or "o" (object and relation) and kind num (value), count (value before a noun), qty
-    (dimension, base value, value as written, unit), date (year, month, day; 0 = not given),
-    date~ (year, the two day/month fields as written), md (month, day), decade (first year),
-    sci (exact text). ``relation_key``: the relation id, else the folded text. ``key``: see
-    :func:`fact_key`. ``words``: lower-case words of relation and object (negating prefixes).
+    ``subject_key`` / ``object_key``: folded entity keys without cues and values, in canonical
+    direction (swapped for an ``inverse`` verbalisation, sorted when symmetric). ``quantities``:
+    ``(part, kind, ...)``, part "s" or "o" (object and relation), kind as
+    :func:`~factutil.filters.quantities.scan_values` reads it. ``relation_key``: the relation
+    id, else the folded text. ``words``: lower-case words of relation and object.
     """
 
     subject: str
@@ -45,24 +42,13 @@ class FactFeatures:
 
 
 def analyze(subject: str, relation: str, object: str, cache: Any = None) -> FactFeatures:
-    """Read one triple into the features the filters compare (docs/method.md §2.4).
-
-    Args:
-        subject, relation, object: the triple's parts as asserted (any case, any script).
-        cache: a :class:`~factutil.filters.FilterCache` to memoise through; None = none (the
-            result is the same).
-
-    Returns:
-        A :class:`FactFeatures`, deterministic.
-
-    Raises:
-        TypeError: a part is not a string.
-    """
+    """Read one triple, as asserted, into its :class:`FactFeatures` (docs/method.md §2.4);
+    TypeError for a part that is not a string. ``cache``: a :class:`~factutil.filters.FilterCache`
+    to memoise through, or None (the same result)."""
     for name, part in (("subject", subject), ("relation", relation), ("object", object)):
         if not isinstance(part, str):
             raise TypeError(f"analyze: {name} must be str, got {type(part).__name__}")
-    if cache is None:
-        cache = NO_MEMO
+    cache = cache if cache is not None else NO_MEMO
     s_values, subject_key = cache.subject_part(subject)
     o_values, object_key, relation_id, inverse, relation_key, cues, words = cache.relation_part(
         relation, object)

@@ -15,11 +15,9 @@ RELATION_LOOKUP_CUTOFF = 92.0
 
 @dataclass(frozen=True, slots=True)
 class Relation:
-    """One lexicon entry: a relation id (Wikidata ``pid``) with its verbalisations.
-
-    ``inverse`` texts swap subject and object; ``general`` names a broader id, reached with a swap
-    when ``general_inverted`` (father → child); ``dated`` relations take a date as object.
-    """
+    """One lexicon entry: a relation id (Wikidata ``pid``) with its verbalisations. ``inverse``
+    texts swap subject and object; ``general`` names a broader id, reached with a swap when
+    ``general_inverted`` (father → child); ``dated`` relations take a date as object."""
 
     id: str
     pid: str

@@ -57,10 +57,11 @@ def _view(f: FactFeatures, flip: bool, cache: FilterCache) -> _View:
     return _View(f.subject_key, f.object_key, s_values, o_values)
 
 
-def _align(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> tuple[_View, _View, bool, str | None]:
+def _align(
+    a: FactFeatures, b: FactFeatures, cache: FilterCache
+) -> tuple[_View, _View, bool, str | None]:
     """Both facts in one direction: (view a, view b, symmetric relation, common relation id).
-
-    Three filters of one pair align it in turn, so the cache keeps the last alignment, matched by
+    Three filters of a pair align it in turn, so the cache keeps the last alignment, matched by
     identity (the entry holds both features, so their ids cannot be reused)."""
     last = cache.last_align
     if last and last[0] is a and last[1] is b:
@@ -137,18 +138,11 @@ def _dynamic_flips(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> list
 
 
 def negation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when the two facts have opposite polarity (docs/method.md §2.4, negation).
-
-    Args:
-        a, b: features from :func:`analyze`.
-        cache: a :class:`~factutil.filters.FilterCache` to memoise through; None = none (the
-            result is the same).
-
-    Returns:
-        None, or a reason naming the cues of the negated side. Never raises.
+    """Veto when the two facts have opposite polarity (docs/method.md §2.4, negation): None or a
+    reason naming the negated side's cues, never an error. ``a``, ``b``: from :func:`analyze`;
+    ``cache``: a :class:`~factutil.filters.FilterCache` to memoise through, or None (same result).
     """
-    if cache is None:
-        cache = NO_MEMO
+    cache = cache if cache is not None else NO_MEMO
     flips_a, flips_b = _dynamic_flips(a, b, cache), _dynamic_flips(b, a, cache)
     polarity_a = a.negated ^ (len(flips_a) % 2 == 1)
     polarity_b = b.negated ^ (len(flips_b) % 2 == 1)
@@ -168,12 +162,9 @@ def _triple(f: FactFeatures) -> str:
 
 
 def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when numbers, dates or quantities disagree (docs/method.md §2.4, numeric).
-
-    Arguments as :func:`negation_veto`; a value present on one side only does not veto
-    (relation values count with the object). Returns None or a reason such as
-    "object 1516-06-12 vs 1517-06-12". Never raises.
-    """
+    """Veto when numbers, dates or quantities disagree (docs/method.md §2.4, numeric), as
+    :func:`negation_veto`: a reason such as "object 1516-06-12 vs 1517-06-12". A value on one side
+    only does not veto; relation values count with the object."""
     if not a.quantities or not b.quantities:
         return None  # one side has no values at all, in any alignment
     va, vb, symmetric, _ = _align(a, b, cache if cache is not None else NO_MEMO)
@@ -190,18 +181,14 @@ def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = N
 
 
 def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when the relations are not equivalent (docs/method.md §2.4, relation).
-
-    Arguments as :func:`negation_veto`. Known ids agree when equal or one generalises the other
-    (and a non-symmetric relation does not swap subject and object); unknown ones by their texts
-    (:func:`_similar_text`). Returns None or a reason. Never raises.
-    """
+    """Veto when the relations are not equivalent (docs/method.md §2.4, relation), as
+    :func:`negation_veto`. Known ids agree when equal or one generalises the other, without a
+    swap under a non-symmetric relation; unknown ones by :func:`_similar_text`."""
     ra, rb = a.relation_id, b.relation_id
     if ra is not None and rb is not None:
         if _common_relation(ra, rb) is None:
             return f"different relations {_pair(ra, rb)}"
-        if cache is None:
-            cache = NO_MEMO
+        cache = cache if cache is not None else NO_MEMO
         va, vb, symmetric, common = _align(a, b, cache)
         if symmetric:
             return None
@@ -245,15 +232,11 @@ def _stem(word: str) -> str:
 
 
 def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when the subjects or the objects name different entities (docs/method.md §2.4, entity).
-
-    Arguments as :func:`negation_veto`. In the aligned direction the subject keys and the object
-    keys must agree by :func:`same_entity`, and no part that is only a value may pair with one
-    that is only a name. Returns None or a reason naming the first part that differs
-    ("argument" under a symmetric relation). Never raises.
-    """
-    if cache is None:
-        cache = NO_MEMO
+    """Veto when the subjects or the objects name different entities (docs/method.md §2.4,
+    entity), as :func:`negation_veto`: aligned, both keys must agree by :func:`same_entity` and no
+    part that is only a value may pair with one that is only a name. The reason names the first
+    part that differs ("argument" under a symmetric relation)."""
+    cache = cache if cache is not None else NO_MEMO
     va, vb, symmetric, _ = _align(a, b, cache)
     same = cache.same_entity
     reasons = [
@@ -266,18 +249,14 @@ def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = No
 
 
 def alike(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> bool:
-    """True only when no filter can veto the pair: a cheap check before the four filters.
-
-    The facts agree on every field a filter compares, neither has a negating-prefix word that
-    could flip its polarity, and each value agrees with itself; every filter then returns None
-    for equal arguments. False does not mean a veto.
-    """
+    """True only when no filter can veto the pair, a cheap check before the four: the facts agree
+    on every field a filter compares, neither has a negating-prefix word, and each value agrees
+    with itself, so every filter returns None. False does not mean a veto."""
     if not (a.subject_key == b.subject_key and a.object_key == b.object_key
             and a.relation_key == b.relation_key and a.relation_id == b.relation_id
             and a.negated == b.negated and a.quantities == b.quantities):
         return False
-    if cache is None:
-        cache = NO_MEMO
+    cache = cache if cache is not None else NO_MEMO
     if cache.flip_candidates(a.words) or cache.flip_candidates(b.words):
         return False
     return all(compatible_values(q[1:], q[1:]) for q in a.quantities)  # no NaN, a known kind
@@ -297,18 +276,8 @@ def first_veto(
     a: FactFeatures, b: FactFeatures, enabled: Iterable[str] = DEFAULT_FILTERS,
     cache: FilterCache | None = None,
 ) -> str | None:
-    """The first veto among the enabled filters, in the fixed order of :data:`FILTERS`.
-
-    Args:
-        enabled: names from :data:`FILTERS`, in any order.
-        a, b, cache: as :func:`negation_veto`.
-
-    Returns:
-        ``"name: reason"`` for the first filter that vetoes, or None.
-
-    Raises:
-        ValueError: ``enabled`` names an unknown filter.
-    """
+    """``"name: reason"`` of the first veto among ``enabled`` (names of :data:`FILTERS`, in any
+    order; ValueError for an unknown one) in the fixed order of :data:`FILTERS`, or None."""
     wanted = _DEFAULT_SET[1] if enabled is _DEFAULT_SET[0] else set(enabled)
     unknown = wanted - FILTERS.keys()
     if unknown:
