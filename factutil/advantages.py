@@ -1,12 +1,5 @@
-"""Outcome + process advantages (docs/method.md §5).
-
-    A_out,i   = (R_i - mean R) / (std R + eps)        (GRPO, per rollout; std with ddof = 1)
-    A_proc,t  = (r_t - mean r) / (std r + eps)        (over all actions of the group)
-    A_{i,t}   = A_out,i + omega * A_proc,i,t
-
-Means and standard deviations are two-pass and summed exactly (``math.fsum``) in float64, so the
-result does not depend on the order of rollouts or actions, bit for bit.
-"""
+"""Outcome + process advantages, A_{i,t} = A_out,i + omega * A_proc,i,t (docs/method.md §5), and
+their scatter onto the tokens of each action."""
 
 from __future__ import annotations
 
@@ -17,22 +10,10 @@ import numpy as np
 
 
 def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) -> np.ndarray:
-    """(x - mean) / (std + eps) over one group, or x - mean when ``by_std`` is False.
-
-    Args:
-        values: float (n,), n >= 1.
-        eps: added to the sample std (ddof = 1, as ``torch.std`` in verl and OpenRLHF).
-        by_std: divide by std + eps (verl's ``norm_adv_by_std_in_grpo``).
-
-    Returns:
-        float64 (n,). All zeros when n == 1 or when every value is equal (no NaN, no noise
-        amplified by 1/eps).
-
-    Raises:
-        ValueError: if a value is not finite.
-
-    One group is one segment of :func:`segment_normalize`: the formula has one implementation.
-    """
+    """(x - mean) / (std + eps) of float ``values`` (n,), or x - mean when ``by_std`` is False.
+    Sample std (ddof = 1, as ``torch.std`` in verl and OpenRLHF); float64 (n,), all zeros when
+    n == 1 or every value is equal; ValueError for a non-finite value. One segment of
+    :func:`segment_normalize`."""
     values = np.asarray(values, dtype=np.float64)
     return segment_normalize(values, np.zeros(1 if values.size else 0, dtype=np.int64), eps, by_std)
 
@@ -40,27 +21,10 @@ def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) 
 def segment_normalize(
     values: np.ndarray, starts: np.ndarray, eps: float = 1e-6, by_std: bool = True
 ) -> np.ndarray:
-    """(x - mean) / (std + eps), or x - mean, over every segment of ``values`` at once (docs/method.md §5).
-
-    A batch of groups in one array: segment k is ``values[starts[k]:starts[k + 1]]`` (the last
-    runs to the end). Per segment: the sample std (ddof = 1); zeros for a segment of one value or
-    of equal values; values above 2**500 in magnitude are scaled by a power of two first (exact),
-    so the result is finite wherever it can be. The sums are exact per segment (``math.fsum``),
-    so a segment's result does not depend on the others. :func:`group_normalize` is this on one
-    segment.
-
-    Args:
-        values: float (n,), the concatenated segments.
-        starts: int (k,), non-decreasing start offsets, ``starts[0] == 0`` when k > 0; empty
-            segments are allowed.
-        eps, by_std: as :func:`group_normalize`.
-
-    Returns:
-        float64 (n,).
-
-    Raises:
-        ValueError: if a value is not finite (naming its segment) or ``starts`` is malformed.
-    """
+    """:func:`group_normalize` over every segment of ``values`` (n,) at once (docs/method.md §5).
+    Segment k is ``values[starts[k]:starts[k + 1]]`` (``starts``: int (k,), rising from 0). Sums
+    are exact (``math.fsum``), so no result depends on order; values above 2**500 are scaled by a
+    power of two first. ValueError for a non-finite value (naming its segment) or bad ``starts``."""
     values = np.asarray(values, dtype=np.float64)
     starts = np.asarray(starts, dtype=np.int64)
     n = values.size
@@ -115,19 +79,8 @@ def segment_normalize(
 def process_advantages(
     process_rewards: np.ndarray, eps: float = 1e-6, mode: str = "none"
 ) -> np.ndarray:
-    """Process advantage of each action of one group (docs/method.md §5).
-
-    Args:
-        process_rewards: float (N,), every effective action of every rollout of the group.
-        eps: see :func:`group_normalize`.
-        mode: ``"group"`` normalises over the group's actions; ``"none"`` keeps r as is.
-
-    Returns:
-        float64 (N,). A group with one action (or constant rewards) gets zeros under "group".
-
-    Raises:
-        ValueError: for an unknown mode or a non-finite reward.
-    """
+    """Process advantage, float64 (N,), of the N actions of one group (docs/method.md §5): under
+    ``mode="group"`` :func:`group_normalize` of the rewards, under ``"none"`` the rewards."""
     if mode == "group":
         return group_normalize(process_rewards, eps=eps, by_std=True)
     if mode == "none":
@@ -144,17 +97,9 @@ def total_advantages(
     rollout_index: np.ndarray,
     omega: float = 0.5,
 ) -> np.ndarray:
-    """A_{i,t} = A_out,i + omega * A_proc,i,t for each action (docs/method.md §5).
-
-    Args:
-        outcome_advantage: float64 (G,).
-        process_advantage: float64 (N,).
-        rollout_index: int (N,), the rollout of each action, in [0, G).
-        omega: weight >= 0; omega = 0 returns exactly ``outcome_advantage[rollout_index]``.
-
-    Returns:
-        float64 (N,).
-    """
+    """A_{i,t} = A_out,i + omega * A_proc,i,t, float64 (N,), for each action (docs/method.md §5).
+    ``outcome_advantage``: (G,); ``process_advantage``: (N,); ``rollout_index``: int (N,) in
+    [0, G). omega = 0 returns exactly ``outcome_advantage[rollout_index]``."""
     outcome = np.asarray(outcome_advantage, dtype=np.float64)[np.asarray(rollout_index)]
     if omega == 0.0:
         return outcome
@@ -162,17 +107,8 @@ def total_advantages(
 
 
 def mask_spans(response_mask: np.ndarray) -> np.ndarray:
-    """The runs of 1s of a response mask: one run per model turn in the span layout.
-
-    Args:
-        response_mask: (T,) int or bool, 1 on the model's tokens, 0 on observations and padding.
-
-    Returns:
-        int64 (R, 2): ``[start, end)`` token indices of each run, in order.
-
-    Raises:
-        ValueError: the mask is not 1-D (a (B, T) mask flattened would give runs across rows).
-    """
+    """The ``[start, end)`` runs of 1s of a (T,) response mask, int64 (R, 2), in order; ValueError
+    for a mask that is not 1-D (a flattened (B, T) mask would give runs across rows)."""
     mask = _one_row(response_mask)
     edges = np.diff(np.concatenate(([False], mask, [False])).astype(np.int8))
     starts = np.flatnonzero(edges == 1)
@@ -181,28 +117,12 @@ def mask_spans(response_mask: np.ndarray) -> np.ndarray:
 
 
 def scatter_to_spans(
-    values: np.ndarray,
-    spans: np.ndarray,
-    length: int,
-    response_mask: np.ndarray | None = None,
+    values: np.ndarray, spans: np.ndarray, length: int, response_mask: np.ndarray | None = None
 ) -> np.ndarray:
-    """Put each action's value on every token of its span (docs/method.md §5: every token of an action's
-    response gets its advantage).
-
-    Args:
-        values: float (n,), one value per action, in order.
-        spans: int (n, 2), ``[start, end)`` token range of each action (e.g. OpenRLHF's
-            ``action_ranges`` or :func:`mask_spans`). Ranges are clipped to ``[0, length)``, so an
-            action cut by truncation keeps the tokens that remain and one cut off entirely has none.
-        length: T, the number of token positions of the row.
-        response_mask: optional (T,); tokens where it is 0 get 0 (observation tokens inside a span).
-
-    Returns:
-        float32 (T,); tokens outside every span are 0.
-
-    Raises:
-        ValueError: when values and spans differ in count, a span has end < start, or spans overlap.
-    """
+    """Put each action's value on every token of its span: float32 (``length``,), 0 elsewhere.
+    ``values``: float (n,); ``spans``: int (n, 2) ``[start, end)`` (OpenRLHF's ``action_ranges``
+    or :func:`mask_spans`), clipped to the row; tokens where ``response_mask`` (T,) is 0 get 0.
+    ValueError when values and spans differ in count, or a span is reversed or overlaps another."""
     values = np.asarray(values, dtype=np.float64).reshape(-1)
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     if len(values) != len(spans):
@@ -226,25 +146,9 @@ def scatter_to_spans(
 
 
 def scatter_to_turns(values: np.ndarray, response_mask: np.ndarray) -> np.ndarray:
-    """Span layout: the k-th run of 1s in ``response_mask`` gets ``values[k]``.
-
-    One row holds a whole rollout; its model turns are the runs of 1s (observations are 0s). The
-    turns are read from the mask only when there is exactly one run per action: fewer runs mean two
-    actions with no observation between them, or a row truncated before its last actions, and
-    which tokens belong to which action cannot be recovered (give explicit spans to
-    :func:`scatter_to_spans` instead).
-
-    Args:
-        values: float (n,), per-action values of the rollout, in order.
-        response_mask: (T,), 1 on model tokens.
-
-    Returns:
-        float32 (T,).
-
-    Raises:
-        ValueError: the mask is not 1-D, or its number of turns differs from the number of
-            actions (the caller should fall back to outcome-only advantages).
-    """
+    """Span layout: the k-th run of 1s of ``response_mask`` (T,) gets ``values[k]``; float32 (T,).
+    ValueError unless the mask is 1-D with exactly one run per action: with fewer, the owner of
+    each token cannot be recovered (give spans to :func:`scatter_to_spans`)."""
     values = np.asarray(values, dtype=np.float64).reshape(-1)
     mask = _one_row(response_mask).reshape(1, -1)
     tokens, turns = scatter_rows_to_turns([values], mask)
@@ -276,18 +180,9 @@ def _one_row(response_mask: np.ndarray) -> np.ndarray:
 def scatter_rows_to_turns(
     values: Sequence[np.ndarray], response_mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`scatter_to_turns` for many rows at once (one vectorised pass).
-
-    Args:
-        values: R float arrays, row r's per-action values in order.
-        response_mask: (R, T), 1 on model tokens.
-
-    Returns:
-        (float32 (R, T) tokens, int64 (R,) turns): row r's k-th run of 1s gets ``values[r][k]``.
-        A row with more turns than values gets 0 on the turns beyond them, one with fewer leaves
-        values unplaced: the caller checks ``turns`` against the value counts with
-        :func:`turns_problem` (:func:`scatter_to_turns` raises there).
-    """
+    """:func:`scatter_to_turns` of R rows, ``response_mask`` (R, T), in one vectorised pass:
+    (float32 (R, T) tokens, int64 (R,) turns); the caller checks each row's turns with
+    :func:`turns_problem` (turns beyond the values get 0)."""
     mask = np.asarray(response_mask, dtype=bool)
     if mask.ndim != 2 or mask.shape[0] != len(values):
         raise ValueError(f"response_mask must be (R, T) with R = {len(values)}, got {mask.shape}")

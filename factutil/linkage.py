@@ -1,10 +1,5 @@
-"""Candidate pairs and constrained single linkage (docs/method.md §2.3, §2.5).
-
-Pure functions over vectors and edges: which pairs of facts are close enough to merge
-(:func:`candidate_pairs`: exact cosines for small groups, hnswlib k-NN for large ones), and the
-single linkage that merges them unless a filter vetoes (:func:`constrained_linkage`). The
-:class:`~factutil.cluster.SemanticClusterer` calls them for a whole batch at once.
-"""
+"""Candidate pairs and constrained single linkage (docs/method.md §2.3, §2.5): pure functions
+over vectors and edges, called by :class:`~factutil.cluster.SemanticClusterer` per batch."""
 
 from __future__ import annotations
 
@@ -20,25 +15,15 @@ def batch_linkage(
     veto: Callable[[int, int], str | None],
     starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """Constrained single linkage of several groups at once (the one implementation behind
-    :func:`constrained_linkage` and :meth:`factutil.cluster.SemanticClusterer.cluster_batch`).
-
-    Facts are numbered 0..n-1 with the groups contiguous; ``starts`` (int64 (G,), increasing,
-    ``starts[0] == 0``) holds each group's first index (None = one group). Edges never cross
-    groups. Edges are taken in the order (group, -similarity, i, j), which within a group is
-    exactly the order of a run on that group alone, and sets of different groups never meet, so
-    every group gets the labels and counts it would get alone.
-
-    Returns:
-        (labels int64 (n,), canonical within each group, counts as :func:`constrained_linkage`).
-    """
+    """:func:`constrained_linkage` of several contiguous groups at once (its one implementation).
+    ``starts``: int64 (G,), each group's first fact, rising from 0; None = one group. Edges never
+    cross groups and go in the order (group, -similarity, i, j), so each group gets what it would
+    get alone."""
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     similarity = np.asarray(similarity, dtype=np.float64)
     if starts is None or len(starts) == 0:
         starts = np.zeros(1, dtype=np.int64)
-    group_of = np.repeat(
-        np.arange(len(starts)), np.diff(np.append(starts, n).astype(np.int64))
-    )
+    group_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n).astype(np.int64)))
     merges = refused = checks = 0
     parent = list(range(n))
     # Member lists of the sets with more than one fact (a singleton's is [root]); a merge appends
@@ -92,18 +77,9 @@ def batch_linkage(
 
 
 def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
-    """Renumber cluster labels within each group by first appearance (docs/method.md §2).
-
-    Args:
-        labels: int array (n,), any cluster labels of facts given in sorted text order, the
-            groups contiguous (equal labels in two groups are two clusters).
-        starts: int64 (G,), each group's first fact, increasing from 0; None = one group.
-
-    Returns:
-        int64 array (n,): within its group, cluster ``k`` is the k-th cluster met scanning the
-        sorted texts, i.e. clusters are ordered by their smallest member text. The one rule of
-        every clusterer.
-    """
+    """Renumber int ``labels`` (n,) within each contiguous group (``starts`` as
+    :func:`batch_linkage`) by first appearance, int64 (n,): with facts in sorted text order,
+    clusters are numbered by their smallest member text, every clusterer's rule (§2)."""
     labels = np.asarray(labels).reshape(-1)
     n = len(labels)
     if not n:
@@ -125,63 +101,30 @@ def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np
 
 
 def constrained_linkage(
-    n: int,
-    edges: np.ndarray,
-    similarity: np.ndarray,
-    veto: Callable[[int, int], str | None],
+    n: int, edges: np.ndarray, similarity: np.ndarray, veto: Callable[[int, int], str | None]
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """Single-linkage clustering under cannot-link constraints, with no transitive leak (docs/method.md §2
-    step 5).
-
-    Edges are taken from the most to the least similar (ties by (i, j)); an edge joins the clusters
-    of its two ends unless ``veto`` separates *any* member of one cluster from *any* member of the
-    other. So no final cluster holds two members that a filter separates, even through a chain
-    A~B~C where A and C are vetoed: whichever link comes second is refused.
-
-    Why not plain connected components over the surviving edges: components are transitive, so
-    A~B and B~C merge A and C even when the negation or numeric filter splits them — the leak docs/method.md
-    §2 step 5 forbids. Why not complete linkage: it needs every pair of a cluster above the
-    threshold, which breaks the chains of paraphrases (born in ~ was born in ~ place of birth) that
-    single linkage keeps. Constrained single linkage keeps those chains and enforces every veto;
-    with a fixed edge order it is deterministic, and since facts are indexed in sorted text order,
-    independent of input order.
-
-    Args:
-        n: number of facts.
-        edges: int64 (E, 2), candidate pairs (i < j).
-        similarity: float (E,), the (quantised) similarity of each edge.
-        veto: ``veto(i, j)`` (i < j) returns a reason when facts i and j must not share a cluster.
-
-    Returns:
-        (labels int64 (n,) canonical, counts) where counts has ``merges``, ``refused`` (edges
-        whose clusters a veto kept apart) and ``veto_checks`` (pairs checked).
-    """
+    """Single linkage under cannot-link constraints, with no transitive leak (docs/method.md §2.5).
+    Edges (int64 (E, 2), i < j, with float ``similarity`` (E,)) are taken from the most to the
+    least similar, ties by (i, j); an edge joins two clusters unless ``veto(i, j)`` (i < j)
+    separates a member of one from a member of the other. Unlike connected components it never
+    leaks through a chain A~B~C; unlike complete linkage it keeps chains of paraphrases
+    (docs/decisions.md). Returns (canonical labels int64 (n,), counts ``merges``, ``refused``
+    and ``veto_checks``)."""
     return batch_linkage(n, edges, similarity, veto)
 
 
 def _similarity_margin(dims: int, decimals: int) -> float:
-    """How far below the threshold a float32 cosine may lie and its float64 value still round to
-    the threshold or above: one unit of the last decimal (rounding moves a value by at most half
-    of one), plus four times the error bound of a float32 dot product of unit vectors
-    (dims * 2**-24)."""
+    """How far below the threshold a float32 cosine may lie and still round to it in float64: one
+    unit of the last decimal plus four times the float32 dot-product error bound (dims * 2**-24)."""
     return 10.0**-decimals + dims * 2.0**-22
 
 
 def _exact_similarity(
     vectors: np.ndarray, first: np.ndarray, second: np.ndarray, decimals: int, chunk: int = 8192
 ) -> np.ndarray:
-    """Cosines of the pairs ``(first[e], second[e])``, computed in float64 and rounded.
-
-    The products of float32 numbers are exact in float64 and each row is summed alone, so the
-    similarity of a pair depends only on its two vectors: not on the batch, the group's other
-    members or the path (dense or k-NN) that found it.
-
-    Args:
-        vectors: float32 (m, d); first, second: int64 (E,) row indices.
-
-    Returns:
-        float64 (E,), rounded to ``decimals``.
-    """
+    """Cosines (float64 (E,), rounded to ``decimals``) of the rows ``first[e]``, ``second[e]``:
+    float32 products are exact in float64 and each row is summed alone, so a pair's similarity
+    depends only on its two vectors, never on the batch or the path that found it."""
     out = np.empty(len(first), dtype=np.float64)
     for start in range(0, len(first), chunk):
         a = vectors[first[start : start + chunk]].astype(np.float64)
@@ -200,19 +143,11 @@ def dense_pairs(
     rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every intra-group pair with cosine >= ``threshold``, exactly, for many groups at once.
-
-    Groups of one size are stacked and multiplied in float32 (at most ``max_block`` similarities
-    at a time, so a huge batch or group never allocates GBs); the pairs within
-    :func:`_similarity_margin` of the threshold are then recomputed by :func:`_exact_similarity`.
-
-    Args:
-        vectors: float32 (m, d), L2-normalised.
-        starts, sizes: int64 (G,), each group's first fact and number of facts (groups contiguous).
-        rows: int64 (n,), fact i's row in ``vectors``; None = row i.
-
-    Returns:
-        (edges int64 (E, 2) with i < j in global rows, similarity float64 (E,)), unordered.
-    """
+    ``vectors``: float32 (m, d), unit rows; ``starts``, ``sizes``: int64 (G,) of contiguous
+    groups; ``rows``: int64 (n,), fact i's row (None = i). Groups of one size are multiplied
+    stacked in float32, ``max_block`` similarities at a time, and the pairs near the threshold
+    recomputed by :func:`_exact_similarity`. Returns unordered (edges int64 (E, 2), i < j,
+    similarity float64 (E,))."""
     loose = threshold - _similarity_margin(vectors.shape[1], decimals)
     if rows is None:
         rows = np.arange(len(vectors), dtype=np.int64)
@@ -272,26 +207,12 @@ def candidate_pairs(
     hnsw_ef: int = 64,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs of facts whose cosine similarity is at least ``threshold`` (inclusive), docs/method.md §2.3.
-
-    Up to ``dense_max`` vectors every pair is considered (:func:`dense_pairs`: float32 blocks,
-    then the near ones exactly); above it an hnswlib inner-product index (M = ``hnsw_m``,
-    ef_construction = ef = max(``hnsw_ef``, k + 1), fixed ``seed``, one thread so the graph is
-    deterministic) gives each vector's ``k`` nearest neighbours. ``k`` >= n - 1 asks for every
-    pair, so the exact search serves it; so does it when the index cannot return k + 1 items per
-    query (hnswlib's graph over many duplicate vectors can fall short even with ef = k + 1).
-    Either way the similarity of a pair is its float64 dot product rounded to ``decimals``
-    (:func:`_exact_similarity`), a function of the two vectors alone, so batching cannot reorder
-    or flip edges.
-
-    Args:
-        vectors: float32 (n, d), L2-normalised.
-        threshold: cosine in [-1, 1].
-        k: neighbours per vector on the k-NN path, >= 1 (any size: capped at n - 1).
-
-    Returns:
-        (edges int64 (E, 2) with i < j, similarity float64 (E,)), sorted by (i, j).
-    """
+    """Pairs of ``vectors`` (float32 (n, d), unit rows) with cosine >= ``threshold`` (§2.3).
+    Up to ``dense_max`` vectors, or when ``k`` >= n - 1, every pair (:func:`dense_pairs`); above
+    it each vector's ``k`` nearest neighbours from an hnswlib index (ef = max(``hnsw_ef``, k + 1),
+    fixed ``seed``, one thread so the graph is deterministic), similarities by
+    :func:`_exact_similarity`. Returns (edges int64 (E, 2), i < j, similarity float64 (E,)),
+    sorted by (i, j); docs/method.md §2.3."""
     n = len(vectors)
     if n < 2:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
@@ -308,7 +229,7 @@ def candidate_pairs(
     index.set_ef(ef)
     try:
         neighbours, _ = index.knn_query(vectors, k=k + 1)
-    except RuntimeError:  # "Cannot return the results in a contiguous 2D array"
+    except RuntimeError:  # too few results: a graph over many duplicates can fall short
         return _all_pairs(vectors, threshold, decimals)
     rows = np.repeat(np.arange(n), neighbours.shape[1])
     cols = neighbours.reshape(-1).astype(np.int64)

@@ -1,27 +1,7 @@
-"""Answer metrics for the outcome reward: normalisation, exact match and token F1 (docs/method.md §1).
+"""Answer metrics for the outcome reward: normalisation, EM and token F1 (docs/method.md §1).
 
-The outcome reward R of a rollout is the token-level F1 of its answer against the best-matching
-gold answer; EM is computed alongside and reported. Both follow the reference scripts that
-search-agent papers report with:
-
-- SQuAD v1.1 ``evaluate-v1.1.py`` (Rajpurkar et al. 2016): ``normalize_answer``, ``f1_score``,
-  ``exact_match_score`` and the max over gold answers;
-- HotpotQA ``hotpot_evaluate_v1.py`` (Yang et al. 2018): the same normalisation and F1 plus the
-  yes/no/no-answer rule below. Search-R1 and R1-Searcher copy these functions.
-
-Normalisation (default, ``fold_unicode=False``) is byte for byte the reference one, in its order:
-``lower()``; drop every character of ``string.punctuation``; replace the whole words ``a``,
-``an``, ``the`` (regex ``\\b(a|an|the)\\b``) with a space; split on whitespace and join with one
-space. So ``"U.S."`` -> ``"us"`` and ``"The  Beatles!"`` -> ``"beatles"``.
-
-The edge cases where the references are silent (empty prediction, token-less or blank gold,
-``fold_unicode``) are docs/method.md §1, "Answer metrics".
-
-Beside the scores: :func:`outcome` (R and y of a rollout, the empty-store rule),
-:func:`outcome_reward` (the same rule for one finished rollout, as every trainer adapter applies
-it) and :func:`golden_answers_from` (the gold answers a trainer's per-prompt value holds).
-
-All functions are pure: no state, no I/O, no globals beyond the constant tables.
+They follow SQuAD v1.1 ``evaluate-v1.1.py`` and HotpotQA ``hotpot_evaluate_v1.py``, as
+search-agent papers report; docs/method.md §1 "Answer metrics" has the cases they leave open.
 """
 
 from __future__ import annotations
@@ -36,17 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "GOLD_KEYS",
-    "UNICODE_FOLDS",
-    "Outcome",
-    "exact_match",
-    "f1",
-    "golden_answers_from",
-    "golds_normalized_empty",
-    "normalize_answer",
-    "outcome",
-    "outcome_reward",
-    "qa_scores",
+    "GOLD_KEYS", "UNICODE_FOLDS", "Outcome", "exact_match", "f1", "golden_answers_from",
+    "golds_normalized_empty", "normalize_answer", "outcome", "outcome_reward", "qa_scores",
 ]
 
 _DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e3a\u2e3b"
@@ -68,21 +39,9 @@ _YES_NO_NOANSWER = frozenset({"yes", "no", "noanswer"})
 
 
 def normalize_answer(text: str, fold_unicode: bool = False) -> str:
-    """Normalise an answer as SQuAD v1.1 / HotpotQA do, optionally folding Unicode first.
-
-    Args:
-        text: the answer text.
-        fold_unicode: if True, apply NFKC and then :data:`UNICODE_FOLDS` before the SQuAD steps
-            (docs/method.md §1). If False (default) the result equals the reference
-            ``normalize_answer`` of SQuAD v1.1 ``evaluate-v1.1.py`` for every string.
-
-    Returns:
-        The normalised text: lower-cased, without ``string.punctuation`` characters or the
-        articles a/an/the, tokens joined by single spaces; ``""`` when nothing is left.
-
-    Raises:
-        TypeError: ``text`` is not a ``str``.
-    """
+    """Normalise an answer as SQuAD v1.1 / HotpotQA do (docs/method.md §1); TypeError if not str.
+    Lower-case, drop ``string.punctuation`` and a/an/the, join tokens by one space; without
+    ``fold_unicode`` (NFKC and :data:`UNICODE_FOLDS` first) it equals SQuAD's for every string."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}: {text!r}")
     if fold_unicode:
@@ -98,30 +57,11 @@ def normalize_answer(text: str, fold_unicode: bool = False) -> str:
 def qa_scores(
     prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False
 ) -> tuple[float, float]:
-    """Exact match and token F1 of one prediction, each maximised over the gold answers.
-
-    Each text is normalised once. Sources: SQuAD v1.1 ``evaluate-v1.1.py`` (``exact_match_score``,
-    ``f1_score``, ``metric_max_over_ground_truths``) and HotpotQA ``hotpot_evaluate_v1.py``
-    (yes/no/no-answer rule); docs/method.md §1. docs/method.md §1 gives the rules for empty
-    predictions, token-less golds and ``fold_unicode``.
-
-    Args:
-        prediction: the rollout's answer text.
-        golden_answers: one gold answer, or a non-empty sequence of them (any non-string
-            iterable of ``str``, such as a NumPy array, is accepted).
-        fold_unicode: fold Unicode dashes and quotes and apply NFKC before normalising.
-
-    Returns:
-        ``(em, f1)``: em is 1.0 if the normalised prediction equals a normalised gold answer,
-        else 0.0; f1 in [0, 1] is the best token F1 over the gold answers. Both are 0.0 for a
-        prediction that normalises to no tokens.
-
-    Raises:
-        TypeError: ``prediction`` or a gold answer is not a ``str``, or ``golden_answers`` is
-            neither a ``str`` nor an iterable of them.
-        ValueError: ``golden_answers`` is empty or holds a blank (empty or whitespace-only)
-            answer.
-    """
+    """``(em, f1)`` of one prediction, each maximised over the gold answers (docs/method.md §1).
+    SQuAD v1.1's scores with HotpotQA's yes/no/no-answer rule: em 1.0 or 0.0, f1 in [0, 1], both
+    0.0 for a prediction that normalises to no tokens. ``golden_answers``: one ``str`` or a
+    non-empty iterable of them. TypeError for a non-str prediction or gold answer, ValueError for
+    no gold or a blank one."""
     golds = _checked_golden_answers(golden_answers)
     if not isinstance(prediction, str):
         raise TypeError(
@@ -131,8 +71,7 @@ def qa_scores(
     if not normalized_prediction:
         return 0.0, 0.0
     prediction_tokens = normalized_prediction.split()
-    best_em = 0.0
-    best_f1 = 0.0
+    best_em = best_f1 = 0.0
     for gold in golds:
         normalized_gold = normalize_answer(gold, fold_unicode)
         if normalized_gold == normalized_prediction:
@@ -144,20 +83,8 @@ def qa_scores(
 def golds_normalized_empty(
     golden_answers: Sequence[str] | str, fold_unicode: bool = False
 ) -> list[str]:
-    """The gold answers that normalise to no tokens ("The The", "A", "!!!"), each once, in order.
-
-    No prediction can match such a gold (an answer that normalises to nothing scores 0), so it
-    scores 0 against every answer: the rule of docs/method.md §1, kept for SQuAD compatibility;
-    callers warn about them.
-
-    Args:
-        golden_answers, fold_unicode: as :func:`qa_scores`.
-
-    Returns:
-        list of the original gold strings (empty when every gold keeps a token).
-
-    Raises:
-        TypeError, ValueError: as :func:`qa_scores` for malformed or blank gold answers.
+    """The gold answers that normalise to no tokens ("The The", "!!!"), each once, in order: they
+    score 0 against every answer (docs/method.md §1), so callers warn. Raises as :func:`qa_scores`.
     """
     golds = _checked_golden_answers(golden_answers)
     return list(dict.fromkeys(g for g in golds if not normalize_answer(g, fold_unicode)))
@@ -166,22 +93,12 @@ def golds_normalized_empty(
 def exact_match(
     prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False
 ) -> float:
-    """1.0 if the normalised prediction equals any normalised gold answer, else 0.0.
-
-    Source: SQuAD v1.1 ``exact_match_score`` with the max over gold answers; an empty
-    prediction scores 0.0 (docs/method.md §1). Arguments and errors as :func:`qa_scores`.
-    """
+    """The ``em`` of :func:`qa_scores`: 1.0 if the normalised prediction equals a gold, else 0.0."""
     return qa_scores(prediction, golden_answers, fold_unicode)[0]
 
 
 def f1(prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False) -> float:
-    """Token-level F1 in [0, 1] against the best-matching gold answer (docs/method.md §1 outcome reward).
-
-    Source: SQuAD v1.1 ``f1_score`` (multiset token overlap, precision and recall over the
-    normalised tokens) with HotpotQA's yes/no/no-answer rule, maximised over the gold answers;
-    an empty prediction scores 0.0 (docs/method.md §1). Arguments and errors as
-    :func:`qa_scores`.
-    """
+    """The ``f1`` of :func:`qa_scores`: token F1 in [0, 1] against the best-matching gold."""
     return qa_scores(prediction, golden_answers, fold_unicode)[1]
 
 
@@ -240,23 +157,9 @@ def outcome(
     given: float | None = None,
     success: Literal["em", "f1", "reward"] = "em",
 ) -> tuple[float, float]:
-    """A rollout's outcome reward R and success y (docs/method.md §1, §3), with the empty-store rule (§4).
-
-    A rollout without an answer, or whose answer came from an empty fact store, gets R = y = 0.
-    Otherwise R is the reward the input gives (``given``) or, when it gives none, the answer's F1;
-    y is its EM, its F1, or R clipped to [0, 1] (``success``). Every surface that scores an outcome
-    (the API, the verl reward function) calls this one rule.
-
-    Args:
-        em, f1: the answer's scores (:func:`qa_scores`); read only when ``answered``.
-        answered: the rollout gave an answer.
-        empty_store: the answer was given while the fact store was empty.
-        given: the input's outcome reward, or None.
-        success: ``FactUtilConfig.success``.
-
-    Returns:
-        ``(reward, success)`` as floats.
-    """
+    """``(R, y)``, a rollout's outcome reward and success as floats (docs/method.md §1, §3, §4),
+    every surface's rule: no answer, or one from an empty store, gives 0, 0; else R is ``given``
+    or the answer's ``f1``, and y its ``em``, ``f1`` or R clipped to [0, 1] (``success``)."""
     if not answered or empty_store:
         return 0.0, 0.0
     reward = given if given is not None else f1
@@ -269,16 +172,8 @@ def outcome(
 
 @dataclass(frozen=True)
 class Outcome:
-    """The outcome of one rollout (docs/method.md §1, §4).
-
-    Attributes:
-        score: the outcome reward R in [0, 1]: answer F1, or 0 with no answer or an answer
-            from an empty store.
-        em: exact match of the answer as given (0 with no answer).
-        f1: token F1 of the answer as given (0 with no answer).
-        answered: the rollout gave an answer.
-        empty_store: it answered from an empty store.
-    """
+    """The outcome of one rollout (docs/method.md §1, §4): ``score`` is R in [0, 1]; ``em`` and
+    ``f1`` score the answer as given (0 with none)."""
 
     score: float
     em: float
@@ -293,22 +188,9 @@ def outcome_reward(
     store_size: int | None,
     fold_unicode: bool = False,
 ) -> Outcome:
-    """The outcome reward of a finished rollout (docs/method.md §1, §4); every adapter applies it.
-
-    Args:
-        answer: the rollout's answer, None when it gave none.
-        golden_answers: the question's gold answers (a non-empty sequence, or one string).
-        store_size: triples in the store when it answered; None when unknown (the empty-store
-            rule then cannot apply and the answer is scored as given).
-        fold_unicode: ``FactUtilConfig.fold_unicode``.
-
-    Returns:
-        :class:`Outcome`; ``score`` is F1, 0 without an answer or from an empty store.
-
-    Raises:
-        ValueError: ``golden_answers`` is empty or holds a blank answer.
-        TypeError: an answer or gold answer that is not a ``str``.
-    """
+    """The :class:`Outcome` of a finished rollout (docs/method.md §1, §4), every adapter's rule.
+    ``answer``: None when it gave none; ``store_size``: triples in the store when it answered,
+    None when unknown (no empty-store rule then). Raises as :func:`qa_scores`."""
     if answer is None:
         qa_scores("", golden_answers)  # the gold answers are checked whatever the rollout did
         return Outcome(0.0, 0.0, 0.0, answered=False, empty_store=False)
@@ -318,23 +200,15 @@ def outcome_reward(
     return Outcome(float(score), float(em), float(f1), answered=True, empty_store=empty)
 
 
-GOLD_KEYS = ("golden_answers", "answers", "target", "answer")
-"""Keys of a mapping that hold the gold answers, in the order they are looked up."""
+GOLD_KEYS = ("golden_answers", "answers", "target", "answer")  # looked up in this order
 
 
 def golden_answers_from(value: Any) -> list[str]:
-    """The gold answers a trainer's per-prompt value holds: the one rule of every adapter.
-
-    verl's ``reward_model.ground_truth``, OpenRLHF's ``label``, a dataset column: a string (one
-    answer, or a JSON list such as ``'["Paris", "paris"]'``); a list, tuple or array of answers
-    (nested ones flattened); a mapping with one of :data:`GOLD_KEYS` (Search-R1's
-    ``{"target": [...]}``), the first present wins; a number (its text). Blank answers, None and
-    booleans are dropped.
-
-    Returns:
-        list[str], possibly empty when nothing usable was given (a caller skips the group or
-        raises, never scores it silently).
-    """
+    """The gold answers (list[str]) a trainer's per-prompt value holds: every adapter's rule.
+    A string (one answer, or a JSON list ``'["Paris", "paris"]'``), a list, tuple or array
+    (flattened), a mapping with one of :data:`GOLD_KEYS` (the first present; Search-R1's
+    ``{"target": [...]}``) or a number; blanks, None and booleans are dropped. An empty result
+    means nothing usable: callers skip or raise, never score it."""
     if isinstance(value, Mapping):
         for key in GOLD_KEYS:
             if key in value:
@@ -353,10 +227,7 @@ def golden_answers_from(value: Any) -> list[str]:
     if hasattr(value, "tolist"):  # numpy arrays after a parquet round trip
         value = value.tolist()
     if isinstance(value, (list, tuple)):
-        answers: list[str] = []
-        for item in value:
-            answers.extend(golden_answers_from(item))
-        return answers
+        return [answer for item in value for answer in golden_answers_from(item)]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return [str(value)]
     return []

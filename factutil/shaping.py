@@ -1,14 +1,6 @@
 """Utilities -> potentials, shaping rewards, back-credit and penalties (docs/method.md §4).
 
-All functions work on one rollout's effective actions (those before its first answer and within
-``max_turns``), given as parallel arrays of length T:
-
-- ``kinds``: int8 codes :data:`SEARCH`, :data:`ASSERT`, :data:`ANSWER`, :data:`INVALID`;
-- ``new_clusters``: per action, the sorted int64 ids of clusters the action brought into the store
-  (empty for everything but an assert that adds a new cluster).
-
-The potential of a store is Phi(S) = tanh(sum of its clusters' utilities), Phi(empty) = 0; the
-shaping reward of action t is F_t = gamma * Phi(S_t) - Phi(S_{t-1}).
+Rollouts are the rows of (R, T) grids of their effective actions, kinds coded as below.
 """
 
 from __future__ import annotations
@@ -25,12 +17,8 @@ KIND_CODES = {"search": SEARCH, "assert": ASSERT, "answer": ANSWER, "invalid": I
 
 @dataclass(frozen=True)
 class ProcessRewards:
-    """Process reward parts of one rollout (docs/method.md §4); every array is float64 (T,).
-
-    ``process_reward = shaping + back_credit + penalty``. ``back_credit`` is +alpha*F on the
-    search that receives a share and -alpha*F on the assert that sends it, so it sums to 0 over a
-    rollout. ``potential`` is Phi of the store after each action; ``empty_store_answer`` (bool)
-    marks an answer given while the store held no fact.
+    """Process reward parts (docs/method.md §4), float64 (T,) or (R, T): ``process_reward =
+    shaping + back_credit + penalty``; ``empty_store_answer`` (bool): answers from an empty store.
     """
 
     shaping: np.ndarray
@@ -42,51 +30,25 @@ class ProcessRewards:
 
 
 def potentials(gain: np.ndarray) -> np.ndarray:
-    """Phi of the store after each action: tanh of the running sum of the utility the actions
-    brought into it (docs/method.md §4). The one place Phi is computed.
-
-    Args:
-        gain: float64 (T,) or (R, T), the summed utility of the clusters each action added (0 for
-            an action that added none; :func:`action_gains`), one rollout per row.
-
-    Returns:
-        float64, the shape of ``gain``, values in (-1, 1).
-    """
+    """Phi after each action, in (-1, 1), from ``gain`` (T,) or (R, T) of :func:`action_gains`;
+    the one place Phi is computed (docs/method.md §4)."""
     return np.tanh(np.cumsum(np.asarray(gain, dtype=np.float64), axis=-1))
 
 
 def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
-    """F_t = gamma * Phi(S_t) - Phi(S_{t-1}) with Phi(S_{-1}) = Phi(empty) = 0 (docs/method.md §4).
-
-    Args:
-        potential: float64 (T,) or (R, T), Phi after each action along the last axis
-            (:func:`potentials`).
-        gamma: discount in (0, 1]. With gamma = 1 the rewards telescope to Phi(final store).
-
-    Returns:
-        float64, the shape of ``potential``.
-    """
+    """F_t = gamma * Phi(S_t) - Phi(S_{t-1}), Phi(S_{-1}) = 0 (docs/method.md §4), of the shape
+    of ``potential``, float64 (T,) or (R, T) of :func:`potentials`."""
     potential = np.asarray(potential, dtype=np.float64)
-    before = np.concatenate(
-        [np.zeros(potential.shape[:-1] + (1,)), potential[..., :-1]], axis=-1
-    )
+    before = np.concatenate([np.zeros(potential.shape[:-1] + (1,)), potential[..., :-1]], axis=-1)
     if gamma == 1.0:
         return potential - before
     return gamma * potential - before
 
 
 def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> np.ndarray:
-    """Move alpha * F of each assert to the most recent search before it (docs/method.md §4).
-
-    Args:
-        kinds: int (T,) or (R, T) action codes, one rollout per row.
-        shaping: float64, the shape of ``kinds``: shaping rewards.
-        alpha: share in [0, 1] sent back; an assert with no earlier search keeps all of F.
-
-    Returns:
-        float64, the shape of ``kinds``: +alpha*F on receiving searches, -alpha*F on sending
-        asserts; each row sums to 0.
-    """
+    """Move alpha * F of each assert to the most recent search before it (docs/method.md §4):
+    float64 of the shape of ``kinds`` and ``shaping``, (T,) or (R, T), +alpha*F on receiving
+    searches and -alpha*F on sending asserts, each row summing to 0."""
     kinds = np.asarray(kinds)
     shaping = np.asarray(shaping, dtype=np.float64)
     flat = kinds.ndim == 1
@@ -107,18 +69,9 @@ def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> n
 def action_gains(
     pair_row: np.ndarray, pair_step: np.ndarray, pair_utility: np.ndarray, rows: int, steps: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """What each action brought into its rollout's store, as (R, T) grids (docs/method.md §4).
-
-    Args:
-        pair_row, pair_step: int64 (P,), each (rollout, cluster) pair once, with the step whose
-            assert first brought the cluster into that rollout's store.
-        pair_utility: float64 (P,), the pair's cluster utility.
-        rows, steps: the grid's shape R x T.
-
-    Returns:
-        ``(gain, added)``: float64 (R, T) summed utility of the clusters each action added, summed
-        exactly (``math.fsum``, so order never matters), and int64 (R, T) how many it added.
-    """
+    """``(gain, added)`` (``rows``, ``steps``) grids: the float64 summed utility (exact,
+    ``math.fsum``) of the clusters each action added and int64 how many (docs/method.md §4), from
+    ``pair_*`` (P,) as :class:`~factutil.utility.BatchUtilities` gives them."""
     cell = pair_row * steps + pair_step
     added = np.bincount(cell, minlength=rows * steps).astype(np.int64).reshape(rows, steps)
     gain = np.bincount(cell, weights=pair_utility, minlength=rows * steps)
@@ -145,24 +98,11 @@ def process_rewards(
     repeat_search_penalty: float = -0.01,
     empty_store_answer_penalty: float = -0.1,
 ) -> ProcessRewards:
-    """All process reward parts of many rollouts at once (docs/method.md §4), one rollout per row.
-
-    Rows are padded to a common length T with ``kinds == PAD``; padded cells get 0 everywhere.
-
-    Args:
-        kinds: int (R, T) action codes, :data:`PAD` after a rollout's last effective action.
-        gain: float64 (R, T), the summed utility of the clusters each action brought into the
-            store (0 for every action but an assert that adds a new cluster).
-        added: int (R, T), how many clusters each action brought into the store.
-        repeated_search: bool (R, T), True on a search whose normalised query repeats an earlier one.
-        gamma, alpha: docs/method.md §4 parameters.
-        invalid_penalty, repeat_search_penalty, empty_store_answer_penalty: values <= 0 added to
-            the process reward of the matching actions.
-
-    Returns:
-        :class:`ProcessRewards` with (R, T) arrays. Each row is computed on its own (running sums
-        along the row), so a rollout's numbers never depend on the other rows.
-    """
+    """:class:`ProcessRewards` of R rollouts at once, one per row (docs/method.md §4).
+    ``kinds``: int (R, T) codes, :data:`PAD` (0 everywhere) after a rollout's last action;
+    ``gain``, ``added``: as :func:`action_gains`; ``repeated_search``: bool (R, T), a search
+    repeating an earlier query; the floats are the fields of §4. Each row depends on that row
+    alone. Raises ValueError when ``kinds`` is not 2-D or the grids differ in shape."""
     kinds = np.asarray(kinds)
     if kinds.ndim != 2:
         raise ValueError(f"kinds must be (R, T), got shape {kinds.shape}")

@@ -1,18 +1,5 @@
-"""Clusters -> Beta-smoothed utilities (docs/method.md §3).
-
-For a group with rollout successes y (G,), p-bar = mean(y), and a membership matrix saying which
-rollout's store ever held a member of which cluster:
-
-    n_c = #rollouts holding c,   s_c = sum of y over them,
-    prior="group" (the default):          m_c = (s_c + 2 epsilon p-bar) / (n_c + 2 epsilon)
-    prior="beta"  (the paper's Eq. 5-9):  m_c = (s_c + epsilon) / (n_c + 2 epsilon)
-    u_c = m_c - p-bar.
-
-Under "group" the prior is Beta with mean p-bar and strength 2 epsilon, so a group whose rollouts
-all have the same success gives every cluster u_c = 0 exactly. With ``utility="loo"`` rollout i's
-shaping reads each of its clusters' utility computed from the other G - 1 rollouts alone
-(s_c - y_i, n_c - 1 and their mean success), so its own outcome does not feed its process reward.
-"""
+"""Clusters -> Beta-smoothed utilities u_c = m_c - p-bar (docs/method.md §3, which gives the
+priors ``"group"`` and ``"beta"``, leave-one-out and their reasons)."""
 
 from __future__ import annotations
 
@@ -32,24 +19,19 @@ PRIOR_RISK = (
     "prior='beta' (the paper's Beta(epsilon, epsilon)) such a group gives every fact a positive "
     "utility, rarest facts most: in the credit ablation (benchmarks/README.md) that is what made "
     "plain GRPO from a cold start take off in fewer seeds than outcome-only. Without dynamic "
-    "sampling use the default prior='group' (or preset='plain_grpo'); factutil/groups_uniform_share "
-    "reports the share of such groups per step"
+    "sampling use the default prior='group' (or preset='plain_grpo'); "
+    "factutil/groups_uniform_share reports the share of such groups per step"
 )
-"""The warning of a step whose uniform groups make the paper's prior reward facts blindly."""
 
 
 class PriorRiskWarning(UserWarning):
-    """:data:`PRIOR_RISK`, given once per process (Python's default warning filter) when a step
-    under ``prior="beta"`` has at least half of its groups failing in every rollout."""
+    """:data:`PRIOR_RISK`: a step under ``prior="beta"`` has at least half of its groups failing
+    in every rollout, so the paper's prior rewards facts blindly (docs/method.md §3)."""
 
 
 def success_rate(success: np.ndarray) -> float:
-    """The group's mean success p-bar, summed exactly (``math.fsum``) so order never matters.
-
-    A group whose rollouts all have the same success y gets p-bar = y exactly (the mean of equal
-    values; ``fsum`` then a division can land one ulp away), so that its utilities under
-    ``prior="group"`` are exactly 0.
-    """
+    """The group's mean success p-bar, exact (``math.fsum``); equal successes y give exactly y
+    (a division can land one ulp away), so such a group's ``"group"`` utilities are exactly 0."""
     success = np.asarray(success, dtype=np.float64)
     if success.size == 0:
         raise ValueError("success must hold at least one rollout, got an empty array")
@@ -67,28 +49,11 @@ def smoothed_utilities(
     epsilon: float,
     prior: Prior = "group",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean success m_c and utility u_c = m_c - p-bar of each cluster (docs/method.md §3).
-
-    ``prior="beta"`` (the paper's Eq. 5-9): Beta(epsilon, epsilon),
-    m_c = (s_c + epsilon) / (n_c + 2 epsilon). ``prior="group"`` (the default): Beta with
-    mean p-bar and strength 2 epsilon, m_c = (s_c + 2 epsilon p-bar) / (n_c + 2 epsilon), computed as
-    u_c = d_c / (n_c + 2 epsilon) with d_c = sum of (y_i - p-bar) over the rollouts holding c, the same
-    value algebraically, and exactly 0 when every rollout of the group has the same success.
-
-    Args:
-        s: float64 (K,) summed success of the rollouts holding each cluster.
-        deviation: float64 (K,) summed y_i - p-bar of those rollouts (read only by "group").
-        n: int (K,) rollouts holding each cluster.
-        baseline: float64 (K,) p-bar of each cluster's group, or one scalar.
-        epsilon: prior strength, > 0.
-        prior: ``"beta"`` or ``"group"``.
-
-    Returns:
-        ``(mean, utility)``, float64 (K,) each.
-
-    Raises:
-        ValueError: for an unknown prior.
-    """
+    """``(m_c, u_c)``, float64 (K,) each, of K clusters (docs/method.md §3).
+    ``s``, ``n``: float64 s_c and int n_c (K,); ``deviation``: d_c, the summed y_i - p-bar of the
+    rollouts holding c (read by ``"group"``, where u_c = d_c / (n_c + 2 epsilon): the formula of
+    §3, exactly 0 when a group's successes are equal); ``baseline``: p-bar per cluster (K,) or a
+    scalar. Raises ValueError for an unknown prior."""
     if prior == "beta":
         mean = (s + epsilon) / (n + 2.0 * epsilon)
         return mean, mean - baseline
@@ -101,25 +66,9 @@ def smoothed_utilities(
 @dataclass(frozen=True)
 class BatchUtilities:
     """Every cluster of a batch of groups (docs/method.md §3), numbered 0..K-1 across the batch.
-
-    Attributes:
-        cluster_starts: int64 (groups,), the first batch cluster id of each group (a group's local
-            id c is batch id ``cluster_starts[g] + c``).
-        cluster_group: int64 (K,), the group of each cluster.
-        n: int64 (K,), rollouts whose store held the cluster.
-        s: float64 (K,), summed success of those rollouts.
-        mean: float64 (K,), posterior mean success m_c.
-        utility: float64 (K,), u_c = m_c - p-bar (0 for a zeroed uniform group).
-        fact_cluster: int64 (facts,), the batch cluster of each batch fact.
-        pair_row, pair_cluster, pair_step: int64 (P,), each (rollout, cluster) pair once, sorted by
-            (rollout, cluster), with the step whose assert first brought the cluster in.
-        pair_utility: float64 (P,), the utility the pair's rollout reads for the cluster:
-            ``utility[pair_cluster]``, or under ``utility_from="loo"`` the cluster's utility
-            from the rollout's G - 1 group mates alone.
-        uniform_zeroed: groups whose utilities ``uniform_groups="zero"`` set to 0.
-        groups_uniform: groups whose rollouts all have the same success.
-        groups_all_fail: groups whose rollouts all have success 0.
-    """
+    (K,) per cluster: its group, n_c (int64), s_c, m_c, u_c (float64); ``fact_cluster`` (facts,);
+    ``pair_*`` (P,): each (rollout, cluster) pair once, sorted, with the step that first brought
+    the cluster in and the utility the rollout reads; counts of groups zeroed, uniform, all-fail."""
 
     cluster_starts: np.ndarray
     cluster_group: np.ndarray
@@ -150,45 +99,23 @@ def batch_utilities(
     uniform_groups: Literal["keep", "zero"] = "keep",
     utility_from: UtilityFrom = "group",
 ) -> BatchUtilities:
-    """Cluster statistics and utilities of every group of a batch at once (docs/method.md §3).
-
-    Rollouts ("rows") are numbered 0..R-1 across the batch, group by group; facts likewise, group
-    by group, each group's facts labelled by ``labels``. n_c counts the rows whose store ever held
-    cluster c; s_c adds their successes in ``rank`` order (rollout_id order, the order the formula
-    is written in, so sums never depend on input order). Each group's numbers depend on that group
-    alone.
-
-    Under ``prior="beta"`` with ``uniform_groups="keep"``, a batch in which at least half of the
-    groups failed in every rollout gives a :class:`PriorRiskWarning` (:data:`PRIOR_RISK`).
-
-    Args:
-        labels: per group, int (facts of the group,) cluster labels 0..k-1.
-        occurrence_row, occurrence_step, occurrence_fact: int64 (occurrences,), for each asserted
-            triple occurrence its row, its step and its batch fact index.
-        success: float64 (R,), y of each row.
-        rank: int64 (R,), each row's position in its group by rollout_id.
-        rollout_starts: int64 (groups,), the first row of each group.
-        epsilon, prior: see :func:`smoothed_utilities`.
-        uniform_groups: ``"zero"`` sets the utilities of a group whose rows all have the same
-            success to 0 (docs/decisions.md); ``"keep"`` leaves docs/method.md §3's values.
-        utility_from: ``"group"``: a row reads each cluster's utility u_c (the paper's);
-            ``"loo"``: the utility of the cluster from the row's group mates alone, the same
-            formula with s_c - y_i, n_c - 1 and their mean success (0 in a group of one row).
-
-    Returns:
-        :class:`BatchUtilities`.
-    """
+    """The :class:`BatchUtilities` of every group of a batch at once (docs/method.md §3).
+    Rollouts ("rows") and facts are numbered across the batch, group by group; ``labels``: per
+    group, int cluster labels of its facts; ``occurrence_*``: int64, each asserted triple's row,
+    step and batch fact; ``success``, ``rank``: (R,) y and position by rollout_id, the order s_c
+    is summed in; ``rollout_starts``: int64, each group's first row. Each group's numbers depend
+    on it alone. Warns :class:`PriorRiskWarning` as §3 says."""
     if utility_from not in ("group", "loo"):
         raise ValueError(f"utility must be 'group' or 'loo', got {utility_from!r}")
     groups = len(labels)
     sizes = np.array([int(g.max()) + 1 if len(g) else 0 for g in labels], dtype=np.int64)
-    cluster_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if groups else sizes
+    cluster_starts = np.cumsum(sizes) - sizes
     total = int(sizes.sum())
     fact_counts = np.array([len(g) for g in labels], dtype=np.int64)
     fact_group = np.repeat(np.arange(groups, dtype=np.int64), fact_counts)
-    fact_cluster = (
-        np.concatenate(labels).astype(np.int64) + cluster_starts[fact_group] if groups else fact_group
-    )
+    fact_cluster = fact_group
+    if groups:
+        fact_cluster = np.concatenate(labels).astype(np.int64) + cluster_starts[fact_group]
     cluster_group = np.repeat(np.arange(groups, dtype=np.int64), sizes)
     occurrence_cluster = fact_cluster[occurrence_fact]
     keys, first = np.unique(occurrence_row * max(total, 1) + occurrence_cluster, return_index=True)
@@ -229,8 +156,8 @@ def batch_utilities(
     all_fail = int((uniform & (high == 0.0)).sum())
     zeroed = 0
     if uniform_groups == "zero" and groups:
-        # Nothing separates helpful facts from harmful ones when every rollout scored the
-        # same; docs/method.md §3's prior would still reward every fact (all fail) or punish it (all win).
+        # Nothing separates helpful facts from harmful ones when every rollout scored the same;
+        # §3's prior would still reward every fact (all fail) or punish it (all win).
         utility = np.where(uniform[cluster_group], 0.0, utility)
         pair_utility = np.where(uniform[cluster_group[pair_cluster]], 0.0, pair_utility)
         zeroed = int(uniform.sum())
@@ -253,14 +180,8 @@ def _leave_one_out(
     epsilon: float,
     prior: Prior,
 ) -> np.ndarray:
-    """Per (row, cluster) pair, the cluster's utility from the row's group mates alone.
-
-    For row i holding c: p-bar_{-i} = the mean success of the other rows of its group
-    (:func:`success_rate`), n' = n_c - 1, and over the other rows holding c (in ``order``, i.e.
-    rank order) s' = sum of y_j (``"beta"``: u = (s' + eps) / (n' + 2 eps) - p-bar_{-i}) or
-    d' = sum of (y_j - p-bar_{-i}) (``"group"``: u = d' / (n' + 2 eps), exactly 0 when the mates
-    all scored the same). A row without group mates reads 0.
-    """
+    """Per (row, cluster) pair, the cluster's utility from the row's group mates alone (mates
+    summed in rank order; a row without mates reads 0)."""
     others = np.zeros(len(success), dtype=np.float64)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if b - a < 2:

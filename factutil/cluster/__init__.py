@@ -1,12 +1,5 @@
-"""Facts -> clusters (docs/method.md §2): the clusterer protocol and exact clusters
-(:mod:`~factutil.cluster.base`), the semantic clusterer (:mod:`~factutil.cluster.semantic`), its
-memos (:mod:`~factutil.cluster.memo`) and key edges (:mod:`~factutil.cluster.keys`).
-
-A :class:`Clusterer` assigns every distinct fact of a group to a cluster:
-:class:`ExactClusterer` (one cluster per normalised text, the paper's ablation) or
-:class:`SemanticClusterer` (embeddings, filters, constrained single linkage; the default).
-The fact forms of :mod:`factutil.facts` and the linkage's public functions are re-exported.
-"""
+"""Facts -> clusters (docs/method.md §2): :class:`ExactClusterer` (the paper's ablation) or
+:class:`SemanticClusterer` (the default); re-exports the fact forms and the linkage's functions."""
 
 from factutil.cluster.base import Clusterer, ExactClusterer, cluster_triples, make_clusterer
 from factutil.cluster.semantic import SemanticClusterer

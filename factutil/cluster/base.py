@@ -19,14 +19,9 @@ __all__ = ["Clusterer", "ExactClusterer", "cluster_triples", "make_clusterer"]
 @runtime_checkable
 class Clusterer(Protocol):
     """Assigns the distinct facts of each group to clusters (docs/method.md §2.2–§2.5).
-
-    ``cluster_batch(facts_per_group)`` takes, per group, one representative :class:`Triple` per
-    distinct normalised text, ordered by that text (see :func:`representatives`), and returns, per
-    group, an int64 array of the same length with canonical cluster labels (see
-    :func:`~factutil.linkage.canonical_labels`). Groups never share clusters; ``metrics`` (a dict
-    of floats) reports what the last call did. A clusterer may also take per-fact work made
-    elsewhere (``add_work``, :class:`~factutil.workers.FactWork`) for its next call.
-    """
+    ``cluster_batch`` takes per group one :class:`Triple` per distinct normalised text, in text
+    order (:func:`representatives`), and returns per group int64 canonical labels
+    (:func:`~factutil.linkage.canonical_labels`); ``metrics`` reports the last call."""
 
     metrics: dict[str, float]
 
@@ -40,24 +35,12 @@ def cluster_triples(
     triples_per_group: Sequence[Sequence[Triple]],
     template: str = DEFAULT_TEMPLATE,
 ) -> list[np.ndarray]:
-    """Cluster labels for arbitrary triples (duplicates allowed, any order), one array per group.
-
-    Args:
-        clusterer: any :class:`Clusterer`.
-        triples_per_group: per group, n_g triples.
-        template: the triple text template (docs/method.md §2.1).
-
-    Returns:
-        per group, int64 (n_g,): the canonical cluster of each triple, in the given order.
-    """
-    texts_per_group, facts_per_group = [], []
-    for triples in triples_per_group:
-        texts, facts = representatives(triples, template)
-        texts_per_group.append(texts)
-        facts_per_group.append(facts)
-    labels = clusterer.cluster_batch(facts_per_group)
+    """Per group, int64 (n_g,): the canonical cluster of each of its n_g triples (duplicates
+    allowed, any order), ``template`` the triple text template (docs/method.md §2.1)."""
+    found = [representatives(triples, template) for triples in triples_per_group]
+    labels = clusterer.cluster_batch([facts for _, facts in found])
     result = []
-    for triples, texts, group_labels in zip(triples_per_group, texts_per_group, labels):
+    for triples, (texts, _), group_labels in zip(triples_per_group, found, labels):
         label_of = dict(zip(texts, group_labels.tolist()))
         result.append(
             np.array([label_of[triple_text(t, template)] for t in triples], dtype=np.int64)
@@ -66,11 +49,7 @@ def cluster_triples(
 
 
 class ExactClusterer:
-    """Exact-match clusters: one cluster per distinct normalised text (docs/method.md §2.1, ``mode="exact"``).
-
-    The paper's ablation baseline: paraphrases in other words are different clusters, letter case
-    and spacing are not. It uses no per-fact work (no vectors, no analyses).
-    """
+    """One cluster per distinct normalised text (docs/method.md §2.1, ``mode="exact"``)."""
 
     def __init__(self) -> None:
         self.metrics: dict[str, float] = {}
@@ -82,8 +61,7 @@ class ExactClusterer:
 
 
 def make_clusterer(config: FactUtilConfig, embedder: Embedder | None = None) -> Clusterer:
-    """The clusterer that ``config.mode`` names: :class:`ExactClusterer` or
-    :class:`SemanticClusterer` (with ``embedder``, default the config's)."""
+    """The clusterer that ``config.mode`` names (``embedder``: None = the config's)."""
     if config.mode == "exact":
         return ExactClusterer()
     return SemanticClusterer(config, embedder=embedder)

@@ -31,19 +31,11 @@ def add_key_edges(
     starts: np.ndarray | None = None,
     hashes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Add an edge of similarity 1.0 between facts of one group whose canonical filter keys are
-    equal (docs/method.md §2.3): from the group's first fact with a key to each later one, unless that
-    pair is already a candidate edge.
-
-    Args:
-        edges: int64 (E, 2), i < j; sims: float64 (E,).
-        keys: n hashable keys, one per fact, the groups contiguous.
-        starts: int64 (G,), each group's first fact; None = one group.
-        hashes: int64 (n,), ``hash(key)`` of each key if known (saves hashing them again).
-
-    Returns:
-        (edges, sims, number of edges added); the added edges come after the given ones.
-    """
+    """Add an edge of similarity 1.0 from the first fact of a group with a key to each later one
+    with an equal key, unless already a candidate (docs/method.md §2.3). ``edges``: int64 (E, 2),
+    i < j; ``sims``: float64 (E,); ``keys``: n hashable keys of contiguous groups (``starts`` as
+    :func:`~factutil.linkage.batch_linkage`), ``hashes`` theirs if known. Returns (edges, sims,
+    number added), the added edges last."""
     n = len(keys)
     if n < 2:
         return edges, sims, 0

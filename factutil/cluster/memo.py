@@ -1,4 +1,4 @@
-"""What a semantic clusterer keeps per fact and per checked pair across steps (docs/method.md §2.1, §2.4)."""
+"""What a semantic clusterer keeps per fact and per checked pair across steps."""
 
 from __future__ import annotations
 
@@ -25,14 +25,9 @@ class FactRecord(NamedTuple):
 
 
 class FactMemo:
-    """Per fact (keyed by its exact parts: the analysis reads letter case) its text, filter
-    analysis and whether the embedder reads the text only in part, and per checked pair (keyed by its two records' serials) the name of the filter
-    that vetoed it (``""``: none); each an LRU of at most ``max_entries`` entries.
-
-    The texts depend on the template and the vetoes on the filters, so the memo is valid for one
-    clustering fit (:func:`~factutil.workers.clustering_fit`) and one embedder: :meth:`check`
-    empties it when either changes. ``clear()`` empties it.
-    """
+    """Per fact (keyed by its exact parts: the analysis reads letter case) its
+    :class:`FactRecord`, per checked pair (keyed by the records' serials) the name of the filter
+    that vetoed it (``""``: none); two LRUs of ``max_entries``, valid for one clustering fit."""
 
     def __init__(self, max_entries: int):
         self.records: LRUCache = LRUCache(max(max_entries, 1))
@@ -53,8 +48,7 @@ class FactMemo:
 
     def records_of(self, parts: Sequence[tuple[str, str, str]], template: str, analyse: bool,
                    filter_cache: Any) -> list[FactRecord]:
-        """The record of each ``(subject, relation, object)``, made when missing (with
-        ``analyse``, records carry the filter analysis, made through ``filter_cache``)."""
+        """The record of each ``(subject, relation, object)``, made when missing."""
         store = self.records
         known = store.get
         records = []
@@ -71,8 +65,7 @@ class FactMemo:
 
     def set_truncated(self, parts: Sequence[tuple[str, str, str]], records: Sequence[FactRecord],
                       truncated: Sequence[bool]) -> None:
-        """Keep each fact's ``truncated`` answer on its record (``records``: those of
-        :meth:`records_of` for ``parts``; the ones already answered are left alone)."""
+        """Keep each fact's ``truncated`` answer on its record (of :meth:`records_of`)."""
         if not self.keep:
             return
         store = self.records
@@ -82,14 +75,11 @@ class FactMemo:
 
     def add(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
             features: Sequence[Any] | None, truncated: Sequence[bool] | None = None) -> None:
-        """Records made elsewhere (from a :class:`~factutil.workers.FactWork`) for ``parts``,
-        replacing any they had (the caller passes the facts that have none)."""
+        """Records made elsewhere (a :class:`~factutil.workers.FactWork`) for ``parts``."""
         if not self.keep:
             return
-        if features is None:
-            features = [None] * len(parts)
-        if truncated is None:
-            truncated = [None] * len(parts)
+        features = features if features is not None else [None] * len(parts)
+        truncated = truncated if truncated is not None else [None] * len(parts)
         hashes = [0 if feature is None else hash(feature.key) for feature in features]
         self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
                                            islice(self._serials, len(parts)), truncated)))

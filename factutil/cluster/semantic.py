@@ -1,11 +1,4 @@
-"""Semantic clusters: embeddings, filters, constrained single linkage (docs/method.md §2.2–§2.5).
-
-A triple becomes text through the configured template and is normalised (:mod:`factutil.facts`);
-identical normalised texts are one item before anything else happens. The clusterer works on a
-whole batch at once, so it deduplicates and embeds the texts of every group in one call. Cluster
-ids are canonical: within a group, clusters are numbered by their smallest member text in sorted
-order, so the ids do not depend on the order of rollouts, actions or triples.
-"""
+"""Semantic clusters: embeddings, filters, constrained single linkage (docs/method.md §2)."""
 
 from __future__ import annotations
 
@@ -34,60 +27,27 @@ from factutil.facts import fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
 from factutil.linkage import batch_linkage, candidate_pairs, dense_pairs
 from factutil.schema import Triple
-from factutil.workers import (
-    FactWork,
-    check_unit,
-    clustering_fit,
-    features_from,
-    fit_key,
-)
+from factutil.workers import FactWork, check_unit, clustering_fit, features_from, fit_key
 
 __all__ = ["SemanticClusterer"]
 
 _logger = logging.getLogger("factutil")
-_PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact
+_PARTS = attrgetter("subject", "relation", "object")  # of a Triple or a Fact
 _UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
                MemoryError, OverflowError)
 
 
 class SemanticClusterer:
-    """Embedding clusters with negation / numeric / relation vetoes (docs/method.md §2.2–§2.5).
+    """Embedding clusters with filter vetoes and constrained single linkage (docs/method.md §2).
 
-    Per call: every distinct fact text of the batch is embedded once (through the cache); per
-    group, candidate pairs are those with cosine >= ``config.sim_threshold`` (plus pairs whose
-    filter analysis says they are the same fact: equal canonical keys, e.g. an inverse relation
-    with subject and object swapped); the filters in ``config.filters`` are evaluated on demand and
-    memoised per pair; :func:`~factutil.linkage.constrained_linkage` forms the clusters.
+    A batch is worked at once, yet each group gets exactly the labels and counts it would get
+    alone: a pair's similarity depends only on its two vectors, its vetoes only on its two facts,
+    and the linkage never joins groups. State kept across calls, bounded and owned here:
+    ``cache`` (vectors), ``memo`` (each fact's text and analysis, each checked pair's veto) and
+    ``filter_cache``; ``metrics`` count the work of the last call as if nothing were kept.
 
-    The whole batch is worked at once: the groups of at most ``config.knn_min_size`` facts share
-    one exact pair search, larger ones take :func:`~factutil.linkage.candidate_pairs`' k-NN path,
-    and one linkage runs over all groups. Each group still gets exactly the labels and counts it
-    would get alone, whatever else is in the batch and in whatever order: a pair's similarity
-    depends only on its two vectors, its vetoes only on its two facts (each fact is analysed from
-    its own parts), and the linkage never joins groups.
-
-    State across calls, all owned here and bounded: the :class:`~factutil.embed.EmbeddingCache`
-    (``cache``), each fact's text and analysis and each checked pair's veto (``memo``, a
-    :class:`~factutil.cluster.memo.FactMemo` of ``config.cache_max_entries`` facts and as many
-    pairs), and the filters' memo of parts and entity keys (``filter_cache``). A new clusterer
-    starts with all of them empty. ``metrics`` count the work of the call as if nothing were kept.
-    :meth:`add_work` puts per-fact work made elsewhere into the caches for the next call.
-
-    Args:
-        config: a :class:`FactUtilConfig` (``sim_threshold``, ``filters``, embedding and index
-            fields).
-        embedder: any :class:`~factutil.embed.Embedder`; None = the one ``config.embedding_backend``
-            names (:func:`~factutil.embed.config_embedder`).
-        cache: an :class:`~factutil.embed.EmbeddingCache` to reuse; None creates one bounded by
-            ``config.cache_max_entries`` / ``config.cache_max_bytes``.
-
-    ``metrics`` after each call: facts, texts embedded, texts the embedder read only in part
-    (``texts_truncated``), cache hits and misses, candidate edges, vetoed pairs per filter and
-    for truncation (``vetoes_truncated``), refused merges, the work given (``work_facts``: facts
-    of the call found in it; ``work_ignored``, ``work_unreadable``: items;
-    ``work_other_device``: facts whose vector came from another kind of device), and seconds per stage: ``time_filters_s`` (texts
-    and filter analyses), ``time_embed_s`` (cache look-ups and the model), ``time_candidates_s``
-    (pair search and key edges), ``time_linkage_s`` (vetoes and linkage).
+    ``embedder`` None is :func:`~factutil.embed.config_embedder` of ``config``; ``cache`` None
+    creates an :class:`~factutil.embed.EmbeddingCache` bounded by the config's cache fields.
     """
 
     def __init__(
@@ -112,37 +72,22 @@ class SemanticClusterer:
 
     @property
     def fit(self) -> str:
-        """The :func:`~factutil.workers.fit_key` of this clusterer's config and embedder: the
-        ``fit`` of the work it takes."""
+        """The :func:`~factutil.workers.fit_key` of the work this clusterer takes."""
         return fit_key(clustering_fit(self.config, self.embedder.name))
 
     def warmup(self) -> None:
-        """Load the embedding model and the filters' constant tables (pint's unit registry) now
-        rather than in the first step; no memo is filled."""
+        """Load the model and the filters' constant tables now rather than in the first step."""
         self.embedder.encode(["warm up"])
         if self.config.filters or self.config.key_edges:
             analyze("warm up", "length", "5 km")  # no cache: loads the tables, memoises nothing
 
     def add_work(self, work: Any, warn: Callable[[str], None] | None = None) -> None:
         """Take per-fact work made elsewhere (:func:`factutil.workers.make_work`) for the next
-        :meth:`cluster_batch` call.
-
-        Each item that fits this clusterer (its ``fit`` is this clusterer's :attr:`fit`) puts its
-        facts' texts and analyses into the fact memo and its vectors into the embedding cache;
-        the next call then computes only what is missing, with the same result bit for bit.
-        An item made for another fit is ignored (``work_ignored``), so is one made on another
-        kind of device with ``config.prepared_device="same"``; with ``"any"`` its vectors are
-        used (``work_other_device`` facts: equal to this device's up to float rounding). Bytes
-        that cannot be read and items whose fields are not what they should be are ignored too
-        (``work_unreadable``). Nothing of an ignored item is used, and nothing raises.
-
-        Args:
-            work: a :class:`~factutil.workers.FactWork`, its bytes (:meth:`FactWork.to_bytes`),
-                or a sequence of them or of the mappings of their fields (what a msgpack channel
-                such as verl's TransferQueue gives back; None items are skipped).
-            warn: called once per kind of item ignored, and once when vectors come from another
-                kind of device; None = the ``factutil`` logger's warning.
-        """
+        :meth:`cluster_batch`, which then computes only what is missing, same result bit for bit.
+        ``work``: a :class:`~factutil.workers.FactWork`, its bytes, or a sequence of them or of
+        their field mappings (None items skipped). An item of another :attr:`fit`, of another
+        kind of device under ``prepared_device="same"``, or unreadable is ignored, counted and
+        reported through ``warn`` (None = the ``factutil`` logger); nothing raises."""
         warn = warn or _logger.warning
         items = [work] if isinstance(work, (FactWork, bytes, bytearray, memoryview)) else list(work)
         fit, device = self.fit, device_type(self.embedder)
@@ -195,15 +140,8 @@ class SemanticClusterer:
                  "(config prepared_device='same' ignores them)")
 
     def _take(self, items: Sequence[FactWork]) -> None:
-        """Put the facts of ``items`` (work that fits) into the caches: each distinct fact's
-        vector (the first item's that has it) into the embedding cache under its text, and its
-        text, analysis and ``truncated`` answer into the fact memo unless the memo has them.
-        Everything is checked before anything is stored.
-
-        Raises:
-            ValueError, TypeError, …: an item without vectors or analyses, vectors that are not
-                finite unit vectors of one width, an analysis that is not one.
-        """
+        """Put the facts of ``items`` into the caches (the first vector of each distinct fact),
+        checking everything before storing anything; raises on a malformed item."""
         analyse = bool(self.config.filters) or self.config.key_edges
         parts: list[tuple[str, str, str]] = []
         analyses: list[Any] = []
@@ -223,8 +161,8 @@ class SemanticClusterer:
         template = self.config.triple_template
         texts = {row: fact_text(*parts[row], template) for row in rows}
         records = self.memo.records
-        new = [row for row in rows
-               if (record := records.get(parts[row])) is None or (analyse and record.features is None)]
+        new = [row for row in rows if (record := records.get(parts[row])) is None
+               or (analyse and record.features is None)]
         features = [features_from(parts[row], analyses[row]) for row in new] if analyse else None
         self.memo.add([parts[row] for row in new], [texts[row] for row in new], features,
                       [truncated[row] for row in new])
@@ -233,29 +171,17 @@ class SemanticClusterer:
 
     def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]],
                       warn: Callable[[str], None] | None = None) -> list[np.ndarray]:
-        """Canonical labels per group (see :class:`~factutil.cluster.Clusterer`).
-
-        A fact whose text the embedder reads only in part (more tokens than it takes; its
-        ``truncated``) is compared on its beginning alone, so it shares a cluster with no other
-        fact (docs/method.md §2.4): metric ``texts_truncated`` counts those texts, vetoes of their
-        pairs count as ``vetoes_truncated``, and one warning per call names how many and the limit.
-
-        Args:
-            facts_per_group: per group g, n_g distinct facts (:class:`Triple` or
-                :class:`~factutil.facts.Fact`) in sorted text order
-                (:func:`~factutil.facts.representatives`).
-            warn: called with the warning about truncated texts; None = the ``factutil`` logger's
-                warning.
-
-        Returns:
-            per group, int64 (n_g,) canonical labels (views of one array).
-        """
+        """Per group, int64 (n_g,) canonical labels of its n_g distinct facts (:class:`Triple`
+        or :class:`~factutil.facts.Fact`, in sorted text order), as views of one array.
+        A fact whose text the embedder reads only in part shares a cluster with no fact of
+        another text (docs/method.md §2.4); ``warn`` (None = the ``factutil`` logger) gets one
+        warning per call naming how many."""
         config = self.config
         timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
         hits, misses = self.cache.hits, self.cache.misses
 
-        # 1-2. Texts, analyses and vectors (docs/method.md §2.1–§2.2, 4). Facts are numbered 0..n-1,
-        # the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
+        # 1-2. Texts, analyses and vectors (docs/method.md §2.1-§2.2, 4). Facts are numbered
+        # 0..n-1, the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
         clock = time.perf_counter()
         parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
         n = len(parts)
@@ -267,9 +193,7 @@ class SemanticClusterer:
         timings["filters"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
-        row_of = dict.fromkeys(texts)
-        for row, text in enumerate(row_of):
-            row_of[text] = row
+        row_of = {text: row for row, text in enumerate(dict.fromkeys(texts))}
         vectors = embed_unique(list(row_of), self.embedder, self.cache)
         rows = np.fromiter(map(row_of.__getitem__, texts), dtype=np.int64, count=n)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -312,10 +236,8 @@ class SemanticClusterer:
         timings: dict[str, float], texts: Sequence[str] | None = None,
         truncated: Sequence[bool] = (),
     ) -> tuple[list[np.ndarray], dict[str, float]]:
-        """Candidate edges, vetoes and linkage of every group (docs/method.md §2.3–§2.5) from each
-        fact's vector (row ``rows[i]`` of ``vectors``), analysis and key hash; per group its
-        labels, and the counts and stage seconds for ``metrics``. With ``texts``, a fact whose
-        ``truncated`` is true is vetoed against every fact of another text."""
+        """Candidate edges, vetoes and linkage of every group (docs/method.md §2.3–§2.5): per
+        group its labels, and the counts and stage seconds for ``metrics``."""
         config = self.config
         n = len(rows)
         sizes = np.array([len(facts) for facts in facts_per_group], dtype=np.int64)
@@ -365,16 +287,10 @@ class SemanticClusterer:
         self, features: Sequence[Any], serials: Sequence[int], texts: Sequence[str] | None = None,
         truncated: Sequence[bool] = (),
     ) -> tuple[Callable[[int, int], str | None], dict[str, int]]:
-        """The veto of one call (docs/method.md §2.4) and its per-filter counts.
-
-        ``veto(i, j)`` (i < j, fact numbers) returns ``"truncated"`` when ``texts`` is given, one
-        of the two facts is ``truncated`` and their texts differ (their vectors saw only the
-        beginnings); else it runs the filters of ``config.filters`` in order and returns the name
-        of the first that separates facts i and j, or None (``serials``: each fact's record serial,
-        which keys the pair memo). Within the call each pair is evaluated once and, when vetoed,
-        counted once under its name; across calls a filter's outcome (the name only, so a long
-        fact's reason text is not kept) stays in the pair memo.
-        """
+        """The veto of one call (docs/method.md §2.4) and its per-filter counts: ``veto(i, j)``
+        (i < j) returns ``"truncated"``, the name of the first filter of ``config.filters`` that
+        separates facts i and j, or None. Each pair counts once per call; the pair memo keeps
+        the name only across calls (not a long reason text)."""
         names = tuple(self.config.filters)
         filter_cache = self.filter_cache
         enabled = [(name, FILTERS[name]) for name in names]
@@ -405,9 +321,7 @@ class SemanticClusterer:
                     pairs[key] = outcome
             if outcome:
                 vetoes[outcome] += 1
-                memo[(i, j)] = outcome
-                return outcome
-            memo[(i, j)] = None
-            return None
+            memo[(i, j)] = outcome or None
+            return outcome or None
 
         return veto, vetoes

@@ -1,15 +1,5 @@
-"""Embedders and the embedding cache (docs/method.md §2.2).
-
-- :mod:`~factutil.embed.backends`: the :class:`Embedder` protocol, the MiniLM
-  (sentence-transformers), int8 ONNX and static embedders, the config's choice of one, devices,
-  which texts an embedder reads only in part (:func:`truncated_texts`);
-- :mod:`~factutil.embed.encoding`: fixed-shape batching (a text's vector never depends on the
-  texts embedded with it), texts as a tokenizer takes them, and L2 normalisation;
-- :mod:`~factutil.embed.cache`: :class:`EmbeddingCache` (LRU, bounded by entries and bytes) and
-  :func:`embed_unique`, the one path from texts to cached vectors.
-
-Static vectors are made by ``python -m factutil.tools.static_vectors``.
-"""
+"""Embedders (``backends``), fixed-shape batching (``encoding``) and the embedding cache
+(``cache``) (docs/method.md §2.2)."""
 
 from factutil.embed.backends import (
     BACKENDS,

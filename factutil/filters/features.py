@@ -1,4 +1,4 @@
-"""One triple -> its :class:`FactFeatures` (docs/method.md §2.4), read once and compared by every filter."""
+"""One triple -> its :class:`FactFeatures` (docs/method.md §2.4), read once for every filter."""
 
 from __future__ import annotations
 
@@ -16,22 +16,13 @@ from factutil.filters.lexicon import RELATION_BY_ID
 # is the fields' hash, as a frozen one's.
 @dataclass(slots=True, unsafe_hash=True)
 class FactFeatures:
-    """What the filters need to know about one triple, computed once by :func:`analyze`
-    (immutable by contract: never assign to a field).
+    """What the filters need to know about one triple (immutable by contract).
 
-    ``subject_key`` / ``object_key`` are in CANONICAL direction: swapped when the relation was an
-    inverse verbalisation (``inverse``) and sorted for a symmetric relation. They are folded
-    (see :func:`fold`) with negation cues, numbers, dates, quantities and regnal numerals removed
-    (those live in ``negated`` and ``quantities``; a generational numeral stays as a word at the
-    end, and a qualifier after a comma is kept as ", " in the key). ``quantities`` holds tuples
-    ``(part, kind, ...)`` with part "s" (subject) or "o" (object and relation) and kind one of
-    num (value), count (value; a number before a noun), qty (dimension, value in base units,
-    value as written, unit label), date (year, month, day; 0 = not given), date~ (year, the two
-    day/month fields as written), md (month, day; no year), decade (first year). ``key`` is
-    ``(relation_id or relation_key, subject_key, object_key, negated, quantities without the
-    as-written magnitudes)`` with the keys' commas dropped; equal keys mean the same fact. ``relation_key`` is the relation id
-    or, for an unknown relation, its folded text; ``negation_cues`` the cues counted;
-    ``words`` the lower-case words of relation and object (for the pairwise negating-prefix check).
+    ``subject_key`` / ``object_key``: folded entity keys without cues and values, in canonical
+    direction (swapped for an ``inverse`` verbalisation, sorted when symmetric). ``quantities``:
+    ``(part, kind, ...)``, part "s" or "o" (object and relation), kind as
+    :func:`~factutil.filters.quantities.scan_values` reads it. ``relation_key``: the relation
+    id, else the folded text. ``words``: lower-case words of relation and object.
     """
 
     subject: str
@@ -51,24 +42,13 @@ class FactFeatures:
 
 
 def analyze(subject: str, relation: str, object: str, cache: Any = None) -> FactFeatures:
-    """Read one triple into the features the filters compare (docs/method.md §2.4).
-
-    Args:
-        subject, relation, object: the triple's parts as asserted (any case, any script).
-        cache: a :class:`~factutil.filters.FilterCache` whose memo of parts to use and fill
-            (the clusterer passes its own); None = no memo. The result is the same either way.
-
-    Returns:
-        A :class:`FactFeatures`; pure and deterministic, so callers may cache it per triple.
-
-    Raises:
-        TypeError: a part is not a string.
-    """
+    """Read one triple, as asserted, into its :class:`FactFeatures` (docs/method.md §2.4);
+    TypeError for a part that is not a string. ``cache``: a :class:`~factutil.filters.FilterCache`
+    to memoise through, or None (the same result)."""
     for name, part in (("subject", subject), ("relation", relation), ("object", object)):
         if not isinstance(part, str):
             raise TypeError(f"analyze: {name} must be str, got {type(part).__name__}")
-    if cache is None:
-        cache = NO_MEMO
+    cache = cache if cache is not None else NO_MEMO
     s_values, subject_key = cache.subject_part(subject)
     o_values, object_key, relation_id, inverse, relation_key, cues, words = cache.relation_part(
         relation, object)
@@ -107,7 +87,7 @@ def is_symmetric(relation_id: str | None) -> bool:
 
 def fact_key(relation_key: str, subject_key: str, object_key: str, negated: bool,
              quantities: tuple[tuple, ...]) -> tuple:
-    """``FactFeatures.key``: equal keys mean the same fact (the keys' qualifier commas dropped,
-    a quantity's as-written magnitude left out)."""
+    """``FactFeatures.key``: equal keys mean the same fact (qualifier commas and as-written
+    magnitudes left out)."""
     key_quantities = tuple(q[:4] if q[1] == "qty" else q for q in quantities) if quantities else ()
     return (relation_key, plain_key(subject_key), plain_key(object_key), negated, key_quantities)

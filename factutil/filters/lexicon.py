@@ -1,4 +1,4 @@
-"""The relation lexicon (docs/method.md §2.4): each relation's id, Wikidata property, forward and inverse phrasings, and the fuzzy-match cutoffs."""
+"""The relation lexicon (``lexicon.tsv``) and the fuzzy-match cutoffs (docs/method.md §2.4)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,9 @@ RELATION_LOOKUP_CUTOFF = 92.0
 
 @dataclass(frozen=True, slots=True)
 class Relation:
-    """One lexicon entry: a relation id with its verbalisations.
-
-    ``forward`` texts read "subject REL object" in the id's direction; ``inverse`` texts read it
-    with subject and object swapped. ``general`` names a broader id and ``general_inverted`` says
-    whether subject and object swap on the way up (father → child). ``dated`` marks relations whose
-    object is a date.
-    """
+    """One lexicon entry: a relation id (Wikidata ``pid``) with its verbalisations. ``inverse``
+    texts swap subject and object; ``general`` names a broader id, reached with a swap when
+    ``general_inverted`` (father → child); ``dated`` relations take a date as object."""
 
     id: str
     pid: str
@@ -38,8 +34,7 @@ def _phrases(text: str) -> tuple[str, ...]:
 
 
 def _load_relations() -> tuple[Relation, ...]:
-    """The lexicon table ``lexicon.tsv``: one relation per row; phrasings are ';'-separated and the
-    id is a forward phrasing too."""
+    """One relation per row; phrasings are ';'-separated and the id is a forward phrasing too."""
     text = resources.files(__package__).joinpath("lexicon.tsv").read_text(encoding="utf-8")
     return tuple(
         Relation(row["id"], row["pid"], (row["id"], *_phrases(row["forward"])),

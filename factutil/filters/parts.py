@@ -1,9 +1,7 @@
 """A triple's parts -> values, entity keys, relation id and negation cues (docs/method.md §2.4).
 
-What :func:`~factutil.filters.analyze` reads from a subject and from a (relation, object) pair;
-each function takes the :class:`~factutil.filters.FilterCache` whose memo it reads through, and
-the cache memoises these two per part, since one subject or one relation + object recurs in many
-triples.
+The :class:`~factutil.filters.FilterCache` memoises both readings per part: one subject, or one
+relation + object, recurs in many triples.
 """
 
 from __future__ import annotations
@@ -51,20 +49,16 @@ def _polarity(pairs: list[tuple[str, bool]], whole_object: bool) -> tuple[list[s
 
 
 def subject_part(subject: str, cache: Any) -> tuple[tuple[tuple, ...], str]:
-    """(values, entity key) of a subject; memoised by the cache, since one subject recurs in many
-    triples."""
+    """(values, entity key) of a subject."""
     s_values, s_rest = cache.scan(subject)
     words = [word for word, _ in cache.words(mark_qualifier(s_rest))]
     return s_values, entity_key(words, bool(s_values), generational_suffixes(subject, cache))
 
 
 def relation_part(relation: str, object: str, cache: Any) -> tuple:
-    """What :func:`analyze` reads from a relation and its object (they interact: object words may
-    complete the relation, a date in the object picks a dated relation), memoised per pair.
-
-    Returns (object values, object key, relation id, inverse, relation key, cues, words), with
-    the object key and values in the direction written (:func:`analyze` swaps them).
-    """
+    """(object values, object key, relation id, inverse, relation key, cues, words) of a relation
+    and its object, read together: object words may complete the relation, and a date in the
+    object picks a dated relation. Object key and values are as written (not swapped)."""
     scan, words_of = cache.scan, cache.words
     r_values, r_rest = scan(relation)
     o_values, o_rest = scan(object)

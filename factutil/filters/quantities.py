@@ -1,4 +1,4 @@
-"""Numbers, dates, quantities and regnal numerals read out of a part (docs/method.md §2.4), and when two of them agree."""
+"""Numbers, dates, quantities, regnal numerals of a part; when two agree (docs/method.md §2.4)."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ _UNIT_SYMBOLS: dict[str, str] = {  # case-sensitive
     "nmi": "nautical_mile", "kg": "kilogram", "g": "gram", "mg": "milligram", "lb": "pound",
     "lbs": "pound", "oz": "ounce", "ha": "hectare", "L": "liter", "l": "liter",
     "ml": "milliliter", "mL": "milliliter", "hl": "hectoliter", "hL": "hectoliter",
-    "gal": "gallon", "bbl": "barrel", "h": "hour",
-    "hr": "hour", "hrs": "hour", "min": "minute", "mins": "minute", "sec": "second",
+    "gal": "gallon", "bbl": "barrel", "h": "hour", "hr": "hour", "hrs": "hour", "min": "minute",
+    "mins": "minute", "sec": "second",
     "ms": "millisecond", "km/h": "kilometer/hour", "kph": "kilometer/hour", "kmh": "kilometer/hour",
     "mph": "mile/hour", "m/s": "meter/second", "kn": "knot", "W": "watt", "kW": "kilowatt",
     "MW": "megawatt", "GW": "gigawatt", "hp": "horsepower", "J": "joule", "kJ": "kilojoule",
@@ -89,44 +89,33 @@ _UNIT_SYMBOLS: dict[str, str] = {  # case-sensitive
     "sq m": "meter**2", "t": "metric_ton",
 }
 _UNIT_NAMES: dict[str, str] = {  # case-insensitive, singular and plural
-    "metre": "meter", "meter": "meter", "kilometre": "kilometer", "kilometer": "kilometer",
-    "centimetre": "centimeter", "centimeter": "centimeter", "millimetre": "millimeter",
-    "millimeter": "millimeter", "mile": "mile", "foot": "foot", "feet": "foot",
-    "inch": "inch", "inches": "inch", "yard": "yard", "nautical mile": "nautical_mile",
-    "kilogram": "kilogram", "kilogramme": "kilogram", "gram": "gram", "gramme": "gram",
-    "milligram": "milligram", "tonne": "metric_ton", "metric ton": "metric_ton", "ton": "ton",
-    "ounce": "ounce", "pound": "pound", "stone": "stone", "hectare": "hectare", "acre": "acre",
-    "litre": "liter",
-    "liter": "liter", "millilitre": "milliliter", "milliliter": "milliliter",
-    "hectolitre": "hectoliter", "hectoliter": "hectoliter",
-    "gallon": "gallon", "barrel": "barrel", "hour": "hour", "minute": "minute",
-    "second": "second", "millisecond": "millisecond", "day": "day", "week": "week",
-    "month": "month", "year": "year", "decade": "decade", "century": "century",
-    "centuries": "century", "knot": "knot", "watt": "watt", "kilowatt": "kilowatt",
-    "megawatt": "megawatt", "gigawatt": "gigawatt", "horsepower": "horsepower",
-    "joule": "joule", "calorie": "calorie", "kilocalorie": "kilocalorie", "hertz": "hertz",
-    "kilohertz": "kilohertz", "megahertz": "megahertz", "gigahertz": "gigahertz",
-    "byte": "byte", "kilobyte": "kilobyte", "megabyte": "megabyte", "gigabyte": "gigabyte",
-    "terabyte": "terabyte", "volt": "volt", "kilovolt": "kilovolt", "pascal": "pascal",
-    "atmosphere": "atmosphere", "degree": "degree", "kelvin": "kelvin",
-    "square kilometre": "kilometer**2", "square kilometer": "kilometer**2",
+    **{name: name for name in (
+        "meter", "kilometer", "centimeter", "millimeter", "mile", "foot", "inch", "yard",
+        "kilogram", "gram", "milligram", "ton", "ounce", "pound", "stone", "hectare", "acre",
+        "liter", "milliliter", "hectoliter", "gallon", "barrel", "hour", "minute", "second",
+        "millisecond", "day", "week", "month", "year", "decade", "century", "knot", "watt",
+        "kilowatt", "megawatt", "gigawatt", "horsepower", "joule", "calorie", "kilocalorie",
+        "hertz", "kilohertz", "megahertz", "gigahertz", "byte", "kilobyte", "megabyte", "gigabyte",
+        "terabyte", "volt", "kilovolt", "pascal", "atmosphere", "degree", "kelvin")},
+    "metre": "meter", "kilometre": "kilometer", "centimetre": "centimeter",
+    "millimetre": "millimeter", "feet": "foot", "inches": "inch", "nautical mile": "nautical_mile",
+    "kilogramme": "kilogram", "gramme": "gram", "tonne": "metric_ton", "metric ton": "metric_ton",
+    "litre": "liter", "millilitre": "milliliter", "hectolitre": "hectoliter",
+    "centuries": "century", "square kilometre": "kilometer**2", "square kilometer": "kilometer**2",
     "square metre": "meter**2", "square meter": "meter**2", "square mile": "mile**2",
     "square foot": "foot**2", "square feet": "foot**2", "cubic metre": "meter**3",
     "cubic meter": "meter**3", "kilometres per hour": "kilometer/hour",
     "kilometers per hour": "kilometer/hour", "miles per hour": "mile/hour",
-    "metres per second": "meter/second", "meters per second": "meter/second",
-    "year old": "year", "years old": "year",
+    "metres per second": "meter/second", "meters per second": "meter/second", "year old": "year",
+    "years old": "year",
 }
 # label, dimension, factor to base units, offset added before the factor
 _SPECIAL_UNITS: dict[str, tuple[str, str, float, float]] = {
-    "%": ("%", "percent", 1.0, 0.0), "percent": ("%", "percent", 1.0, 0.0),
-    "per cent": ("%", "percent", 1.0, 0.0), "pct": ("%", "percent", 1.0, 0.0),
-    "°c": ("°C", "[temperature]", 1.0, 273.15), "° c": ("°C", "[temperature]", 1.0, 273.15),
-    "degrees celsius": ("°C", "[temperature]", 1.0, 273.15),
-    "degree celsius": ("°C", "[temperature]", 1.0, 273.15),
-    "°f": ("°F", "[temperature]", 5 / 9, 459.67), "° f": ("°F", "[temperature]", 5 / 9, 459.67),
-    "degrees fahrenheit": ("°F", "[temperature]", 5 / 9, 459.67),
-    "degree fahrenheit": ("°F", "[temperature]", 5 / 9, 459.67),
+    **dict.fromkeys(("%", "percent", "per cent", "pct"), ("%", "percent", 1.0, 0.0)),
+    **dict.fromkeys(("°c", "° c", "degrees celsius", "degree celsius"),
+                    ("°C", "[temperature]", 1.0, 273.15)),
+    **dict.fromkeys(("°f", "° f", "degrees fahrenheit", "degree fahrenheit"),
+                    ("°F", "[temperature]", 5 / 9, 459.67)),
 }
 
 
@@ -185,12 +174,8 @@ def _era_year(year: str, era: str | None) -> int:
     return -value if era and era.upper().startswith("B") else value
 
 
-def _blank(text: str, start: int, end: int) -> str:
-    return text[:start] + " " * (end - start) + text[end:]
-
-
 def _blank_spans(text: str, spans: Iterable[tuple[int, int]]) -> str:
-    """``text`` with every span blanked, in one pass (one ``_blank`` per span is quadratic)."""
+    """``text`` with every span blanked, in one pass (span by span would be quadratic)."""
     pieces, last = [], 0
     for start, end in sorted(spans):
         start = max(start, last)
@@ -242,8 +227,7 @@ def _date_value(kind: str, match: re.Match[str]) -> tuple | None:
     elif kind in ("dmy", "mdy"):
         year, day = _era_year(groups["y"], groups.get("era")), int(groups["d"])
     elif kind == "my":
-        year, day = _era_year(groups["y"], groups.get("era")), 0
-        return ("date", year, month, 0)
+        return ("date", _era_year(groups["y"], groups.get("era")), month, 0)
     else:  # dm, md: no year
         day = int(groups["d"])
         return ("md", month, day) if _valid_day(None, month, day) else None
@@ -291,7 +275,7 @@ def _extract_regnal(text: str, values: list[tuple]) -> str:
             continue  # a title word, not a numeral: "Songs I Wrote with Amy"
         values.append(("num", _roman_value(numeral)))
         start = match.start("rn")
-        text = _blank(text, start, start + len(numeral))
+        text = _blank_spans(text, [(start, start + len(numeral))])
     return text
 
 
@@ -308,11 +292,11 @@ _NOT_COUNTED = frozenset({
 def _extract_numbers(text: str, values: list[tuple]) -> str:
     for match in _DECADE.finditer(text):
         values.append(("decade", int(match.group("y"))))
-        text = _blank(text, match.start(), match.end())
+        text = _blank_spans(text, [match.span()])
     for match in _ERA_YEAR.finditer(text):
         year = match.group("y1") or match.group("y2")
         values.append(("date", _era_year(year, match.group("era")), 0, 0))
-        text = _blank(text, match.start(), match.end())
+        text = _blank_spans(text, [match.span()])
     spans: list[tuple[int, int]] = []
     for match in _NUMBER.finditer(text):
         literal = match.group("int").replace(",", "") + (match.group("frac") or "")
@@ -321,7 +305,8 @@ def _extract_numbers(text: str, values: list[tuple]) -> str:
             # so "1e400" and "1e401" still differ (both would be inf as floats).
             exact = decimal.Decimal(literal + match.group("exp"))
             if not math.isfinite(float(exact)) or (float(exact) == 0 and exact != 0):
-                values.append(("sci", ("-" if match.group("sign") else "") + str(exact.normalize())))
+                sign = "-" if match.group("sign") else ""
+                values.append(("sci", sign + str(exact.normalize())))
                 spans.append((match.start(), match.end()))
                 continue
             literal = repr(float(exact))
@@ -378,13 +363,11 @@ _DIGIT = re.compile(r"\d")
 
 
 def scan_values(text: str) -> tuple[tuple[tuple, ...], str]:
-    """Values found in ``text`` and the text with their spans blanked.
-
-    Memoised per part text by :class:`~factutil.filters.FilterCache`: the parts of a batch repeat
-    far more than whole triples do. Every date,
-    decade, era and number pattern needs a digit, and a regnal numeral needs I, V or X, so a text
-    without them skips those passes (same result, most parts of real triples are names).
-    """
+    """Values ``(kind, ...)`` found in ``text``, and the text with their spans blanked. Kinds:
+    num, count (value; count before a noun), qty (dimension, base value, value as written, unit),
+    date (year, month, day; 0 = not given), date~ (year, the day/month fields as written), md
+    (month, day), decade (first year), sci (exact text). A text without a digit, or without I, V
+    and X, skips the passes that need them (most parts of real triples are names)."""
     values: list[tuple] = []
     if not text.isascii():
         # text2num takes only valid Unicode: a lone surrogate (JSON allows "\ud800") reads as "?".
@@ -475,7 +458,6 @@ def has_date(values: Iterable[tuple]) -> bool:
 
 
 def part_values(quantities: tuple[tuple, ...]) -> tuple[tuple[tuple, ...], tuple[tuple, ...]]:
-    """A fact's quantities split by part: the subject's values and the object's (and the
-    relation's), each value without its part letter."""
+    """A fact's quantities split into the subject's and the object's, without the part letter."""
     return (tuple(q[1:] for q in quantities if q[0] == "s"),
             tuple(q[1:] for q in quantities if q[0] == "o"))

@@ -11,8 +11,7 @@ from factutil.filters.text import ARTICLES, BE, HAVE, LEADING_FILLERS, TRAILING_
 
 
 def relation_tokens(words: Iterable[str]) -> list[str]:
-    """Folded relation words as the lexicon index keys them: forms of *be* / *have* become
-    "be" / "have", articles are dropped."""
+    """Folded relation words as the index keys them: *be* / *have* forms unified, no articles."""
     out = []
     for word in words:
         if word in BE:
@@ -50,8 +49,8 @@ _INDEX_KEYS = tuple(sorted(_INDEX))
 
 
 def lookup_exact(tokens: list[str]) -> tuple[tuple[str, bool], ...] | None:
-    """The lexicon entries (relation id, inverse) of ``tokens`` (from :func:`relation_tokens`),
-    dropping leading and trailing fillers until one matches; None when none does."""
+    """The lexicon entries (relation id, inverse) of ``tokens``, dropping leading and trailing
+    fillers until one matches; None when none does."""
     tokens = list(tokens)
     while tokens:
         entries = _INDEX.get(" ".join(tokens))
@@ -68,8 +67,8 @@ def lookup_exact(tokens: list[str]) -> tuple[tuple[str, bool], ...] | None:
 
 
 def lookup_fuzzy(text: str) -> tuple[tuple[str, bool], ...] | None:
-    """The entries of the closest index key to a relation text of 5 characters or more, when its
-    rapidfuzz ratio reaches ``RELATION_LOOKUP_CUTOFF``; else None."""
+    """The entries of the index key closest to a text of >= 5 characters when its ratio reaches
+    ``RELATION_LOOKUP_CUTOFF``; else None."""
     if len(text) < 5:
         return None
     best = process.extractOne(text, _INDEX_KEYS, scorer=fuzz.ratio,

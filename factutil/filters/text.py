@@ -15,15 +15,9 @@ _NON_WORD = re.compile(r"[\W_]+")
 
 
 def fold(text: str) -> str:
-    """Fold text for comparison: accents off, apostrophes out, punctuation to spaces, case-folded.
-
-    Args:
-        text: any string.
-
-    Returns:
-        The folded string, single-spaced and stripped ("Xi'an" → "xian", "Armando Bó" →
-        "armando bo", "Robbe-Grillet" → "robbe grillet").
-    """
+    """Fold text for comparison: accents off, apostrophes out, punctuation to spaces, case-folded,
+    single-spaced ("Xi'an" → "xian", "Armando Bó" → "armando bo", "Robbe-Grillet" → "robbe
+    grillet")."""
     if text.isascii():  # nothing to translate or decompose; casefold is lower() on ASCII
         plain = text.lower()
     else:
@@ -62,30 +56,23 @@ CONTRACTIONS = {
 }
 # a prefixed word of the lexicon counts as one cue and is replaced by its stem
 NEGATED_WORDS = {
-    "false": "true", "untrue": "true", "incorrect": "correct", "wrong": "correct",
-    "dead": "alive", "deceased": "alive",
-    "unmarried": "married", "unwed": "married", "unrelated": "related", "unknown": "known",
-    "unaired": "aired", "unreleased": "released", "unpublished": "published",
-    "unfinished": "finished", "uncredited": "credited", "undefeated": "defeated",
-    "unbeaten": "beaten", "unsuccessful": "successful", "unable": "able",
-    "unavailable": "available", "unconfirmed": "confirmed", "unidentified": "identified",
-    "unofficial": "official", "unopposed": "opposed", "unsigned": "signed",
-    "unemployed": "employed", "unpaid": "paid", "unlicensed": "licensed", "unnamed": "named",
-    "unlisted": "listed", "uninhabited": "inhabited", "unpopulated": "populated",
-    "unincorporated": "incorporated", "unrecognized": "recognized",
-    "unrecognised": "recognised", "unaccredited": "accredited", "unelected": "elected",
-    "unranked": "ranked", "unsold": "sold", "unused": "used", "unbuilt": "built",
-    "uncompleted": "completed", "incomplete": "complete", "unaffiliated": "affiliated",
-    "inactive": "active", "invalid": "valid", "indirect": "direct", "inaccurate": "accurate",
-    "inconclusive": "conclusive", "ineligible": "eligible", "insolvent": "solvent",
-    "illegal": "legal", "illegitimate": "legitimate", "illiterate": "literate",
-    "impossible": "possible", "improper": "proper", "irregular": "regular",
-    "irrelevant": "relevant", "nonprofit": "profit", "nonexistent": "existent",
-    "nonfiction": "fiction", "nonmember": "member", "noncommercial": "commercial",
-    "dishonest": "honest", "disagree": "agree", "disagreed": "agreed",
-    "disapproved": "approved", "disallowed": "allowed", "disconnected": "connected",
-    "discontinued": "continued", "dissimilar": "similar", "disloyal": "loyal",
-    "disqualified": "qualified", "dislikes": "likes", "disliked": "liked",
+    "false": "true", "wrong": "correct", "dead": "alive", "deceased": "alive", "unwed": "married",
+    **{prefix + stem: stem for prefix, stems in (
+        ("un", ("true", "married", "related", "known", "aired", "released", "published", "finished",
+                "credited", "defeated", "beaten", "successful", "able", "available", "confirmed",
+                "identified", "official", "opposed", "signed", "employed", "paid", "licensed",
+                "named", "listed", "inhabited", "populated", "incorporated", "recognized",
+                "recognised", "accredited", "elected", "ranked", "sold", "used", "built",
+                "completed", "affiliated")),
+        ("in", ("correct", "complete", "active", "valid", "direct", "accurate", "conclusive",
+                "eligible", "solvent")),
+        ("il", ("legal", "legitimate", "literate")),
+        ("im", ("possible", "proper")),
+        ("ir", ("regular", "relevant")),
+        ("non", ("profit", "existent", "fiction", "member", "commercial")),
+        ("dis", ("honest", "agree", "agreed", "approved", "allowed", "connected", "continued",
+                 "similar", "loyal", "qualified", "likes", "liked")),
+    ) for stem in stems},
 }
 WHOLE_OBJECT_NEGATIONS = {"no": "yes", "false": "true", "none": "", "never": "",
                           "nobody": "", "nothing": ""}
@@ -94,8 +81,7 @@ NEGATING_PREFIXES = ("non", "dis", "un", "in", "im", "il", "ir")
 
 
 def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
-    """(folded word, written in lower case) for every word; folding may split a word.
-    ``cache`` is a :class:`~factutil.filters.FilterCache` (its ``fold`` is used)."""
+    """(folded word, written in lower case) for every word; folding may split a word."""
     out = []
     for raw in _WORD.findall(text):
         if raw.isascii() and raw.isalnum():  # fold() would only lower it; upper case is A-Z
@@ -110,9 +96,8 @@ def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
 
 
 def flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """(word, stem) of the words outside the lexicon that start with a negating prefix
-    (:data:`NEGATING_PREFIXES`: non-, dis-, un-, in-, im-, il-, ir-) before a stem of >= 4
-    letters, sorted by word; a word's first matching prefix (in that order) gives its stem."""
+    """(word, stem) of the words outside the lexicon with a :data:`NEGATING_PREFIXES` prefix (the
+    first that matches) before a stem of >= 4 letters, sorted by word."""
     out = []
     for word in sorted(words):
         for prefix in NEGATING_PREFIXES:

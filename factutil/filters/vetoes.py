@@ -1,4 +1,4 @@
-"""The four vetoes and :func:`first_veto` (docs/method.md §2.4): pure, symmetric functions of two features."""
+"""The four vetoes and :func:`first_veto` (docs/method.md §2.4): pure, symmetric functions."""
 
 from __future__ import annotations
 
@@ -57,24 +57,15 @@ def _view(f: FactFeatures, flip: bool, cache: FilterCache) -> _View:
     return _View(f.subject_key, f.object_key, s_values, o_values)
 
 
-def _align(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> tuple[_View, _View, bool, str | None]:
+def _align(
+    a: FactFeatures, b: FactFeatures, cache: FilterCache
+) -> tuple[_View, _View, bool, str | None]:
     """Both facts in one direction: (view a, view b, symmetric relation, common relation id).
-
-    The numeric, relation and entity filters of one pair run one after another and each aligns
-    the pair: the cache keeps the last alignment, matched by identity (the entry holds both
-    features, so their ids cannot be reused, and features are frozen)."""
+    Three filters of a pair align it in turn, so the cache keeps the last alignment, matched by
+    identity (the entry holds both features, so their ids cannot be reused)."""
     last = cache.last_align
     if last and last[0] is a and last[1] is b:
         return last[2]
-    aligned = _align_pair(a, b, cache)
-    if cache.memo:
-        cache.last_align = (a, b, aligned)
-    return aligned
-
-
-def _align_pair(
-    a: FactFeatures, b: FactFeatures, cache: FilterCache
-) -> tuple[_View, _View, bool, str | None]:
     common = None
     flip_a = flip_b = False
     if a.relation_id is not None and b.relation_id is not None:
@@ -94,18 +85,18 @@ def _align_pair(
             va.o, va.o_values, vb.s, vb.s_values, True, same)
         if crossed > direct:
             vb = _View(vb.o, vb.s, vb.o_values, vb.s_values)
-    return va, vb, symmetric, common
+    aligned = (va, vb, symmetric, common)
+    if cache.memo:
+        cache.last_align = (a, b, aligned)
+    return aligned
 
 
 def _part_match(
     key_a: str, values_a: tuple, key_b: str, values_b: tuple, strict: bool,
     same: Callable[[str, str], bool],
 ) -> bool:
-    """Whether two parts (entity key and values) name the same thing.
-
-    ``strict`` (used to choose a pairing): an empty key matches only an empty key. ``same`` is
-    the cache's :func:`same_entity`.
-    """
+    """Whether two parts (entity key and values) name the same thing; under ``strict`` (to
+    choose a pairing) an empty key matches only an empty key."""
     if strict and (not key_a or not key_b) and key_a != key_b:
         return False
     if _kind_clash(key_a, values_a, key_b, values_b):
@@ -139,11 +130,6 @@ def _pair(x: str, y: str) -> str:
     return f"{first!r} vs {second!r}"
 
 
-# --------------------------------------------------------------------------------------------
-# Filters
-# --------------------------------------------------------------------------------------------
-
-
 def _dynamic_flips(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> list[str]:
     candidates = cache.flip_candidates(a.words)
     if not candidates:
@@ -152,20 +138,11 @@ def _dynamic_flips(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> list
 
 
 def negation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when the two facts have opposite polarity (docs/method.md §2.4, negation).
-
-    Args:
-        a, b: features from :func:`analyze`.
-        cache: the :class:`~factutil.filters.FilterCache` whose memo to use (the clusterer
-            passes its own); None = no memo. The result is the same either way.
-
-    Returns:
-        None when both are affirmative or both negated (a double negation counts as
-        affirmative); otherwise a reason naming the cues of the negated side, the same text
-        whichever argument comes first. Never raises.
+    """Veto when the two facts have opposite polarity (docs/method.md §2.4, negation): None or a
+    reason naming the negated side's cues, never an error. ``a``, ``b``: from :func:`analyze`;
+    ``cache``: a :class:`~factutil.filters.FilterCache` to memoise through, or None (same result).
     """
-    if cache is None:
-        cache = NO_MEMO
+    cache = cache if cache is not None else NO_MEMO
     flips_a, flips_b = _dynamic_flips(a, b, cache), _dynamic_flips(b, a, cache)
     polarity_a = a.negated ^ (len(flips_a) % 2 == 1)
     polarity_b = b.negated ^ (len(flips_b) % 2 == 1)
@@ -185,17 +162,9 @@ def _triple(f: FactFeatures) -> str:
 
 
 def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when numbers, dates or quantities disagree (docs/method.md §2.4, numeric).
-
-    Args:
-        a, b: features from :func:`analyze`.
-        cache: as for :func:`negation_veto`.
-
-    Returns:
-        None when, for the subject and for the object (relation values count with the object),
-        one side has no values or every value of each side agrees with some value of the other;
-        otherwise a reason such as "object 1516-06-12 vs 1517-06-12". Never raises.
-    """
+    """Veto when numbers, dates or quantities disagree (docs/method.md §2.4, numeric), as
+    :func:`negation_veto`: a reason such as "object 1516-06-12 vs 1517-06-12". A value on one side
+    only does not veto; relation values count with the object."""
     if not a.quantities or not b.quantities:
         return None  # one side has no values at all, in any alignment
     va, vb, symmetric, _ = _align(a, b, cache if cache is not None else NO_MEMO)
@@ -212,24 +181,14 @@ def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = N
 
 
 def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when the relations are not equivalent (docs/method.md §2.4, relation).
-
-    Args:
-        a, b: features from :func:`analyze`.
-        cache: as for :func:`negation_veto`.
-
-    Returns:
-        None when the relation ids are equal or one generalises the other and, for a
-        non-symmetric relation, subject and object are not swapped; for unknown relations, when
-        the folded texts (or a verbalisation of the known id) reach rapidfuzz ratio
-        ``RELATION_TEXT_CUTOFF``. Otherwise a reason. Never raises.
-    """
+    """Veto when the relations are not equivalent (docs/method.md §2.4, relation), as
+    :func:`negation_veto`. Known ids agree when equal or one generalises the other, without a
+    swap under a non-symmetric relation; unknown ones by :func:`_similar_text`."""
     ra, rb = a.relation_id, b.relation_id
     if ra is not None and rb is not None:
         if _common_relation(ra, rb) is None:
             return f"different relations {_pair(ra, rb)}"
-        if cache is None:
-            cache = NO_MEMO
+        cache = cache if cache is not None else NO_MEMO
         va, vb, symmetric, common = _align(a, b, cache)
         if symmetric:
             return None
@@ -252,9 +211,8 @@ def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = 
 
 
 def _similar_text(a: str, b: str) -> bool:
-    """Unknown relation texts agree: ratio >= RELATION_TEXT_CUTOFF, or all content words of one
-    are words of the other once inflections are cut ("sold" ~ "records sold", "launched in" ~
-    "launch year"; "in" alone is no content)."""
+    """Unknown relation texts agree: ratio >= RELATION_TEXT_CUTOFF, or the content words of one
+    are words of the other once inflections are cut ("launched in" ~ "launch year")."""
     if fuzz.ratio(a, b) >= RELATION_TEXT_CUTOFF:
         return True
     ta = {_stem(word) for word in a.split()} - FUNCTION_WORDS
@@ -274,22 +232,11 @@ def _stem(word: str) -> str:
 
 
 def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
-    """Veto when the subjects or the objects name different entities (docs/method.md §2.4, entity).
-
-    Args:
-        a, b: features from :func:`analyze`.
-        cache: as for :func:`negation_veto`.
-
-    Returns:
-        None when, in the aligned direction (either pairing for a symmetric relation), the
-        subject keys and the object keys agree by :func:`same_entity` and neither pairs a part
-        that is only a value (a date, a number) with one that is only a name; otherwise a reason
-        naming
-        the first part that differs ("argument" under a symmetric relation, where subject and
-        object have no roles). Never raises.
-    """
-    if cache is None:
-        cache = NO_MEMO
+    """Veto when the subjects or the objects name different entities (docs/method.md §2.4,
+    entity), as :func:`negation_veto`: aligned, both keys must agree by :func:`same_entity` and no
+    part that is only a value may pair with one that is only a name. The reason names the first
+    part that differs ("argument" under a symmetric relation)."""
+    cache = cache if cache is not None else NO_MEMO
     va, vb, symmetric, _ = _align(a, b, cache)
     same = cache.same_entity
     reasons = [
@@ -302,23 +249,14 @@ def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = No
 
 
 def alike(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> bool:
-    """Whether no filter can veto the pair: true only when every filter returns None for it.
-
-    True when the two facts agree on every field a filter compares (subject and object keys,
-    relation key and id, polarity, quantities), neither has a negating-prefix word that could flip its
-    polarity against the other, and each value agrees with itself. Then negation sees equal
-    polarities; numeric, relation and entity see the same key and values on each side, and
-    :func:`~factutil.filters.same_entity` and value agreement hold for equal arguments (a
-    relation text is similar to itself), so each returns None. A step checks it first: two
-    paraphrases often read alike, and this costs a comparison rather than four filters.
-    False does not mean a veto.
-    """
+    """True only when no filter can veto the pair, a cheap check before the four: the facts agree
+    on every field a filter compares, neither has a negating-prefix word, and each value agrees
+    with itself, so every filter returns None. False does not mean a veto."""
     if not (a.subject_key == b.subject_key and a.object_key == b.object_key
             and a.relation_key == b.relation_key and a.relation_id == b.relation_id
             and a.negated == b.negated and a.quantities == b.quantities):
         return False
-    if cache is None:
-        cache = NO_MEMO
+    cache = cache if cache is not None else NO_MEMO
     if cache.flip_candidates(a.words) or cache.flip_candidates(b.words):
         return False
     return all(compatible_values(q[1:], q[1:]) for q in a.quantities)  # no NaN, a known kind
@@ -338,20 +276,8 @@ def first_veto(
     a: FactFeatures, b: FactFeatures, enabled: Iterable[str] = DEFAULT_FILTERS,
     cache: FilterCache | None = None,
 ) -> str | None:
-    """The first veto among the enabled filters, in the fixed order of :data:`FILTERS`.
-
-    Args:
-        a, b: features from :func:`analyze`.
-        enabled: names from :data:`FILTERS`; order given here does not matter.
-        cache: as for :func:`negation_veto`.
-
-    Returns:
-        ``"name: reason"`` for the first filter (negation, numeric, relation, entity) that
-        vetoes, or None.
-
-    Raises:
-        ValueError: ``enabled`` names an unknown filter.
-    """
+    """``"name: reason"`` of the first veto among ``enabled`` (names of :data:`FILTERS`, in any
+    order; ValueError for an unknown one) in the fixed order of :data:`FILTERS`, or None."""
     wanted = _DEFAULT_SET[1] if enabled is _DEFAULT_SET[0] else set(enabled)
     unknown = wanted - FILTERS.keys()
     if unknown:
