@@ -141,6 +141,18 @@ def transformers_generate(
     return new_tokens
 
 
+def check_counts(rollout: Any) -> None:
+    """A rollout's ``max_turns``, ``max_action_tokens`` and ``search_threads`` are ints >= 1.
+
+    Raises:
+        ValueError: one is not (named with its value).
+    """
+    for name in ("max_turns", "max_action_tokens", "search_threads"):
+        value = getattr(rollout, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
 def next_turn_ids(tokenizer: Any, content: str) -> list[int]:
     """Token ids that follow a finished assistant turn: ``content`` as a user turn, then the
     assistant's opening (the chat template rendered around a stand-in turn, as TRL does for tool
@@ -220,10 +232,7 @@ class FactAgentRollout:
         self.triple_template = triple_template or defaults.triple_template
         self.generate = generate or transformers_generate
         self.search_threads = search_threads
-        for name in ("max_turns", "max_action_tokens", "search_threads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """Roll out one episode per prompt.

@@ -30,6 +30,7 @@ from factutil_trl.rollout import (
     Episode,
     Generate,
     Retriever,
+    check_counts,
     question_of,
     transformers_generate,
 )
@@ -99,10 +100,7 @@ class SearchR1Rollout:
         self.generate = generate or functools.partial(transformers_generate, stop_strings=self.stop)
         self.invalid_observation = invalid_observation
         self.search_threads = search_threads
-        for name in ("max_turns", "max_action_tokens", "search_threads"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_counts(self)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """Roll out one episode per prompt; returns what :class:`factutil_trl.FactAgentRollout`
