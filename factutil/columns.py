@@ -82,13 +82,17 @@ def rollout_columns(
     store_empty = True
     answer = None
     empty_store_answer = False
+    t = 0
     unsplit = 0
-    for t, action in enumerate(actions[:max_turns]):
+    for action in actions[:max_turns]:
         kind = action["action"]
         kinds.append(KIND_CODES[kind])
-        facts: list[Any] = []  # what the action brings into the store
-        if kind == "assert" and not retrieved:
-            facts = action["triples"]
+        if kind == "assert":
+            if not retrieved:
+                store_empty = False
+                triples = action["triples"]
+                steps.extend([t] * len(triples))
+                triples_written.extend(triples)
         elif kind == "search":
             if retrieved:
                 given = action.get("passages")
@@ -97,7 +101,10 @@ def rollout_columns(
                 else:
                     passages, cut = split_passages(action.get("observation") or "")
                     unsplit += cut
-                facts = [passage_parts(passage) for passage in passages]
+                if passages:
+                    store_empty = False
+                    steps.extend([t] * len(passages))
+                    triples_written.extend(passage_parts(passage) for passage in passages)
             query = action["query"]
             normalized = queries.get(query)
             if normalized is None:
@@ -109,18 +116,16 @@ def rollout_columns(
         elif kind == "answer":
             answer = action["answer"]
             empty_store_answer = store_empty
+            t += 1
             break
-        elif kind == "invalid":
+        else:
             reasons[t] = action["reason"]
-        if facts:
-            store_empty = False
-            steps.extend([t] * len(facts))
-            triples_written.extend(facts)
-    t = len(kinds)  # the effective actions; the rest are ignored
+        t += 1
+    ignored_kinds: list[int] = []
     for u in range(t, len(actions)):
+        ignored_kinds.append(KIND_CODES[actions[u]["action"]])
         if actions[u]["action"] == "invalid":
             reasons[u] = actions[u]["reason"]
-    ignored_kinds = [KIND_CODES[action["action"]] for action in actions[t:]]
     return RolloutColumns(kinds, len(actions), steps, triples_written, repeated, answer,
                           empty_store_answer, ignored_kinds, reasons, unsplit)
 
@@ -130,16 +135,34 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     §1, §2.1), and what the records need (triples as written, ignored kinds, reasons)."""
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     retrieved = config.facts == "retrieved"
-    cols: list[RolloutColumns] = []  # per row
-    outcomes: list[tuple[float, float, float, float]] = []  # per row: em, f1, reward, success
+    unsplit = 0
+    success_rule = config.success
+    kinds: list[int] = []
+    occurrences: list[int] = []  # per rollout, its number of triple occurrences
+    occurrence_step: list[int] = []
     occurrence_fact: list[int] = []
+    repeats: list[int] = []  # per rollout, its number of repeated searches
+    repeated_step: list[int] = []
+    lengths: list[int] = []
+    totals: list[int] = []
     rank: list[int] = []
     rollout_starts: list[int] = []
+    answers: list[str | None] = []
+    empty_store: list[bool] = []
+    em_list: list[float] = []
+    f1_list: list[float] = []
+    rewards: list[float] = []
+    successes: list[float] = []
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
     queries: dict[str, str] = {}
+    occurrence_triples: list[list[str]] = []
+    ignored_kinds: list[int] = []
+    reasons: dict[int, str] = {}
     golds_empty = 0
+    first_action = 0  # input index of the rollout's first action
     fact_count = 0
+    row = 0
     for group in batch:
         rollouts = group.rollouts
         size = len(rollouts)
@@ -147,8 +170,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
         if config.group_size is not None and size != config.group_size:
             warn(f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
-        first_row = len(cols)
-        rollout_starts.append(first_row)
+        rollout_starts.append(row)
         ids = [rollout["rollout_id"] for rollout in rollouts]
         positions = [0] * size
         for position, index in enumerate(sorted(range(size), key=ids.__getitem__)):
@@ -163,9 +185,21 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                 "answer"
             )
         scores: dict[str, tuple[float, float]] = {}
+        first_occurrence = len(occurrence_triples)
         for rollout in rollouts:
             columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved)
-            cols.append(columns)
+            unsplit += columns.unsplit
+            t = len(columns.kinds)
+            kinds.extend(columns.kinds)
+            count = len(columns.occurrence_step)
+            occurrences.append(count)
+            occurrence_step.extend(columns.occurrence_step)
+            occurrence_triples.extend(columns.occurrence_triples)
+            repeats.append(len(columns.repeated_steps))
+            repeated_step.extend(columns.repeated_steps)
+            for index, reason in columns.reasons.items():
+                reasons[first_action + index] = reason
+            ignored_kinds.extend(columns.ignored_kinds)
             if columns.ignored_kinds:
                 warn(
                     f"group {group.uid!r} rollout {rollout['rollout_id']!r}: "
@@ -183,48 +217,47 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             reward, success = outcome(  # retrieved: the store is not the agent's, R stays
                 em, f1, answered=answer is not None,
                 empty_store=columns.empty_store_answer and not retrieved,
-                given=rollout.get("reward"), success=config.success,
+                given=rollout.get("reward"), success=success_rule,
             )
-            outcomes.append((em, f1, reward, success))
-        parts = [triple for columns in cols[first_row:] for triple in columns.occurrence_triples]
+            answers.append(answer)
+            empty_store.append(columns.empty_store_answer)
+            em_list.append(em)
+            f1_list.append(f1)
+            rewards.append(reward)
+            successes.append(success)
+            lengths.append(t)
+            totals.append(columns.total)
+            first_action += columns.total
+            row += 1
+        parts = occurrence_triples[first_occurrence:]
         texts, chosen, where = distinct_facts(parts, template, fact_count,
                                               passage_key if retrieved else None)
         occurrence_fact.extend(where)
         fact_count += len(texts)
         texts_per_group.append(texts)
         facts_per_group.append([Fact._make(parts[i]) for i in chosen])
-    reasons: dict[int, str] = {}
-    first_action = 0  # input index of the row's first action
-    for columns in cols:
-        reasons.update((first_action + index, reason) for index, reason in columns.reasons.items())
-        first_action += columns.total
-    rows = np.arange(len(cols), dtype=np.int64)
-
-    def flat(name: str) -> list[Any]:
-        return [value for columns in cols for value in getattr(columns, name)]
-
     return Prepared(
         rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
-        lengths=np.asarray([len(columns.kinds) for columns in cols], dtype=np.int64),
-        totals=np.asarray([columns.total for columns in cols], dtype=np.int64),
-        kinds=np.asarray(flat("kinds"), dtype=np.int8),
-        occurrence_row=np.repeat(rows, [len(columns.occurrence_step) for columns in cols]),
-        occurrence_step=np.asarray(flat("occurrence_step"), dtype=np.int64),
+        lengths=np.asarray(lengths, dtype=np.int64),
+        totals=np.asarray(totals, dtype=np.int64),
+        kinds=np.asarray(kinds, dtype=np.int8),
+        occurrence_row=np.repeat(np.arange(row, dtype=np.int64), occurrences),
+        occurrence_step=np.asarray(occurrence_step, dtype=np.int64),
         occurrence_fact=np.asarray(occurrence_fact, dtype=np.int64),
         facts=facts_per_group,
         texts=texts_per_group,
-        repeated_row=np.repeat(rows, [len(columns.repeated_steps) for columns in cols]).tolist(),
-        repeated_step=flat("repeated_steps"),
+        repeated_row=np.repeat(np.arange(row, dtype=np.int64), repeats).tolist(),
+        repeated_step=repeated_step,
         rank=np.asarray(rank, dtype=np.int64),
-        answers=[columns.answer for columns in cols],
-        empty_store_answer=[columns.empty_store_answer for columns in cols],
-        em=[row[0] for row in outcomes],
-        f1=[row[1] for row in outcomes],
-        reward=[row[2] for row in outcomes],
-        success=[row[3] for row in outcomes],
+        answers=answers,
+        empty_store_answer=empty_store,
+        em=em_list,
+        f1=f1_list,
+        reward=rewards,
+        success=successes,
         golds_normalized_empty=golds_empty,
-        occurrence_triples=flat("occurrence_triples"),
-        ignored_kinds=flat("ignored_kinds"),
+        occurrence_triples=occurrence_triples,
+        ignored_kinds=ignored_kinds,
         reasons=reasons,
-        observations_unsplit=sum(columns.unsplit for columns in cols),
+        observations_unsplit=unsplit,
     )
