@@ -300,36 +300,50 @@ def compute_factagent_advantages(
     return scored_batch
 
 
+def grpo_rows(
+    scored: FactAgentAdvantages, uids: Sequence[str], is_padding: Sequence[bool] | None = None
+) -> torch.Tensor:
+    """Which of the batch's B rows keep verl's GRPO values: padding rows and the rows of every
+    fallback group; bool (B,)."""
+    padding = list(is_padding) if is_padding is not None else [False] * len(uids)
+    return torch.tensor([pad or str(uid) in scored.fallback for uid, pad in zip(uids, padding)],
+                        dtype=torch.bool)
+
+
 def with_grpo_fallback(
     scored: FactAgentAdvantages,
-    grpo_advantages: torch.Tensor,
+    grpo_advantages: torch.Tensor | None,
     uids: Sequence[str],
     is_padding: Sequence[bool] | None = None,
 ) -> torch.Tensor:
     """The batch's advantages with verl's GRPO values on every row :func:`compute_factagent_advantages`
-    did not score: padding rows and the rows of every fallback group; non-finite values become 0.
+    did not score (:func:`grpo_rows`); non-finite values become 0.
 
     Args:
         scored: the result of :func:`compute_factagent_advantages` for the batch (with or without
             its ``grpo_advantages``).
-        grpo_advantages: (B, T) float, verl's GRPO advantages of the same batch.
+        grpo_advantages: (B, T) float, verl's GRPO advantages of the same batch; None when no
+            row keeps them (the trainer then need not read them).
         uids: the batch's B uids; is_padding: its B padding flags (None: none).
 
     Returns:
         float32 (B, T), finite.
 
     Raises:
-        ValueError: the shapes of ``scored.advantages`` and ``grpo_advantages`` differ.
+        ValueError: the shapes of ``scored.advantages`` and ``grpo_advantages`` differ, or
+            ``grpo_advantages`` is None while a row keeps verl's values.
     """
-    grpo = grpo_advantages.detach().to("cpu", torch.float32)
-    if tuple(grpo.shape) != tuple(scored.advantages.shape):
-        raise ValueError(f"grpo_advantages has shape {tuple(grpo.shape)}, the scored batch "
-                         f"{tuple(scored.advantages.shape)}")
-    padding = list(is_padding) if is_padding is not None else [False] * len(uids)
-    keep = torch.tensor([pad or str(uid) in scored.fallback for uid, pad in zip(uids, padding)],
-                        dtype=torch.bool)
+    keep = grpo_rows(scored, uids, is_padding)
     out = scored.advantages.clone()
-    out[keep] = grpo[keep]
+    if grpo_advantages is not None:
+        grpo = grpo_advantages.detach().to("cpu", torch.float32)
+        if tuple(grpo.shape) != tuple(out.shape):
+            raise ValueError(f"grpo_advantages has shape {tuple(grpo.shape)}, the scored batch "
+                             f"{tuple(out.shape)}")
+        out[keep] = grpo[keep]
+    elif keep.any():
+        raise ValueError(f"grpo_advantages is None, but {int(keep.sum())} row(s) keep verl's "
+                         "GRPO values")
     return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 

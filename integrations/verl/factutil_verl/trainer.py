@@ -38,6 +38,7 @@ from verl.workers.utils.padding import response_to_nested
 from factutil_verl.advantage import (
     FactAgentAdvantages,
     compute_factagent_advantages,
+    grpo_rows,
     with_grpo_fallback,
 )
 from factutil_verl.config import FactUtilConfigError, factutil_config_from_verl
@@ -114,18 +115,16 @@ class FactUtilTrainer(PPOTrainerSync):
     def _reward_field(self) -> str:
         return "token_level_rewards" if self.config.algorithm.use_kl_in_reward else "rm_scores"
 
-    def _factutil_inputs(
-        self, batch: KVBatchMeta, grpo: bool = False, extra: bool = True
-    ) -> tuple[_Inputs, Any]:
-        """The batch's scoring inputs from TransferQueue, and verl's GRPO advantages (padded)
-        when ``grpo``; without ``extra`` the rows' extra fields (the actions and their workers' work,
-        most of what is read) are left out (``extra_fields`` is then empty)."""
+    def _factutil_inputs(self, batch: KVBatchMeta, extra: bool = True) -> _Inputs:
+        """The batch's scoring inputs from TransferQueue; without ``extra`` the rows' extra fields
+        (the actions and their workers' work, most of what is read) are left out
+        (``extra_fields`` is then empty)."""
         reward_field = self._reward_field()
         fields = ["uid", "response_mask", reward_field] + (["extra_fields"] if extra else [])
         data = tq.kv_batch_get(
             keys=batch.keys,
             partition_id=batch.partition_id,
-            select_fields=fields + (["advantages"] if grpo else []),
+            select_fields=fields,
         )
         nested_mask = data["response_mask"]
         uids = [str(uid) for uid in _as_list(data.pop("uid"))]
@@ -138,12 +137,12 @@ class FactUtilTrainer(PPOTrainerSync):
             is_padding=[bool(tag.get("is_padding", False)) for tag in tags],
             nested_mask=nested_mask,
         )
-        return inputs, (padded["advantages"] if grpo else None)
+        return inputs
 
     def _factutil_score(self, batch: KVBatchMeta) -> FactAgentAdvantages:
         """The batch read from TransferQueue (its client is thread-safe) and scored without
         verl's GRPO values (:func:`with_grpo_fallback` adds them)."""
-        inputs, _ = self._factutil_inputs(batch)
+        inputs = self._factutil_inputs(batch)
         step = self.factutil_step
         return compute_factagent_advantages(
             keys=inputs.keys,
@@ -163,7 +162,7 @@ class FactUtilTrainer(PPOTrainerSync):
         driver waits on the actor workers. A failure leaves the scoring to the advantage step."""
         if self.factutil_config.score_early and not self.config.algorithm.use_kl_in_reward:
             try:
-                inputs, _ = self._factutil_inputs(batch, extra=False)
+                inputs = self._factutil_inputs(batch, extra=False)
                 self.factutil_step.start(inputs.key(), lambda: self._factutil_score(batch))
             except Exception:
                 logger.exception("factutil: could not start scoring early; the advantage step "
@@ -174,7 +173,8 @@ class FactUtilTrainer(PPOTrainerSync):
         """verl's GRPO advantages, then FactAgent's for every group that can be scored.
 
         Reads ``uid``, ``response_mask``, the reward (``rm_scores``, or ``token_level_rewards``
-        with ``use_kl_in_reward``), ``extra_fields`` and verl's ``advantages`` from TransferQueue;
+        with ``use_kl_in_reward``), ``extra_fields`` and, when a row keeps them (padding, a
+        fallback group), verl's ``advantages`` from TransferQueue;
         writes ``advantages`` and ``returns`` (equal, as verl's GRPO does) and adds ``factutil/*``
         metrics. A batch scored early (``score_early``) is used when its inputs are unchanged.
         Any failure keeps verl's values for the whole batch and sets
@@ -185,8 +185,12 @@ class FactUtilTrainer(PPOTrainerSync):
         started = time.perf_counter()
         step, result, failed = self.factutil_step, None, False
         try:
-            inputs, grpo = self._factutil_inputs(batch, grpo=True, extra=False)
+            inputs = self._factutil_inputs(batch, extra=False)
             scored = step.take(inputs.key(), lambda: self._factutil_score(batch))
+            grpo = None
+            if grpo_rows(scored, inputs.uids, inputs.is_padding).any():  # else not read at all
+                grpo = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                       select_fields=["advantages"]).to_padded_tensor()["advantages"]
             advantages = with_grpo_fallback(scored, grpo, inputs.uids, inputs.is_padding)
             nested = response_to_nested(advantages, inputs.nested_mask)
             fields = TensorDict(

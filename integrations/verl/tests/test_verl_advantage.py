@@ -444,3 +444,22 @@ def test_adapter_latency_benchmark_runs_and_prints_its_table(tmp_path):
                           capture_output=True, text=True, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "verl adapter, size S, 384 rows" in done.stdout and "adapter − core" in done.stdout
+
+
+def test_grpo_values_land_on_padding_and_fallback_rows_only_and_are_read_only_then():
+    import torch
+
+    from factutil_verl.advantage import FactAgentAdvantages, grpo_rows, with_grpo_fallback
+
+    scored = FactAgentAdvantages(
+        advantages=torch.tensor([[1.0, float("nan")], [2.0, 2.0], [3.0, 3.0]]), metrics={},
+        fallback={"b": "cannot be scored"})
+    grpo = torch.full((3, 2), -5.0)
+    uids = ["a", "b", "c"]
+    assert grpo_rows(scored, uids, [False, False, True]).tolist() == [False, True, True]
+    out = with_grpo_fallback(scored, grpo, uids, [False, False, True])
+    assert out.tolist() == [[1.0, 0.0], [-5.0, -5.0], [-5.0, -5.0]]
+    clean = FactAgentAdvantages(advantages=scored.advantages[[0, 2]], metrics={})
+    assert with_grpo_fallback(clean, None, ["a", "c"]).tolist() == [[1.0, 0.0], [3.0, 3.0]]
+    with pytest.raises(ValueError, match="1 row"):
+        with_grpo_fallback(scored, None, uids)
