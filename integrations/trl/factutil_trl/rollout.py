@@ -306,8 +306,7 @@ class FactAgentRollout:
                     if limit is not None and len(episode.completion) + len(reply) >= limit:
                         episode.done = True  # no room left for another action
                         continue
-                    episode.completion += reply
-                    episode.mask += [0] * len(reply)
+                    episode.add_reply(reply)
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": [e.completion for e in episodes],
@@ -339,6 +338,11 @@ class Episode:
         self.mask += [1] * len(ids)
         self.spans.append([start, len(self.completion)])
         return parse_action(tokenizer.decode(ids, skip_special_tokens=True))
+
+    def add_reply(self, ids: list[int]) -> None:
+        """Append the environment's tokens (``env_mask`` 0: no loss falls on them)."""
+        self.completion += ids
+        self.mask += [0] * len(ids)
 
     def apply(self, action: Any, template: str) -> None:
         """The action's effect on the store and the episode (docs/method.md §1)."""

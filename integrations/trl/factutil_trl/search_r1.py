@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from factutil.parse import parse_action
 from factutil.schema import AnswerAction, FactUtilConfig, SearchAction
 from factutil.tools.search_r1 import INVALID, STOP, information, with_observation
 
@@ -128,8 +127,7 @@ class SearchR1Rollout:
                 turns = {}
                 for i, ids in zip(active, new_tokens):
                     ids = cut_at_stop(list(ids)[: budgets[i]], tokenizer, self.stop)
-                    episodes[i].add(ids, 1)
-                    action = parse_action(tokenizer.decode(ids, skip_special_tokens=True))
+                    action = episodes[i].add_action(ids, tokenizer)
                     ended = not ids or ids[-1] in stops
                     turns[i] = (action, ended)
                 searches = {i: pool.submit(self.retriever.search, action.query)
@@ -149,7 +147,7 @@ class SearchR1Rollout:
                     block = tokenizer.encode(information(feedback), add_special_tokens=False)
                     if limit is not None:
                         block = block[: limit - len(episode.completion)]
-                    episode.add(block, 0)
+                    episode.add_reply(block)
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": [e.completion for e in episodes],
@@ -161,14 +159,7 @@ class SearchR1Rollout:
 
 class _Episode(Episode):
     """One Search-R1 episode: :class:`factutil_trl.rollout.Episode` without a fact store (its
-    ``store_size`` stays None), its turns and blocks appended as they come."""
-
-    def add(self, ids: list[int], mask: int) -> None:
-        """Append the model's turn (``mask`` 1, a new span) or the environment's block (0)."""
-        if mask:
-            self.spans.append([len(self.completion), len(self.completion) + len(ids)])
-        self.completion += ids
-        self.mask += [mask] * len(ids)
+    ``store_size`` stays None)."""
 
     def finish(self, action: Any) -> None:
         self.actions.append(action.model_dump(mode="json"))

@@ -43,6 +43,8 @@ from factutil_verl.agent_loop import RetrieverAgentLoop
 from factutil_verl.config import SearchR1LoopConfig, to_plain
 
 SEARCH_R1_NAME = "search_r1"
+
+
 @register(SEARCH_R1_NAME)
 class SearchR1Loop(RetrieverAgentLoop):
     """A Search-R1-style agent over the dataset's prompt: ``<search>`` turns, retrieved
