@@ -579,9 +579,9 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
     blocks = [b for b in BLOCKS if any(r["block"] == b for r in rows)]
     names = [run.name for run in RUNS if any(r["run"] == run.name for r in rows)]
     label = {r["run"]: r["label"] for r in rows}
-    lines = [f"Paired over seeds: mean difference of the final held-out EM (or gold-fact recall), "
-             f"its {CONFIDENCE:.0%} t interval, and the seeds ahead; *take-off*: seeds reaching "
-             f"EM ≥ {target_em:.2f}.", ""]
+    lines = [(f"Paired over seeds: mean difference of the final held-out EM (or gold-fact recall), "
+              f"its {CONFIDENCE:.0%} t interval, and the seeds ahead; *take-off*: seeds reaching "
+              f"EM ≥ {target_em:.2f}."), ""]
     for base in BASES:
         lines += [f"**Δ final EM vs {label.get(base, base)}**", "",
                   "| run | " + " | ".join(blocks) + " |", "|---|" + "---|" * len(blocks)]
@@ -594,8 +594,8 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
         lines.append("")
     for block in blocks:
         lines += [f"**{block}** — paired differences", "",
-                  "| run | seeds | final EM | take-off | Δ EM vs outcome-only | Δ EM vs default "
-                  "| gold recall | Δ recall vs outcome-only | Δ recall vs default |",
+                  ("| run | seeds | final EM | take-off | Δ EM vs outcome-only | Δ EM vs default "
+                   "| gold recall | Δ recall vs outcome-only | Δ recall vs default |"),
                   "|---|---|---|---|---|---|---|---|---|"]
         for row in (r for r in rows if r["block"] == block):
             paired = row["paired"]

@@ -185,8 +185,8 @@ def test_a_json_document_given_as_jsonl_is_one_line_saying_so(tmp_path):
         done = runner.invoke(app, ["score", str(path), "-o", str(tmp_path / "o.jsonl")])
         assert done.exit_code == 2
         assert done.output.strip().splitlines() == [
-            f"{path}: (file): a JSON document (one {kind}), not JSON Lines: expected one rollout "
-            f"object per line (docs/method.md §8)"]
+            (f"{path}: (file): a JSON document (one {kind}), not JSON Lines: expected one rollout "
+             f"object per line (docs/method.md §8)")]
 
 
 def test_empty_input_and_gold_naming_no_uid_are_warned(tmp_path, rollouts):

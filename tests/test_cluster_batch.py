@@ -17,9 +17,9 @@ from factutil.cluster import (
     triple_text,
 )
 from factutil.cluster.keys import add_key_edges
-from factutil.linkage import _exact_similarity, batch_linkage, dense_pairs
 from factutil.embed import EmbeddingCache, embed_unique
 from factutil.filters import FILTERS, analyze
+from factutil.linkage import _exact_similarity, batch_linkage, dense_pairs
 from factutil.schema import FactUtilConfig, Triple
 
 from .conftest import CharGramEmbedder

@@ -10,7 +10,6 @@ from itertools import product
 import pytest
 
 from factutil import FactUtilConfig
-from factutil.workers import make_work
 from factutil import filters as filters_package
 from factutil.cluster import Fact, SemanticClusterer
 from factutil.filters import (
@@ -31,6 +30,7 @@ from factutil.filters import (
     vetoes,
 )
 from factutil.filters import cache as cache_module
+from factutil.workers import make_work
 from tests.conftest import CharGramEmbedder
 
 TRIPLES = [
@@ -75,6 +75,18 @@ def test_every_veto_is_the_same_with_a_cache_in_either_order():
             assert check(a, b, cache) == check(a, b), (a.subject, b.subject)
         assert first_veto(a, b, cache=cache) == first_veto(a, b) == first_veto(a, b, cache=NO_MEMO)
     assert cache.sizes()["same_entity"] > 0
+
+
+def test_relation_texts_are_compared_once_per_pair_through_the_cache():
+    """"launched in" ~ "launch year": the stems {launch} are words of {launch, year}; "owns" and
+    "married to" share no stem ({owns} vs {marri}). Each pair is worked out once per cache."""
+    cache = FilterCache()
+    for _ in range(3):
+        assert cache.similar_text("launched in", "launch year") is True
+        assert cache.similar_text("owns", "married to") is False
+    assert cache.sizes()["similar_text"] == 2
+    assert relations.similar_text("launched in", "launch year") is True
+    assert NO_MEMO.similar_text("owns", "married to") is False
 
 
 def test_the_last_alignment_is_kept_by_identity_in_the_cache_only():

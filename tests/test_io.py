@@ -7,8 +7,7 @@ import json
 import pytest
 
 from factutil import InputError, read_groups
-from factutil.io import read_rollouts
-from factutil.io import write_jsonl
+from factutil.io import read_rollouts, write_jsonl
 
 GOOD = {"uid": "q", "question": "?", "golden_answers": ["a"], "rollout_id": "q-0",
         "actions": [{"action": "search", "query": "x", "observation": "o"}]}

@@ -104,7 +104,8 @@ def test_bounds_telescoping_and_finiteness(mode, rows, fields):
     for (uid, rollout_id), records in by_rollout.items():
         final = [c for r in records for c in r.new_clusters]
         assert len(final) == len(set(final)), "a cluster enters a store once"
-        key = (lambda c: (uid, rollout_id, c)) if config.utility == "loo" else (lambda c: (uid, c))
+        key = ((lambda c, u=uid, r=rollout_id: (u, r, c)) if config.utility == "loo"
+               else (lambda c, u=uid: (u, c)))
         phi_final = math.tanh(math.fsum(read[key(c)] for c in final))
         assert -1.0 < phi_final < 1.0
         assert math.fsum(r.shaping for r in records) == pytest_approx(phi_final)

@@ -32,8 +32,8 @@ from factutil import (
 )
 from factutil.advantages import mask_spans, scatter_to_turns
 from factutil.cli import app
-from factutil.config import ConfigError, config_from_values, load_yaml, setting_value
 from factutil.cluster import SemanticClusterer, candidate_pairs
+from factutil.config import ConfigError, config_from_values, load_yaml, setting_value
 from factutil.embed import (
     OnnxMiniLMEmbedder,
     StaticEmbedder,
@@ -618,8 +618,8 @@ def test_non_json_number_literals_in_model_output_are_invalid_actions(literal):
     """``NaN``, ``Infinity`` and ``-Infinity`` are accepted by Python's decoder but are not JSON
     (opik PR #8456): as the answer or as a triple part -> an invalid action that says so, never
     the answer "nan" or the object "inf"."""
-    answer = parse_action('{"action": "answer", "answer": %s}' % literal)
-    triple = parse_action('{"action": "assert", "facts": [["X", "value", %s]]}' % literal)
+    answer = parse_action(f'{{"action": "answer", "answer": {literal}}}')
+    triple = parse_action(f'{{"action": "assert", "facts": [["X", "value", {literal}]]}}')
     reason = f"not JSON: {literal} is not a JSON value"
     assert (answer.action, answer.reason) == ("invalid", reason)
     assert (triple.action, triple.reason) == ("invalid", reason)
@@ -633,8 +633,8 @@ def test_a_json_number_answer_keeps_the_digits_the_model_wrote(literal):
     if literal == "007":  # a leading zero is not JSON: Python's literal reader refuses it too
         assert parse_action('{"action": "answer", "answer": 007}').action == "invalid"
         return
-    answer = parse_action('{"action": "answer", "answer": %s}' % literal)
-    triple = parse_action('{"action": "assert", "facts": [["X", "value", %s]]}' % literal)
+    answer = parse_action(f'{{"action": "answer", "answer": {literal}}}')
+    triple = parse_action(f'{{"action": "assert", "facts": [["X", "value", {literal}]]}}')
     assert answer.answer == literal
     assert triple.triples[0].object == literal
     if literal == "2.50":
@@ -800,7 +800,7 @@ def test_an_integer_past_the_digit_limit_in_a_config_value_fails_its_field(tmp_p
 def test_an_integer_past_the_digit_limit_or_deep_nesting_in_gold_is_one_line(tmp_path):
     """``--gold`` holding a 5,000-digit integer, or nested 100,000 deep -> exit 2 with one line
     naming the file (no RecursionError or ValueError traceback)."""
-    for name, text, said in (("big.json", '{"q": [["a", "b", %s]]}' % HUGE, "Exceeds the limit"),
+    for name, text, said in (("big.json", f'{{"q": [["a", "b", {HUGE}]]}}', "Exceeds the limit"),
                              ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply")):
         gold = tmp_path / name
         gold.write_text(text)

@@ -159,14 +159,15 @@ class SemanticClusterer:
         rows = list(first.values())
         check_unit(vectors[rows])
         template = self.config.triple_template
-        texts = {row: fact_text(*parts[row], template) for row in rows}
+        texts = [fact_text(*parts[row], template) for row in rows]
         records = self.memo.records
-        new = [row for row in rows if (record := records.get(parts[row])) is None
+        new = [k for k, row in enumerate(rows) if (record := records.get(parts[row])) is None
                or (analyse and record.features is None)]
-        features = [features_from(parts[row], analyses[row]) for row in new] if analyse else None
-        self.memo.add([parts[row] for row in new], [texts[row] for row in new], features,
-                      [truncated[row] for row in new])
-        self.cache.put_many(self.embedder.name, [texts[row] for row in rows], vectors[rows])
+        features = [features_from(parts[rows[k]], analyses[rows[k]]) for k in new] \
+            if analyse else None
+        self.memo.add([parts[rows[k]] for k in new], [texts[k] for k in new], features,
+                      [truncated[rows[k]] for k in new])
+        self.cache.put_many(self.embedder.name, texts, vectors[rows])
         self._given.update(first)
 
     def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]],

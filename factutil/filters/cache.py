@@ -14,10 +14,11 @@ from typing import Any
 from factutil.filters import entities, parts, quantities, relations, text
 
 # Bounds per helper (entries): as many subjects, (relation, object) pairs and texts as a large
-# batch holds; entity-key pairs and folded words are more numerous.
+# batch holds; entity-key pairs and folded words are more numerous (relation-text pairs fewer).
 _SIZES = {
     "fold": 65536, "words": 16384, "scan": 16384, "lookup_fuzzy": 8192, "subject_part": 16384,
     "relation_part": 16384, "same_entity": 65536, "flip_candidates": 16384, "part_values": 16384,
+    "similar_text": 16384,
 }
 
 
@@ -47,6 +48,7 @@ class FilterCache:
         self.same_entity = wrap("same_entity", partial(entities.same_entity, cache=me))
         self.flip_candidates = wrap("flip_candidates", text.flip_candidates)
         self.part_values = wrap("part_values", quantities.part_values)
+        self.similar_text = wrap("similar_text", relations.similar_text)
 
     def clear(self) -> None:
         """Empty every memo (the module-level constant tables stay built)."""

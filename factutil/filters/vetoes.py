@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from rapidfuzz import fuzz
-
 from factutil.filters.cache import NO_MEMO, FilterCache
 from factutil.filters.features import FactFeatures
-from factutil.filters.lexicon import RELATION_BY_ID, RELATION_TEXT_CUTOFF
+from factutil.filters.lexicon import RELATION_BY_ID
 from factutil.filters.quantities import compatible_values, show_value
 from factutil.filters.relations import VERBALISATIONS
-from factutil.filters.text import FUNCTION_WORDS
 
 
 def _lineage(rid: str) -> list[tuple[str, bool]]:
@@ -183,12 +180,13 @@ def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = N
 def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
     """Veto when the relations are not equivalent (docs/method.md §2.4, relation), as
     :func:`negation_veto`. Known ids agree when equal or one generalises the other, without a
-    swap under a non-symmetric relation; unknown ones by :func:`_similar_text`."""
+    swap under a non-symmetric relation; unknown ones by
+    :func:`~factutil.filters.relations.similar_text`."""
+    cache = cache if cache is not None else NO_MEMO
     ra, rb = a.relation_id, b.relation_id
     if ra is not None and rb is not None:
         if _common_relation(ra, rb) is None:
             return f"different relations {_pair(ra, rb)}"
-        cache = cache if cache is not None else NO_MEMO
         va, vb, symmetric, common = _align(a, b, cache)
         if symmetric:
             return None
@@ -201,34 +199,13 @@ def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = 
             return f"subject and object swapped under non-symmetric {common!r}"
         return None
     if ra is None and rb is None:
-        if _similar_text(a.relation_key, b.relation_key):
+        if cache.similar_text(a.relation_key, b.relation_key):
             return None
         return f"different relations {_pair(a.relation_key, b.relation_key)}"
     known, text = (ra, b.relation_key) if ra is not None else (rb, a.relation_key)
-    if any(_similar_text(text, verb) for verb in VERBALISATIONS[known]):
+    if any(cache.similar_text(text, verb) for verb in VERBALISATIONS[known]):
         return None
     return f"different relations {_pair(known, text)}"
-
-
-def _similar_text(a: str, b: str) -> bool:
-    """Unknown relation texts agree: ratio >= RELATION_TEXT_CUTOFF, or the content words of one
-    are words of the other once inflections are cut ("launched in" ~ "launch year")."""
-    if fuzz.ratio(a, b) >= RELATION_TEXT_CUTOFF:
-        return True
-    ta = {_stem(word) for word in a.split()} - FUNCTION_WORDS
-    tb = {_stem(word) for word in b.split()} - FUNCTION_WORDS
-    return bool(ta and tb) and (ta <= tb or tb <= ta)
-
-
-_INFLECTIONS = ("ing", "ed", "es", "s", "d")
-
-
-def _stem(word: str) -> str:
-    """``word`` less one inflection (-ing, -ed, -es, -s, -d) when 4 letters or more are left."""
-    for ending in _INFLECTIONS:
-        if word.endswith(ending) and len(word) - len(ending) >= 4:
-            return word[: -len(ending)]
-    return word
 
 
 def entity_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
