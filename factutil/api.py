@@ -8,7 +8,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,6 +18,7 @@ from factutil.advantages import process_advantages, segment_normalize, total_adv
 from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.columns import prepare
 from factutil.config import FactUtilConfig
+from factutil.errors import short
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
@@ -58,6 +59,7 @@ def compute_process_advantages(
 
     Raises:
         pydantic.ValidationError: a bad config.
+        TypeError: a config that is no FactUtilConfig or mapping; groups of the wrong type.
         factutil.io.InputError: bad groups, one ``WHERE: field: ...`` line per problem (§8).
         ValueError: a uid shared by two groups; a clusterer built for another config.
         FloatingPointError: an advantage beyond float32; names group, rollout, step and omega.
@@ -65,6 +67,9 @@ def compute_process_advantages(
     if config is None:
         config = FactUtilConfig()
     elif not isinstance(config, FactUtilConfig):
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a FactUtilConfig or a mapping of its fields, got "
+                            f"{type(config).__name__} {short(config)}")
         config = FactUtilConfig.model_validate(dict(config))
     if clusterer is not None:
         check_clusterer(clusterer, config)
@@ -147,7 +152,8 @@ def _compute(
         if add_work is not None:
             add_work(work, warn=warn)
         else:
-            items = [work] if isinstance(work, (FactWork, bytes)) else list(work)
+            whole = isinstance(work, (FactWork, bytes, Mapping)) or not isinstance(work, Iterable)
+            items = [work] if whole else list(work)
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
                  f"{type(clusterer).__name__} takes none (no add_work method)")

@@ -24,6 +24,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from factutil import __version__
 from factutil.api import ProcessAdvantages, compute_process_advantages
+from factutil.cluster import Clusterer, SemanticClusterer, make_clusterer
 from factutil.config import (
     ConfigError,
     FactUtilConfig,
@@ -106,6 +107,10 @@ def load_config(path: Path | None = None, sets: list[str] | None = None) -> Fact
         try:
             loaded = load_yaml(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            mark = getattr(error, "problem_mark", None)  # a YAML syntax error: where, and what
+            if mark is not None:
+                raise ConfigError(f"config: {path}:{mark.line + 1}:{mark.column + 1}: cannot "
+                                  f"read: {getattr(error, 'problem', None) or 'not YAML'}") from None
             reason = error.strerror if isinstance(error, OSError) and error.strerror else error
             raise ConfigError(f"config: {path}: cannot read: {reason}") from None
         if loaded is not None and not isinstance(loaded, dict):
@@ -155,12 +160,34 @@ def _score(
     if not groups:
         errors.print(f"warning: {path} holds no rollout (empty or blank lines only)", markup=False)
     task = progress.add_task(f"scoring {len(groups)} groups", total=None)
+    clusterer = _clusterer(config)
     try:
-        result = compute_process_advantages(groups, config)
+        result = compute_process_advantages(groups, config, clusterer=clusterer)
         progress.update(task, total=1, completed=1)
         return result
     except FloatingPointError as error:  # an advantage beyond float32: config or rewards too big
         _fail(f"{path}: {error}")
+
+
+def _clusterer(config: FactUtilConfig) -> Clusterer:
+    """The step's clusterer, its model loaded: exit 2 with one line naming the embedder's fields
+    when it cannot load (an unknown model or device, static vectors not made yet). Piped, the
+    model loader's own progress bars stay off, as every progress display here."""
+    try:
+        clusterer = make_clusterer(config)
+        if isinstance(clusterer, SemanticClusterer):
+            if not errors.is_terminal and config.embedding_backend == "minilm":
+                from transformers.utils import logging as transformers_logging
+
+                transformers_logging.disable_progress_bar()
+            clusterer.warmup()
+    except Exception as error:  # noqa: BLE001 - failing to load is the config's or the machine's
+        reason = " ".join(str(error).split())
+        _fail(f"config: cannot load the embedder (embedding_backend={config.embedding_backend!r}, "
+              f"embedding_model={config.embedding_model!r}, "
+              f"embedding_device={config.embedding_device!r}): {type(error).__name__}: "
+              f"{reason:.600}")
+    return clusterer
 
 
 ConfigOption = Annotated[
@@ -341,7 +368,9 @@ def serve(
     host: Annotated[str, typer.Option(metavar="HOST", help="Address to bind (this machine only by default).")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(metavar="PORT", help="TCP port; 0 picks a free one.")] = 8000,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, metavar="PORT", help="TCP port; 0 picks a free one.")
+    ] = 8000,
     topk: Annotated[
         int, typer.Option(min=1, metavar="K", help="Passages per query when a request gives no topk.")
     ] = 3,

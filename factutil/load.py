@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from factutil.errors import short
 from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
 from factutil.schema import AnswerAction, Group, InvalidAction, Rollout, SearchAction, group_key
 
@@ -54,6 +55,9 @@ def load_groups(
     single = isinstance(groups, Mapping)
     if single:
         groups = [groups]
+    elif not isinstance(groups, Iterable):
+        raise TypeError(f"groups must be a JSONL path, a Group, a mapping or an iterable of them, "
+                        f"got {type(groups).__name__} {short(groups)}")
     pending, loose, loose_at = _pending(groups)
     result: list[GroupRows] = []
     skipped: dict[str, str] = {}

@@ -220,3 +220,53 @@ def test_a_missing_config_file_and_a_spaced_set_say_what_to_do(tmp_path, rollout
         assert done.exit_code == 2
         assert done.output.strip() == ("unexpected argument '0.3': --set takes key=value as one "
                                        "word (e.g. --set omega=0.3)")
+
+
+def test_an_embedder_that_cannot_load_is_one_line_naming_its_fields(tmp_path, rollouts, monkeypatch):
+    """An unknown torch device, or the static backend before its vectors are made -> exit 2 and
+    one line naming the embedder's config fields and the loader's own reason (its hint kept)."""
+    result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
+                                 "--set", "embedding_device=foo"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("config: cannot load the embedder (embedding_backend='minilm', "
+                           "embedding_model=None, embedding_device='foo'): RuntimeError: ")
+    assert line.endswith("device type at start of device string: foo")
+    monkeypatch.setenv("FACTUTIL_CACHE", str(tmp_path / "empty"))
+    result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
+                                 "--set", "embedding_backend=static"])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    vectors = tmp_path / "empty" / "static-minilm-256"
+    assert line.startswith("config: cannot load the embedder (embedding_backend='static', "
+                           "embedding_model=None, embedding_device=None): FileNotFoundError: ")
+    assert line.endswith(f"with: python -m factutil.tools.static_vectors {vectors}")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_yaml_syntax_error_is_one_line_with_file_line_and_column(tmp_path, rollouts):
+    """``omega: [0.3`` with no closing bracket: PyYAML finds the stream's end on line 2,
+    column 1, where it wanted ',' or ']'."""
+    config = tmp_path / "c.yaml"
+    config.write_text("omega: [0.3\n", encoding="utf-8")
+    result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
+                                 "-c", str(config)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"config: {config}:2:1: cannot read: expected ',' or ']', but got '<stream end>'"]
+
+
+@pytest.mark.parametrize("port", ["-5", "70000"])
+def test_serve_refuses_a_port_outside_0_to_65535(port):
+    result = runner.invoke(app, ["serve", "--port", port])
+    assert result.exit_code == 2 and "Invalid value for '--port'" in result.output
+
+
+def test_piped_stderr_gets_no_progress_bar_from_the_model_loader(rollouts):
+    """Semantic mode loads MiniLM through transformers, which draws 'Loading weights' bars; with
+    stderr a pipe (not a terminal) the command writes nothing there."""
+    done = subprocess.run([sys.executable, "-m", "factutil", "clusters", str(rollouts),
+                           "--format", "json"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout)[0]["uid"] == "q"

@@ -425,6 +425,10 @@ def test_paths_non_group_items_and_iterators(tmp_path):
     refused([row(), 5], "got int", TypeError)
     refused([[1, 2]], "got list", TypeError)
     refused(b"in.jsonl", "got int", TypeError)
+    with pytest.raises(TypeError) as caught:
+        load_groups(5)
+    assert str(caught.value) == ("groups must be a JSONL path, a Group, a mapping or an iterable "
+                                 "of them, got int 5")
     groups, _ = load_groups(r for r in SAMPLE_ROWS)
     assert [rows_group(g) for g in groups] == [rows_group(g) for g in load_groups(SAMPLE_ROWS)[0]]
 

@@ -193,6 +193,26 @@ def test_work_as_the_mapping_of_its_fields_is_taken(rows):
     assert given.metrics["cluster_work_unreadable"] == 1  # an unknown field
 
 
+def test_work_of_the_wrong_type_is_unreadable_never_allocated(rows):
+    """An int is no work (bytes(10**12) would allocate a terabyte) and a single mapping is one
+    item, not its keys: each is counted unreadable, its facts computed here, same advantages."""
+    alone = _step(rows)
+    for work in (10**12, {"fit": "x"}):
+        given = _step(rows, work=work)
+        assert given.advantages.tobytes() == alone.advantages.tobytes()
+        assert given.metrics["cluster_work_unreadable"] == 1
+    assert any("not a FactWork, its fields or its bytes: int 1000000000000" in warning
+               for warning in _step(rows, work=10**12).warnings)
+
+
+def test_a_config_that_is_no_mapping_is_a_type_error_naming_it(rows):
+    for config, shown in (("config.yaml", "str 'config.yaml'"), (0.5, "float 0.5")):
+        with pytest.raises(TypeError) as caught:
+            compute_process_advantages(rows, config)
+        assert str(caught.value) == ("config must be a FactUtilConfig or a mapping of its fields, "
+                                     f"got {shown}")
+
+
 def test_bytes_round_trip(rows):
     work = make_work(rows, SEMANTIC, _clusterer())
     back = FactWork.from_bytes(work.to_bytes())
