@@ -26,6 +26,7 @@ Same output bytes on every run. Regenerate with ``.venv/bin/python examples/buil
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import string
@@ -492,7 +493,8 @@ def format_gold(gold_file: dict[str, dict]) -> str:
 
 
 def main() -> None:
-    """Build the sample files and print their proportions."""
+    """Build the sample files and print their proportions; no options (``--help`` shows usage)."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     questions = load_questions(QUESTIONS_FILE)
     retriever = Retriever(load_corpus(CORPUS_FILE))
     rng = np.random.default_rng(SEED)

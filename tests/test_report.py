@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -241,6 +242,14 @@ def test_potential_band_is_the_median_and_quartiles_per_step_by_hand():
     assert low == pytest.approx([0.0, 0.0, 0.1, 0.15])
     assert high == pytest.approx([0.0, 0.3, 0.4, 0.4])
     assert potential_band([]) is None
+
+
+def test_a_report_of_no_rollout_raises_no_user_warning(tmp_path):
+    # matplotlib warns (UserWarning) on a legend with nothing labelled: no rollout, no band
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        page = write_report(compute_process_advantages([]), tmp_path / "empty.html")
+    assert "<svg" in page.read_text(encoding="utf-8")
 
 
 # --- which questions are shown --------------------------------------------------------------

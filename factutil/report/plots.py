@@ -154,5 +154,6 @@ def potential_lines(curves: Sequence[Sequence[float]], succeeded: Sequence[bool]
         axis.set_xlabel("actions taken")
         axis.set_ylabel("potential Φ of the store")
         axis.set_title(f"Potential Φ = tanh(Σ u_c) over the rollouts{whose}")
-        axis.legend(frameon=False, fontsize=8, loc="lower left")
+        if axis.get_legend_handles_labels()[0]:  # no band (no rollout): an empty legend warns
+            axis.legend(frameon=False, fontsize=8, loc="lower left")
         return _svg(figure, "potential")
