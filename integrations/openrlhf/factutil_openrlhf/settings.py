@@ -70,6 +70,7 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
             than or equal to 0``.
     """
     from factutil.config import FactUtilConfig, config_from_values
+    from factutil.errors import close_match
 
     fields = set(FactUtilConfig.model_fields)
     values: dict[str, Any] = {}
@@ -78,9 +79,11 @@ def config_from_env(environ: Mapping[str, str] | None = None, **overrides: Any):
     for name, text in env_settings(environ).items():
         field = name[len(ENV_PREFIX):].lower()
         if field not in fields:
+            close = close_match(field, sorted(fields))
             problems.append(
-                f"{name}: no factutil setting {field!r}; known: "
-                + ", ".join(ENV_PREFIX + known.upper() for known in sorted(fields))
+                f"{name}: no factutil setting {field!r}"
+                + (f" (did you mean {ENV_PREFIX + close.upper()}?)" if close else "; known: "
+                   + ", ".join(ENV_PREFIX + known.upper() for known in sorted(fields)))
             )
             continue
         values[field] = parse_env_value(text)

@@ -87,8 +87,10 @@ def split_argv(argv: Sequence[str]) -> LauncherArgs:
             parsed.dry_run = True
             continue
         if not sep:
-            if position >= len(items):
-                raise SettingsError(f"--factutil.{name} needs a value")
+            if position >= len(items) or items[position].startswith("--"):
+                got = f", got the option {items[position]!r}" if position < len(items) else ""
+                raise SettingsError(f"--factutil.{name} needs a value{got} (a value that starts "
+                                    f"with -- goes as --factutil.{name}=VALUE)")
             value = items[position]
             position += 1
         if name == "env":

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from factutil_openrlhf.settings import SettingsError
 from factutil_openrlhf.train_ppo_ray import build_runtime_env, main, split_argv
 
 TESTS = Path(__file__).resolve().parent
@@ -55,6 +56,19 @@ def test_bad_setting_exits_2_naming_it(capsys, monkeypatch):
     assert main(["--factutil.omega", "-1", "--factutil.dry_run"]) == 2
     assert "FACTUTIL_OMEGA='-1': omega" in capsys.readouterr().err
     assert main(["--factutil.omega"]) == 2
+
+
+def test_an_option_is_never_taken_as_the_value_before_it():
+    """``--factutil.omega --factutil.dry_run`` forgot omega's value: refused, not omega =
+    "--factutil.dry_run"; a value that starts with -- goes with ``=``."""
+    with pytest.raises(SettingsError) as caught:
+        split_argv(["--factutil.omega", "--factutil.dry_run"])
+    assert str(caught.value) == ("--factutil.omega needs a value, got the option "
+                                 "'--factutil.dry_run' (a value that starts with -- goes as "
+                                 "--factutil.omega=VALUE)")
+    assert split_argv(["--factutil.triple_template=--{subject}"]).settings == {
+        "FACTUTIL_TRIPLE_TEMPLATE": "--{subject}"}
+    assert split_argv(["--factutil.omega", "-0.5"]).settings == {"FACTUTIL_OMEGA": "-0.5"}
 
 
 def test_help_prints_the_launcher_options_and_starts_nothing(capsys, monkeypatch):

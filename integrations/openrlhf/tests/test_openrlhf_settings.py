@@ -22,7 +22,10 @@ def test_each_config_field_has_its_variable():
         ({"FACTUTIL_OMEGA": "-1"}, "FACTUTIL_OMEGA='-1': omega: Input should be greater than or equal to 0"),
         ({"FACTUTIL_OMEGA": "lots"}, "FACTUTIL_OMEGA='lots': omega"),
         ({"FACTUTIL_MODE": "fuzzy"}, "FACTUTIL_MODE='fuzzy': mode"),
-        ({"FACTUTIL_OMEGAA": "0.3"}, "FACTUTIL_OMEGAA: no factutil setting 'omegaa'"),
+        ({"FACTUTIL_OMEGAA": "0.3"},
+         "FACTUTIL_OMEGAA: no factutil setting 'omegaa' (did you mean FACTUTIL_OMEGA?)"),
+        ({"FACTUTIL_QWERTY": "1"}, ("FACTUTIL_QWERTY: no factutil setting 'qwerty'; known: "
+                                   "FACTUTIL_ALPHA, ")),
         ({"FACTUTIL_EPSILON": "nan"}, "FACTUTIL_EPSILON='nan': epsilon"),
     ],
 )
