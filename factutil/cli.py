@@ -170,9 +170,8 @@ def _score(
 
 
 def _clusterer(config: FactUtilConfig) -> Clusterer:
-    """The step's clusterer, its model loaded: exit 2 with one line naming the embedder's fields
-    when it cannot load (an unknown model or device, static vectors not made yet). Piped, the
-    model loader's own progress bars stay off, as every progress display here."""
+    """The step's clusterer, its model loaded (piped: without the loader's progress bars); exit 2
+    with one line naming the embedder's fields when it cannot load."""
     try:
         clusterer = make_clusterer(config)
         if isinstance(clusterer, SemanticClusterer):
@@ -182,11 +181,10 @@ def _clusterer(config: FactUtilConfig) -> Clusterer:
                 transformers_logging.disable_progress_bar()
             clusterer.warmup()
     except Exception as error:  # noqa: BLE001 - failing to load is the config's or the machine's
-        reason = " ".join(str(error).split())
-        _fail(f"config: cannot load the embedder (embedding_backend={config.embedding_backend!r}, "
-              f"embedding_model={config.embedding_model!r}, "
-              f"embedding_device={config.embedding_device!r}): {type(error).__name__}: "
-              f"{reason:.600}")
+        fields = ", ".join(f"{name}={getattr(config, name)!r}" for name in
+                           ("embedding_backend", "embedding_model", "embedding_device"))
+        _fail(f"config: cannot load the embedder ({fields}): {type(error).__name__}: "
+              f"{' '.join(str(error).split()):.600}")
     return clusterer
 
 

@@ -156,10 +156,9 @@ class FactWork:
                 return cls(**item)
             except TypeError as error:
                 raise ValueError(f"FactWork.of: not a FactWork's fields ({error})") from None
-        if not isinstance(item, (bytes, bytearray, memoryview)):  # bytes(an int) would allocate it
-            raise ValueError(  # noqa: TRY004 - unreadable work is a ValueError, as from_bytes'
-                f"FactWork.of: not a FactWork, its fields or its bytes: "
-                f"{type(item).__name__} {short(item)}")
+        if not isinstance(item, (bytes, bytearray, memoryview)):  # bytes(10**12) would allocate
+            raise ValueError(f"FactWork.of: not a FactWork, fields or bytes: "  # noqa: TRY004
+                             f"{type(item).__name__} {short(item)}")
         return cls.from_bytes(item)
 
     def to_bytes(self) -> bytes:

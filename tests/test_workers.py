@@ -201,7 +201,7 @@ def test_work_of_the_wrong_type_is_unreadable_never_allocated(rows):
         given = _step(rows, work=work)
         assert given.advantages.tobytes() == alone.advantages.tobytes()
         assert given.metrics["cluster_work_unreadable"] == 1
-    assert any("not a FactWork, its fields or its bytes: int 1000000000000" in warning
+    assert any("not a FactWork, fields or bytes: int 1000000000000" in warning
                for warning in _step(rows, work=10**12).warnings)
 
 

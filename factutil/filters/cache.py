@@ -48,7 +48,7 @@ class FilterCache:
         self.same_entity = wrap("same_entity", partial(entities.same_entity, cache=me))
         self.flip_candidates = wrap("flip_candidates", text.flip_candidates)
         self.part_values = wrap("part_values", quantities.part_values)
-        self.similar_text = wrap("similar_text", relations.similar_text)
+        self.similar_text = wrap("similar_text", text.similar_text)
 
     def clear(self) -> None:
         """Empty every memo (the module-level constant tables stay built)."""

@@ -6,21 +6,8 @@ from collections.abc import Iterable
 
 from rapidfuzz import fuzz, process
 
-from factutil.filters.lexicon import (
-    RELATION_BY_ID,
-    RELATION_LOOKUP_CUTOFF,
-    RELATION_TEXT_CUTOFF,
-    RELATIONS,
-)
-from factutil.filters.text import (
-    ARTICLES,
-    BE,
-    FUNCTION_WORDS,
-    HAVE,
-    LEADING_FILLERS,
-    TRAILING_FILLERS,
-    fold,
-)
+from factutil.filters.lexicon import RELATION_BY_ID, RELATION_LOOKUP_CUTOFF, RELATIONS
+from factutil.filters.text import ARTICLES, BE, HAVE, LEADING_FILLERS, TRAILING_FILLERS, fold
 
 
 def relation_tokens(words: Iterable[str]) -> list[str]:
@@ -96,24 +83,3 @@ def choose_relation(entries: tuple[tuple[str, bool], ...], dated_object: bool) -
         if RELATION_BY_ID[rid].dated == dated_object:
             return rid, inverse
     return entries[0]
-
-
-def similar_text(a: str, b: str) -> bool:
-    """Unknown relation texts agree: ratio >= RELATION_TEXT_CUTOFF, or the content words of one
-    are words of the other once inflections are cut ("launched in" ~ "launch year")."""
-    if fuzz.ratio(a, b) >= RELATION_TEXT_CUTOFF:
-        return True
-    ta = {_stem(word) for word in a.split()} - FUNCTION_WORDS
-    tb = {_stem(word) for word in b.split()} - FUNCTION_WORDS
-    return bool(ta and tb) and (ta <= tb or tb <= ta)
-
-
-_INFLECTIONS = ("ing", "ed", "es", "s", "d")
-
-
-def _stem(word: str) -> str:
-    """``word`` less one inflection (-ing, -ed, -es, -s, -d) when 4 letters or more are left."""
-    for ending in _INFLECTIONS:
-        if word.endswith(ending) and len(word) - len(ending) >= 4:
-            return word[: -len(ending)]
-    return word

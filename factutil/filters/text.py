@@ -6,6 +6,10 @@ import re
 import unicodedata
 from typing import Any
 
+from rapidfuzz import fuzz
+
+from factutil.filters.lexicon import RELATION_TEXT_CUTOFF
+
 _NO_DECOMPOSITION = str.maketrans({
     "ł": "l", "Ł": "L", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D", "æ": "ae", "Æ": "AE",
     "œ": "oe", "Œ": "OE", "þ": "th", "Þ": "Th", "ð": "d", "Ð": "D", "ı": "i", "ħ": "h",
@@ -106,3 +110,21 @@ def flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
                 out.append((word, stem))
                 break
     return tuple(out)
+
+
+def similar_text(a: str, b: str) -> bool:
+    """Unknown relation texts agree: ratio >= RELATION_TEXT_CUTOFF, or the content words of one
+    are words of the other once inflections are cut ("launched in" ~ "launch year")."""
+    if fuzz.ratio(a, b) >= RELATION_TEXT_CUTOFF:
+        return True
+    ta = {_stem(word) for word in a.split()} - FUNCTION_WORDS
+    tb = {_stem(word) for word in b.split()} - FUNCTION_WORDS
+    return bool(ta and tb) and (ta <= tb or tb <= ta)
+
+
+def _stem(word: str) -> str:
+    """``word`` less one inflection (-ing, -ed, -es, -s, -d) when 4 letters or more are left."""
+    for ending in ("ing", "ed", "es", "s", "d"):
+        if word.endswith(ending) and len(word) - len(ending) >= 4:
+            return word[: -len(ending)]
+    return word

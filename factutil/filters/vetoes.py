@@ -181,7 +181,7 @@ def relation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = 
     """Veto when the relations are not equivalent (docs/method.md §2.4, relation), as
     :func:`negation_veto`. Known ids agree when equal or one generalises the other, without a
     swap under a non-symmetric relation; unknown ones by
-    :func:`~factutil.filters.relations.similar_text`."""
+    :func:`~factutil.filters.text.similar_text`."""
     cache = cache if cache is not None else NO_MEMO
     ra, rb = a.relation_id, b.relation_id
     if ra is not None and rb is not None:
