@@ -8,7 +8,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -152,8 +152,7 @@ def _compute(
         if add_work is not None:
             add_work(work, warn=warn)
         else:
-            whole = isinstance(work, (FactWork, bytes, Mapping)) or not isinstance(work, Iterable)
-            items = [work] if whole else list(work)
+            items = FactWork.items_of(work)
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
                  f"{type(clusterer).__name__} takes none (no add_work method)")

@@ -161,6 +161,13 @@ class FactWork:
                              f"{type(item).__name__} {short(item)}")
         return cls.from_bytes(item)
 
+    @classmethod
+    def items_of(cls, work: Any) -> list[Any]:
+        """A step's ``work=`` as its items: a FactWork, its bytes or its field mapping is one item,
+        and so is anything not iterable (for :meth:`of` to refuse); a sequence, its items."""
+        single = isinstance(work, (cls, bytes, bytearray, memoryview, Mapping))
+        return [work] if single or not isinstance(work, Iterable) else list(work)
+
     def to_bytes(self) -> bytes:
         """This work as numpy's ``.npz`` (strings as unicode arrays; fit, device, analyses and
         truncated as JSON text), for channels that carry only bytes."""

@@ -36,14 +36,11 @@ class FactMemo:
         self.fit: tuple[Any, ...] | None = None
         self._serials = count()
 
-    def clear(self) -> None:
-        self.records.clear()
-        self.pairs.clear()
-
     def check(self, fit: tuple[Any, ...]) -> None:
         """Empty the memo when ``fit`` is not the one its entries were made for."""
         if fit != self.fit:
-            self.clear()
+            self.records.clear()
+            self.pairs.clear()
             self.fit = fit
 
     def records_of(self, parts: Sequence[tuple[str, str, str]], template: str, analyse: bool,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -89,8 +89,7 @@ class SemanticClusterer:
         kind of device under ``prepared_device="same"``, or unreadable is ignored, counted and
         reported through ``warn`` (None = the ``factutil`` logger); nothing raises."""
         warn = warn or _logger.warning
-        whole = isinstance(work, (FactWork, bytes, bytearray, memoryview, Mapping))
-        items = [work] if whole or not isinstance(work, Iterable) else list(work)
+        items = FactWork.items_of(work)
         fit, device = self.fit, device_type(self.embedder)
         ignored: Counter[str] = Counter()
         other: Counter[str] = Counter()
