@@ -17,8 +17,7 @@ import numpy as np
 from factutil.advantages import process_advantages, segment_normalize, total_advantages
 from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.columns import prepare
-from factutil.config import FactUtilConfig
-from factutil.errors import short
+from factutil.config import FactUtilConfig, as_config
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
@@ -64,13 +63,7 @@ def compute_process_advantages(
         ValueError: a uid shared by two groups; a clusterer built for another config.
         FloatingPointError: an advantage beyond float32; names group, rollout, step and omega.
     """
-    if config is None:
-        config = FactUtilConfig()
-    elif not isinstance(config, FactUtilConfig):
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a FactUtilConfig or a mapping of its fields, got "
-                            f"{type(config).__name__} {short(config)}")
-        config = FactUtilConfig.model_validate(dict(config))
+    config = as_config(config)
     if clusterer is not None:
         check_clusterer(clusterer, config)
     with _collector_paused(config.pause_gc):

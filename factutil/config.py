@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from factutil.errors import UNKNOWN_FIELD, error_messages, unknown_field_message
+from factutil.errors import UNKNOWN_FIELD, error_messages, short, unknown_field_message
 
 FilterName = Literal["negation", "numeric", "relation", "entity"]
 
@@ -289,6 +289,17 @@ def error_lines(error: ValidationError, where: Callable[[str], str]) -> str:
     """One ``where(field): message`` line per problem of ``error``
     (:func:`factutil.errors.error_messages`)."""
     return "\n".join(f"{where(field)}: {message}" for field, message in error_messages(error))
+
+
+def as_config(config: FactUtilConfig | Mapping[str, Any] | None) -> FactUtilConfig:
+    """``config`` as a :class:`FactUtilConfig`: itself, a mapping of its fields, or None (the
+    defaults). TypeError naming anything else; pydantic.ValidationError for a bad mapping."""
+    if config is None or isinstance(config, FactUtilConfig):
+        return config if config is not None else FactUtilConfig()
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a FactUtilConfig or a mapping of its fields, got "
+                        f"{type(config).__name__} {short(config)}")
+    return FactUtilConfig.model_validate(dict(config))
 
 
 def config_from_values(

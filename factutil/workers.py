@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from factutil.actions import Action, AssertAction, Triple
-from factutil.config import FactUtilConfig
+from factutil.config import FactUtilConfig, as_config
 from factutil.embed import config_embedder, device_type, embed_unique, truncated_texts
 from factutil.errors import error_messages, short
 from factutil.facts import Fact, fact_text
@@ -297,10 +297,7 @@ def make_work(items: Any, config: FactUtilConfig | Mapping[str, Any] | None = No
     config, pydantic.ValidationError for a bad ``config``.
     """
     own = getattr(clusterer, "config", None)
-    if config is None:
-        config = own if own is not None else FactUtilConfig()
-    elif not isinstance(config, FactUtilConfig):
-        config = FactUtilConfig.model_validate(dict(config))
+    config = own if config is None and own is not None else as_config(config)
     differ = None if own is None else clusterer_mismatch(clustering_fit(own), config)
     if differ:
         raise ValueError(f"make_work: the clusterer was built for another config ({differ})")

@@ -206,11 +206,13 @@ def test_work_of_the_wrong_type_is_unreadable_never_allocated(rows):
 
 
 def test_a_config_that_is_no_mapping_is_a_type_error_naming_it(rows):
+    """The step and make_work read a config through one rule (factutil.config.as_config)."""
     for config, shown in (("config.yaml", "str 'config.yaml'"), (0.5, "float 0.5")):
-        with pytest.raises(TypeError) as caught:
-            compute_process_advantages(rows, config)
-        assert str(caught.value) == ("config must be a FactUtilConfig or a mapping of its fields, "
-                                     f"got {shown}")
+        for call in (compute_process_advantages, make_work):
+            with pytest.raises(TypeError) as caught:
+                call(rows, config)
+            assert str(caught.value) == ("config must be a FactUtilConfig or a mapping of its "
+                                         f"fields, got {shown}")
 
 
 def test_bytes_round_trip(rows):

@@ -71,12 +71,11 @@ class FactMemo:
                 store[key] = record._replace(truncated=bool(flag))
 
     def add(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
-            features: Sequence[Any] | None, truncated: Sequence[bool] | None = None) -> None:
-        """Records made elsewhere (a :class:`~factutil.workers.FactWork`) for ``parts``."""
+            features: Sequence[Any] | None, truncated: Sequence[bool | None]) -> None:
+        """Records of ``parts`` made elsewhere (a FactWork); ``truncated`` None: not asked yet."""
         if not self.keep:
             return
         features = features if features is not None else [None] * len(parts)
-        truncated = truncated if truncated is not None else [None] * len(parts)
         hashes = [0 if feature is None else hash(feature.key) for feature in features]
         self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
                                            islice(self._serials, len(parts)), truncated)))

@@ -108,14 +108,11 @@ def as_config(config: Any = None):
     Raises:
         SettingsError: bad ``FACTUTIL_*`` variables (None config).
         pydantic.ValidationError: a bad mapping.
+        TypeError: anything else (:func:`factutil.config.as_config`).
     """
-    from factutil.config import FactUtilConfig
+    from factutil.config import as_config as core_config
 
-    if config is None:
-        return config_from_env()
-    if isinstance(config, FactUtilConfig):
-        return config
-    return FactUtilConfig.model_validate(dict(config))
+    return config_from_env() if config is None else core_config(config)
 
 
 def golden_answers_from_label(label: Any) -> list[str]:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from factutil.api import ProcessAdvantages
+from factutil.config import FactUtilConfig, as_config
 from factutil.integration import (
     BatchScore,
     TrainerStep,
@@ -42,7 +43,6 @@ from factutil.integration import (
     trainer_rollout,
     warn_fallback,
 )
-from factutil.schema import FactUtilConfig
 from trl import GRPOTrainer
 
 from factutil_trl.rollout import PAYLOAD_KEY
@@ -73,7 +73,7 @@ class FactUtilGRPOTrainer(GRPOTrainer):
 
     Raises:
         pydantic.ValidationError: a bad ``factutil_config`` (the message names the field and
-            value), raised before TRL builds anything.
+            value), raised before TRL builds anything; TypeError: neither a config nor a mapping.
     """
 
     def __init__(
@@ -82,15 +82,11 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         factutil_config: FactUtilConfig | Mapping[str, Any] | None = None,
         **kwargs: Any,
     ):
-        if factutil_config is None:
-            factutil_config = FactUtilConfig()
-        elif not isinstance(factutil_config, FactUtilConfig):
-            factutil_config = FactUtilConfig.model_validate(dict(factutil_config))
-        self.factutil_config = factutil_config
+        self.factutil_config = as_config(factutil_config)
         self.factutil_result: ProcessAdvantages | None = None
         self._factutil_rewards: torch.Tensor | None = None
         super().__init__(*args, **kwargs)
-        self.factutil_step = TrainerStep(factutil_config, self.args.output_dir or ".", logger)
+        self.factutil_step = TrainerStep(self.factutil_config, self.args.output_dir or ".", logger)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's rewards, unchanged; kept so the process credit reads the same R."""
