@@ -160,7 +160,7 @@ def _score(
     if not groups:
         errors.print(f"warning: {path} holds no rollout (empty or blank lines only)", markup=False)
     task = progress.add_task(f"scoring {len(groups)} groups", total=None)
-    clusterer = _clusterer(config)
+    clusterer = _clusterer(config) if groups else None  # nothing to embed: no model to load
     try:
         result = compute_process_advantages(groups, config, clusterer=clusterer)
         progress.update(task, total=1, completed=1)
