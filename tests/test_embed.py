@@ -195,3 +195,38 @@ def test_other_rows_per_pass_give_the_same_vectors_up_to_rounding(minilm):
     assert minilm.encode(texts[::-1])[::-1].tobytes() == default.tobytes()
     three = SentenceTransformerEmbedder(device="cpu", batch_size=3).encode(texts)
     assert np.abs(three - default).max() < 1e-6
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_model_that_cannot_load_names_the_packages_that_raised(tmp_path, monkeypatch, required):
+    """A package left behind by an earlier install breaks the import chain under the model loader
+    (as ``kernels`` 0.19.1 breaks transformers 5.10.4): the error names it with its version and,
+    when no installed package requires it, the mend; the loader's own text comes first."""
+    from factutil.embed.backends import EmbedderLoadError, SentenceTransformerEmbedder
+
+    site = tmp_path / "site"
+    (site / "leftover_pkg").mkdir(parents=True)
+    (site / "leftover_pkg" / "__init__.py").write_text(
+        "raise ValueError('Either a revision or a version must be specified.')\n")
+    info = site / "leftover_pkg-0.19.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: leftover-pkg\nVersion: 0.19.1\n")
+    (info / "top_level.txt").write_text("leftover_pkg\n")
+    if required:
+        holder = site / "holder-1.0.dist-info"
+        holder.mkdir()
+        (holder / "METADATA").write_text("Metadata-Version: 2.1\nName: holder\nVersion: 1.0\n"
+                                          "Requires-Dist: leftover-pkg>=0.19\n")
+    monkeypatch.syspath_prepend(str(site))
+    import sentence_transformers
+
+    def load(*args, **kwargs):
+        import leftover_pkg  # noqa: F401
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", load)
+    with pytest.raises(EmbedderLoadError) as raised:
+        SentenceTransformerEmbedder(device="cpu").encode(["x"])
+    mend = " (required by no installed package: `pip uninstall leftover-pkg` may mend this)"
+    assert str(raised.value) == ("ValueError: Either a revision or a version must be specified. "
+                                 f"[packages involved: leftover-pkg 0.19.1{'' if required else mend}]")
+    assert isinstance(raised.value.__cause__, ValueError)

@@ -26,29 +26,60 @@ def make_dry_run(*args: str) -> list[list[str]]:
     """``make -n ARGS`` in the repository: each printed command, split as the shell splits it."""
     done = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True,
                           check=True)
-    return [shlex.split(line) for line in done.stdout.splitlines() if line.strip()]
+    return [shlex.split(line) for line in done.stdout.replace("\\\n", " ").splitlines()
+            if line.strip()]
+
+
+REQUIREMENTS = ROOT / "requirements"
+
+
+def lock_versions(name: str) -> dict[str, str]:
+    """``requirements/NAME``'s pins: package -> version (editable lines aside)."""
+    pins = re.findall(r"^([A-Za-z0-9._-]+)==(\S+)$", (REQUIREMENTS / name).read_text(encoding="utf-8"),
+                      re.MULTILINE)
+    return {package.lower(): version for package, version in pins}
 
 
 @make
-def test_torch_spec_may_carry_pip_options(tmp_path):
-    """The README's ``TORCH_SPEC="torch --index-url …/whl/cpu"`` reaches pip as three arguments
-    (quoted, pip got one string and failed with "Invalid requirement")."""
-    url = "https://download.pytorch.org/whl/cpu"
+@pytest.mark.parametrize("target, lock", [("test", "test.lock"), ("demo", "demo.lock")])
+def test_make_installs_one_lock_in_one_step(tmp_path, target, lock):
+    """``make demo`` / ``make test``: uv (the lock's own version) with the venv's pip, then one
+    ``uv pip sync`` of the lock; no other install, so nothing resolves against the day's index."""
     venv = str(tmp_path / "venv")
-    commands = make_dry_run("venv", f"VENV={venv}", f"TORCH_SPEC=torch --index-url {url}")
-    (pip,) = [c for c in commands if c[:2] == [f"{venv}/bin/pip", "install"] and "torch" in c]
-    assert pip[2:] == ["--quiet", "torch", "--index-url", url]
-    (default,) = [c for c in make_dry_run("venv", f"VENV={venv}") if "torch==2.13.0" in c]
-    assert default[-1] == "torch==2.13.0"
+    commands = make_dry_run(target, f"VENV={venv}")
+    installs = [c for c in commands if c[0].endswith("/pip") or c[0].endswith("/uv") and c[1] == "pip"]
+    assert installs[0] == [f"{venv}/bin/pip", "install", "--quiet",
+                           f"uv=={lock_versions('test.lock')['uv']}"]
+    (sync,) = installs[1:]
+    assert sync[:3] == [f"{venv}/bin/uv", "pip", "sync"] and sync[-1] == f"requirements/{lock}"
 
 
-@make
-def test_lint_installs_the_ruff_it_runs(tmp_path):
-    venv = str(tmp_path / "venv")
-    commands = make_dry_run("lint", f"VENV={venv}")
-    install = commands.index([f"{venv}/bin/pip", "install", "--quiet", "ruff"])
-    run = next(i for i, c in enumerate(commands) if c[:2] == [f"{venv}/bin/ruff", "check"])
-    assert install < run
+def test_the_locks_pin_what_the_inputs_name_and_agree():
+    """Every ``==`` of requirements/*.in is the lock's version; the demo's lock is part of the
+    test lock, at the same versions; the test lock holds the overridden transformers (< 5.11) and
+    none of the packages overrides.txt leaves out."""
+    test, demo = lock_versions("test.lock"), lock_versions("demo.lock")
+    for name, lock in (("test.in", test), ("demo.in", demo)):
+        for package, version in re.findall(r"^([A-Za-z0-9_-]+)(?:\[[^]]*\])?==(\S+)$",
+                                           (REQUIREMENTS / name).read_text(encoding="utf-8"),
+                                           re.MULTILINE):
+            assert lock[package.lower()].split("+")[0] == version, (name, package)
+    assert {p: v for p, v in test.items() if p in demo} == demo
+    assert int(test["transformers"].split(".")[1]) < 11 and test["transformers"].startswith("5.")
+    left_out = re.findall(r"^([a-z0-9-]+); sys_platform == \"never\"$",
+                          (REQUIREMENTS / "overrides.txt").read_text(encoding="utf-8"), re.MULTILINE)
+    assert len(left_out) == 6 and not set(left_out) & set(test)
+    assert test["torch"].endswith("+cpu")
+
+
+def test_the_library_states_lower_bounds_only():
+    """pyproject.toml pins nothing for users (no ``==``, ``<``, ``~=``, ``!=``); the lock does."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = [*project["dependencies"],
+                    *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    assert requirements and not [r for r in requirements if re.search(r"==|<|~=|!=", r)]
 
 
 def tracked_text_files() -> list[Path]:

