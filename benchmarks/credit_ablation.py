@@ -124,6 +124,8 @@ RUNS = (
     RunSpec("plain_grpo", "preset=plain_grpo", {"preset": "plain_grpo"}),
     RunSpec("loo", "utility=loo (prior=group)", {"utility": "loo"}),
     RunSpec("retrieved", "facts=retrieved (passages)", {"facts": "retrieved"}),
+    RunSpec("retrieved_plain_grpo", "facts=retrieved + preset=plain_grpo",
+            {"preset": "plain_grpo", "facts": "retrieved"}),
     RunSpec("omega_0.3", "paper, Ω=0.3", {"preset": "paper", "omega": 0.3}),
     RunSpec("omega_0.7", "paper, Ω=0.7", {"preset": "paper", "omega": 0.7}),
     RunSpec("no_back_credit", "paper, α=0 (no back-credit)", {"preset": "paper", "alpha": 0.0}),
@@ -320,16 +322,18 @@ def group_outcome(ys: Sequence[float]) -> str:
 
 def process_by_kind(decisions: Sequence[Decision], process_term: np.ndarray,
                     owner: Sequence[int], episodes: Sequence[Episode]) -> dict[str, list[float]]:
-    """Sum and count of the process term (A − GRPO A_out) per ``"<group outcome>|<action label>"``."""
+    """Sum, count and sum of squares of the process term (A − GRPO A_out) per
+    ``"<group outcome>|<action label>"``."""
     outcome = {}
     for start in range(0, len(episodes), G):
         kind = group_outcome([success(e) for e in episodes[start:start + G]])
         outcome.update({i: kind for i in range(start, start + G)})
     out: dict[str, list[float]] = {}
     for decision, term, i in zip(decisions, process_term, owner):
-        entry = out.setdefault(f"{outcome[i]}|{decision.label}", [0.0, 0])
+        entry = out.setdefault(f"{outcome[i]}|{decision.label}", [0.0, 0, 0.0])
         entry[0] += float(term)
         entry[1] += 1
+        entry[2] += float(term) ** 2
     return out
 
 
@@ -673,7 +677,7 @@ def process_table(results: Sequence[dict], run: str, block: str) -> str:
         if result["run"] != run or result["block"] != block:
             continue
         for record in result["records"][1:PROCESS_ITERATIONS + 1]:
-            for key, (total, count) in record.get("process_by_kind", {}).items():
+            for key, (total, count, *_) in record.get("process_by_kind", {}).items():
                 entry = sums.setdefault(key, [0.0, 0])
                 entry[0] += total
                 entry[1] += count
