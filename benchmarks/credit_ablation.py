@@ -126,6 +126,12 @@ RUNS = (
     RunSpec("retrieved", "facts=retrieved (passages)", {"facts": "retrieved"}),
     RunSpec("retrieved_plain_grpo", "facts=retrieved + preset=plain_grpo",
             {"preset": "plain_grpo", "facts": "retrieved"}),
+    RunSpec("no_penalties", "default, penalties 0",
+            {"invalid_penalty": 0.0, "repeat_search_penalty": 0.0,
+             "empty_store_answer_penalty": 0.0}),
+    RunSpec("small_penalties", "default, penalties ÷ 10",
+            {"invalid_penalty": -0.01, "repeat_search_penalty": -0.001,
+             "empty_store_answer_penalty": -0.01}),
     RunSpec("omega_0.3", "paper, Ω=0.3", {"preset": "paper", "omega": 0.3}),
     RunSpec("omega_0.7", "paper, Ω=0.7", {"preset": "paper", "omega": 0.7}),
     RunSpec("no_back_credit", "paper, α=0 (no back-credit)", {"preset": "paper", "alpha": 0.0}),
@@ -511,6 +517,7 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
         "iterations_to_target": float(np.mean(got)) if got else None,
         "reached_target": len(got),
         "took_off_per_seed": [r is not None for r in reach],
+        "take_off_iteration_per_seed": reach,
         "recall_start": float(np.mean(recall0)), "recall_final": float(np.mean(recall1)),
         "recall_final_per_seed": [float(r) for r in recall1],
         "actions_final": float(np.mean(actions)),
@@ -577,6 +584,15 @@ def _interval(stats: dict | None) -> str:
             f"({stats['ahead']}/{stats['seeds']})")
 
 
+def _take_off(row: dict) -> str:
+    """``27 (15–45)``: median and range of the iterations at which the seeds that took off first
+    reached the target EM; ``—`` when none did."""
+    reached = [r for r in row.get("take_off_iteration_per_seed", []) if r is not None]
+    if not reached:
+        return "—"
+    return f"{np.median(reached):.0f} ({min(reached)}–{max(reached)})"
+
+
 def decision_tables(rows: Sequence[dict], target_em: float) -> str:
     """The paired comparison, as Markdown: across blocks (final EM against outcome-only and
     against the default), then per block (final EM and gold-fact recall against both)."""
@@ -598,14 +614,15 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
         lines.append("")
     for block in blocks:
         lines += [f"**{block}** — paired differences", "",
-                  ("| run | seeds | final EM | take-off | Δ EM vs outcome-only | Δ EM vs default "
-                   "| gold recall | Δ recall vs outcome-only | Δ recall vs default |"),
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  ("| run | seeds | final EM | take-off | iterations to take-off (median, range) "
+                   "| Δ EM vs outcome-only | Δ EM vs default | gold recall | Δ recall vs outcome-only "
+                   "| Δ recall vs default |"),
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for row in (r for r in rows if r["block"] == block):
             paired = row["paired"]
             lines.append(
                 f"| {row['label']} | {row['seeds']} | {row['em_final']:.3f} | "
-                f"{row['reached_target']}/{row['seeds']} | "
+                f"{row['reached_target']}/{row['seeds']} | {_take_off(row)} | "
                 f"{_interval(paired.get('outcome_only', {}).get('em'))} | "
                 f"{_interval(paired.get('default', {}).get('em'))} | {row['recall_final']:.3f} | "
                 f"{_interval(paired.get('outcome_only', {}).get('recall'))} | "
@@ -668,6 +685,59 @@ def markdown_tables(rows: Sequence[dict], results: Sequence[dict], runs: Sequenc
 
 
 PROCESS_ITERATIONS = 5  # the process-term table reads the first 5 iterations
+# The fate table reads the plateau: iterations 1–15, before the earliest seeds take off.
+FATE_ITERATIONS = (1, 15)
+
+
+def process_totals(result: dict, first: int = FATE_ITERATIONS[0],
+                   last: int = FATE_ITERATIONS[1]) -> dict[str, list[float]]:
+    """One run's process term summed over iterations ``first``–``last``: per
+    ``"<group outcome>|<action label>"`` the sum, count and sum of squares (kept by ``compact``)."""
+    if "process_totals" in result:
+        return result["process_totals"]
+    totals: dict[str, list[float]] = {}
+    for record in result["records"]:
+        if first <= record["iteration"] <= last:
+            for key, values in record.get("process_by_kind", {}).items():
+                entry = totals.setdefault(key, [0.0, 0, 0.0])
+                for i, value in enumerate(values[:3]):
+                    entry[i] += value
+    return totals
+
+
+def fate_table(results: Sequence[dict], run: str, block: str, target_em: float) -> str:
+    """The process term Ω·A_proc of ``run`` by action in all-fail and mixed groups (mean ± sd over
+    the actions of iterations 1–15), on the seeds that take off (reach ``target_em``) against those
+    that stay on the plateau: what the term does before the seeds part."""
+    fates: dict[str, dict[str, list[float]]] = {"stay": {}, "leave": {}}
+    seeds = {"stay": 0, "leave": 0}
+    for result in results:
+        if result["run"] != run or result["block"] != block:
+            continue
+        fate = "leave" if any(e["em"] >= target_em for _, e in _evals(result["records"])) else "stay"
+        seeds[fate] += 1
+        for key, values in process_totals(result).items():
+            entry = fates[fate].setdefault(key, [0.0, 0, 0.0])
+            for i, value in enumerate(values):
+                entry[i] += value
+    if not any(seeds.values()) or not any(fates[f] for f in fates):
+        return ""
+    columns = [(o, f) for o in ("all fail", "mixed") for f in ("stay", "leave")]
+    lines = ["| action | " + " | ".join(f"{o}, seeds that {'stay' if f == 'stay' else 'take off'} "
+                                         f"({seeds[f]})" for o, f in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for kind in LABELS:
+        cells = []
+        for outcome, fate in columns:
+            total, count, squares = fates[fate].get(f"{outcome}|{kind}", (0.0, 0, 0.0))
+            if not count:
+                cells.append("—")
+                continue
+            mean = total / count
+            sd = math.sqrt(max(squares / count - mean * mean, 0.0))
+            cells.append(f"{mean:+.3f} ± {sd:.3f} (n={count:,})")
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def process_table(results: Sequence[dict], run: str, block: str) -> str:
@@ -796,6 +866,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="train nothing: join the results.json files of earlier runs (same "
                              "settings, other seeds, blocks or runs) and write the tables of the "
                              "union to --out; a (block, run, seed) found twice is an error")
+    parser.add_argument("--at-iteration", type=int, default=None, metavar="N",
+                        help="with --merge: every run as if trained N iterations (its first N)")
     parser.add_argument("--compact", action="store_true",
                         help="with --merge: keep of each run only what the tables read (held-out "
                              "evaluations, factutil times, the process term of iterations 1–"
@@ -803,7 +875,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "and can be merged again")
     args = parser.parse_args(argv)
     if args.merge:
-        return _merge(args.merge, args.out, args.target_em, args.compact)
+        return _merge(args.merge, args.out, args.target_em, args.compact, args.at_iteration)
 
     quick = args.quick
     names = args.runs.split(",") if args.runs else (QUICK_RUNS if quick else [r.name for r in RUNS])
@@ -868,14 +940,31 @@ def compact(result: dict) -> dict:
         if "process_by_kind" in record and record["iteration"] <= PROCESS_ITERATIONS:
             kept["process_by_kind"] = record["process_by_kind"]
         records.append(kept)
-    return {**result, "records": records}
+    return {**result, "records": records, "process_totals": process_totals(result)}
 
 
-def _merge(paths: Sequence[Path], out: Path, target_em: float, compact_results: bool = False) -> int:
+def cut_at(result: dict, iteration: int) -> dict:
+    """One run's result as if it had been trained ``iteration`` iterations (``--at-iteration``):
+    the records up to it (a run's first N iterations do not depend on how many follow)."""
+    records = [r for r in result["records"] if r["iteration"] <= iteration]
+    if records[-1]["iteration"] != iteration or "heldout" not in records[-1]:
+        raise SystemExit(f"--at-iteration {iteration}: run {result['run']} seed {result['seed']} "
+                         "has no evaluation there")
+    cut = {key: value for key, value in result.items()
+           if key != "process_totals" or iteration >= FATE_ITERATIONS[1]}
+    return {**cut, "records": records}
+
+
+def _merge(paths: Sequence[Path], out: Path, target_em: float, compact_results: bool = False,
+           at_iteration: int | None = None) -> int:
     """Join the results of earlier runs (``--merge``) and write the tables of the union."""
     reports = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
     results, seen = [], set()
     for path, report in zip(paths, reports):
+        if at_iteration is not None:
+            report["results"] = [cut_at(result, at_iteration) for result in report["results"]]
+            for settings in report["settings"].values():
+                settings["iterations"] = at_iteration
         for result in report["results"]:
             key = (result["block"], result["run"], result["seed"])
             if key in seen:
@@ -923,6 +1012,12 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
             tables += (f"\nProcess term Ω·A_proc of the {name} run by action ({block}; "
                        f"iterations 1–{PROCESS_ITERATIONS}, all seeds; mean, and the action's "
                        f"share of its groups' actions):\n\n{process}")
+    for block, name in ((b, n) for b in blocks for n in ("default", "plain_grpo", "retrieved")):
+        fates = fate_table(results, name, block, target_em)
+        if fates:
+            tables += (f"\nProcess term Ω·A_proc of the {name} run by action ({block}; iterations "
+                       f"{FATE_ITERATIONS[0]}–{FATE_ITERATIONS[1]}; mean ± sd over actions), seeds "
+                       f"that stay on the plateau against seeds that take off:\n\n{fates}")
     (out / "table.md").write_text(tables, encoding="utf-8")
     orderings = {
         block: [row["run"] for row in sorted((r for r in rows if r["block"] == block),

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from benchmarks.credit_ablation import (
+    cut_at,
+    fate_table,
     RUNS,
     Batch,
     Decision,
@@ -408,3 +410,37 @@ def test_more_seeds_join_an_earlier_run_with_merge(tmp_path):
          str(tmp_path / "a/results.json"), str(tmp_path / "a/results.json"), "--out", str(tmp_path / "x")],
         capture_output=True, text=True, check=False, cwd=tmp_path)
     assert again.returncode != 0 and "already in an earlier file" in again.stderr
+
+
+def _fake_result(seed: int, ems: dict[int, float], process: dict[int, dict]) -> dict:
+    records = [{"iteration": i, **({"heldout": {"em": ems[i]}} if i in ems else {}),
+                **({"process_by_kind": process[i]} if i in process else {})}
+               for i in range(max(ems) + 1)]
+    return {"run": "default", "block": "cold/plain", "seed": seed, "records": records}
+
+
+def test_fate_table_splits_the_process_term_by_seeds_that_take_off():
+    """Seed 0 stays below 0.40; seed 1 reaches 0.45 at iteration 6. Seed 0's all-fail answers:
+    terms -0.1 and -0.3 at iteration 1 and one -0.2 at iteration 20 (outside 1–15): mean -0.2,
+    sd sqrt(((0.1)^2 + (0.1)^2) / 2) = 0.1. Seed 1's mixed gold asserts: 0.5 and 0.1 -> 0.300 ± 0.200."""
+    stays = _fake_result(0, {0: 0.0, 3: 0.1, 21: 0.1},
+                         {1: {"all fail|answer": [-0.4, 2, 0.1]},
+                          20: {"all fail|answer": [-0.2, 1, 0.04]}})
+    leaves = _fake_result(1, {0: 0.0, 3: 0.2, 6: 0.45},
+                          {2: {"mixed|assert gold": [0.6, 2, 0.26]}})
+    table = fate_table([stays, leaves], "default", "cold/plain", 0.40)
+    cells = {row[0]: row[1:] for row in ([c.strip() for c in line.strip("|").split("|")]
+                                         for line in table.splitlines())}
+    # Columns: all fail (stay, take off), mixed (stay, take off).
+    assert cells["answer"] == ["-0.200 ± 0.100 (n=2)", "—", "—", "—"]
+    assert cells["assert gold"] == ["—", "—", "—", "+0.300 ± 0.200 (n=2)"]
+    assert "seeds that stay (1)" in table and "seeds that take off (1)" in table
+
+
+def test_a_run_cut_at_an_iteration_is_its_first_iterations():
+    result = _fake_result(0, {0: 0.0, 3: 0.1, 6: 0.5}, {})
+    cut = cut_at(result, 3)
+    assert [r["iteration"] for r in cut["records"]] == [0, 1, 2, 3]
+    assert cut["records"][-1]["heldout"]["em"] == 0.1
+    with pytest.raises(SystemExit, match="no evaluation there"):
+        cut_at(result, 4)
