@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 import reprlib
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -22,6 +25,22 @@ def short(value: Any, limit: int = 60) -> str:
     a huge or self-sharing value (a YAML alias bomb) costs no more than a small one."""
     text = _SHOWN.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def number_value(value: Any) -> float | None:
+    """``value`` as a float when it is one real number: a Python int or float, a numpy scalar,
+    or a 0-d numpy array or torch tensor (what trainers hand over); None for anything else, a
+    bool included. An int beyond the float range is ±inf, so a finite check names it."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        if getattr(value, "shape", None) != () or not hasattr(value, "item"):
+            return None
+        value = value.item()  # a 0-d array or tensor, or a numpy bool
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 _UNION_TAGS = {"search", "assert", "answer", "invalid", "RawAction"}
@@ -75,3 +94,11 @@ def error_messages(
             message += f" (got {short(item['input'])})"
         messages.append((field_path(item["loc"], whole), message))
     return messages
+
+
+def warn_line(message: str, category: type[Warning]) -> None:
+    """Issue ``message`` as a ``category`` warning through :mod:`warnings` (its filters apply:
+    shown once per process by default), on one line: ``factutil:0: Category: message``, with
+    no source line."""
+    warnings.warn_explicit(message, category, "factutil", 0, module="factutil",
+                           registry=globals().setdefault("__warningregistry__", {}))

@@ -3,8 +3,12 @@ file, one ``FILE:LINE: field: what is wrong`` line each."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,13 +37,20 @@ class Problem:
         return f"{where}: {self.field}: {self.message}"
 
 
+SHOWN = 10
+"""Problems an :class:`InputError` shows; the rest are counted."""
+
+
 class InputError(ValueError):
-    """Input with ``problems``, ``str()`` one per line; raised from the ``ValidationError`` it
-    rewords, if any."""
+    """Input with ``problems``; ``str()`` one per line, the first :data:`SHOWN`, then how many
+    more. Raised from the ``ValidationError`` it rewords, if any."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
-        super().__init__("\n".join(str(problem) for problem in problems))
+        lines = [str(problem) for problem in problems[:SHOWN]]
+        if len(problems) > SHOWN:
+            lines.append(f"... and {len(problems) - SHOWN} more ({len(problems)} problems in all)")
+        super().__init__("\n".join(lines))
 
 
 def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[str, str]]:
@@ -49,64 +60,60 @@ def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[
     return errors.error_messages(error, whole, known)
 
 
+_JSON_TEXT = re.compile(r"\s*(\{|\[\s*\{)")
+COMPRESSED = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
+"""Leading bytes of the compressed forms read as their text (gzip, bzip2, xz)."""
+UNREAD = {b"\x28\xb5\x2f\xfd": "zstd-compressed", b"PK\x03\x04": "a zip archive",
+          b"\x89HDF": "HDF5", b"PAR1": "Parquet", b"\x93NUMPY": "a numpy array"}
+"""Leading bytes of forms refused by name rather than read as lines."""
+
+
 def read_rollouts(
     path: str | os.PathLike, progress: Callable[[int], None] | None = None
 ) -> list[tuple[int, Rollout]]:
-    """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file;
-    ``progress`` gets the bytes read, about every MiB. An OSError when it cannot be read.
+    """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file, read
+    through gzip, bzip2 or xz when compressed; ``progress`` gets the bytes of the file read,
+    about every MiB. An OSError when it cannot be read.
 
     Raises:
-        InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``.
+        InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``
+            (``str()`` shows the first :data:`SHOWN`); a text of JSON given as the path, or a
+            file of another form (zstd, zip, Parquet ...), as one problem naming it.
     """
     name = str(path)
+    if isinstance(path, str) and (len(path) > 4096 or "\n" in path or _JSON_TEXT.match(path)):
+        raise InputError([Problem(short(path), None, "(path)", (
+            "a text of JSON given where a file path is expected: pass the file's path, or the "
+            "rollouts as dicts ([json.loads(line) for line in text.splitlines()])"))])
     problems: list[Problem] = []
     rollouts: list[tuple[int, Rollout]] = []
-    unreported = 0
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if progress is not None:
-                unreported += len(raw)
-                if unreported >= 1 << 20:
-                    progress(unreported)
-                    unreported = 0
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                problems.append(Problem(name, number, "(line)", f"not valid UTF-8: byte "
-                                        f"0x{raw[error.start]:02x} at column {error.start + 1}"))
-                continue
-            if not text.strip():
-                continue
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as error:
-                # Some decoder messages end in "at" ("Unterminated string starting at").
-                problems.append(Problem(name, number, "(line)", f"invalid JSON: "
-                                        f"{error.msg.removesuffix(' at')} at column {error.colno}"))
-                continue
-            except RecursionError:
-                problems.append(Problem(name, number, "(line)", "invalid JSON: nested too deeply"))
-                continue
-            except ValueError as error:  # an integer past Python's 4,300-digit conversion limit
-                problems.append(Problem(name, number, "(line)", f"invalid JSON: {str(error)[:90]}"))
-                continue
-            if not isinstance(data, dict):
-                problems.append(Problem(name, number, "(line)",
-                                        f"expected a JSON object, got {type(data).__name__}"))
-                continue
-            key = group_key(data)
-            if key is not None:
-                problems.append(Problem(name, number, key, (
-                    f"a group dict (key {key!r}); a file holds one rollout per line (docs/method.md "
-                    f"§8), group dicts are Python input")))
-                continue
-            try:
-                rollouts.append((number, Rollout.model_validate(data)))
-            except ValidationError as error:
-                problems.extend(Problem(name, number, field, message)
-                                for field, message in error_messages(error))
-    if progress is not None and unreported:
-        progress(unreported)
+    with open(path, "rb") as raw:
+        head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""
+        opener = next((o for magic, o in COMPRESSED.items() if head.startswith(magic)), None)
+        form = next((f for magic, f in UNREAD.items() if head.startswith(magic)), None)
+        if form is not None:
+            raise InputError([Problem(name, None, "(file)", (
+                f"{form}, not JSON Lines: expected one rollout object per line (docs/method.md "
+                f"§8), plain or gzip/bzip2/xz-compressed"))])
+        lines = opener(raw, "rb") if opener is not None else raw
+        reported = 0
+        for number, line in enumerate(lines, start=1):
+            if progress is not None and raw.tell() - reported >= 1 << 20:
+                progress(raw.tell() - reported)
+                reported = raw.tell()
+            problem = _line_problem(line)
+            if isinstance(problem, str):
+                problems.append(Problem(name, number, "(line)", problem))
+            elif isinstance(problem, Problem):
+                problems.append(Problem(name, number, problem.field, problem.message))
+            elif problem is not None:
+                try:
+                    rollouts.append((number, Rollout.model_validate(problem)))
+                except ValidationError as error:
+                    problems.extend(Problem(name, number, field, message)
+                                    for field, message in error_messages(error))
+        if progress is not None and raw.tell() > reported:
+            progress(raw.tell() - reported)
     if problems and problems[0].line == 1 and problems[0].field == "(line)" and not rollouts:
         document = _json_document(path)
         if document is not None:  # one line for the file, not one per line of a JSON document
@@ -117,6 +124,34 @@ def read_rollouts(
     if problems:
         raise InputError(problems)
     return rollouts
+
+
+def _line_problem(raw: bytes) -> str | Problem | dict | None:
+    """One line's object (a dict to validate), None for a blank line, or what is wrong with it:
+    a message about the whole line, or a Problem naming a field (its path and line unset)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"not valid UTF-8: byte 0x{raw[error.start]:02x} at column {error.start + 1}"
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        # Some decoder messages end in "at" ("Unterminated string starting at").
+        return f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}"
+    except RecursionError:
+        return "invalid JSON: nested too deeply"
+    except ValueError as error:  # an integer past Python's 4,300-digit conversion limit
+        return f"invalid JSON: {str(error)[:90]}"
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    key = group_key(data)
+    if key is not None:
+        return Problem("", None, key, (
+            f"a group dict (key {key!r}); a file holds one rollout per line (docs/method.md "
+            f"§8), group dicts are Python input"))
+    return data
 
 
 def _json_document(path: str | os.PathLike) -> str | None:

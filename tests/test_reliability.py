@@ -63,9 +63,10 @@ def row(rid: str = "q-0", uid: str = "q", actions: list | None = None, **fields)
 
 
 def errors_of(caught: pytest.ExceptionInfo) -> list[dict]:
-    """The pydantic errors of a ValidationError, or of the one an InputError rewords."""
+    """The pydantic errors of a ValidationError, or of the one an InputError or ConfigError
+    rewords."""
     error = caught.value
-    if isinstance(error, InputError):
+    if isinstance(error, (InputError, ConfigError)):
         assert isinstance(error.__cause__, ValidationError)
         error = error.__cause__
     return error.errors(include_url=False)
@@ -713,9 +714,10 @@ def test_unknown_keys_are_kept_on_rollouts_and_actions_but_rejected_on_groups_an
         compute_process_advantages([group], EXACT)
     assert only_error(caught) == (("weight",), "Extra inputs are not permitted")
     assert str(caught.value) == "groups[0] (uid 'q'): weight: unknown field 'weight'"
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(ConfigError) as caught:
         compute_process_advantages([row()], {"mode": "exact", "omgea": 0.3})
     assert only_error(caught) == (("omgea",), "unknown field 'omgea' (did you mean 'omega'?)")
+    assert str(caught.value) == "config: omgea: unknown field 'omgea' (did you mean 'omega'?)"
 
 
 CONFIG_CASES = [
@@ -738,10 +740,12 @@ CONFIG_CASES = [
 
 @pytest.mark.parametrize("field,value,fragment", CONFIG_CASES, ids=[f"{c[0]}={c[1]!r}" for c in CONFIG_CASES])
 def test_out_of_range_config_names_the_field_and_value(field, value, fragment):
-    """Each out-of-range or mistyped config value -> ValidationError at that field, whose
-    message says the bound and whose input is the value."""
-    with pytest.raises(ValidationError) as caught:
+    """Each out-of-range or mistyped config value -> ConfigError, one line at that field (the
+    CLI's form), raised from pydantic's error, whose message says the bound and whose input is
+    the value."""
+    with pytest.raises(ConfigError) as caught:
         compute_process_advantages([row()], {field: value})
+    assert str(caught.value).startswith(f"config: {field}") and "\n" not in str(caught.value)
     (error,) = errors_of(caught)
     assert error["loc"][0] == field and fragment in error["msg"]
     got = error["input"]

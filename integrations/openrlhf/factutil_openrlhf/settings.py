@@ -107,7 +107,7 @@ def as_config(config: Any = None):
 
     Raises:
         SettingsError: bad ``FACTUTIL_*`` variables (None config).
-        pydantic.ValidationError: a bad mapping.
+        factutil.config.ConfigError: a bad mapping.
         TypeError: anything else (:func:`factutil.config.as_config`).
     """
     from factutil.config import as_config as core_config

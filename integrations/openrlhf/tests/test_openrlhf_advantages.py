@@ -178,13 +178,19 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
     patch.configure(FactUtilConfig(omega=0.5, **EXACT))
     maker = make_maker(openrlhf, episodes)
     batches = build_experiences(openrlhf, episodes, maker.args, maker)
-    # Group 0: one sample lost its payload; group 1: a blank gold answer (core validation).
+    # Group 0: one sample lost its payload; group 1: a blank gold answer (core validation);
+    # group 2: one sample's span ends at 2**70, past any token position (no int64 holds it).
     for batch in batches:
         for row, index in enumerate(batch.index):
             if index == 2:
                 batch.info["factutil"][row] = None
             if index // N == 1:
                 batch.labels[row] = json.dumps([" "])
+            if index == 2 * N + 1:
+                payload = batch.info["factutil"][row]
+                spans = [list(span) for span in payload["spans"]]
+                spans[-1][1] = 2**70
+                batch.info["factutil"][row] = dict(payload, spans=spans)
     plain = copy.deepcopy(batches)
     for batch in plain:
         batch.info.pop("factutil")
@@ -192,18 +198,18 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
     plain = original(maker, plain)
     with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
         patched = maker.compute_advantages_and_returns(batches)
-    assert "2 group(s) kept OpenRLHF's advantages" in caplog.text
+    assert "3 group(s) kept OpenRLHF's advantages" in caplog.text and "2**63" in caplog.text
     # The other groups get exactly their own delta (a group's numbers never depend on the others).
     deltas = expected_delta(episodes, FactUtilConfig(omega=0.5, **EXACT))
     for before, after in zip(plain, patched):
         assert torch.isfinite(after.advantages).all()
         for row, index in enumerate(after.index):
-            kept = index // N in (0, 1)
+            kept = index // N in (0, 1, 2)
             assert after.info["factutil/skipped"][row] == float(kept)
             width = after.advantages.shape[1]
             want = before.advantages[row] + (0 if kept else torch.from_numpy(deltas[index][:width]))
             assert torch.equal(after.advantages[row], want)
-    assert any(np.any(deltas[index] != 0) for index in range(2 * N, len(episodes.rollouts)))
+    assert any(np.any(deltas[index] != 0) for index in range(3 * N, len(episodes.rollouts)))
 
 
 def test_a_failing_core_call_keeps_everything_and_never_raises(openrlhf, episodes, monkeypatch):
