@@ -384,7 +384,7 @@ def serve(
                         announce=lambda line: print(line, flush=True),
                         request_timeout_s=request_timeout)
     except (OSError, ValueError, ImportError) as error:
-        _fail(f"serve: {error}")
+        _fail(f"serve: {getattr(error, 'strerror', None) or error}")
 
 
 def _terminate(signum: int, frame: Any) -> None:

@@ -379,3 +379,19 @@ def test_a_wrong_typed_setting_is_one_config_line(tmp_path, rollouts, setting):
     assert done.exit_code == 2 and done.exception is None or isinstance(done.exception, SystemExit)
     (line,) = done.output.strip().splitlines()
     assert line.startswith(f"config: {field}")
+
+
+def test_serve_on_a_busy_port_is_one_line(tmp_path):
+    """Another socket listening on the port -> exit 2, one line saying the port is in use."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "factutil", "serve", "--port", str(port)],
+                              capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [(
+        f"serve: cannot listen on 127.0.0.1:{port}: the port is in use (another server?); "
+        f"pass another port, or 0 for a free one")]

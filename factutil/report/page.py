@@ -148,6 +148,7 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
                   for name, value in result.metrics.items()
                   if name.startswith("time_") and name.endswith("_s")],
         "config": _config_rows(config), "retrieved": config.facts == "retrieved",
+        "success": config.success,
         "key_config": [
             ("mode", config.mode), ("prior", config.prior), ("success", config.success),
             ("Ω", f"{config.omega:g}"), ("α", f"{config.alpha:g}"),
@@ -212,15 +213,15 @@ def _invalid_reasons(result: ProcessAdvantages) -> list[tuple[str, int, str]]:
             for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0]))]
 
 
-def _config_rows(config: FactUtilConfig) -> list[tuple[str, str, bool]]:
-    """(field, value, differs from the default) for every config field."""
+def _config_rows(config: FactUtilConfig) -> list[tuple[str, str, str]]:
+    """(field, value, default) of each config field that differs from its default."""
     defaults = FactUtilConfig()
-    rows = []
-    for name in type(config).model_fields:
-        value = getattr(config, name)
-        shown = ", ".join(value) if isinstance(value, tuple) else str(value)
-        rows.append((name, shown, value != getattr(defaults, name)))
-    return rows
+
+    def shown(value: Any) -> str:
+        return ", ".join(value) if isinstance(value, tuple) else str(value)
+
+    return [(name, shown(getattr(config, name)), shown(getattr(defaults, name)))
+            for name in type(config).model_fields if getattr(config, name) != getattr(defaults, name)]
 
 
 def _gold_summary(clusters: list[ClusterRecord], labels: list[bool | None]) -> dict[str, Any]:
@@ -289,6 +290,7 @@ def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, 
         "n": cluster.n, "s": Number(cluster.s, signed=False),
         "mean": Number(cluster.mean, signed=False), "utility": Number(cluster.utility),
         "bar": min(50.0, 50.0 * abs(cluster.utility) / scale), "gold": label,
+        "few": cluster.n < 2,  # one rollout's outcome, no evidence about the fact
     } for cluster, label in ordered]
     rollout_views = []
     for j, source in enumerate(group.rollouts):
