@@ -224,8 +224,8 @@ def test_a_missing_config_file_and_a_spaced_set_say_what_to_do(tmp_path, rollout
 
 
 def test_an_embedder_that_cannot_load_is_one_line_naming_its_fields(tmp_path, rollouts, monkeypatch):
-    """An unknown torch device, or the static backend before its vectors are made -> exit 2 and
-    one line naming the embedder's config fields and the loader's own reason (its hint kept)."""
+    """An unknown torch device, or the static backend with a cache folder it cannot make -> exit
+    2 and one line naming the embedder's config fields and the loader's own reason."""
     result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
                                  "--set", "embedding_device=foo"])
     assert result.exit_code == 2 and "Traceback" not in result.output
@@ -234,15 +234,15 @@ def test_an_embedder_that_cannot_load_is_one_line_naming_its_fields(tmp_path, ro
                            "embedding_model=None, embedding_device='foo'): RuntimeError: ")
     assert "device type at start of device string: foo [packages involved: " in line
     assert re.search(r"torch \d+\.\d+\S*\]$", line)
-    monkeypatch.setenv("FACTUTIL_CACHE", str(tmp_path / "empty"))
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("FACTUTIL_CACHE", str(tmp_path / "a-file"))
     result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
                                  "--set", "embedding_backend=static"])
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
-    vectors = tmp_path / "empty" / "static-minilm-256"
     assert line.startswith("config: cannot load the embedder (embedding_backend='static', "
-                           "embedding_model=None, embedding_device=None): FileNotFoundError: ")
-    assert line.endswith(f"with: python -m factutil.tools.static_vectors {vectors}")
+                           "embedding_model=None, embedding_device=None): FileExistsError: ")
+    assert str(tmp_path / "a-file") in line
     assert not (tmp_path / "o.jsonl").exists()
 
 

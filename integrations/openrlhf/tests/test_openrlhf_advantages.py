@@ -91,9 +91,10 @@ def run_both(openrlhf, episodes, config, estimator="group_norm", **train):
     return original(maker, plain), maker.compute_advantages_and_returns(batches)
 
 
-def expected_delta(episodes, config):
+def expected_delta(episodes, config, clusterer=None):
     """Per sample index: float32 (TRAIN_MAX_LEN - 1,) omega * A_proc on its action tokens,
-    from the core run on the emitted texts and the engine's spans (no adapter code)."""
+    from the core run on the emitted texts and the engine's spans (no adapter code);
+    ``clusterer``: one whose caches to reuse (clusters never depend on them)."""
     lines = []
     for rollout, engine in zip(episodes.rollouts, episodes.engines):
         lines.append(
@@ -105,7 +106,7 @@ def expected_delta(episodes, config):
                 "actions": [{"raw": text} for _, _, text in engine.log],
             }
         )
-    result = compute_process_advantages(lines, config)
+    result = compute_process_advantages(lines, config, clusterer=clusterer)
     by_rollout = {}
     for record in result.actions:
         by_rollout.setdefault(record.rollout_id, []).append(record.process_advantage)
@@ -122,9 +123,11 @@ def expected_delta(episodes, config):
 
 @pytest.mark.parametrize("mode", ["exact", "semantic"])  # semantic: the real bundled MiniLM
 def test_added_term_is_omega_times_process_advantage_on_exactly_the_action_spans(openrlhf, episodes, mode):
+    from factutil_openrlhf import patch
+
     config = FactUtilConfig(omega=0.5, mode=mode)
     plain, patched = run_both(openrlhf, episodes, config)
-    deltas = expected_delta(episodes, config)
+    deltas = expected_delta(episodes, config, patch.active().step.clusterer)
     cut = clipped = 0
     for before, after in zip(plain, patched):
         assert "factutil" not in after.info
@@ -384,15 +387,24 @@ def test_no_early_scoring_when_off_or_without_payloads(openrlhf, episodes):
 
 
 def test_make_experience_starts_the_scoring(openrlhf, episodes, monkeypatch):
-    """The wrapped make_experience hands its samples to start_early before OpenRLHF's own."""
+    """The wrapped make_experience hands its samples to start_early before OpenRLHF's own: a
+    start_early that stops the call shows OpenRLHF's part (which would start Ray for its
+    actors) has not run yet."""
     from factutil_openrlhf import patch
+
+    class Stopped(Exception):
+        pass
+
+    def start_early(maker, samples):
+        calls.append((maker, samples))
+        raise Stopped
 
     patch.configure(FactUtilConfig(omega=0.5, **EXACT))
     maker = make_maker(openrlhf, episodes)
     batches = build_experiences(openrlhf, episodes, maker.args, maker)
     calls = []
-    monkeypatch.setattr(patch.active(), "start_early", lambda m, s: calls.append((m, s)))
+    monkeypatch.setattr(patch.active(), "start_early", start_early)
     assert getattr(openrlhf.experience_maker.RemoteExperienceMaker.make_experience, patch.PATCHED)
-    with pytest.raises(Exception):  # noqa: B017 - OpenRLHF's own part has no actors here
+    with pytest.raises(Stopped):
         maker.make_experience(batches)
     assert calls == [(maker, batches)]

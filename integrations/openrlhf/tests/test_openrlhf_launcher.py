@@ -77,8 +77,8 @@ def test_an_option_is_never_taken_as_the_value_before_it():
     (["--factutil.omgea", "0.3"], " (did you mean --factutil.omega?)"),
     (["--factutil.entyr=m"], " (did you mean --factutil.entry?)"),
     (["--factutil-omega", "0.3"], " (did you mean --factutil.omega?)"),
-    (["--factutil.zzz", "1"], " (python -m factutil_openrlhf.train_ppo_ray --help; factutil "
-                              "schema --what config)"),
+    (["--factutil.zzz", "1"], (" (python -m factutil_openrlhf.train_ppo_ray --help; factutil "
+                              "schema --what config)")),
 ])
 def test_a_misspelt_launcher_option_is_refused_with_the_closest_name(given, hint, capsys):
     """A typo of a launcher option or config field is never taken as a setting nor passed to
@@ -115,6 +115,7 @@ def test_dry_run_plan_and_job_submit_form(capsys, monkeypatch):
     assert submit.endswith("-- python3 -m openrlhf.cli.train_ppo_ray --train.agent_func_path 'a b.py'")
 
 
+@pytest.mark.integration
 def test_launcher_starts_a_ray_job_whose_workers_are_patched():
     pytest.importorskip("openrlhf")
     # A cluster of its own: RAY_ADDRESS=local, and a private temp dir that no `ray start` or
