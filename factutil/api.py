@@ -8,6 +8,7 @@ import logging
 import math
 import threading
 import time
+import warnings as python_warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -17,8 +18,7 @@ import numpy as np
 from factutil.advantages import process_advantages, segment_normalize, total_advantages
 from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.columns import prepare
-from factutil.config import FactUtilConfig, as_config
-from factutil.errors import warn_line
+from factutil.config import FactUtilConfig, as_config, config_from_values
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
@@ -67,14 +67,13 @@ def compute_process_advantages(
         FloatingPointError: an advantage beyond float32; names group, rollout, step and omega.
     """
     config = as_config(config)
-    if isinstance(clusterer, str):  # a mode's name: the clusterer the docs call by it
-        if clusterer not in ("exact", "semantic"):
-            raise ValueError(f"clusterer must be a Clusterer, 'exact' or 'semantic', got {clusterer!r}")
-        config, clusterer = config.model_copy(update={"mode": clusterer}), None
+    if isinstance(clusterer, str):  # a mode's name, as the docs call the clusterers
+        config = config_from_values({**config.model_dump(), "mode": clusterer}, lambda f: "clusterer")
+        clusterer = None
+    elif clusterer is not None and not isinstance(clusterer, Clusterer):
+        raise TypeError(f"clusterer must be a Clusterer, 'exact' or 'semantic', got "
+                        f"{type(clusterer).__name__}")
     if clusterer is not None:
-        if not isinstance(clusterer, Clusterer):
-            raise TypeError(f"clusterer must be a Clusterer (cluster_batch, metrics), 'exact' or "
-                            f"'semantic', got {type(clusterer).__name__}")
         check_clusterer(clusterer, config)
     with _collector_paused(config.pause_gc):
         return _compute(groups, config, clusterer, on_invalid_group, work)
@@ -126,12 +125,14 @@ def _compute(
     timings: dict[str, float] = {}
 
     def warn(message: str, category: type[Warning] | None = None) -> None:
-        """One warning of the step, counted: logged, or through :mod:`warnings` as ``category``."""
+        """One warning of the step, counted: logged, or through Python's warnings as ``category``
+        (their filters apply), shown on one line with no source line."""
         warnings.append(message)
         if category is None:
             logger.warning(message)
         else:
-            warn_line(message, category)
+            python_warnings.warn_explicit(message, category, "factutil", 0, module="factutil",
+                                          registry=globals().setdefault("__warningregistry__", {}))
 
     def lap(stage: str) -> None:  # the seconds since the previous stage ended
         nonlocal clock

@@ -7,7 +7,6 @@ import difflib
 import math
 import numbers
 import reprlib
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -95,10 +94,3 @@ def error_messages(
         messages.append((field_path(item["loc"], whole), message))
     return messages
 
-
-def warn_line(message: str, category: type[Warning]) -> None:
-    """Issue ``message`` as a ``category`` warning through :mod:`warnings` (its filters apply:
-    shown once per process by default), on one line: ``factutil:0: Category: message``, with
-    no source line."""
-    warnings.warn_explicit(message, category, "factutil", 0, module="factutil",
-                           registry=globals().setdefault("__warningregistry__", {}))

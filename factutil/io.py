@@ -61,11 +61,9 @@ def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[
 
 
 _JSON_TEXT = re.compile(r"\s*(\{|\[\s*\{)")
-COMPRESSED = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
-"""Leading bytes of the compressed forms read as their text (gzip, bzip2, xz)."""
-UNREAD = {b"\x28\xb5\x2f\xfd": "zstd-compressed", b"PK\x03\x04": "a zip archive",
-          b"\x89HDF": "HDF5", b"PAR1": "Parquet", b"\x93NUMPY": "a numpy array"}
-"""Leading bytes of forms refused by name rather than read as lines."""
+FORMS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open,
+         b"\x28\xb5\x2f\xfd": "zstd-compressed", b"PK\x03\x04": "a zip archive"}
+"""Leading bytes of the forms read as their text (gzip, bzip2, xz) or refused by name."""
 
 
 def read_rollouts(
@@ -78,7 +76,7 @@ def read_rollouts(
     Raises:
         InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``
             (``str()`` shows the first :data:`SHOWN`); a text of JSON given as the path, or a
-            file of another form (zstd, zip, Parquet ...), as one problem naming it.
+            zstd or zip file, as one problem naming it.
     """
     name = str(path)
     if isinstance(path, str) and (len(path) > 4096 or "\n" in path or _JSON_TEXT.match(path)):
@@ -88,27 +86,22 @@ def read_rollouts(
     problems: list[Problem] = []
     rollouts: list[tuple[int, Rollout]] = []
     with open(path, "rb") as raw:
-        head = raw.peek(8)[:8] if hasattr(raw, "peek") else b""
-        opener = next((o for magic, o in COMPRESSED.items() if head.startswith(magic)), None)
-        form = next((f for magic, f in UNREAD.items() if head.startswith(magic)), None)
-        if form is not None:
+        form = next((f for magic, f in FORMS.items() if raw.peek(8).startswith(magic)), None)
+        if isinstance(form, str):
             raise InputError([Problem(name, None, "(file)", (
                 f"{form}, not JSON Lines: expected one rollout object per line (docs/method.md "
                 f"§8), plain or gzip/bzip2/xz-compressed"))])
-        lines = opener(raw, "rb") if opener is not None else raw
         reported = 0
-        for number, line in enumerate(lines, start=1):
+        for number, line in enumerate(form(raw, "rb") if form else raw, start=1):
             if progress is not None and raw.tell() - reported >= 1 << 20:
                 progress(raw.tell() - reported)
                 reported = raw.tell()
-            problem = _line_problem(line)
-            if isinstance(problem, str):
-                problems.append(Problem(name, number, "(line)", problem))
-            elif isinstance(problem, Problem):
-                problems.append(Problem(name, number, problem.field, problem.message))
-            elif problem is not None:
+            found = _line(line)
+            if isinstance(found, tuple):
+                problems.append(Problem(name, number, *found))
+            elif found is not None:
                 try:
-                    rollouts.append((number, Rollout.model_validate(problem)))
+                    rollouts.append((number, Rollout.model_validate(found)))
                 except ValidationError as error:
                     problems.extend(Problem(name, number, field, message)
                                     for field, message in error_messages(error))
@@ -126,32 +119,29 @@ def read_rollouts(
     return rollouts
 
 
-def _line_problem(raw: bytes) -> str | Problem | dict | None:
-    """One line's object (a dict to validate), None for a blank line, or what is wrong with it:
-    a message about the whole line, or a Problem naming a field (its path and line unset)."""
+def _line(raw: bytes) -> tuple[str, str] | dict | None:
+    """One line's object (a dict to validate), None for a blank line, or (field, what is wrong)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        return f"not valid UTF-8: byte 0x{raw[error.start]:02x} at column {error.start + 1}"
+        return "(line)", f"not valid UTF-8: byte 0x{raw[error.start]:02x} at column {error.start + 1}"
     if not text.strip():
         return None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         # Some decoder messages end in "at" ("Unterminated string starting at").
-        return f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}"
+        return "(line)", f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}"
     except RecursionError:
-        return "invalid JSON: nested too deeply"
+        return "(line)", "invalid JSON: nested too deeply"
     except ValueError as error:  # an integer past Python's 4,300-digit conversion limit
-        return f"invalid JSON: {str(error)[:90]}"
+        return "(line)", f"invalid JSON: {str(error)[:90]}"
     if not isinstance(data, dict):
-        return f"expected a JSON object, got {type(data).__name__}"
+        return "(line)", f"expected a JSON object, got {type(data).__name__}"
     key = group_key(data)
-    if key is not None:
-        return Problem("", None, key, (
-            f"a group dict (key {key!r}); a file holds one rollout per line (docs/method.md "
-            f"§8), group dicts are Python input"))
-    return data
+    return data if key is None else (key, (
+        f"a group dict (key {key!r}); a file holds one rollout per line (docs/method.md §8), "
+        f"group dicts are Python input"))
 
 
 def _json_document(path: str | os.PathLike) -> str | None:
@@ -213,15 +203,9 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[str]) -> None:
     crash never leaves a partial file; it gets a new file's mode (0666 less the umask). An
     OSError when the folder does not exist (never created here) or cannot be written."""
     target = Path(path)
-    for attempt in range(100):
-        temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        try:
-            # os.open applies the umask to 0o666, as open(path, "w") would.
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            if attempt == 99:
-                raise
+    temporary = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
+    # os.open applies the umask to 0o666, as open(path, "w") would; O_EXCL: never another's file.
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with open(descriptor, "w", encoding="utf-8") as handle:
             handle.writelines(chunks)

