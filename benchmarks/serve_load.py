@@ -240,8 +240,6 @@ def main() -> None:
     stop_probe = threading.Event()
 
     def abuse() -> None:
-        probe = threading.Thread(target=lambda: health.extend(probe_health(port, stop_probe)))
-        probe.start()
         time.sleep(0.2)  # the load is running
 
         def one(kind: str, request: bytes, expected: int) -> None:
@@ -255,7 +253,6 @@ def main() -> None:
             thread.start()
         for thread in threads:
             thread.join()
-        probe.join()
         order = [kind for kind, _, _ in bad_requests(args.topk)]
         bad.sort(key=lambda b: order.index(b["kind"]))
 
@@ -263,10 +260,15 @@ def main() -> None:
     try:
         run_level(port, 4, 40, queries, args.topk, args.max_seconds)  # warm-up, not reported
         for clients in levels:
-            during = abuse if clients == max(levels) else None
+            largest = clients == max(levels)
+            probe = threading.Thread(target=lambda: health.extend(probe_health(port, stop_probe)))
+            if largest:
+                probe.start()
             results.append(run_level(port, clients, args.requests, queries, args.topk,
-                                     args.max_seconds, during, args.queries))
-            stop_probe.set()  # the probe ends with the level it watched
+                                     args.max_seconds, abuse if largest else None, args.queries))
+            if largest:
+                stop_probe.set()  # the probe ends with the level it watched
+                probe.join()
     finally:
         process.terminate()
         process.wait(timeout=30)
