@@ -258,8 +258,9 @@ def test_a_cluster_held_by_one_rollout_is_marked_too_few_to_tell(worked):
     others not: every cluster of the worked example (each held by one rollout), and a fact two
     rollouts assert (n = 2) beside one that only the second asserts (n = 1)."""
     def marked(html):
-        rows = re.findall(r'<tr class="cluster[^"]*" data-cluster="(\d+)">(.*?)</tr>', html, re.DOTALL)
-        return {int(c): "too few to tell" in row for c, row in rows}
+        rows = re.findall(r'<tr class="cluster" data-cluster="(\d+)"( data-few)?>(.*?)</tr>', html, re.DOTALL)
+        assert all(bool(few) == ("too few to tell" in row) for _, few, row in rows)
+        return {int(c): bool(few) for c, few, _ in rows}
 
     assert set(marked(build_report(worked, ReportInputs(uids=["q1"]))).values()) == {True}
     fact, other = ["France", "capital", "Paris"], ["France", "capital", "Lyon"]

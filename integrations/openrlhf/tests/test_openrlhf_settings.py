@@ -65,3 +65,10 @@ def test_every_variable_of_a_wrong_type_is_one_line_naming_it(text):
             config_from_env({variable: text})
         lines = str(caught.value).splitlines()
         assert lines and all(line.startswith(f"{variable}={text!r}: {field}") for line in lines)
+
+
+def test_the_librarys_cache_folder_is_no_setting():
+    """FACTUTIL_CACHE (where the static vectors live) is the library's, not a config field: a
+    run that sets it builds its config as without it; FACTUTIL_CACHE_MAX_BYTES still is one."""
+    config = config_from_env({"FACTUTIL_CACHE": "/tmp/x", "FACTUTIL_CACHE_MAX_BYTES": "1024"})
+    assert config.cache_max_bytes == 1024
