@@ -47,10 +47,12 @@ browser:
 	else echo "chromium not found: the report's browser test will be skipped (CI installs it)"; fi
 
 # One step: the whole locked set (requirements/test.lock; OpenRLHF's clashing and GPU-only
-# requirements are overridden inside the resolve, see requirements/overrides.txt), then every test.
+# requirements are overridden inside the resolve, see requirements/overrides.txt), then every test,
+# on one process per core up to 4 (pytest-xdist; the real language model's tests on one of them).
+# PYTEST_ARGS="-m 'not integration'" skips the installs and the real-model training.
 test: venv browser
 	$(SYNC) requirements/test.lock
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup $(PYTEST_ARGS)
 
 # test.lock: one resolve of test.in with overrides.txt; demo.lock: the demo's part of it, at the
 # same versions (the editable lines left out: uv takes no editable as a constraint).

@@ -1,10 +1,17 @@
 """Fixtures shared by every test folder (the core's and each adapter's): the tokenizers and the
-real language model of :mod:`tests.language_models` and factutil's BM25 retrieval server over the
-bundled corpus, each built once per test run."""
+real language model of :mod:`tests.language_models`, factutil's BM25 retrieval server over the
+bundled corpus and the static vectors, each built once per test run (per xdist worker).
+
+The run has its own cache folder, ``FACTUTIL_CACHE`` (the static vectors), made fresh for it and
+shared by its xdist workers and the processes they start: a test never reads or fills the
+user's home, and passes alone or in any order."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +31,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller; xdist workers inherit its variable
+        os.environ["FACTUTIL_CACHE"] = tempfile.mkdtemp(prefix="factutil-test-cache-")
+        config.stash[CACHE] = os.environ["FACTUTIL_CACHE"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if CACHE in config.stash:
+        shutil.rmtree(config.stash[CACHE], ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # One xdist worker runs every test of the real language model: it loads once.
+    for item in items:
+        if "smollm2" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("smollm2"))
+
+
+CACHE = pytest.StashKey[str]()
+
 CORPUS = (
     Path(__file__).resolve().parent / "examples" / "data" / "hipporag_2wikimultihopqa_corpus.json"
 )
@@ -38,6 +65,61 @@ def retrieval_url() -> Iterator[str]:
 
     with running_server(BM25Retriever(load_corpus(CORPUS))) as url:
         yield url
+
+
+_MINILM: list[Any] = []
+
+
+def shared_minilm() -> Any:
+    """The worker's one bundled MiniLM on the CPU, loaded on first use."""
+    if not _MINILM:
+        from factutil.embed import SentenceTransformerEmbedder
+
+        embedder = SentenceTransformerEmbedder(device="cpu")
+        embedder.encode(["warm up"])
+        _MINILM.append(embedder)
+    return _MINILM[0]
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Any:
+    """The real default embedder (bundled all-MiniLM-L6-v2 on CPU), loaded once per worker."""
+    return shared_minilm()
+
+
+@pytest.fixture(autouse=True)
+def one_minilm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clusterer or worker a test builds from a config of the bundled MiniLM on the CPU embeds
+    with the worker's one MiniLM (the same model, the same bits), not a model of its own: the
+    tests are about the vectors, not about loading the model again."""
+    from factutil import workers
+    from factutil.cluster import semantic
+
+    own = semantic.config_embedder
+
+    def config_embedder(config: Any) -> Any:
+        default = (config.embedding_backend, config.embedding_model, config.embedding_batch_size)
+        if default == ("minilm", None, 32) and config.embedding_device in (None, "cpu"):
+            return shared_minilm()
+        return own(config)
+
+    monkeypatch.setattr(semantic, "config_embedder", config_embedder)
+    monkeypatch.setattr(workers, "config_embedder", config_embedder)
+
+
+@pytest.fixture(scope="session")
+def static_vectors() -> str:
+    """The static vectors' folder of the run (``FACTUTIL_CACHE``), made on first use by
+    ``StaticEmbedder`` as in a user's process: the first xdist worker here makes them, the other
+    waits on the lock and reads them."""
+    from factutil.embed import StaticEmbedder, default_static_dir
+
+    path = default_static_dir()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(os.path.join(os.path.dirname(path), ".static.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        StaticEmbedder(path).encode(["warm up"])
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -1,23 +1,27 @@
 """`factutil serve` under load, on loopback, with bad requests sent while the load runs.
 
-    python benchmarks/serve_load.py [--clients 1,16,64] [--requests 4000] [--topk 3]
-                                    [--request-timeout 1] [--max-seconds 120] [--json FILE]
+    python benchmarks/serve_load.py [--clients 1,16,64] [--requests 4000] [--queries 1]
+                                    [--topk 3] [--request-timeout 1] [--max-seconds 120]
+                                    [--client-timeout 30] [--json FILE]
 
 Starts ``python -m factutil serve --port 0`` (BM25 over the bundled 2Wiki paragraphs, Search-R1's
 ``POST /retrieve``) as a separate process, on 127.0.0.1 only. For each number of concurrent
 clients, ``--requests`` requests are shared among that many threads, each holding one keep-alive
-connection; every request is one real search query of the bundled sample rollouts
-(``examples/data/2wiki_rollouts.jsonl``, cycled), ``topk`` passages with scores. Reported per
+connection; every request is ``--queries`` real search queries of the bundled sample rollouts
+(``examples/data/2wiki_rollouts.jsonl``, cycled), ``topk`` passages each with scores. Reported per
 level: requests done, errors (any answer but a well-formed 200, or a failed connection), latency
 p50 / p99 / max in milliseconds, throughput in requests per second, wall time. Every level stops
-at ``--max-seconds``; every request has a 30 s client timeout.
+at ``--max-seconds`` (between requests); every request has a ``--client-timeout``.
 
-While the largest level runs, one more client sends each bad request once, in order, and
+While the largest level runs, one more client asks ``GET /health`` every 0.2 s on its own
+connection (latency p50 and max: a health check must answer within 1 s whatever the load), and
+one more sends each bad request once, in order, and
 records the status and the seconds to the answer: malformed JSON, ``queries`` as a string, a
 huge ``topk``, too many queries, a body of 8 MB, a body cut short and stalled (answered after the
 server's ``--request-timeout``), a ``Content-Length`` of "²" and, valid, a chunked body (no
 ``Content-Length``) and an empty query list.
-The command exits 1 when a level has an error or a bad request gets another status than expected.
+The command exits 1 when a level has an error, a bad request gets another status than expected,
+or /health took over 1 s.
 
 Prints two tables; ``--json`` writes the figures. Nothing leaves the machine.
 """
@@ -76,7 +80,7 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def run_level(port: int, clients: int, requests: int, queries: list[str], topk: int,
-              max_seconds: float, during=None) -> dict:
+              max_seconds: float, during=None, per_request: int = 1) -> dict:
     """``requests`` requests by ``clients`` threads with keep-alive connections; ``during`` (a
     callable) runs in its own thread while they do."""
     latencies: list[float] = []
@@ -92,15 +96,16 @@ def run_level(port: int, clients: int, requests: int, queries: list[str], topk: 
                 index = next(counter, None)
             if index is None:
                 break
-            body = json.dumps({"queries": [queries[index % len(queries)]], "topk": topk,
-                               "return_scores": True}).encode()
+            asked = [queries[(index * per_request + k) % len(queries)] for k in range(per_request)]
+            body = json.dumps({"queries": asked, "topk": topk, "return_scores": True}).encode()
             started = time.perf_counter()
             try:
                 connection.request("POST", "/retrieve", body,
                                    {"Content-Type": "application/json"})
                 response = connection.getresponse()
                 payload = json.loads(response.read())
-                ok = response.status == 200 and len(payload["result"][0]) == topk
+                ok = response.status == 200 and len(payload["result"]) == per_request and all(
+                    len(hits) == topk for hits in payload["result"])
                 problem = None if ok else f"HTTP {response.status}"
             except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
                 problem = f"{type(error).__name__}: {error}"
@@ -190,21 +195,49 @@ def send_raw(port: int, request: bytes) -> tuple[int | None, float, str]:
     return status, time.perf_counter() - started, message
 
 
+def probe_health(port: int, until: threading.Event, every_s: float = 0.2) -> list[float]:
+    """Seconds of each ``GET /health`` asked every ``every_s`` until ``until`` is set (a failed
+    one counts as the client timeout)."""
+    seconds: list[float] = []
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_S)
+    while not until.wait(every_s):
+        started = time.perf_counter()
+        try:
+            connection.request("GET", "/health")
+            response = connection.getresponse()
+            response.read()
+            seconds.append(time.perf_counter() - started if response.status == 200
+                           else CLIENT_TIMEOUT_S)
+        except (OSError, http.client.HTTPException):
+            seconds.append(CLIENT_TIMEOUT_S)
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_S)
+    connection.close()
+    return seconds
+
+
 def main() -> None:
     """Run the levels, then print and optionally write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="1,16,64")
     parser.add_argument("--requests", type=int, default=4000, help="requests per level")
+    parser.add_argument("--queries", type=int, default=1, help="queries per request")
     parser.add_argument("--topk", type=int, default=3)
     parser.add_argument("--request-timeout", type=float, default=1.0,
                         help="the server's --request-timeout (the stalled body's wait)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="cap per level")
+    parser.add_argument("--client-timeout", type=float, default=30.0,
+                        help="seconds a client waits for an answer")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    global CLIENT_TIMEOUT_S
+    CLIENT_TIMEOUT_S = args.client_timeout
     levels = [int(c) for c in args.clients.split(",")]
     queries = sample_queries()
     process, port = start_server(args.topk, args.request_timeout)
     bad: list[dict] = []
+    health: list[float] = []
+    stop_probe = threading.Event()
 
     def abuse() -> None:
         time.sleep(0.2)  # the load is running
@@ -227,9 +260,15 @@ def main() -> None:
     try:
         run_level(port, 4, 40, queries, args.topk, args.max_seconds)  # warm-up, not reported
         for clients in levels:
-            during = abuse if clients == max(levels) else None
+            largest = clients == max(levels)
+            probe = threading.Thread(target=lambda: health.extend(probe_health(port, stop_probe)))
+            if largest:
+                probe.start()
             results.append(run_level(port, clients, args.requests, queries, args.topk,
-                                     args.max_seconds, during))
+                                     args.max_seconds, abuse if largest else None, args.queries))
+            if largest:
+                stop_probe.set()  # the probe ends with the level it watched
+                probe.join()
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -238,7 +277,8 @@ def main() -> None:
 
     console = Console(width=max(Console().width, 110))
     table = Table(title=f"factutil serve under load: {args.requests} requests per level, "
-                        f"1 query, topk {args.topk}, keep-alive, 127.0.0.1", header_style="bold")
+                        f"{args.queries} queries each, topk {args.topk}, keep-alive, 127.0.0.1",
+                  header_style="bold")
     for column in ("clients", "requests", "errors", "p50 ms", "p99 ms", "max ms", "req/s",
                    "wall s"):
         table.add_column(column, justify="right")
@@ -258,7 +298,12 @@ def main() -> None:
         bad_table.add_row(b["kind"], str(b["status"]), str(b["expected"]), f"{b['seconds']:.2f}",
                           "yes" if b["during_load"] else "no", b["answer"].replace("[", "\\["))
     console.print(bad_table)
+    if health:
+        console.print(f"GET /health during the {max(levels)}-client level: {len(health)} asked, "
+                      f"p50 {1000 * percentile(health, 0.5):.1f} ms, max "
+                      f"{1000 * max(health):.1f} ms, {sum(h > 1.0 for h in health)} over 1 s")
     failed = [r for r in results if r["errors"]] + [b for b in bad if b["status"] != b["expected"]]
+    failed += [h for h in health if h > 1.0]
     for r in results:
         for example in r["error_examples"]:
             console.print(f"{r['clients']} clients: {example}", markup=False)
@@ -267,7 +312,7 @@ def main() -> None:
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                         "platform": platform.platform()},
             "settings": vars(args) | {"json": str(args.json)}, "levels": results,
-            "bad_requests": bad}, indent=2))
+            "bad_requests": bad, "health_s": health}, indent=2))
         console.print(f"wrote {args.json}")
     if failed:
         raise SystemExit(1)

@@ -8,6 +8,7 @@ import logging
 import math
 import threading
 import time
+import warnings as python_warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -17,11 +18,11 @@ import numpy as np
 from factutil.advantages import process_advantages, segment_normalize, total_advantages
 from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.columns import prepare
-from factutil.config import FactUtilConfig, as_config
+from factutil.config import FactUtilConfig, as_config, config_from_values
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
-from factutil.utility import batch_utilities
+from factutil.utility import PRIOR_RISK, PriorRiskWarning, batch_utilities
 from factutil.workers import FactWork, clusterer_mismatch, clustering_fit
 
 __all__ = [
@@ -45,8 +46,9 @@ def compute_process_advantages(
     Args:
         groups: what :func:`factutil.load.load_groups` accepts (a §8 JSONL path, dicts, models).
         config: a :class:`FactUtilConfig` or a mapping of its fields; None: the defaults.
-        clusterer: None builds the one ``config.mode`` names; pass one to reuse its caches.
-            An Exact/SemanticClusterer must fit ``config`` (:func:`check_clusterer`).
+        clusterer: None builds the one ``config.mode`` names, as does that name (``"exact"``,
+            ``"semantic"``, which sets the mode); pass one to reuse its caches. An
+            Exact/SemanticClusterer must fit ``config`` (:func:`check_clusterer`).
         on_invalid_group: ``"raise"``, or ``"skip"``: leave a failing group out, listed in
             ``skipped`` and warned, so a trainer falls back to outcome-only advantages for it.
         work: per-fact work made elsewhere (:func:`factutil.workers.make_work`), or a list of
@@ -57,13 +59,20 @@ def compute_process_advantages(
         :class:`ProcessAdvantages`, independent of the order of groups, rollouts and triples.
 
     Raises:
-        pydantic.ValidationError: a bad config.
+        factutil.config.ConfigError: a bad config mapping, one ``config: field: message``
+            line per problem.
         TypeError: a config that is no FactUtilConfig or mapping; groups of the wrong type.
         factutil.io.InputError: bad groups, one ``WHERE: field: ...`` line per problem (§8).
         ValueError: a uid shared by two groups; a clusterer built for another config.
         FloatingPointError: an advantage beyond float32; names group, rollout, step and omega.
     """
     config = as_config(config)
+    if isinstance(clusterer, str):  # a mode's name, as the docs call the clusterers
+        config = config_from_values({**config.model_dump(), "mode": clusterer}, lambda f: "clusterer")
+        clusterer = None
+    elif clusterer is not None and not isinstance(clusterer, Clusterer):
+        raise TypeError(f"clusterer must be a Clusterer, 'exact' or 'semantic', got "
+                        f"{type(clusterer).__name__}")
     if clusterer is not None:
         check_clusterer(clusterer, config)
     with _collector_paused(config.pause_gc):
@@ -115,9 +124,15 @@ def _compute(
     warnings: list[str] = []
     timings: dict[str, float] = {}
 
-    def warn(message: str) -> None:
+    def warn(message: str, category: type[Warning] | None = None) -> None:
+        """One warning of the step, counted: logged, or through Python's warnings as ``category``
+        (their filters apply), shown on one line with no source line."""
         warnings.append(message)
-        logger.warning(message)
+        if category is None:
+            logger.warning(message)
+        else:
+            python_warnings.warn_explicit(message, category, "factutil", 0, module="factutil",
+                                          registry=globals().setdefault("__warningregistry__", {}))
 
     def lap(stage: str) -> None:  # the seconds since the previous stage ended
         nonlocal clock
@@ -162,6 +177,8 @@ def _compute(
         np.asarray(prep.success, dtype=np.float64), prep.rank, prep.rollout_starts,
         config.epsilon, config.prior, config.uniform_groups, config.utility,
     )
+    if util.prior_risk:
+        warn(PRIOR_RISK, PriorRiskWarning)
     lap("utility")
 
     # 4. Potentials, shaping, back-credit and penalties, every rollout at once (docs/method.md §4).
@@ -257,7 +274,6 @@ def _compute(
         "em_mean": _mean(prep.em),
         "f1_mean": _mean(prep.f1),
         "outcome_reward_mean": _mean(prep.reward),
-        "warnings": float(len(warnings)),
     }
     metrics.update({f"time_{name}_s": seconds for name, seconds in timings.items()})
     metrics["groups_uniform_zeroed"] = float(util.uniform_zeroed)
@@ -273,6 +289,7 @@ def _compute(
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value
                     for name, value in {**clusterer.metrics, **work_metrics}.items()})
+    metrics["warnings"] = float(len(warnings))  # every warning of the step, the last included
     records = Records(batch, config, prep, util, a_out, keys, offsets)
     return ProcessAdvantages(
         advantages, columns, keys, offsets, metrics, warnings, skipped, records

@@ -4,6 +4,8 @@ and one ``FILE:LINE: field: what is wrong`` line per problem, never a traceback.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -34,7 +36,6 @@ from factutil.config import (
 )
 from factutil.embed.backends import EmbedderLoadError
 from factutil.io import InputError, json_line, read_groups, write_jsonl
-from factutil.metrics import golds_normalized_empty
 from factutil.passages import member_label
 from factutil.report import (
     DEFAULT_MAX_GROUPS,
@@ -42,6 +43,7 @@ from factutil.report import (
     ReportInputs,
     load_gold,
     select_groups,
+    summary_rows,
     write_report,
 )
 from factutil.report.plots import matplotlib_missing
@@ -81,6 +83,14 @@ def _fail(message: str) -> NoReturn:
     """Print ``message`` to stderr and exit with status 2, without a traceback."""
     errors.print(message, markup=False)
     raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def _refuse_overwrite(output: Path, inputs: dict[str, Path | None]) -> None:
+    """Exit 2 when ``output`` is one of ``inputs`` (option -> path): the same path, or the same
+    file through a link, so nothing an output replaces is ever read."""
+    for option, path in inputs.items():
+        if path is not None and output.exists() and path.exists() and os.path.samefile(output, path):
+            _fail(f"{output}: is {option} {path}; write the output to another file")
 
 
 def _print_version(value: bool) -> None:
@@ -200,35 +210,13 @@ SetOption = Annotated[
 
 
 def summary_table(result: ProcessAdvantages) -> Table:
-    """The rich summary of a scoring run: sizes, mean EM/F1, clusters, utility spread, time."""
+    """The rich summary of a scoring run: the report's rows (:func:`summary_rows`), warnings, time."""
     m = result.metrics
     table = Table(title="factutil score", show_header=True, header_style="bold")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    rows = [
-        ("groups", f"{m['groups']:.0f}"),
-        ("rollouts", f"{m['rollouts']:.0f}"),
-        ("actions (ignored / invalid)",
-         f"{m['actions']:.0f} ({m['actions_ignored']:.0f} / {m['actions_invalid']:.0f})"),
-        ("mean EM", f"{m['em_mean']:.3f}"),
-        ("mean F1", f"{m['f1_mean']:.3f}"),
-        ("clusters (per group)", f"{m['clusters']:.0f} ({m['clusters_per_group']:.1f})"),
-        ("utility min / mean / max",
-         f"{m['utility_min']:+.3f} / {m['utility_mean']:+.3f} / {m['utility_max']:+.3f}"),
-        ("actions with non-zero shaping", f"{100 * m['shaping_nonzero_share']:.1f}%"),
-        ("repeated searches / empty-store answers / no answer",
-         f"{m['searches_repeated']:.0f} / {m['answers_empty_store']:.0f} / {m['rollouts_unanswered']:.0f}"),
-        ("warnings", f"{m['warnings']:.0f}"),
-        ("time (s)", f"{m['time_total_s']:.3f}"),
-    ]
-    if m.get("golds_normalized_empty"):
-        # The SQuAD score is kept, but such a gold (the band "The The") is a data problem.
-        fold = result.config.fold_unicode
-        golds = [repr(gold) for group in result.groups
-                 for gold in golds_normalized_empty(group.golden_answers, fold)]
-        rows.insert(-2, ("gold answers that normalise to nothing",
-                         f"{m['golds_normalized_empty']:.0f}: {', '.join(golds)}"))
-    for name, value in rows:
+    for name, value in [*summary_rows(result), ("warnings", f"{m['warnings']:.0f}"),
+                        ("time (s)", f"{m['time_total_s']:.3f}")]:
         table.add_row(name, value)
     return table
 
@@ -243,7 +231,9 @@ def score(
 ) -> None:
     """Write one line of credit per action (docs/method.md §8) and print a summary table.
 
-    A missing output folder is created (the command says so)."""
+    A missing output folder is created (the command says so); an output that is an input
+    (the same path or file) is refused before anything is read."""
+    _refuse_overwrite(output, {"the input": input, "--config": config})
     with progress_bar() as progress:
         result = _score(ctx, input, config, set_, progress)
         task = progress.add_task(f"writing {output.name}", total=len(result.advantages))
@@ -322,6 +312,9 @@ def report(
     """Write a self-contained HTML credit report of the rollouts' credit.
 
     The page holds a summary, plots, and every question's clusters and rollouts with their credit; it opens from disk (no script, no network)."""
+    if output.suffix.lower() not in (".html", ".htm"):
+        _fail(f"{output}: the report is an HTML page; name it .html (a browser prints it to PDF)")
+    _refuse_overwrite(output, {"the input": input, "--config": config, "--gold": gold})
     try:
         gold_triples = load_gold(gold) if gold is not None else None
     except GoldError as error:
@@ -391,8 +384,14 @@ def serve(
                         announce=lambda line: print(line, flush=True),
                         request_timeout_s=request_timeout)
     except (OSError, ValueError, ImportError) as error:
-        _fail(f"serve: {error}")
+        _fail(f"serve: {getattr(error, 'strerror', None) or error}")
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds like Ctrl-C: a file being written is removed
 
 
 def main() -> None:
+    """The ``factutil`` command: SIGTERM ends it as Ctrl-C does, leaving no temporary file."""
+    signal.signal(signal.SIGTERM, _terminate)
     app()

@@ -208,7 +208,8 @@ class FactUtilConfig(BaseModel):
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
         # A preset fills the fields it names; a field given explicitly wins over it.
-        if isinstance(data, Mapping) and data.get("preset") in PRESETS:
+        if isinstance(data, Mapping) and isinstance(data.get("preset"), str) \
+                and data["preset"] in PRESETS:
             data = {**PRESETS[data["preset"]], **data}
         if isinstance(data, Mapping) and data.get("facts") == "retrieved" and "mode" not in data:
             data = {**data, "mode": "exact"}  # passages are clustered by identity unless asked
@@ -293,13 +294,14 @@ def error_lines(error: ValidationError, where: Callable[[str], str]) -> str:
 
 def as_config(config: FactUtilConfig | Mapping[str, Any] | None) -> FactUtilConfig:
     """``config`` as a :class:`FactUtilConfig`: itself, a mapping of its fields, or None (the
-    defaults). TypeError naming anything else; pydantic.ValidationError for a bad mapping."""
+    defaults). TypeError naming anything else; :class:`ConfigError` for a bad mapping (one
+    ``config: field: message (got VALUE)`` line per problem, raised from pydantic's error)."""
     if config is None or isinstance(config, FactUtilConfig):
         return config if config is not None else FactUtilConfig()
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a FactUtilConfig or a mapping of its fields, got "
                         f"{type(config).__name__} {short(config)}")
-    return FactUtilConfig.model_validate(dict(config))
+    return config_from_values(config)
 
 
 def config_from_values(
@@ -308,8 +310,9 @@ def config_from_values(
     error: type[ValueError] = ConfigError,
 ) -> FactUtilConfig:
     """Validate ``values`` (field -> value) into a :class:`FactUtilConfig`; raises ``error`` (an
-    adapter's ValueError subclass) with one :func:`error_lines` line per problem."""
+    adapter's ValueError subclass) with one :func:`error_lines` line per problem, from the
+    pydantic error (its ``__cause__``)."""
     try:
         return FactUtilConfig.model_validate(dict(values))
     except ValidationError as problem:
-        raise error(error_lines(problem, where)) from None
+        raise error(error_lines(problem, where)) from problem

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 import reprlib
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -22,6 +24,22 @@ def short(value: Any, limit: int = 60) -> str:
     a huge or self-sharing value (a YAML alias bomb) costs no more than a small one."""
     text = _SHOWN.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def number_value(value: Any) -> float | None:
+    """``value`` as a float when it is one real number: a Python int or float, a numpy scalar,
+    or a 0-d numpy array or torch tensor (what trainers hand over); None for anything else, a
+    bool included. An int beyond the float range is ±inf, so a finite check names it."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        if getattr(value, "shape", None) != () or not hasattr(value, "item"):
+            return None
+        value = value.item()  # a 0-d array or tensor, or a numpy bool
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 _UNION_TAGS = {"search", "assert", "answer", "invalid", "RawAction"}
@@ -75,3 +93,4 @@ def error_messages(
             message += f" (got {short(item['input'])})"
         messages.append((field_path(item["loc"], whole), message))
     return messages
+

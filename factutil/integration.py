@@ -30,6 +30,7 @@ from factutil.advantages import (
 )
 from factutil.cluster import Clusterer, make_clusterer
 from factutil.config import FactUtilConfig
+from factutil.errors import number_value, short
 from factutil.load import action_row
 from factutil.metrics import golden_answers_from
 from factutil.report.writer import FOLDER, ReportWriter
@@ -134,8 +135,9 @@ def trainer_rollout(*, name: str, uid: str, rollout_id: str, question: Any, gold
                     actions: list[Any], reward: float | None) -> dict[str, Any]:
     """One rollout dict (docs/method.md §8) from a trainer's values: ``name`` names it in a
     fallback reason (``"row 3"``); ``golden_answers``: what
-    :func:`~factutil.metrics.golden_answers_from` reads; ``reward`` None leaves R to the core.
-    Raises :class:`Unscorable`: no gold answer, or a non-finite reward."""
+    :func:`~factutil.metrics.golden_answers_from` reads; ``reward``: a number
+    (:func:`~factutil.errors.number_value`: numpy and 0-d torch too), None leaves R to the core.
+    Raises :class:`Unscorable`: no gold answer, or a reward that is no finite number."""
     answers = golden_answers_from(golden_answers)
     if not answers:
         raise Unscorable(f"{name} has no golden_answers (got {golden_answers!r})"[:300])
@@ -144,10 +146,10 @@ def trainer_rollout(*, name: str, uid: str, rollout_id: str, question: Any, gold
         "golden_answers": answers, "rollout_id": rollout_id, "actions": actions,
     }
     if reward is not None:
-        reward = float(reward)
-        if not math.isfinite(reward):
-            raise Unscorable(f"{name} has a non-finite reward {reward}")
-        rollout["reward"] = reward
+        number = number_value(reward)
+        if number is None or not math.isfinite(number):
+            raise Unscorable(f"{name} has a reward that is no finite number: {short(reward)}")
+        rollout["reward"] = number
     return rollout
 
 
@@ -192,13 +194,14 @@ def row_of_fixed_keys(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def checked_spans(given: Any, actions: int) -> np.ndarray:
     """A rollout's ``[start, end)`` token spans, one per action, as int64 (actions, 2); raises
-    ValueError for pairs not of ints with ``0 <= start <= end``, a wrong count, or overlaps."""
+    ValueError for pairs not of ints with ``0 <= start <= end < 2**63``, a wrong count, or
+    overlaps."""
     if not isinstance(given, (list, tuple)) or not all(
             isinstance(pair, (list, tuple)) and len(pair) == 2
             and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
-            and 0 <= pair[0] <= pair[1] for pair in given):
-        raise ValueError(f"spans must be [start, end) pairs of ints with 0 <= start <= end, "
-                         f"got {given!r}"[:300])
+            and 0 <= pair[0] <= pair[1] < 2**63 for pair in given):
+        raise ValueError(f"spans must be [start, end) pairs of ints with 0 <= start <= end < "
+                         f"2**63, got {short(given, 300)}")
     if len(given) != actions:
         raise ValueError(f"{len(given)} spans for {actions} actions")
     spans = np.array(given, dtype=np.int64).reshape(-1, 2)

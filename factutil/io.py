@@ -3,8 +3,12 @@ file, one ``FILE:LINE: field: what is wrong`` line each."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,13 +37,20 @@ class Problem:
         return f"{where}: {self.field}: {self.message}"
 
 
+SHOWN = 10
+"""Problems an :class:`InputError` shows; the rest are counted."""
+
+
 class InputError(ValueError):
-    """Input with ``problems``, ``str()`` one per line; raised from the ``ValidationError`` it
-    rewords, if any."""
+    """Input with ``problems``; ``str()`` one per line, the first :data:`SHOWN`, then how many
+    more. Raised from the ``ValidationError`` it rewords, if any."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
-        super().__init__("\n".join(str(problem) for problem in problems))
+        lines = [str(problem) for problem in problems[:SHOWN]]
+        if len(problems) > SHOWN:
+            lines.append(f"... and {len(problems) - SHOWN} more ({len(problems)} problems in all)")
+        super().__init__("\n".join(lines))
 
 
 def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[str, str]]:
@@ -49,64 +60,53 @@ def error_messages(error: ValidationError, whole: str = "(line)") -> list[tuple[
     return errors.error_messages(error, whole, known)
 
 
+_JSON_TEXT = re.compile(r"\s*(\{|\[\s*\{)")
+FORMS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open,
+         b"\x28\xb5\x2f\xfd": "zstd-compressed", b"PK\x03\x04": "a zip archive"}
+"""Leading bytes of the forms read as their text (gzip, bzip2, xz) or refused by name."""
+
+
 def read_rollouts(
     path: str | os.PathLike, progress: Callable[[int], None] | None = None
 ) -> list[tuple[int, Rollout]]:
-    """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file;
-    ``progress`` gets the bytes read, about every MiB. An OSError when it cannot be read.
+    """(line number, Rollout) of each non-blank line of a docs/method.md §8 JSONL file, read
+    through gzip, bzip2 or xz when compressed; ``progress`` gets the bytes of the file read,
+    about every MiB. An OSError when it cannot be read.
 
     Raises:
-        InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``.
+        InputError: every problem of the file, each as ``FILE:LINE: field: what is wrong``
+            (``str()`` shows the first :data:`SHOWN`); a text of JSON given as the path, or a
+            zstd or zip file, as one problem naming it.
     """
     name = str(path)
+    if isinstance(path, str) and (len(path) > 4096 or "\n" in path or _JSON_TEXT.match(path)):
+        raise InputError([Problem(short(path), None, "(path)", (
+            "a text of JSON given where a file path is expected: pass the file's path, or the "
+            "rollouts as dicts ([json.loads(line) for line in text.splitlines()])"))])
     problems: list[Problem] = []
     rollouts: list[tuple[int, Rollout]] = []
-    unreported = 0
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if progress is not None:
-                unreported += len(raw)
-                if unreported >= 1 << 20:
-                    progress(unreported)
-                    unreported = 0
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                problems.append(Problem(name, number, "(line)", f"not valid UTF-8: byte "
-                                        f"0x{raw[error.start]:02x} at column {error.start + 1}"))
-                continue
-            if not text.strip():
-                continue
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as error:
-                # Some decoder messages end in "at" ("Unterminated string starting at").
-                problems.append(Problem(name, number, "(line)", f"invalid JSON: "
-                                        f"{error.msg.removesuffix(' at')} at column {error.colno}"))
-                continue
-            except RecursionError:
-                problems.append(Problem(name, number, "(line)", "invalid JSON: nested too deeply"))
-                continue
-            except ValueError as error:  # an integer past Python's 4,300-digit conversion limit
-                problems.append(Problem(name, number, "(line)", f"invalid JSON: {str(error)[:90]}"))
-                continue
-            if not isinstance(data, dict):
-                problems.append(Problem(name, number, "(line)",
-                                        f"expected a JSON object, got {type(data).__name__}"))
-                continue
-            key = group_key(data)
-            if key is not None:
-                problems.append(Problem(name, number, key, (
-                    f"a group dict (key {key!r}); a file holds one rollout per line (docs/method.md "
-                    f"§8), group dicts are Python input")))
-                continue
-            try:
-                rollouts.append((number, Rollout.model_validate(data)))
-            except ValidationError as error:
-                problems.extend(Problem(name, number, field, message)
-                                for field, message in error_messages(error))
-    if progress is not None and unreported:
-        progress(unreported)
+    with open(path, "rb") as raw:
+        form = next((f for magic, f in FORMS.items() if raw.peek(8).startswith(magic)), None)
+        if isinstance(form, str):
+            raise InputError([Problem(name, None, "(file)", (
+                f"{form}, not JSON Lines: expected one rollout object per line (docs/method.md "
+                f"§8), plain or gzip/bzip2/xz-compressed"))])
+        reported = 0
+        for number, line in enumerate(form(raw, "rb") if form else raw, start=1):
+            if progress is not None and raw.tell() - reported >= 1 << 20:
+                progress(raw.tell() - reported)
+                reported = raw.tell()
+            found = _line(line)
+            if isinstance(found, tuple):
+                problems.append(Problem(name, number, *found))
+            elif found is not None:
+                try:
+                    rollouts.append((number, Rollout.model_validate(found)))
+                except ValidationError as error:
+                    problems.extend(Problem(name, number, field, message)
+                                    for field, message in error_messages(error))
+        if progress is not None and raw.tell() > reported:
+            progress(raw.tell() - reported)
     if problems and problems[0].line == 1 and problems[0].field == "(line)" and not rollouts:
         document = _json_document(path)
         if document is not None:  # one line for the file, not one per line of a JSON document
@@ -117,6 +117,31 @@ def read_rollouts(
     if problems:
         raise InputError(problems)
     return rollouts
+
+
+def _line(raw: bytes) -> tuple[str, str] | dict | None:
+    """One line's object (a dict to validate), None for a blank line, or (field, what is wrong)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return "(line)", f"not valid UTF-8: byte 0x{raw[error.start]:02x} at column {error.start + 1}"
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        # Some decoder messages end in "at" ("Unterminated string starting at").
+        return "(line)", f"invalid JSON: {error.msg.removesuffix(' at')} at column {error.colno}"
+    except RecursionError:
+        return "(line)", "invalid JSON: nested too deeply"
+    except ValueError as error:  # an integer past Python's 4,300-digit conversion limit
+        return "(line)", f"invalid JSON: {str(error)[:90]}"
+    if not isinstance(data, dict):
+        return "(line)", f"expected a JSON object, got {type(data).__name__}"
+    key = group_key(data)
+    return data if key is None else (key, (
+        f"a group dict (key {key!r}); a file holds one rollout per line (docs/method.md §8), "
+        f"group dicts are Python input"))
 
 
 def _json_document(path: str | os.PathLike) -> str | None:
@@ -178,15 +203,9 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[str]) -> None:
     crash never leaves a partial file; it gets a new file's mode (0666 less the umask). An
     OSError when the folder does not exist (never created here) or cannot be written."""
     target = Path(path)
-    for attempt in range(100):
-        temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        try:
-            # os.open applies the umask to 0o666, as open(path, "w") would.
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            if attempt == 99:
-                raise
+    temporary = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
+    # os.open applies the umask to 0o666, as open(path, "w") would; O_EXCL: never another's file.
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with open(descriptor, "w", encoding="utf-8") as handle:
             handle.writelines(chunks)

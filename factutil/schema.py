@@ -34,7 +34,7 @@ from factutil.actions import (  # noqa: F401  (the action models stay importable
 
 # The configuration lives in factutil.config; its names stay importable from here.
 from factutil.config import PRESETS, FactUtilConfig, FilterName  # noqa: F401
-from factutil.errors import close_match, short
+from factutil.errors import close_match, number_value, short
 from factutil.parse import parse_action
 
 
@@ -127,13 +127,9 @@ class Rollout(BaseModel):
     def _reward_is_number(cls, value: Any) -> Any:
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            # pydantic turns only ValueError into a ValidationError naming the field.
-            raise ValueError(f"reward must be a number or null, got {short(value, 80)}")  # noqa: TRY004
-        try:
-            number = float(value)
-        except OverflowError:  # an int beyond float range, e.g. 10**400
-            number = math.inf
+        number = number_value(value)
+        if number is None:  # pydantic turns only ValueError into a ValidationError naming the field
+            raise ValueError(f"reward must be a number or null, got {short(value, 80)}")
         if not math.isfinite(number):
             raise ValueError(f"reward must be finite, got {short(value, 80)}")
         return number

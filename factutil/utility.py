@@ -4,7 +4,6 @@ priors ``"group"`` and ``"beta"``, leave-one-out and their reasons)."""
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -15,7 +14,7 @@ Prior = Literal["beta", "group"]
 UtilityFrom = Literal["group", "loo"]
 
 PRIOR_RISK = (
-    "factutil: at least half of this step's groups failed in every rollout, and under "
+    "at least half of this step's groups failed in every rollout, and under "
     "prior='beta' (the paper's Beta(epsilon, epsilon)) such a group gives every fact a positive "
     "utility, rarest facts most: in the credit ablation (benchmarks/README.md) that is what made "
     "plain GRPO from a cold start take off in fewer seeds than outcome-only. Without dynamic "
@@ -68,7 +67,8 @@ class BatchUtilities:
     """Every cluster of a batch of groups (docs/method.md §3), numbered 0..K-1 across the batch.
     (K,) per cluster: its group, n_c (int64), s_c, m_c, u_c (float64); ``fact_cluster`` (facts,);
     ``pair_*`` (P,): each (rollout, cluster) pair once, sorted, with the step that first brought
-    the cluster in and the utility the rollout reads; counts of groups zeroed, uniform, all-fail."""
+    the cluster in and the utility the rollout reads; counts of groups zeroed, uniform, all-fail;
+    ``prior_risk``: §3's case for :class:`PriorRiskWarning` (the step warns it)."""
 
     cluster_starts: np.ndarray
     cluster_group: np.ndarray
@@ -84,6 +84,7 @@ class BatchUtilities:
     uniform_zeroed: int
     groups_uniform: int
     groups_all_fail: int
+    prior_risk: bool
 
 
 def batch_utilities(
@@ -104,7 +105,7 @@ def batch_utilities(
     group, int cluster labels of its facts; ``occurrence_*``: int64, each asserted triple's row,
     step and batch fact; ``success``, ``rank``: (R,) y and position by rollout_id, the order s_c
     is summed in; ``rollout_starts``: int64, each group's first row. Each group's numbers depend
-    on it alone. Warns :class:`PriorRiskWarning` as §3 says."""
+    on it alone."""
     if utility_from not in ("group", "loo"):
         raise ValueError(f"utility must be 'group' or 'loo', got {utility_from!r}")
     groups = len(labels)
@@ -161,11 +162,10 @@ def batch_utilities(
         utility = np.where(uniform[cluster_group], 0.0, utility)
         pair_utility = np.where(uniform[cluster_group[pair_cluster]], 0.0, pair_utility)
         zeroed = int(uniform.sum())
-    elif prior == "beta" and groups and 2 * all_fail >= groups:
-        warnings.warn(PRIOR_RISK, PriorRiskWarning, stacklevel=2)
+    risk = prior == "beta" and uniform_groups != "zero" and groups > 0 and 2 * all_fail >= groups
     return BatchUtilities(
         cluster_starts, cluster_group, n, s, mean, utility, fact_cluster,
-        pair_row, pair_cluster, pair_step, pair_utility, zeroed, int(uniform.sum()), all_fail,
+        pair_row, pair_cluster, pair_step, pair_utility, zeroed, int(uniform.sum()), all_fail, risk,
     )
 
 

@@ -55,11 +55,76 @@ def test_static_encode_is_the_normalised_mean_of_token_vectors(tmp_path):
                                      [1 / np.sqrt(5), 0, 2 / np.sqrt(5), 0]], atol=1e-6)
 
 
-def test_static_vectors_missing_raise_naming_the_command_that_makes_them(tmp_path):
-    embedder = StaticEmbedder(str(tmp_path / "none"))
-    with pytest.raises(FileNotFoundError, match=r"python -m factutil\.tools\.static_vectors .*none"):
-        embedder.encode(["a | b | c"])
-    assert not (tmp_path / "none").exists()  # nothing distilled behind the caller's back
+class SpelledEmbedder:
+    """A stand-in for MiniLM in the distillation: a token's vector is fixed by its vocabulary
+    id (the one-hot of id mod 384, with a spread), so a distillation takes seconds."""
+
+    max_tokens = 256
+
+    def __init__(self, *args, **kwargs):
+        self.ids = minilm_tokenizer().get_vocab()
+
+    def encode(self, texts, progress=False):
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        for row, text in enumerate(texts):
+            out[row, self.ids[text] % 384] = 1.0
+            out[row, (7 * self.ids[text]) % 384] += 0.5
+        return out
+
+
+def test_the_static_backend_makes_its_vectors_on_first_use_with_one_line(tmp_path, monkeypatch, capfd):
+    """No vectors yet: the first encode distils them into the folder (one line on stderr, the
+    files whole, a new file's folder mode), then reads them; the next embedder reads them and
+    prints nothing. MiniLM's pass stands in (SpelledEmbedder): the quality is the next test's."""
+    from factutil.embed import backends
+
+    monkeypatch.setattr(backends, "SentenceTransformerEmbedder", SpelledEmbedder)
+    path = tmp_path / "cache" / "static-minilm-256"
+    first = StaticEmbedder(str(path)).encode(TEXTS[:2])
+    err = capfd.readouterr().err
+    assert len(err.splitlines()) == 1 and err.endswith(" s\n")
+    assert err.startswith(f"factutil: distilling static vectors from the bundled MiniLM into {path} "
+                          f"(once, 30522 tokens, under a minute on 2 CPU cores) ... done in ")
+    assert sorted(os.listdir(path)) == ["config.json", "tokenizer.json", "vectors.npy"]
+    assert os.listdir(path.parent) == ["static-minilm-256"]  # no staging folder left
+    assert np.load(path / "vectors.npy").shape == (30522, 256) and path.stat().st_mode & 0o777 == 0o755
+    again = StaticEmbedder(str(path)).encode(TEXTS[:2])
+    assert np.array_equal(first, again) and capfd.readouterr().err == ""
+
+
+def test_two_first_uses_at_once_both_read_whole_vectors(tmp_path, monkeypatch):
+    """Two threads distil into one folder at the same time: both end with the same vectors."""
+    import threading
+
+    from factutil.embed import backends
+
+    monkeypatch.setattr(backends, "SentenceTransformerEmbedder", SpelledEmbedder)
+    path, found = str(tmp_path / "static"), []
+    threads = [threading.Thread(target=lambda: found.append(StaticEmbedder(path).encode(TEXTS)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(found) == 2 and np.array_equal(found[0], found[1])
+    assert sorted(os.listdir(tmp_path)) == ["static"]
+
+
+def test_an_unwritable_cache_fails_at_once_naming_the_folder(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError, match="file"):
+        StaticEmbedder(str(tmp_path / "file" / "static")).encode(["a | b | c"])
+
+
+def test_the_command_makes_the_vectors_where_asked(tmp_path, monkeypatch, capsys):
+    """``python -m factutil.tools.static_vectors PATH --dims 64 --quiet``: (64,) vectors, no line."""
+    from factutil.embed import backends
+
+    monkeypatch.setattr(backends, "SentenceTransformerEmbedder", SpelledEmbedder)
+    static_vectors_command([str(tmp_path / "s"), "--dims", "64", "--quiet"])
+    assert json.loads((tmp_path / "s" / "config.json").read_text())["dims"] == 64
+    assert np.load(tmp_path / "s" / "vectors.npy").shape == (30522, 64)
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.slow
@@ -72,20 +137,14 @@ def test_onnx_int8_matches_the_full_model(minilm):
 
 
 @pytest.mark.slow
-def test_distilled_static_model_keeps_paraphrases_closer_than_unrelated(tmp_path, capsys):
-    """``python -m factutil.tools.static_vectors PATH --dims 64`` makes the vectors the static
-    embedder reads."""
-    path = str(tmp_path / "static")
-    static_vectors_command([path, "--dims", "64"])
-    # The minute-long command says what it does (BERT's uncased WordPiece vocabulary: 30,522
-    # tokens), shows a bar over the batches and says when it is done.
-    err = capsys.readouterr().err
-    assert f"factutil: distilling static vectors (30522 tokens) from the bundled MiniLM into {path}" in err
-    assert "Batches" in err and f"factutil: static vectors ready in {path} (" in err
-    config = json.loads((tmp_path / "static" / "config.json").read_text())
-    assert config["dims"] == 64
-    vectors = StaticEmbedder(path).encode(TEXTS)
-    assert vectors.shape == (4, 64)
+def test_distilled_static_model_keeps_paraphrases_closer_than_unrelated(static_vectors):
+    """The run's static vectors, distilled from MiniLM on first use: 256 dimensions, unit
+    vectors, a paraphrase closer than unrelated facts."""
+    with open(os.path.join(static_vectors, "config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    assert config["dims"] == 256
+    vectors = StaticEmbedder(static_vectors).encode(TEXTS)
+    assert vectors.shape == (4, 256)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
     sims = vectors @ vectors.T
     assert sims[0, 1] > 0.8 and sims[0, 1] > sims[0, 2] and sims[0, 1] > sims[0, 3]

@@ -224,8 +224,8 @@ def test_a_missing_config_file_and_a_spaced_set_say_what_to_do(tmp_path, rollout
 
 
 def test_an_embedder_that_cannot_load_is_one_line_naming_its_fields(tmp_path, rollouts, monkeypatch):
-    """An unknown torch device, or the static backend before its vectors are made -> exit 2 and
-    one line naming the embedder's config fields and the loader's own reason (its hint kept)."""
+    """An unknown torch device, or the static backend with a cache folder it cannot make -> exit
+    2 and one line naming the embedder's config fields and the loader's own reason."""
     result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
                                  "--set", "embedding_device=foo"])
     assert result.exit_code == 2 and "Traceback" not in result.output
@@ -234,15 +234,15 @@ def test_an_embedder_that_cannot_load_is_one_line_naming_its_fields(tmp_path, ro
                            "embedding_model=None, embedding_device='foo'): RuntimeError: ")
     assert "device type at start of device string: foo [packages involved: " in line
     assert re.search(r"torch \d+\.\d+\S*\]$", line)
-    monkeypatch.setenv("FACTUTIL_CACHE", str(tmp_path / "empty"))
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("FACTUTIL_CACHE", str(tmp_path / "a-file"))
     result = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"),
                                  "--set", "embedding_backend=static"])
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
-    vectors = tmp_path / "empty" / "static-minilm-256"
     assert line.startswith("config: cannot load the embedder (embedding_backend='static', "
-                           "embedding_model=None, embedding_device=None): FileNotFoundError: ")
-    assert line.endswith(f"with: python -m factutil.tools.static_vectors {vectors}")
+                           "embedding_model=None, embedding_device=None): FileExistsError: ")
+    assert str(tmp_path / "a-file") in line
     assert not (tmp_path / "o.jsonl").exists()
 
 
@@ -272,3 +272,126 @@ def test_piped_stderr_gets_no_progress_bar_from_the_model_loader(rollouts):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert json.loads(done.stdout)[0]["uid"] == "q"
+
+
+def test_an_output_that_is_an_input_is_refused_before_anything_is_written(tmp_path, rollouts):
+    """-o onto the input (same path, a symlink to it, a hard link), onto --config or onto
+    --gold -> exit 2 naming both, and every file byte for byte as it was."""
+    config = tmp_path / "c.yaml"
+    config.write_text("mode: exact\n")
+    gold = tmp_path / "gold.html"  # a gold file named like a report: the name alone is no guard
+    gold.write_text(json.dumps({"q": [["France", "capital", "Paris"]]}))
+    (tmp_path / "link.jsonl").symlink_to(rollouts)
+    (tmp_path / "hard.jsonl").hardlink_to(rollouts)
+    before = {path: path.read_bytes() for path in (rollouts, config, gold)}
+    cases = [
+        (["score", str(rollouts), "-o", str(rollouts)], rollouts, "the input"),
+        (["score", str(rollouts), "-o", str(tmp_path / "link.jsonl")], rollouts, "the input"),
+        (["score", str(tmp_path / "link.jsonl"), "-o", str(tmp_path / "hard.jsonl")],
+         tmp_path / "link.jsonl", "the input"),
+        (["score", str(rollouts), "-o", str(config), "-c", str(config)], config, "--config"),
+        (["report", str(rollouts), "-o", str(gold), "--gold", str(gold)], gold, "--gold"),
+    ]
+    for args, named, option in cases:
+        done = runner.invoke(app, [*args, "--set", "mode=exact"])
+        assert done.exit_code == 2, done.output
+        assert done.output.strip() == f"{args[3]}: is {option} {named}; write the output to another file"
+    assert {path: path.read_bytes() for path in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "c.yaml", "gold.html", "hard.jsonl", "in.jsonl", "link.jsonl"]
+
+
+def test_a_report_named_other_than_html_is_refused(tmp_path, rollouts):
+    """report -o r.pdf would write HTML into a .pdf: exit 2 saying to name it .html."""
+    done = runner.invoke(app, ["report", str(rollouts), "-o", str(tmp_path / "r.pdf")])
+    assert done.exit_code == 2
+    assert "the report is an HTML page; name it .html" in done.output
+    assert list(tmp_path.iterdir()) == [rollouts]
+
+
+def test_sigterm_while_writing_leaves_neither_output_nor_temporary_file(tmp_path, rollouts):
+    """The CLI as installed (factutil.cli.main) gets SIGTERM halfway through writing its output:
+    it exits 143 and the folder holds the input alone."""
+    out = tmp_path / "out" / "o.jsonl"
+    out.parent.mkdir()
+    script = (
+        "import os, signal, sys\n"
+        "import factutil.cli as cli, factutil.io as io\n"
+        "def killed(rows):\n"
+        "    for n, row in enumerate(rows):\n"
+        "        if n == 1:\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        yield row\n"
+        "cli.write_jsonl = lambda path, rows: io.write_jsonl(path, killed(rows))\n"
+        f"sys.argv = ['factutil', 'score', {str(rollouts)!r}, '-o', {str(out)!r}, '--set', 'mode=exact']\n"
+        "cli.main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 143, done.stderr
+    assert list(out.parent.iterdir()) == []
+
+
+def test_compressed_input_is_read_and_other_forms_are_refused_by_name(tmp_path, rollouts):
+    """in.jsonl.gz / .bz2 / .xz score as the plain file does; a zstd or zip file, a file of
+    random bytes -> exit 2 with one line for the form, or ten line errors and a count."""
+    import bz2
+    import gzip
+    import lzma
+
+    plain = runner.invoke(app, ["clusters", str(rollouts), "-f", "json", "--set", "mode=exact"])
+    assert plain.exit_code == 0
+    for suffix, compress in (("gz", gzip.compress), ("bz2", bz2.compress), ("xz", lzma.compress)):
+        packed = tmp_path / f"in.jsonl.{suffix}"
+        packed.write_bytes(compress(rollouts.read_bytes()))
+        done = runner.invoke(app, ["clusters", str(packed), "-f", "json", "--set", "mode=exact"])
+        assert (done.exit_code, done.output) == (0, plain.output)
+    for magic, form in ((b"\x28\xb5\x2f\xfd", "zstd-compressed"), (b"PK\x03\x04", "a zip archive")):
+        other = tmp_path / "other.jsonl"
+        other.write_bytes(magic + bytes(range(256)) * 40)
+        done = runner.invoke(app, ["score", str(other), "-o", str(tmp_path / "o.jsonl")])
+        assert done.exit_code == 2
+        assert done.output.strip() == (f"{other}: (file): {form}, not JSON Lines: expected one "
+                                       f"rollout object per line (docs/method.md §8), plain or "
+                                       f"gzip/bzip2/xz-compressed")
+    noise = tmp_path / "noise.jsonl"
+    noise.write_bytes(b"\xff\n" * 5000)
+    done = runner.invoke(app, ["score", str(noise), "-o", str(tmp_path / "o.jsonl")])
+    lines = done.output.strip().splitlines()
+    assert done.exit_code == 2 and len(lines) == 11
+    assert lines[0] == f"{noise}:1: (line): not valid UTF-8: byte 0xff at column 1"
+    assert lines[-1] == "... and 4990 more (5000 problems in all)"
+
+
+def test_an_empty_input_shows_counts_and_no_mean_of_nothing(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    done = runner.invoke(app, ["score", str(empty), "-o", str(tmp_path / "o.jsonl")])
+    assert done.exit_code == 0
+    assert "rollouts" in done.output and "mean" not in done.output and "utility" not in done.output
+
+
+@pytest.mark.parametrize("setting", [
+    "preset=[paper]", "preset={a: 1}", "mode=[exact]", "facts=[retrieved]", "omega=[1]",
+    "filters={a: 1}", "triple_template=[1]", "prior=null", "max_turns=2.5",
+])
+def test_a_wrong_typed_setting_is_one_config_line(tmp_path, rollouts, setting):
+    field = setting.partition("=")[0]
+    done = runner.invoke(app, ["score", str(rollouts), "-o", str(tmp_path / "o.jsonl"), "--set", setting])
+    assert done.exit_code == 2 and done.exception is None or isinstance(done.exception, SystemExit)
+    (line,) = done.output.strip().splitlines()
+    assert line.startswith(f"config: {field}")
+
+
+def test_serve_on_a_busy_port_is_one_line(tmp_path):
+    """Another socket listening on the port -> exit 2, one line saying the port is in use."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "factutil", "serve", "--port", str(port)],
+                              capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [(
+        f"serve: cannot listen on 127.0.0.1:{port}: the port is in use (another server?); "
+        f"pass another port, or 0 for a free one")]

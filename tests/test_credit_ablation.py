@@ -346,6 +346,7 @@ def test_runs_pair_by_the_seeds_both_ran():
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_quick_command_writes_tables_plot_and_results(tmp_path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/credit_ablation.py"), "--quick", "--out",
@@ -378,6 +379,7 @@ def test_quick_command_writes_tables_plot_and_results(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_more_seeds_join_an_earlier_run_with_merge(tmp_path):
     def run(*args):
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks/credit_ablation.py"), *args],

@@ -9,6 +9,7 @@ import logging
 
 import numpy as np
 import pytest
+import torch
 
 from factutil import compute_process_advantages
 from factutil.cluster import SemanticClusterer
@@ -106,9 +107,15 @@ def test_trainer_rollout_reads_gold_from_any_trainer_value_and_refuses_a_bad_rew
     with pytest.raises(Unscorable, match="row 3 has no golden_answers"):
         trainer_rollout(name="row 3", uid="7", rollout_id="3", question="q",
                         golden_answers={"label": "x"}, actions=[], reward=1.0)
-    with pytest.raises(Unscorable, match="row 2 has a non-finite reward nan"):
-        trainer_rollout(name="row 2", uid="7", rollout_id="2", question="q",
-                        golden_answers=["x"], actions=[], reward=float("nan"))
+    for bad in (float("nan"), torch.tensor(float("inf")), np.float32("nan"), "1", torch.ones(2)):
+        with pytest.raises(Unscorable, match="row 2 has a reward that is no finite number"):
+            trainer_rollout(name="row 2", uid="7", rollout_id="2", question="q",
+                            golden_answers=["x"], actions=[], reward=bad)
+    # what trainers hand over: numpy scalars and 0-d tensors, items of their reward arrays
+    for given in (np.float32(0.5), torch.tensor([0.0, 0.5])[1], np.array(0.5)):
+        rollout = trainer_rollout(name="row 4", uid="7", rollout_id="4", question="q",
+                                  golden_answers=["x"], actions=[], reward=given)
+        assert rollout["reward"] == 0.5 and type(rollout["reward"]) is float
 
 
 def test_fixed_key_rows_have_the_same_keys_always_and_read_back():

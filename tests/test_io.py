@@ -45,7 +45,7 @@ def test_every_problem_reported_with_line_and_field(tmp_path):
     path = _write(tmp_path, lines)
     with pytest.raises(InputError) as caught:
         read_rollouts(path)
-    got = str(caught.value).splitlines()
+    got = [str(problem) for problem in caught.value.problems]
     name = str(path)
     expected_prefixes = [
         f"{name}:2: (line): invalid JSON:",
@@ -64,6 +64,8 @@ def test_every_problem_reported_with_line_and_field(tmp_path):
     for line, prefix in zip(got, expected_prefixes):
         assert line.startswith(prefix), (line, prefix)
     assert len(caught.value.problems) == len(expected_prefixes)
+    # The message shows the first ten, then a count.
+    assert str(caught.value).splitlines() == got[:10] + ["... and 1 more (11 problems in all)"]
 
 
 def test_write_jsonl_is_atomic(tmp_path):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -176,10 +177,14 @@ def test_blank_texts_are_what_str_isspace_calls_blank(blank):
 
 @pytest.mark.parametrize("value,expected", [
     (None, None), (0, 0.0), (-3, -3.0), (2**70, float(2**70)), (0.5, 0.5), (-0.0, -0.0),
-    (1.7e308, 1.7e308), (np.float64(0.25), 0.25), (Level.HIGH, 2.0),
+    (1.7e308, 1.7e308), (np.float64(0.25), 0.25), (Level.HIGH, 2.0), (np.int64(1), 1.0),
+    (np.float32(0.5), 0.5), (np.uint8(3), 3.0), (np.array(-0.75), -0.75),
+    (np.array([1.0, 0.25])[1], 0.25), (torch.tensor(0.5), 0.5), (torch.tensor(2), 2.0),
+    (torch.tensor([1.0, 0.0])[1], 0.0), (torch.tensor(0.25, dtype=torch.bfloat16), 0.25),
 ])
 def test_accepted_rewards_become_plain_floats(value, expected):
-    """None, ints (huge ones within float range too), floats, numpy float64, an IntEnum ->
+    """None, ints (huge ones within float range too), floats, an IntEnum, numpy scalars and 0-d
+    numpy arrays and torch tensors (what a trainer hands over, e.g. one item of its rewards) ->
     ``reward`` a plain float (or None)."""
     got = one_rollout(row(reward=value))["reward"]
     assert got == expected and type(got) is type(expected)
@@ -188,17 +193,22 @@ def test_accepted_rewards_become_plain_floats(value, expected):
 @pytest.mark.parametrize("value,message", [
     (True, "reward must be a number or null, got True"),
     (False, "reward must be a number or null, got False"),
-    (np.int64(1), "reward must be a number or null, got np.int64(1)"),
-    (np.float32(0.5), "reward must be a number or null, got np.float32(0.5)"),
+    (np.True_, "reward must be a number or null, got np.True_"),
+    (np.array([0.5, 1.0]), "reward must be a number or null, got array([0.5, 1. ])"),
+    (torch.tensor([0.5]), "reward must be a number or null, got tensor([0.5000])"),
+    (torch.tensor(True), "reward must be a number or null, got tensor(True)"),
+    (np.array(1 + 2j), "reward must be a number or null, got array(1.+2.j)"),
     ("0.5", "reward must be a number or null, got '0.5'"),
     (10**400, "reward must be finite, got 1" + "0" * 76 + "..."),
     (float("nan"), "reward must be finite, got nan"),
     (float("-inf"), "reward must be finite, got -inf"),
     (np.float64("inf"), "reward must be finite, got np.float64(inf)"),
+    (np.float32("nan"), "reward must be finite, got np.float32(nan)"),
+    (torch.tensor(float("-inf")), "reward must be finite, got tensor(-inf)"),
 ])
 def test_refused_rewards_name_the_field_and_value(value, message):
-    """bool, numpy ints and float32, strings, 10**400, NaN and infinities -> one line at
-    ``reward`` naming the value."""
+    """bools (Python, numpy, torch), arrays of more than one value, complex numbers, strings,
+    10**400, NaN and infinities (numpy and torch too) -> one line at ``reward`` naming the value."""
     error = refused([row(reward=value)], message)
     assert str(error) == f"groups[0] (uid 'q', rollout_id 'q-0'): reward: {message}"
 

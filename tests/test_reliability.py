@@ -14,6 +14,7 @@ import json
 import math
 import random
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,7 @@ from factutil.embed import (
 from factutil.filters import analyze, first_veto, negation_veto
 from factutil.io import read_rollouts
 from factutil.parse import parse_action
+from factutil.utility import PriorRiskWarning
 
 EXACT = FactUtilConfig(mode="exact")
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "2wiki_rollouts.jsonl"
@@ -63,9 +65,10 @@ def row(rid: str = "q-0", uid: str = "q", actions: list | None = None, **fields)
 
 
 def errors_of(caught: pytest.ExceptionInfo) -> list[dict]:
-    """The pydantic errors of a ValidationError, or of the one an InputError rewords."""
+    """The pydantic errors of a ValidationError, or of the one an InputError or ConfigError
+    rewords."""
     error = caught.value
-    if isinstance(error, InputError):
+    if isinstance(error, (InputError, ConfigError)):
         assert isinstance(error.__cause__, ValidationError)
         error = error.__cause__
     return error.errors(include_url=False)
@@ -713,9 +716,10 @@ def test_unknown_keys_are_kept_on_rollouts_and_actions_but_rejected_on_groups_an
         compute_process_advantages([group], EXACT)
     assert only_error(caught) == (("weight",), "Extra inputs are not permitted")
     assert str(caught.value) == "groups[0] (uid 'q'): weight: unknown field 'weight'"
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(ConfigError) as caught:
         compute_process_advantages([row()], {"mode": "exact", "omgea": 0.3})
     assert only_error(caught) == (("omgea",), "unknown field 'omgea' (did you mean 'omega'?)")
+    assert str(caught.value) == "config: omgea: unknown field 'omgea' (did you mean 'omega'?)"
 
 
 CONFIG_CASES = [
@@ -738,10 +742,12 @@ CONFIG_CASES = [
 
 @pytest.mark.parametrize("field,value,fragment", CONFIG_CASES, ids=[f"{c[0]}={c[1]!r}" for c in CONFIG_CASES])
 def test_out_of_range_config_names_the_field_and_value(field, value, fragment):
-    """Each out-of-range or mistyped config value -> ValidationError at that field, whose
-    message says the bound and whose input is the value."""
-    with pytest.raises(ValidationError) as caught:
+    """Each out-of-range or mistyped config value -> ConfigError, one line at that field (the
+    CLI's form), raised from pydantic's error, whose message says the bound and whose input is
+    the value."""
+    with pytest.raises(ConfigError) as caught:
         compute_process_advantages([row()], {field: value})
+    assert str(caught.value).startswith(f"config: {field}") and "\n" not in str(caught.value)
     (error,) = errors_of(caught)
     assert error["loc"][0] == field and fragment in error["msg"]
     got = error["input"]
@@ -1512,3 +1518,66 @@ def test_minilm_backends_agree_on_which_texts_pass_256_tokens(minilm, static_vec
     assert static.truncated(texts).tolist() == [False] * 4 and static.max_tokens is None
     ends = static.encode(["a " * 300 + "paris", "a " * 300 + "lyon"])
     assert float(ends[0] @ ends[1]) < 1.0 - 1e-6
+
+
+WRONG_TYPES = [[1], {"a": 1}, object(), b"\xff"]
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=["list", "mapping", "object", "bytes"])
+def test_every_field_given_a_wrong_type_is_one_config_line_naming_it(bad):
+    """Each FactUtilConfig field given a list, a mapping, an object or bytes (none is a valid
+    value of any field) through the API's dict config -> ConfigError whose lines all name that
+    field; never a TypeError or another exception."""
+    for field in FactUtilConfig.model_fields:
+        with pytest.raises(ConfigError) as caught:
+            compute_process_advantages([row()], {field: bad})
+        lines = str(caught.value).splitlines()
+        assert lines and all(line.startswith(f"config: {field}") for line in lines), lines
+
+
+def test_the_prior_risk_warning_is_one_line_with_its_category_and_counted():
+    """A step under prior='beta' whose groups all failed: PriorRiskWarning through Python's
+    warnings (its category, so a filter can silence or escalate it), shown as one line with no
+    source line, and counted in metrics["warnings"] with the step's other warnings."""
+    import subprocess
+    import sys
+
+    failing = [row(rid=f"q-{i}", actions=[SEARCH, ASSERT, {"action": "answer", "answer": "Lyon"}])
+               for i in range(2)]
+    script = (f"import factutil\nr = factutil.compute_process_advantages({failing!r}, "
+              f"{{'mode': 'exact', 'preset': 'paper', 'group_size': 6}})\n"
+              "print(r.metrics['warnings'], len(r.warnings))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["2.0", "2"]  # the group-size warning and the prior's
+    lines = [line for line in done.stderr.splitlines() if "PriorRiskWarning" in line]
+    assert len(lines) == 1 and lines[0].startswith("factutil:0: PriorRiskWarning: at least half")
+    assert done.stderr.splitlines() == ["group 'q' has 2 rollouts, group_size is 6", lines[0]]
+    with pytest.raises(PriorRiskWarning), warnings.catch_warnings():
+        warnings.simplefilter("error", PriorRiskWarning)
+        compute_process_advantages(failing, {"mode": "exact", "preset": "paper"})
+
+
+def test_a_text_of_rollouts_given_as_groups_is_refused_with_the_fix():
+    """JSONL text (or one JSON line) passed as ``groups`` is not opened as a file name: one short
+    InputError saying to pass the path or the parsed dicts."""
+    text = "".join(json.dumps(row(rid=f"q-{i}", question="x" * 5000)) + "\n" for i in range(200))
+    for given in (text, text.splitlines()[0], "  [" + text.splitlines()[0] + "]"):
+        with pytest.raises(InputError) as caught:
+            compute_process_advantages(given, {"mode": "exact"})
+        message = str(caught.value)
+        assert len(message) < 400 and "a text of JSON given where a file path is expected" in message
+        assert "[json.loads(line) for line in text.splitlines()]" in message
+
+
+def test_the_clusterer_may_be_named_by_its_mode():
+    """clusterer='exact' / 'semantic' (the names the docs give the clusterers) build that
+    clusterer and set the mode; another name or object is refused by name."""
+    rows = [row(rid="q-0"), row(rid="q-1", actions=[SEARCH, {"action": "answer", "answer": "Lyon"}])]
+    named = compute_process_advantages(rows, {"mode": "semantic"}, clusterer="exact")
+    plain = compute_process_advantages(rows, {"mode": "exact"})
+    assert named.config.mode == "exact" and np.array_equal(named.advantages, plain.advantages)
+    with pytest.raises(ConfigError) as caught:
+        compute_process_advantages(rows, clusterer="semntic")
+    assert str(caught.value) == "clusterer: Input should be 'exact' or 'semantic' (got 'semntic')"
+    with pytest.raises(TypeError, match="got dict"):
+        compute_process_advantages(rows, clusterer={"mode": "exact"})

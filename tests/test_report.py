@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import pty
+import re
 import select
 import shutil
 import subprocess
@@ -214,14 +215,80 @@ def test_page_shows_the_summary_config_and_warnings(worked):
     html = build_report(worked, ReportInputs(source="worked.jsonl"))
     assert "What is the capital?" in html and "Paris" in html
     assert "one rollout" in html  # q2's warning
-    assert "process_norm" in html and "report_every" in html  # the config that ran
+    # the settings that differ from the defaults, each with its default, and no other
+    settings = html.split('id="config"')[1].split("</section>")[0]
+    rows = re.findall(r"<tr><td>(\w+)</td><td>([^<]*)</td><td class=\"meta\">default ([^<]*)</td>", settings)
+    assert rows == [("preset", "paper", "default"), ("mode", "exact", "semantic"),
+                    ("prior", "beta", "group")]
+    plain = build_report(compute_process_advantages(WORKED, clusterer=OneEach()))
+    assert "Every setting has its default" in plain.split('id="config"')[1]
     # actions by kind, by hand from WORKED: 5 searches of 13, 4 asserts, 3 answers, 1 invalid
     for share in ("38.5%", "30.8%", "23.1%", "7.7%"):
         assert f">{share}<" in html
 
 
-def test_all_settings_link_lands_on_an_open_config_table(worked):
-    """The header's "all settings" link points at #config, which is a section shown open (a
+class OneEach:
+    """A clusterer with a cluster per fact, without a model: a default-config result for free."""
+
+    def __init__(self):
+        self.metrics = {}
+
+    def cluster_batch(self, facts_per_group):
+        return [np.arange(len(facts), dtype=np.int64) for facts in facts_per_group]
+
+
+def test_the_glossary_comes_first_and_defines_every_column_and_summary_term(worked):
+    """"How to read this page" is the first section, before the summary and the plots, and each
+    header of the cluster and action tables and each term of the question list has its entry."""
+    html = build_report(worked, ReportInputs(source="worked.jsonl"))
+    ids = [value for tag, value in _attributes(html, ("id",)) if tag == "section"]
+    assert ids[:3] == ["reading", "summary", "plots"]
+    glossary = html.split('id="reading"')[1].split("</section>")[0]
+    defined = " ".join(re.findall(r"<dt>(.*?)</dt>", glossary))
+    headers = {cell for table in re.findall(r'<table class="(?:clusters|actions)">(.*?)</tr>', html, re.DOTALL)
+               for cell in re.findall(r"<th>([^<]*)</th>", table) if cell}
+    named = {"#", "action", "what", "cluster", "new clusters", "members (as the rollouts wrote them)"}
+    terms = headers - named | {"spread", "R", "A_out"}
+    for term in terms:
+        assert any(word in defined for word in (term, term.split()[0])), term
+
+
+def test_a_cluster_held_by_one_rollout_is_marked_too_few_to_tell(worked):
+    """n = 1 clusters (one rollout's outcome, no evidence about the fact) carry the mark, the
+    others not: every cluster of the worked example (each held by one rollout), and a fact two
+    rollouts assert (n = 2) beside one that only the second asserts (n = 1)."""
+    def marked(html):
+        rows = re.findall(r'<tr class="cluster" data-cluster="(\d+)"( data-few)?>(.*?)</tr>', html, re.DOTALL)
+        assert all(bool(few) == ("too few to tell" in row) for _, few, row in rows)
+        return {int(c): bool(few) for c, few, _ in rows}
+
+    assert set(marked(build_report(worked, ReportInputs(uids=["q1"]))).values()) == {True}
+    fact, other = ["France", "capital", "Paris"], ["France", "capital", "Lyon"]
+    rows = [dict(WORKED[0], rollout_id=name, actions=[
+        {"action": "assert", "triples": triples}, {"action": "answer", "answer": answer}])
+        for name, triples, answer in (("a", [fact], "Paris"), ("b", [fact, other], "Lyon"))]
+    result = compute_process_advantages(rows, {"mode": "exact"})
+    n = {c.cluster_id: c.n for c in result.clusters}
+    assert sorted(n.values()) == [1, 2]
+    assert marked(build_report(result)) == {c: count == 1 for c, count in n.items()}
+
+
+def test_signs_are_not_coloured_as_errors():
+    """Positive and negative numbers are blue and orange, not red or green; back-credit (a
+    transfer) and Phi (a state) have no background; red is left to invalid actions."""
+    import colorsys
+
+    css = (REPO / "factutil" / "report" / "templates" / "report.css").read_text()
+    for name in ("--pos", "--neg"):
+        colour = re.search(rf"{name}: #(\w{{6}})", css).group(1)
+        hue = colorsys.rgb_to_hsv(*(int(colour[i:i + 2], 16) / 255 for i in (0, 2, 4)))[0] * 360
+        assert 20 <= hue <= 260 and not 80 <= hue <= 160, (name, hue)  # neither red nor green
+    assert "table.actions td:nth-child(6), table.actions td:nth-child(8) { background: none; }" in css
+    assert ".k-invalid { color: var(--error); }" in css and "--error: #b42318" in css
+
+
+def test_settings_link_lands_on_an_open_config_table(worked):
+    """The header's "settings" link points at #config, which is a section shown open (a
     collapsed <details> would hide what the link promises; the page has no script to open it)."""
     html = build_report(worked, ReportInputs(source="worked.jsonl"))
     assert ("a", "#config") in _attributes(html, ("href",))

@@ -148,6 +148,8 @@ def test_an_observation_no_layout_splits_is_one_passage_counted_and_warned():
                                         FactUtilConfig(facts="retrieved"))
     assert result.metrics["observations_unsplit"] == 2
     assert any("matched no passage layout" in w for w in result.warnings)
+    # that warning is the step's last: counted like every other
+    assert result.metrics["warnings"] == len(result.warnings) == 1
     assert [c.members for c in result.clusters] == [[["", "", "free text answer"]]]
 
 

@@ -76,6 +76,7 @@ def _run_benchmark(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, d
     return done, json.loads(out.read_text())
 
 
+@pytest.mark.integration
 def test_driver_threads_and_the_growth_section(tmp_path, static_vectors):
     done, report = _run_benchmark(tmp_path, "--quick", "--backends", "static", "--driver-threads", "1",
                                   "--growth", "S", "--growth-backend", "static")
@@ -105,6 +106,7 @@ def test_bad_benchmark_arguments_are_named(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_critical_path_with_two_ray_workers(tmp_path, static_vectors):
     done, report = _run_benchmark(tmp_path, "--quick", "--backends", "none", "--driver-threads", "1",
                                   "--critical-path", "--critical-backend", "static", "--workers", "2")
@@ -126,6 +128,7 @@ def test_critical_path_with_two_ray_workers(tmp_path, static_vectors):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_quick_benchmark_writes_its_json(tmp_path):
     out = tmp_path / "step.json"
     done = subprocess.run(

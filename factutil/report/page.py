@@ -21,6 +21,7 @@ from factutil import __version__
 from factutil.api import ClusterRecord, ProcessAdvantages
 from factutil.config import FactUtilConfig
 from factutil.io import write_atomic
+from factutil.metrics import golds_normalized_empty
 from factutil.passages import member_label
 from factutil.report import plots
 from factutil.report.evidence import evidence_auc, gold_labels, within_group_auc
@@ -141,12 +142,13 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
         rows = [first_row[g] + j for g in shown for j in range(len(result.groups[g].rollouts))]
         figures = _figures(result, labels, potential, offsets, rows, len(shown))
     return {
-        "title": inputs.title, "source": inputs.source, "summary": _summary(result),
+        "title": inputs.title, "source": inputs.source, "summary": summary_rows(result),
         "kinds": _kind_table(result), "invalid_reasons": _invalid_reasons(result),
         "times": [(name[5:-2], Number(value, 4, signed=False))
                   for name, value in result.metrics.items()
                   if name.startswith("time_") and name.endswith("_s")],
         "config": _config_rows(config), "retrieved": config.facts == "retrieved",
+        "success": config.success,
         "key_config": [
             ("mode", config.mode), ("prior", config.prior), ("success", config.success),
             ("Ω", f"{config.omega:g}"), ("α", f"{config.alpha:g}"),
@@ -160,23 +162,34 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
     }
 
 
-def _summary(result: ProcessAdvantages) -> list[tuple[str, str]]:
+def summary_rows(result: ProcessAdvantages) -> list[tuple[str, str]]:
+    """The batch's numbers as (name, text) rows, the report's and ``factutil score``'s: means
+    only over something (no mean EM of no rollout, no utility of no cluster)."""
     m = result.metrics
-    return [
+    rows = [
         ("questions (groups)", f"{m['groups']:.0f}"),
         ("rollouts", f"{m['rollouts']:.0f}"),
-        ("actions (invalid)", f"{m['actions']:.0f} ({m['actions_invalid']:.0f})"),
-        ("actions ignored (after the answer or max_turns)", f"{m['actions_ignored']:.0f}"),
-        ("mean EM / F1", f"{m['em_mean']:.3f} / {m['f1_mean']:.3f}"),
-        ("mean outcome reward R", f"{m['outcome_reward_mean']:.3f}"),
-        ("fact clusters", f"{m['clusters']:.0f} ({m['clusters_per_group']:.1f} per question)"),
-        ("cluster utility min / mean / max",
-         f"{m['utility_min']:+.3f} / {m['utility_mean']:+.3f} / {m['utility_max']:+.3f}"),
-        ("actions with non-zero shaping", f"{100 * m['shaping_nonzero_share']:.1f}%"),
-        ("repeated searches", f"{m['searches_repeated']:.0f}"),
-        ("answers from an empty store", f"{m['answers_empty_store']:.0f}"),
-        ("rollouts with no answer", f"{m['rollouts_unanswered']:.0f}"),
+        ("actions (ignored / invalid)",
+         f"{m['actions']:.0f} ({m['actions_ignored']:.0f} / {m['actions_invalid']:.0f})"),
     ]
+    if m["rollouts"]:
+        rows += [("mean EM / F1", f"{m['em_mean']:.3f} / {m['f1_mean']:.3f}"),
+                 ("mean outcome reward R", f"{m['outcome_reward_mean']:.3f}"),
+                 ("searches repeated / answers from an empty store / rollouts with no answer",
+                  (f"{m['searches_repeated']:.0f} / {m['answers_empty_store']:.0f} / "
+                  f"{m['rollouts_unanswered']:.0f}"))]
+    if m["clusters"]:
+        rows += [("fact clusters", f"{m['clusters']:.0f} ({m['clusters_per_group']:.1f} per question)"),
+                 ("cluster utility u min / mean / max",
+                  f"{m['utility_min']:+.3f} / {m['utility_mean']:+.3f} / {m['utility_max']:+.3f}"),
+                 ("actions with non-zero shaping", f"{100 * m['shaping_nonzero_share']:.1f}%")]
+    if m.get("golds_normalized_empty"):
+        # The SQuAD score is kept, but such a gold (the band "The The") is a data problem.
+        golds = [repr(gold) for group in result.groups
+                 for gold in golds_normalized_empty(group.golden_answers, result.config.fold_unicode)]
+        rows.append(("gold answers that normalise to nothing",
+                     f"{m['golds_normalized_empty']:.0f}: {', '.join(golds)}"))
+    return rows
 
 
 def _kind_table(result: ProcessAdvantages) -> list[dict[str, Any]]:
@@ -200,15 +213,15 @@ def _invalid_reasons(result: ProcessAdvantages) -> list[tuple[str, int, str]]:
             for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0]))]
 
 
-def _config_rows(config: FactUtilConfig) -> list[tuple[str, str, bool]]:
-    """(field, value, differs from the default) for every config field."""
+def _config_rows(config: FactUtilConfig) -> list[tuple[str, str, str]]:
+    """(field, value, default) of each config field that differs from its default."""
     defaults = FactUtilConfig()
-    rows = []
-    for name in type(config).model_fields:
-        value = getattr(config, name)
-        shown = ", ".join(value) if isinstance(value, tuple) else str(value)
-        rows.append((name, shown, value != getattr(defaults, name)))
-    return rows
+
+    def shown(value: Any) -> str:
+        return ", ".join(value) if isinstance(value, tuple) else str(value)
+
+    return [(name, shown(getattr(config, name)), shown(getattr(defaults, name)))
+            for name in type(config).model_fields if getattr(config, name) != getattr(defaults, name)]
 
 
 def _gold_summary(clusters: list[ClusterRecord], labels: list[bool | None]) -> dict[str, Any]:
@@ -277,6 +290,7 @@ def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, 
         "n": cluster.n, "s": Number(cluster.s, signed=False),
         "mean": Number(cluster.mean, signed=False), "utility": Number(cluster.utility),
         "bar": min(50.0, 50.0 * abs(cluster.utility) / scale), "gold": label,
+        "few": cluster.n < 2,  # one rollout's outcome, no evidence about the fact
     } for cluster, label in ordered]
     rollout_views = []
     for j, source in enumerate(group.rollouts):

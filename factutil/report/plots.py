@@ -16,7 +16,7 @@ import numpy as np
 INSTALL_HINT = "pip install 'factutil[report]'"
 """How to get the plots when matplotlib is missing."""
 
-POSITIVE, NEGATIVE, GOLD, DISTRACTOR, NEUTRAL = "#1a7f37", "#c62828", "#b8860b", "#5b6b7f", "#3b6fb6"
+POSITIVE, NEGATIVE, GOLD, DISTRACTOR, NEUTRAL = "#1f5fbf", "#c26a00", "#b8860b", "#5b6b7f", "#3b6fb6"
 
 _RC = {
     "svg.fonttype": "none", "svg.hashsalt": "factutil-report", "font.family": "sans-serif",

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from factutil.errors import number_value
 from factutil.tools.retrieval.corpus import DEFAULT_TOPK, split_contents
 
 logger = logging.getLogger(__name__)
@@ -33,9 +34,8 @@ def _passage(item: Any) -> Passage:
     doc = item
     if isinstance(item, Mapping) and "document" in item:
         doc = item["document"]
-        raw_score = item.get("score")
-        if isinstance(raw_score, (int, float)) and not isinstance(raw_score, bool):
-            score = float(raw_score) if math.isfinite(raw_score) else None
+        score = number_value(item.get("score"))
+        score = score if score is not None and math.isfinite(score) else None
     if isinstance(doc, str):
         title, text = split_contents(doc)
         return Passage(title, text, score)

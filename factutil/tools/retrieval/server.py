@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -95,8 +98,8 @@ class _BoundedBody:
 def make_app(retriever: BM25Retriever, default_topk: int = DEFAULT_TOPK,
              request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
     """The FastAPI app: ``POST /retrieve`` and ``GET /health`` over ``retriever``; searches run
-    in FastAPI's thread pool (a sync endpoint), never on the event loop. Raises ValueError:
-    default_topk < 1 or request_timeout_s <= 0."""
+    in ``app.state.searches`` (a pool of up to 4 threads), never on the event loop, so /health
+    answers at once under load. Raises ValueError: default_topk < 1 or request_timeout_s <= 0."""
     if default_topk < 1:
         raise ValueError(f"default_topk must be >= 1, got {default_topk}")
     if not request_timeout_s > 0:
@@ -106,13 +109,17 @@ def make_app(retriever: BM25Retriever, default_topk: int = DEFAULT_TOPK,
     app = FastAPI(title="factutil retrieval", summary="Search-R1's POST /retrieve over BM25",
                   strict_content_type=False)
     app.add_middleware(_BoundedBody, max_bytes=MAX_REQUEST_BYTES, timeout_s=request_timeout_s)
+    # Searches hold the GIL: a few threads run them (FastAPI's pool would run 40), so the event
+    # loop, which reads requests and answers /health, never waits behind a queue of them.
+    app.state.searches = ThreadPoolExecutor(min(4, os.cpu_count() or 1), "factutil-retrieve")
 
     @app.post("/retrieve")
-    def retrieve(request: RetrieveRequest) -> JSONResponse:
-        return JSONResponse(retrieve_reply(retriever, request, default_topk))
+    async def retrieve(request: RetrieveRequest) -> JSONResponse:
+        return await asyncio.get_running_loop().run_in_executor(
+            app.state.searches, lambda: JSONResponse(retrieve_reply(retriever, request, default_topk)))
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:
         return {"status": "ok", "documents": len(retriever.documents)}
 
     return app
@@ -140,7 +147,13 @@ def running_server(retriever: BM25Retriever, host: str = DEFAULT_HOST, port: int
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            taken = error.errno == errno.EADDRINUSE
+            raise OSError(error.errno, f"cannot listen on {host}:{port}: " + (
+                "the port is in use (another server?); pass another port, or 0 for a free one"
+                if taken else (error.strerror or str(error)))) from None
         sock.listen(_BACKLOG)  # connections queue from now on, while uvicorn starts
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
@@ -154,6 +167,7 @@ def running_server(retriever: BM25Retriever, host: str = DEFAULT_HOST, port: int
         finally:
             server.should_exit = True
             thread.join()
+            app.state.searches.shutdown()
 
 
 def serve(corpus: str | Path | None = None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,

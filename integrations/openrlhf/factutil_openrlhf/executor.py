@@ -205,7 +205,7 @@ def make_executor(
 
                 try:
                     config = as_config(requested_config())
-                except ValueError:  # SettingsError, pydantic's ValidationError
+                except ValueError:  # SettingsError, ConfigError
                     logger.warning("factutil: no config in the engine; the samples' work is "
                                    "left to the trainer", exc_info=True)
                     self._factutil_prepare = False

@@ -36,6 +36,7 @@ from factutil.integration import (
     TrainerStep,
     Unscorable,
     batch_metrics,
+    checked_spans,
     scatter_to_spans,
     trainer_rollout,
     warn_fallback,
@@ -70,7 +71,7 @@ class ProcessAdvantagePatch:
 
     Raises:
         factutil_openrlhf.SettingsError: bad ``FACTUTIL_*`` variables (None config).
-        pydantic.ValidationError: a bad mapping.
+        factutil.config.ConfigError: a bad mapping.
     """
 
     def __init__(self, config: Any = None):
@@ -284,10 +285,12 @@ def _payload_problem(payload: Any) -> str | None:
     if payload.get("error"):
         return f"executor: {payload['error']}"
     actions, spans = payload.get("actions"), payload.get("spans")
-    if not isinstance(actions, list) or not isinstance(spans, list):
-        return "payload lacks its actions or spans lists"
-    if len(actions) != len(spans):
-        return f"{len(actions)} actions but {len(spans)} spans"
+    if not isinstance(actions, list):
+        return "payload lacks its actions list"
+    try:  # any integer out of a token position's range is this sample's problem alone
+        checked_spans(spans, len(actions))
+    except ValueError as error:
+        return str(error)
     return None
 
 

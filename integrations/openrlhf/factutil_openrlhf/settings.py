@@ -17,6 +17,8 @@ ENV_PREFIX = "FACTUTIL_"
 
 COMPONENT_PREFIXES = ("FACTUTIL_OPENRLHF_", "FACTUTIL_VERL_", "FACTUTIL_RETRIEVAL_")
 """Namespaces reserved for the adapters and the retrieval server: never read as config fields."""
+NOT_SETTINGS = ("FACTUTIL_CACHE",)
+"""Variables of the library itself (the cache folder: factutil.embed.default_static_dir)."""
 
 PAYLOAD_KEY = "factutil"
 """Key of the per-episode record in the executor's response and, briefly, in ``Experience.info``."""
@@ -38,7 +40,8 @@ def parse_env_value(text: str) -> Any:
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``FACTUTIL_<FIELD>`` variables of ``environ`` (default ``os.environ``), as given.
 
-    Variables in :data:`COMPONENT_PREFIXES` are left out (they belong to other components).
+    Variables in :data:`COMPONENT_PREFIXES` and :data:`NOT_SETTINGS` are left out (they belong
+    to other components or to the library itself).
     Returns ``{variable name: text}``, sorted by name.
     """
     environ = os.environ if environ is None else environ
@@ -46,6 +49,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         name: environ[name]
         for name in sorted(environ)
         if name.startswith(ENV_PREFIX) and not name.startswith(COMPONENT_PREFIXES)
+        and name not in NOT_SETTINGS
     }
 
 
@@ -107,7 +111,7 @@ def as_config(config: Any = None):
 
     Raises:
         SettingsError: bad ``FACTUTIL_*`` variables (None config).
-        pydantic.ValidationError: a bad mapping.
+        factutil.config.ConfigError: a bad mapping.
         TypeError: anything else (:func:`factutil.config.as_config`).
     """
     from factutil.config import as_config as core_config

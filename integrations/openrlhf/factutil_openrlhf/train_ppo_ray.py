@@ -44,6 +44,8 @@ OPENRLHF_ENV_DEFAULTS = {
 """What ``openrlhf.cli.train_ppo_ray.train`` (0.11.2) puts in its own ``ray.init`` runtime env."""
 
 EXIT_BAD_SETTINGS = 2
+LAUNCHER_OPTIONS = ("dry_run", "env", "entry")
+"""The launcher's own ``--factutil.*`` options; every other name is a config field."""
 
 
 class LauncherArgs:
@@ -69,18 +71,29 @@ def split_argv(argv: Sequence[str]) -> LauncherArgs:
     """Take the ``--factutil.*`` options out of ``argv`` (``--opt VALUE`` or ``--opt=VALUE``).
 
     Raises:
-        SettingsError: an option without its value or a malformed ``--factutil.env``.
+        SettingsError: an option without its value, a malformed ``--factutil.env``, or a name
+            that is neither a launcher option nor a config field (with the closest one).
     """
+    from factutil.config import FactUtilConfig  # pydantic on use: the module stays stdlib-only
+    from factutil.errors import close_match
+
+    known = [*LAUNCHER_OPTIONS, *FactUtilConfig.model_fields]
     parsed = LauncherArgs()
     items = list(argv)
     position = 0
     while position < len(items):
         item = items[position]
         position += 1
-        if not item.startswith("--factutil."):
+        if not item.startswith("--factutil"):
             parsed.rest.append(item)
             continue
         name, sep, value = item[len("--factutil."):].partition("=")
+        if not item.startswith("--factutil.") or name.lower() not in known:
+            close = close_match(item[len("--factutil"):].lstrip(".-_").partition("=")[0], known)
+            raise SettingsError(f"{item.partition('=')[0]}: no launcher option or factutil setting"
+                                + (f" (did you mean --factutil.{close}?)" if close else
+                                   " (python -m factutil_openrlhf.train_ppo_ray --help; "
+                                   "factutil schema --what config)"))
         if name == "dry_run":
             if sep:
                 raise SettingsError("--factutil.dry_run takes no value")

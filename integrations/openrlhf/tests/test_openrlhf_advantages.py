@@ -91,9 +91,10 @@ def run_both(openrlhf, episodes, config, estimator="group_norm", **train):
     return original(maker, plain), maker.compute_advantages_and_returns(batches)
 
 
-def expected_delta(episodes, config):
+def expected_delta(episodes, config, clusterer=None):
     """Per sample index: float32 (TRAIN_MAX_LEN - 1,) omega * A_proc on its action tokens,
-    from the core run on the emitted texts and the engine's spans (no adapter code)."""
+    from the core run on the emitted texts and the engine's spans (no adapter code);
+    ``clusterer``: one whose caches to reuse (clusters never depend on them)."""
     lines = []
     for rollout, engine in zip(episodes.rollouts, episodes.engines):
         lines.append(
@@ -105,7 +106,7 @@ def expected_delta(episodes, config):
                 "actions": [{"raw": text} for _, _, text in engine.log],
             }
         )
-    result = compute_process_advantages(lines, config)
+    result = compute_process_advantages(lines, config, clusterer=clusterer)
     by_rollout = {}
     for record in result.actions:
         by_rollout.setdefault(record.rollout_id, []).append(record.process_advantage)
@@ -122,9 +123,11 @@ def expected_delta(episodes, config):
 
 @pytest.mark.parametrize("mode", ["exact", "semantic"])  # semantic: the real bundled MiniLM
 def test_added_term_is_omega_times_process_advantage_on_exactly_the_action_spans(openrlhf, episodes, mode):
+    from factutil_openrlhf import patch
+
     config = FactUtilConfig(omega=0.5, mode=mode)
     plain, patched = run_both(openrlhf, episodes, config)
-    deltas = expected_delta(episodes, config)
+    deltas = expected_delta(episodes, config, patch.active().step.clusterer)
     cut = clipped = 0
     for before, after in zip(plain, patched):
         assert "factutil" not in after.info
@@ -178,13 +181,19 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
     patch.configure(FactUtilConfig(omega=0.5, **EXACT))
     maker = make_maker(openrlhf, episodes)
     batches = build_experiences(openrlhf, episodes, maker.args, maker)
-    # Group 0: one sample lost its payload; group 1: a blank gold answer (core validation).
+    # Group 0: one sample lost its payload; group 1: a blank gold answer (core validation);
+    # group 2: one sample's span ends at 2**70, past any token position (no int64 holds it).
     for batch in batches:
         for row, index in enumerate(batch.index):
             if index == 2:
                 batch.info["factutil"][row] = None
             if index // N == 1:
                 batch.labels[row] = json.dumps([" "])
+            if index == 2 * N + 1:
+                payload = batch.info["factutil"][row]
+                spans = [list(span) for span in payload["spans"]]
+                spans[-1][1] = 2**70
+                batch.info["factutil"][row] = dict(payload, spans=spans)
     plain = copy.deepcopy(batches)
     for batch in plain:
         batch.info.pop("factutil")
@@ -192,18 +201,18 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
     plain = original(maker, plain)
     with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
         patched = maker.compute_advantages_and_returns(batches)
-    assert "2 group(s) kept OpenRLHF's advantages" in caplog.text
+    assert "3 group(s) kept OpenRLHF's advantages" in caplog.text and "2**63" in caplog.text
     # The other groups get exactly their own delta (a group's numbers never depend on the others).
     deltas = expected_delta(episodes, FactUtilConfig(omega=0.5, **EXACT))
     for before, after in zip(plain, patched):
         assert torch.isfinite(after.advantages).all()
         for row, index in enumerate(after.index):
-            kept = index // N in (0, 1)
+            kept = index // N in (0, 1, 2)
             assert after.info["factutil/skipped"][row] == float(kept)
             width = after.advantages.shape[1]
             want = before.advantages[row] + (0 if kept else torch.from_numpy(deltas[index][:width]))
             assert torch.equal(after.advantages[row], want)
-    assert any(np.any(deltas[index] != 0) for index in range(2 * N, len(episodes.rollouts)))
+    assert any(np.any(deltas[index] != 0) for index in range(3 * N, len(episodes.rollouts)))
 
 
 def test_a_failing_core_call_keeps_everything_and_never_raises(openrlhf, episodes, monkeypatch):
@@ -378,15 +387,24 @@ def test_no_early_scoring_when_off_or_without_payloads(openrlhf, episodes):
 
 
 def test_make_experience_starts_the_scoring(openrlhf, episodes, monkeypatch):
-    """The wrapped make_experience hands its samples to start_early before OpenRLHF's own."""
+    """The wrapped make_experience hands its samples to start_early before OpenRLHF's own: a
+    start_early that stops the call shows OpenRLHF's part (which would start Ray for its
+    actors) has not run yet."""
     from factutil_openrlhf import patch
+
+    class Stopped(Exception):
+        pass
+
+    def start_early(maker, samples):
+        calls.append((maker, samples))
+        raise Stopped
 
     patch.configure(FactUtilConfig(omega=0.5, **EXACT))
     maker = make_maker(openrlhf, episodes)
     batches = build_experiences(openrlhf, episodes, maker.args, maker)
     calls = []
-    monkeypatch.setattr(patch.active(), "start_early", lambda m, s: calls.append((m, s)))
+    monkeypatch.setattr(patch.active(), "start_early", start_early)
     assert getattr(openrlhf.experience_maker.RemoteExperienceMaker.make_experience, patch.PATCHED)
-    with pytest.raises(Exception):  # noqa: B017 - OpenRLHF's own part has no actors here
+    with pytest.raises(Stopped):
         maker.make_experience(batches)
     assert calls == [(maker, batches)]

@@ -42,6 +42,7 @@ def test_import_and_install_load_only_the_standard_library():
     assert result.stdout.strip() == "OK"
 
 
+@pytest.mark.integration
 def test_install_patches_already_imported_and_later_imported_modules():
     pytest.importorskip("openrlhf")
     result = run_python(

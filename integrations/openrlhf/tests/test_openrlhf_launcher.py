@@ -71,6 +71,25 @@ def test_an_option_is_never_taken_as_the_value_before_it():
     assert split_argv(["--factutil.omega", "-0.5"]).settings == {"FACTUTIL_OMEGA": "-0.5"}
 
 
+@pytest.mark.parametrize("given,hint", [
+    (["--factutil.dryrun"], " (did you mean --factutil.dry_run?)"),
+    (["--factutil.dry-run"], " (did you mean --factutil.dry_run?)"),
+    (["--factutil.omgea", "0.3"], " (did you mean --factutil.omega?)"),
+    (["--factutil.entyr=m"], " (did you mean --factutil.entry?)"),
+    (["--factutil-omega", "0.3"], " (did you mean --factutil.omega?)"),
+    (["--factutil.zzz", "1"], (" (python -m factutil_openrlhf.train_ppo_ray --help; factutil "
+                              "schema --what config)")),
+])
+def test_a_misspelt_launcher_option_is_refused_with_the_closest_name(given, hint, capsys):
+    """A typo of a launcher option or config field is never taken as a setting nor passed to
+    OpenRLHF: exit 2 with one line naming it and the closest known name."""
+    assert main([*given, "--factutil.dry_run"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    option = given[0].partition("=")[0]
+    assert line == (f"factutil_openrlhf.train_ppo_ray: {option}: no launcher option or "
+                    f"factutil setting{hint}")
+
+
 def test_help_prints_the_launcher_options_and_starts_nothing(capsys, monkeypatch):
     """--help (anywhere among the arguments) -> the launcher's options on stdout, exit 0, and
     neither Ray nor OpenRLHF is imported (both are blocked here: importing one would raise)."""
@@ -96,6 +115,7 @@ def test_dry_run_plan_and_job_submit_form(capsys, monkeypatch):
     assert submit.endswith("-- python3 -m openrlhf.cli.train_ppo_ray --train.agent_func_path 'a b.py'")
 
 
+@pytest.mark.integration
 def test_launcher_starts_a_ray_job_whose_workers_are_patched():
     pytest.importorskip("openrlhf")
     # A cluster of its own: RAY_ADDRESS=local, and a private temp dir that no `ray start` or

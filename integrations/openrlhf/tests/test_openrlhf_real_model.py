@@ -26,7 +26,7 @@ from openrlhf_testkit import _SamplingParams, make_args
 from factutil import FactUtilConfig, compute_process_advantages
 from tests.language_models import SHORT_INSTRUCTIONS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_FILE = ROOT / "examples" / "openrlhf" / "factagent_agent.py"

@@ -51,3 +51,24 @@ def test_bad_settings_name_the_variable(environ, message):
 )
 def test_golden_answers_from_label(label, golds):
     assert golden_answers_from_label(label) == golds
+
+
+@pytest.mark.parametrize("text", ["[paper]", "{a: 1}", "[[1], 2]"])
+def test_every_variable_of_a_wrong_type_is_one_line_naming_it(text):
+    """``FACTUTIL_<FIELD>`` holding a YAML list or mapping, for every field -> SettingsError
+    whose lines all name the variable; never a TypeError."""
+    from factutil import FactUtilConfig
+
+    for field in FactUtilConfig.model_fields:
+        variable = f"FACTUTIL_{field.upper()}"
+        with pytest.raises(SettingsError) as caught:
+            config_from_env({variable: text})
+        lines = str(caught.value).splitlines()
+        assert lines and all(line.startswith(f"{variable}={text!r}: {field}") for line in lines)
+
+
+def test_the_librarys_cache_folder_is_no_setting():
+    """FACTUTIL_CACHE (where the static vectors live) is the library's, not a config field: a
+    run that sets it builds its config as without it; FACTUTIL_CACHE_MAX_BYTES still is one."""
+    config = config_from_env({"FACTUTIL_CACHE": "/tmp/x", "FACTUTIL_CACHE_MAX_BYTES": "1024"})
+    assert config.cache_max_bytes == 1024

@@ -72,8 +72,8 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             columns.
 
     Raises:
-        pydantic.ValidationError: a bad ``factutil_config`` (the message names the field and
-            value), raised before TRL builds anything; TypeError: neither a config nor a mapping.
+        factutil.config.ConfigError: a bad ``factutil_config`` (one line per problem naming
+            the field and value), raised before TRL builds anything; TypeError: neither a config nor a mapping.
     """
 
     def __init__(

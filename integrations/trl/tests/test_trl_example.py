@@ -10,7 +10,7 @@ import re
 import pytest
 from trl_testkit import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 EXAMPLE = REPO / "examples" / "trl" / "train_smollm2.py"
 

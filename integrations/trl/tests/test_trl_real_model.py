@@ -20,7 +20,7 @@ import torch
 from factutil import FactUtilConfig, compute_process_advantages
 from trl_testkit import QUESTIONS, SHORT_INSTRUCTIONS, grpo_args
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 OMEGA = 0.5
 

@@ -320,11 +320,11 @@ def test_report_every_writes_the_steps_report_into_the_output_dir(
 
 
 def test_a_bad_config_fails_before_trl_builds_anything():
-    from pydantic import ValidationError
+    from factutil.config import ConfigError
 
     from factutil_trl import FactUtilGRPOTrainer
 
-    with pytest.raises(ValidationError, match="omega"):
+    with pytest.raises(ConfigError, match="config: omega: "):
         FactUtilGRPOTrainer(model=None, factutil_config={"omega": -1.0})
-    with pytest.raises(ValidationError, match="omegaa"):
+    with pytest.raises(ConfigError, match="omegaa"):
         FactUtilGRPOTrainer(model=None, factutil_config={"omegaa": 1.0})

@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from factutil import FactUtilConfig, compute_process_advantages
+from factutil import FactUtilConfig, compute_process_advantages, make_clusterer
 from verl.protocol import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
@@ -53,8 +53,9 @@ def run(rows: Rows, config: FactUtilConfig, grpo: torch.Tensor | None = None, **
 @pytest.mark.parametrize("mode", ["exact", "semantic"])  # semantic: the real bundled MiniLM
 def test_sample_batch_equals_compute_process_advantages_action_by_action(sample_rows, mode):
     config = FactUtilConfig(mode=mode)
-    expected = compute_process_advantages(SAMPLE, config)
-    result = run(sample_rows, config)
+    clusterer = make_clusterer(config)  # one embedding of the facts for both: clusters never
+    expected = compute_process_advantages(SAMPLE, config, clusterer=clusterer)  # read the cache
+    result = run(sample_rows, config, clusterer=clusterer)
 
     assert result.fallback == {}
     assert len(expected.actions) == len(sample_rows.keys) == 976

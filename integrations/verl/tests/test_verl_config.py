@@ -78,3 +78,16 @@ def test_agent_loop_options():
         FactUtilConfigError, match="agent_loop.factagent.retriver_url: Extra inputs"
     ):
         agent_loop_config({"retriver_url": "x"})
+
+
+@pytest.mark.parametrize("bad", [["paper"], {"a": 1}, object()], ids=["list", "mapping", "object"])
+def test_every_field_of_a_wrong_type_is_an_error_naming_its_key(bad):
+    """``+algorithm.factutil.<field>`` given a list, a mapping or an object (what Hydra can
+    hand over) -> FactUtilConfigError whose lines all name ``algorithm.factutil.<field>``."""
+    from factutil import FactUtilConfig
+
+    for field in FactUtilConfig.model_fields:
+        with pytest.raises(FactUtilConfigError) as caught:
+            factutil_config_from_verl({"factutil": {field: bad}})
+        lines = str(caught.value).splitlines()
+        assert lines and all(line.startswith(f"algorithm.factutil.{field}") for line in lines)

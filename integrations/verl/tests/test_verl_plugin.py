@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from factutil_verl.check import _FRESH_PROCESS, main
 
 AGENT = "factutil_verl.agent_loop.FactAgentLoop"
@@ -27,6 +29,7 @@ def python(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.integration
 def test_check_passes_and_a_bare_import_verl_registers_both():
     completed = python("-m", "factutil_verl", "check")
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -37,6 +40,7 @@ def test_check_passes_and_a_bare_import_verl_registers_both():
     assert not any(line.startswith("FAIL") for line in lines)
 
 
+@pytest.mark.integration
 def test_check_fails_loudly_when_verl_skips_plugins():
     completed = python("-m", "factutil_verl", "check", VERL_USE_EXTERNAL_PLUGINS="none")
     assert completed.returncode == 1
@@ -46,6 +50,7 @@ def test_check_fails_loudly_when_verl_skips_plugins():
     assert "factutil-verl check failed: fresh `import verl`" in completed.stderr
 
 
+@pytest.mark.integration
 def test_verl_use_external_modules_is_the_fallback():
     completed = python(
         "-c",
@@ -57,6 +62,7 @@ def test_verl_use_external_modules_is_the_fallback():
     assert json.loads(completed.stdout.splitlines()[-1]) == {"agent": AGENT, "trainer": TRAINER}
 
 
+@pytest.mark.integration
 def test_a_broken_dependency_fails_with_its_reason(tmp_path: Path):
     broken = tmp_path / "transfer_queue"
     broken.mkdir()
@@ -107,6 +113,7 @@ def _lazy_report(plugins: str) -> dict:
     return json.loads(completed.stdout.splitlines()[-1])
 
 
+@pytest.mark.integration
 def test_import_verl_loads_no_agent_loop_or_trainer_module_and_every_name_resolves():
     with_plugin = _lazy_report("auto")
     # import verl alone: none of the modules the plugin used to import at once is loaded
@@ -129,6 +136,7 @@ def test_import_verl_loads_no_agent_loop_or_trainer_module_and_every_name_resolv
     assert len(without["agents"]) >= 2 and len(without["trainers"]) >= 1
 
 
+@pytest.mark.integration
 def test_the_plugin_registers_at_once_with_modules_already_imported():
     # verl's modules first (the plugin switched off), then the plugin: no hook left waiting
     code = (

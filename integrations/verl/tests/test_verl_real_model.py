@@ -34,7 +34,7 @@ from verl_testkit import REPO
 
 from factutil_verl.advantage import compute_factagent_advantages
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 QUESTIONS = REPO / "examples" / "data" / "2wiki_dev_compositional30_evidences.jsonl"
 ROLLOUTS = 2
