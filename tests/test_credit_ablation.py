@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from benchmarks.credit_ablation import (
-    cut_at,
-    fate_table,
     RUNS,
     Batch,
     Decision,
     Settings,
     add_paired,
+    cut_at,
+    fate_table,
     group_outcome,
     grpo_outcome_advantages,
     initial_weights,
