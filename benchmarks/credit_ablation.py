@@ -67,6 +67,7 @@ from benchmarks.credit_env import (
     _seed,
     action_features,
     choices,
+    gold_passage_recall,
     label,
     load_data,
     rollout_item,
@@ -104,6 +105,7 @@ class RunSpec:
     name: str  # identifier (JSON keys, --runs)
     label: str  # for tables and the plot
     fields: dict  # FactUtilConfig fields this arm sets (a preset first, as the config applies it)
+    text: bool = False  # rollouts given as whole Search-R1 response texts, not as actions
 
     def config(self, **fields) -> FactUtilConfig:
         """The library config of this arm; every field it does not name keeps the library default."""
@@ -124,6 +126,7 @@ RUNS = (
     RunSpec("plain_grpo", "preset=plain_grpo", {"preset": "plain_grpo"}),
     RunSpec("loo", "utility=loo (prior=group)", {"utility": "loo"}),
     RunSpec("retrieved", "facts=retrieved (passages)", {"facts": "retrieved"}),
+    RunSpec("retrieved_text", "facts=retrieved, Search-R1 text", {"facts": "retrieved"}, text=True),
     RunSpec("retrieved_plain_grpo", "facts=retrieved + preset=plain_grpo",
             {"preset": "plain_grpo", "facts": "retrieved"}),
     RunSpec("omega_0.3", "paper, Ω=0.3", {"preset": "paper", "omega": 0.3}),
@@ -290,7 +293,7 @@ class Adam:
 def evaluate(world: World, questions: Sequence[Question], w: np.ndarray, samples: int,
              seed: int) -> dict[str, float]:
     """Sampled rollouts of every held-out question; the random numbers depend only on ``seed``."""
-    em, recall, actions, answered = [], [], [], []
+    em, recall, passages, actions, answered = [], [], [], [], []
     for index, question in enumerate(questions):
         for k in range(samples):
             rng = np.random.default_rng([seed, index, k])
@@ -300,9 +303,11 @@ def evaluate(world: World, questions: Sequence[Question], w: np.ndarray, samples
                 score = qa_scores(episode.answer, list(question.answers))[0]
             em.append(score)
             recall.append(episode.gold_recall())
+            passages.append(gold_passage_recall(world, episode))
             actions.append(len(episode.actions))
             answered.append(episode.answer is not None)
     return {"em": float(np.mean(em)), "recall": float(np.mean(recall)),
+            "passage_recall": float(np.mean(passages)),
             "actions": float(np.mean(actions)), "answered": float(np.mean(answered))}
 
 
@@ -374,7 +379,7 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
             if settings.filter_groups and min(ys) == max(ys):
                 continue
             for g, episode, taken in group:
-                items.append(rollout_item(episode, uid, f"{uid}-{g}"))
+                items.append(rollout_item(episode, uid, f"{uid}-{g}", world if run.text else None))
                 owner.extend([len(kept)] * len(taken))
                 decisions.extend(taken)
                 kept.append(episode)
@@ -479,6 +484,7 @@ def summarise(results: Sequence[dict], runs: Sequence[RunSpec], target_em: float
 def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: float) -> dict:
     finals, starts, reach, recall0, recall1, actions, shares, factutil_ms, first_s, auc = (
         [] for _ in range(10))
+    passages1: list[float] = []
     mine = sorted(mine, key=lambda result: result["seed"])
     for result in mine:
         evals = _evals(result["records"])
@@ -488,6 +494,7 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
         starts.append(evals[0][1]["em"])
         recall0.append(evals[0][1]["recall"])
         recall1.append(np.mean([e["recall"] for e in last]))
+        passages1.append(np.mean([e.get("passage_recall", math.nan) for e in last]))
         actions.append(np.mean([e["actions"] for e in last]))
         reached = [it for it, e in evals if e["em"] >= target_em]
         reach.append(reached[0] if reached else None)
@@ -513,6 +520,8 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
         "took_off_per_seed": [r is not None for r in reach],
         "recall_start": float(np.mean(recall0)), "recall_final": float(np.mean(recall1)),
         "recall_final_per_seed": [float(r) for r in recall1],
+        "passage_recall_final": float(np.mean(passages1)),
+        "passage_recall_final_per_seed": [float(r) for r in passages1],
         "actions_final": float(np.mean(actions)),
         "factutil_share": float(np.mean(shares)),
         "factutil_ms": float(np.mean(factutil_ms)),
@@ -522,7 +531,8 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
 
 CONFIDENCE = 0.95  # of the paired intervals
 BASES = ("outcome_only", "default")  # each run is compared, seed by seed, with these two
-PAIRED = (("em", "em_final_per_seed"), ("recall", "recall_final_per_seed"))
+PAIRED = (("em", "em_final_per_seed"), ("recall", "recall_final_per_seed"),
+          ("passages", "passage_recall_final_per_seed"))
 
 
 def paired_difference(values: Sequence[float], base: Sequence[float],
@@ -599,8 +609,9 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
     for block in blocks:
         lines += [f"**{block}** — paired differences", "",
                   ("| run | seeds | final EM | take-off | Δ EM vs outcome-only | Δ EM vs default "
-                   "| gold recall | Δ recall vs outcome-only | Δ recall vs default |"),
-                  "|---|---|---|---|---|---|---|---|---|"]
+                   "| gold recall | Δ recall vs outcome-only | Δ recall vs default "
+                   "| gold-passage recall | Δ passages vs outcome-only |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in (r for r in rows if r["block"] == block):
             paired = row["paired"]
             lines.append(
@@ -609,7 +620,9 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
                 f"{_interval(paired.get('outcome_only', {}).get('em'))} | "
                 f"{_interval(paired.get('default', {}).get('em'))} | {row['recall_final']:.3f} | "
                 f"{_interval(paired.get('outcome_only', {}).get('recall'))} | "
-                f"{_interval(paired.get('default', {}).get('recall'))} |")
+                f"{_interval(paired.get('default', {}).get('recall'))} | "
+                f"{row['passage_recall_final']:.3f} | "
+                f"{_interval(paired.get('outcome_only', {}).get('passages'))} |")
         lines.append("")
     return "\n".join(lines)
 
