@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from factutil.tools.retrieval.corpus import DEFAULT_TOPK, split_contents
+from factutil.search_r1 import document_passage
+from factutil.tools.retrieval.corpus import DEFAULT_TOPK
 
 logger = logging.getLogger(__name__)
 
@@ -29,25 +30,11 @@ class Passage:
 
 
 def _passage(item: Any) -> Passage:
-    score: float | None = None
-    doc = item
-    if isinstance(item, Mapping) and "document" in item:
-        doc = item["document"]
-        raw_score = item.get("score")
-        if isinstance(raw_score, (int, float)) and not isinstance(raw_score, bool):
-            score = float(raw_score) if math.isfinite(raw_score) else None
-    if isinstance(doc, str):
-        title, text = split_contents(doc)
-        return Passage(title, text, score)
-    if not isinstance(doc, Mapping):
-        # A malformed reply is the retriever's fault: parse_reply reports it as ValueError.
-        raise ValueError(f"a retrieved document must be an object, got {type(doc).__name__}")  # noqa: TRY004
-    if isinstance(doc.get("contents"), str):
-        title, text = split_contents(doc["contents"])
-        return Passage(str(doc.get("title") or title), str(doc.get("text") or text), score)
-    if isinstance(doc.get("text"), str):
-        return Passage(str(doc.get("title", "")), doc["text"], score)
-    raise ValueError("a retrieved document has neither 'contents' nor 'text'")
+    """A reply's hit (:func:`factutil.search_r1.document_passage`) with its score, if finite."""
+    score = item.get("score") if isinstance(item, Mapping) and "document" in item else None
+    finite = isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
+    _, title, text = document_passage(item)
+    return Passage(title, text, float(score) if finite else None)
 
 
 def parse_reply(payload: Any) -> list[list[Passage]]:
