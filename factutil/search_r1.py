@@ -44,11 +44,12 @@ _CLOSE = dict(BLOCKS.values())
 _OPEN = re.compile("|".join(re.escape(tag) for tag in _CLOSE))
 _NOTICE = r"My previous action is invalid\..{0,400}?Let me try again\."
 _ENV = re.compile(  # a retrieved block (a cut one runs to the next turn), or the notice
-    rf"(?P<open>{_OPEN.pattern})(?P<body>.*?)(?:(?P<close>"
-    rf"{'|'.join(map(re.escape, _CLOSE.values()))})|(?=(?i:<(?:think|search|assert|answer)\s*>)|"
-    rf"{_OPEN.pattern}|My previous action is invalid\.|\Z))|{_NOTICE}", re.DOTALL)
+    rf"(?P<open>{_OPEN.pattern})(?:(?P<body>(?:(?!{_OPEN.pattern}).)*?)"
+    rf"(?:{'|'.join(map(re.escape, _CLOSE.values()))})|(?P<cut>.*?)"
+    rf"(?=(?i:<(?:think|search|assert|answer)\s*>)|{_OPEN.pattern}|\Z))|{_NOTICE}", re.DOTALL)
 _TURN_END = re.compile(r"</(?:search|assert|answer)\s*>", re.IGNORECASE)
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
+_PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
 _CUT_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:u[0-9a-fA-F]{0,3})?$")
 
 
@@ -101,8 +102,8 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
     for env in _ENV.finditer(response):
         _add_turns(turns, response[at:env.start()])
         at, body = env.end(), env.group("body")
-        if turns and body is not None and not re.fullmatch(_NOTICE, body.strip(), re.DOTALL):
-            content = body if env.group("close") else env.group("open") + body
+        content = body if body is not None else env.group("open") and env.group("open") + env["cut"]
+        if turns and content and not re.fullmatch(_NOTICE, content.strip(), re.DOTALL):
             turns[-1][1] = content if turns[-1][1] is None else f"{turns[-1][1]}\n---\n{content}"
     _add_turns(turns, response[at:])
     return [(text, observation) for text, observation in turns]
@@ -136,11 +137,14 @@ def split_passages(observation: str) -> Passages:
     verl = _VERL.fullmatch(text)
     if verl:  # the text is a JSON string, perhaps cut in the middle and at its end
         head, cut_mark, tail = verl.group(1).partition(TRUNCATED)
-        passages = _text_passages(_unescape(head))[0]
-        if cut_mark:  # the head's last passage and the tail's first text are the cut one's ends
+        head = _unescape(head)
+        partial = _PARTIAL_DOC.search(head) if cut_mark else None  # the cut went through a header
+        passages = _text_passages(head[: partial.start()] if partial else head)[0]
+        if cut_mark:  # the cut passage's two ends: the head's last one, the tail's first text
             tail = _unescape(tail)
             heads = [m.start() for pattern in _HEADERS for m in [pattern.search(tail)] if m]
-            passages = passages[:-1] + _text_passages(tail[min(heads):] if heads else "")[0]
+            passages = passages[: None if partial else -1] + _text_passages(
+                tail[min(heads):] if heads else "")[0]
         return _kept(passages, int(bool(cut_mark)), whole and verl.group(2) is not None)
     if re.match(r"\{|\[\s*[\[{]", text):
         found = _json_passages(text)
