@@ -66,9 +66,9 @@ def test_a_file_of_whole_search_r1_responses_scores_every_doc_by_hand(tmp_path):
                                     "--set", "facts=retrieved"])
     assert done.exit_code == 0, done.output
     scored = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    for rid in KINDS:
+    for rid, kinds in KINDS.items():
         mine = [line for line in scored if line["rollout_id"] == rid]
-        assert [line["action"] for line in mine] == KINDS[rid]
+        assert [line["action"] for line in mine] == kinds
         assert [line["shaping"] for line in mine] == pytest.approx(SHAPING[rid], abs=1e-12)
         assert [line["penalty"] for line in mine] == pytest.approx(PENALTY[rid], abs=1e-12)
         assert [line["advantage"] for line in mine] == pytest.approx(expected_advantages(rid),
