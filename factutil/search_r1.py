@@ -50,7 +50,7 @@ _ENV = re.compile(  # a retrieved block (a cut one runs to the next turn), or th
 _TURN_END = re.compile(r"</(?:search|assert|answer)\s*>", re.IGNORECASE)
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
-_CUT_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:u[0-9a-fA-F]{0,3})?$")
+_CUT_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
 
 
 class Passage(NamedTuple):
@@ -251,6 +251,6 @@ def _json_passages(text: str) -> tuple[list[Passage], int] | None:
 def _unescape(piece: str) -> str:
     """A piece of a JSON string's body as text (an escape the cut split is dropped)."""
     try:
-        return json.loads(f'"{_CUT_ESCAPE.sub("", piece)}"', strict=False)
+        return json.loads('"' + _CUT_ESCAPE.sub(r"\1", piece) + '"', strict=False)
     except ValueError:
         return piece
