@@ -558,9 +558,9 @@ def paired_difference(values: Sequence[float], base: Sequence[float],
 
 
 def add_paired(rows: Sequence[dict]) -> None:
-    """Give each summary row ``paired[base][em|recall]``: :func:`paired_difference` of its final
-    held-out EM and gold-fact recall against each run of :data:`BASES` in its block, over the
-    seeds both ran."""
+    """Give each summary row ``paired[base][em|recall|passages]``: :func:`paired_difference` of
+    its final held-out EM, gold-fact recall and gold-passage recall (where both rows have it)
+    against each run of :data:`BASES` in its block, over the seeds both ran."""
     for row in rows:
         row["paired"] = {}
         for base in BASES:
@@ -574,7 +574,7 @@ def add_paired(rows: Sequence[dict]) -> None:
                 name: paired_difference(
                     [row[key][row["seed_list"].index(seed)] for seed in seeds],
                     [other[key][other["seed_list"].index(seed)] for seed in seeds])
-                for name, key in PAIRED}
+                for name, key in PAIRED if key in row and key in other}
 
 
 def _interval(stats: dict | None) -> str:

@@ -5,8 +5,7 @@
 The passages are paragraphs of the bundled 2Wiki corpus (examples/data/hipporag_2wikimultihopqa_corpus.json,
 HippoRAG, MIT), picked by title; the question is 2Wiki dev's "Where was the father of Ștefan I.
 Nenițescu born?" (gold Galați; its supporting paragraphs are the first two below). Every layout is
-written here as the recipes' public code writes it (/work/shared/search-agent-formats.md), with no
-factutil code:
+written here as the recipes' public code writes it, with no factutil code:
 
 - Search-R1: its instruct prompt template; after a search ``\\n\\n<information>`` + the retriever's
   text stripped + ``</information>\\n\\n``, the text ``Doc i(Title: "T") text\\n`` per passage (the
