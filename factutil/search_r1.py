@@ -47,6 +47,9 @@ _ENV = re.compile(  # a retrieved block (a cut one runs to the next turn), or th
     rf"(?P<open>{_OPEN.pattern})(?:(?P<body>(?:(?!{_OPEN.pattern}).)*?)"
     rf"(?:{'|'.join(map(re.escape, _CLOSE.values()))})|(?P<cut>.*?)"
     rf"(?=(?i:<(?:think|search|assert|answer)\s*>)|{_OPEN.pattern}|\Z))|{_NOTICE}", re.DOTALL)
+_CHAT = re.compile(r"\s*(?:<\|im_start\|>|<\|begin_of_text\|>|<\|start_header_id\|>|<start_of_turn>)")
+_ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assistant<\|end_header_id\|>\n*|"
+                        r"<start_of_turn>model\n?")
 _TURN_END = re.compile(r"</(?:search|assert|answer)\s*>", re.IGNORECASE)
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
@@ -90,7 +93,8 @@ def episode_ends(action: str, turns: int, max_turns: int) -> bool:
 
 
 def split_turns(response: str) -> list[tuple[str, str | None]]:
-    """A whole Search-R1 response (the model's text, never the prompt) as its turns ``(text,
+    """A whole Search-R1 response (the model's text, never the prompt; a text that starts with the
+    prompt through a chat template is read from the first assistant header) as its turns ``(text,
     observation)``: a turn ends at a closing ``</search>``, ``</assert>`` or ``</answer>`` or where
     the environment's text starts; its observation is the retrieved block after it (any layout of
     :data:`BLOCKS`; a block never closed ends where the next turn opens a tag and keeps its
@@ -98,8 +102,10 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
     :data:`INVALID` notice, bare or in a block, is no observation; whitespace between turns and a
     block before the first turn are the environment's."""
     turns: list[list[Any]] = []
-    at = 0
-    for env in _ENV.finditer(response):
+    # a text that starts with a prompt through a chat template: its tags are not turns
+    start = _ASSISTANT.search(response) if _CHAT.match(response) else None
+    at = start.end() if start else 0
+    for env in _ENV.finditer(response, at):
         _add_turns(turns, response[at:env.start()])
         at, body = env.end(), env.group("body")
         content = body if body is not None else env.group("open") and env.group("open") + env["cut"]

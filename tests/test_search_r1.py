@@ -202,10 +202,20 @@ def test_turns_of_a_whole_response():
         ("<think>ok</think>\n<answer> x </answer>", None),
         (" trailing words", None),
     ]
-    # the prompt's own tags are not the response's: a rollout carries its prompt as metadata
+    # the prompt's own tags are not the response's: a rollout carries its prompt as metadata, and
+    # a text that holds it through a chat template is read from the assistant's turn on
     row = lines("search_r1_responses.jsonl")[0]
     assert "<search> query </search>" in row["prompt"]
     assert len(split_turns(row["response"])) == 3
+    for template in ("<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+                     ("<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n")):
+        whole = template.format(row["prompt"]) + row["response"]
+        assert split_turns(whole) == split_turns(row["response"])
+    # a response that holds later chat turns (an agent whose feedback is a user turn) keeps its first
+    chat = '<search>q</search><|im_end|>\n<|im_start|>assistant\n<answer>a</answer>'
+    assert [text for text, _ in split_turns(chat)] == ["<search>q</search>",
+                                                      "<|im_end|>\n<|im_start|>assistant\n<answer>a</answer>"]
 
 
 def test_r1_searcher_documents_as_its_agent_wrote_them():
