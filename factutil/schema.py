@@ -136,9 +136,12 @@ class Rollout(BaseModel):
     def _coerce_actions(cls, value: Any) -> Any:
         if not isinstance(value, list):
             return value
-        raw = _raw(value[0]) if len(value) == 1 else None
-        if raw is not None and raw.observation is None and split_turns(raw.raw):
-            return response_actions(raw.raw)  # one raw item: the whole response
+        first = value[0] if len(value) == 1 else None  # one raw item: the whole response
+        if isinstance(first, dict) and "action" not in first:
+            raw = first.get("raw") if first.get("observation") is None else None
+            first = RawAction(raw=raw) if isinstance(raw, str) else None
+        if isinstance(first, RawAction) and first.observation is None and split_turns(first.raw):
+            return response_actions(first.raw)
         coerced = []
         for index, item in enumerate(value):
             try:

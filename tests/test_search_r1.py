@@ -230,6 +230,9 @@ def test_r1_searcher_documents_as_its_agent_wrote_them():
 @pytest.mark.parametrize(("line", "message"), [
     ({"response": 7}, "response must be a string, got 7"),
     ({"response": "<answer>x</answer>", "actions": []}, "either actions or response"),
+    ({"actions": [{"raw": 5}]}, r"actions\[0\]\.raw: Input should be a valid string"),
+    ({"actions": [{"raw": "<search>a</search>", "observation": 3}]},
+     r"actions\[0\]\.observation: Input should be a valid string"),
 ])
 def test_a_bad_response_is_an_error_naming_it(line, message):
     row = {"uid": "q", "question": "?", "golden_answers": ["x"], "rollout_id": "a", **line}
