@@ -67,6 +67,7 @@ from benchmarks.credit_env import (
     _seed,
     action_features,
     choices,
+    gold_passage_recall,
     label,
     load_data,
     rollout_item,
@@ -104,6 +105,7 @@ class RunSpec:
     name: str  # identifier (JSON keys, --runs)
     label: str  # for tables and the plot
     fields: dict  # FactUtilConfig fields this arm sets (a preset first, as the config applies it)
+    text: bool = False  # rollouts given as whole Search-R1 response texts, not as actions
 
     def config(self, **fields) -> FactUtilConfig:
         """The library config of this arm; every field it does not name keeps the library default."""
@@ -124,6 +126,7 @@ RUNS = (
     RunSpec("plain_grpo", "preset=plain_grpo", {"preset": "plain_grpo"}),
     RunSpec("loo", "utility=loo (prior=group)", {"utility": "loo"}),
     RunSpec("retrieved", "facts=retrieved (passages)", {"facts": "retrieved"}),
+    RunSpec("retrieved_text", "facts=retrieved, Search-R1 text", {"facts": "retrieved"}, text=True),
     RunSpec("retrieved_plain_grpo", "facts=retrieved + preset=plain_grpo",
             {"preset": "plain_grpo", "facts": "retrieved"}),
     RunSpec("no_penalties", "default, penalties 0",
@@ -296,7 +299,7 @@ class Adam:
 def evaluate(world: World, questions: Sequence[Question], w: np.ndarray, samples: int,
              seed: int) -> dict[str, float]:
     """Sampled rollouts of every held-out question; the random numbers depend only on ``seed``."""
-    em, recall, actions, answered = [], [], [], []
+    em, recall, passages, actions, answered = [], [], [], [], []
     for index, question in enumerate(questions):
         for k in range(samples):
             rng = np.random.default_rng([seed, index, k])
@@ -306,9 +309,11 @@ def evaluate(world: World, questions: Sequence[Question], w: np.ndarray, samples
                 score = qa_scores(episode.answer, list(question.answers))[0]
             em.append(score)
             recall.append(episode.gold_recall())
+            passages.append(gold_passage_recall(world, episode))
             actions.append(len(episode.actions))
             answered.append(episode.answer is not None)
     return {"em": float(np.mean(em)), "recall": float(np.mean(recall)),
+            "passage_recall": float(np.mean(passages)),
             "actions": float(np.mean(actions)), "answered": float(np.mean(answered))}
 
 
@@ -380,7 +385,7 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
             if settings.filter_groups and min(ys) == max(ys):
                 continue
             for g, episode, taken in group:
-                items.append(rollout_item(episode, uid, f"{uid}-{g}"))
+                items.append(rollout_item(episode, uid, f"{uid}-{g}", world if run.text else None))
                 owner.extend([len(kept)] * len(taken))
                 decisions.extend(taken)
                 kept.append(episode)
@@ -485,6 +490,7 @@ def summarise(results: Sequence[dict], runs: Sequence[RunSpec], target_em: float
 def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: float) -> dict:
     finals, starts, reach, recall0, recall1, actions, shares, factutil_ms, first_s, auc = (
         [] for _ in range(10))
+    passages1: list[float] = []
     mine = sorted(mine, key=lambda result: result["seed"])
     for result in mine:
         evals = _evals(result["records"])
@@ -494,6 +500,7 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
         starts.append(evals[0][1]["em"])
         recall0.append(evals[0][1]["recall"])
         recall1.append(np.mean([e["recall"] for e in last]))
+        passages1.append(np.mean([e.get("passage_recall", math.nan) for e in last]))
         actions.append(np.mean([e["actions"] for e in last]))
         reached = [it for it, e in evals if e["em"] >= target_em]
         reach.append(reached[0] if reached else None)
@@ -520,6 +527,8 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
         "take_off_iteration_per_seed": reach,
         "recall_start": float(np.mean(recall0)), "recall_final": float(np.mean(recall1)),
         "recall_final_per_seed": [float(r) for r in recall1],
+        "passage_recall_final": float(np.mean(passages1)),
+        "passage_recall_final_per_seed": [float(r) for r in passages1],
         "actions_final": float(np.mean(actions)),
         "factutil_share": float(np.mean(shares)),
         "factutil_ms": float(np.mean(factutil_ms)),
@@ -529,7 +538,8 @@ def _summary_row(mine: Sequence[dict], run: RunSpec, block: str, target_em: floa
 
 CONFIDENCE = 0.95  # of the paired intervals
 BASES = ("outcome_only", "default")  # each run is compared, seed by seed, with these two
-PAIRED = (("em", "em_final_per_seed"), ("recall", "recall_final_per_seed"))
+PAIRED = (("em", "em_final_per_seed"), ("recall", "recall_final_per_seed"),
+          ("passages", "passage_recall_final_per_seed"))
 
 
 def paired_difference(values: Sequence[float], base: Sequence[float],
@@ -555,9 +565,9 @@ def paired_difference(values: Sequence[float], base: Sequence[float],
 
 
 def add_paired(rows: Sequence[dict]) -> None:
-    """Give each summary row ``paired[base][em|recall]``: :func:`paired_difference` of its final
-    held-out EM and gold-fact recall against each run of :data:`BASES` in its block, over the
-    seeds both ran."""
+    """Give each summary row ``paired[base][em|recall|passages]``: :func:`paired_difference` of
+    its final held-out EM, gold-fact recall and gold-passage recall (where both rows have it)
+    against each run of :data:`BASES` in its block, over the seeds both ran."""
     for row in rows:
         row["paired"] = {}
         for base in BASES:
@@ -571,17 +581,22 @@ def add_paired(rows: Sequence[dict]) -> None:
                 name: paired_difference(
                     [row[key][row["seed_list"].index(seed)] for seed in seeds],
                     [other[key][other["seed_list"].index(seed)] for seed in seeds])
-                for name, key in PAIRED}
+                for name, key in PAIRED if key in row and key in other}
 
 
 def _interval(stats: dict | None) -> str:
     """``+0.012 [-0.010, +0.034] (3/5)``: a paired difference in a table cell."""
-    if stats is None:
+    if stats is None or math.isnan(stats["mean"]):
         return "—"
     if math.isnan(stats["low"]):
         return f"{stats['mean']:+.3f} ({stats['ahead']}/{stats['seeds']})"
     return (f"{stats['mean']:+.3f} [{stats['low']:+.3f}, {stats['high']:+.3f}] "
             f"({stats['ahead']}/{stats['seeds']})")
+
+
+def _number(value: float) -> str:
+    """``0.412``, or ``—`` for a measure the run did not record (NaN)."""
+    return "—" if math.isnan(value) else f"{value:.3f}"
 
 
 def _take_off(row: dict) -> str:
@@ -616,8 +631,8 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
         lines += [f"**{block}** — paired differences", "",
                   ("| run | seeds | final EM | take-off | iterations to take-off (median, range) "
                    "| Δ EM vs outcome-only | Δ EM vs default | gold recall | Δ recall vs outcome-only "
-                   "| Δ recall vs default |"),
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                   "| Δ recall vs default | gold-passage recall | Δ passages vs outcome-only |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in (r for r in rows if r["block"] == block):
             paired = row["paired"]
             lines.append(
@@ -626,7 +641,9 @@ def decision_tables(rows: Sequence[dict], target_em: float) -> str:
                 f"{_interval(paired.get('outcome_only', {}).get('em'))} | "
                 f"{_interval(paired.get('default', {}).get('em'))} | {row['recall_final']:.3f} | "
                 f"{_interval(paired.get('outcome_only', {}).get('recall'))} | "
-                f"{_interval(paired.get('default', {}).get('recall'))} |")
+                f"{_interval(paired.get('default', {}).get('recall'))} | "
+                f"{_number(row['passage_recall_final'])} | "
+                f"{_interval(paired.get('outcome_only', {}).get('passages'))} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from benchmarks.cluster_quality import RELATIONS, Relation, SourceFact, _paraphrases
 from benchmarks.cluster_quality import fold_key as _fold_key
+from factutil.search_r1 import feedback, information
 from factutil.tools.retrieval import (
     BM25Retriever,
     Document,
@@ -595,12 +596,45 @@ def step(world: World, episode: Episode, option: Choice) -> None:
         episode.actions.append({"raw": INVALID_TEXT + question.question[:40]})
 
 
-def rollout_item(episode: Episode, uid: str, rollout_id: str) -> dict:
-    """The rollout as a docs/method.md §8 input line for ``compute_process_advantages``.
+def gold_passage_recall(world: World, episode: Episode) -> float:
+    """Share of the question's supporting paragraphs that the rollout's searches retrieved."""
+    question = episode.question
+    gold = {fact.support for fact in question.facts}
+    found = {doc for query in episode.searched for doc in world.search(question.corpus, query)}
+    return len(gold & found) / len(gold)
+
+
+def search_r1_response(world: World, episode: Episode) -> str:
+    """The rollout as one Search-R1 response text: ``<search>q</search>`` and its paragraphs as
+    Search-R1's retriever writes them (``<information>Doc 1(Title: "T") text ...</information>``),
+    ``<assert>[[s, r, o]]</assert>``, ``<answer>a</answer>``; an invalid turn followed by
+    Search-R1's notice. :func:`factutil.search_r1.split_turns` reads it back into the actions."""
+    corpus = episode.question.corpus
+    parts = []
+    for k, action in enumerate(episode.actions):
+        if "raw" in action:
+            parts.append(action["raw"] + ("" if k == len(episode.actions) - 1 else feedback("invalid")))
+        elif action["action"] == SEARCH:
+            docs = [world.documents[corpus][i] for i in world.search(corpus, action["query"])]
+            listing = "".join(f'Doc {rank}(Title: "{d.title}") {d.text}\n'
+                              for rank, d in enumerate(docs, start=1))
+            parts.append(f"<search>{action['query']}</search>{information(listing)}")
+        elif action["action"] == ASSERT:
+            parts.append(f"<assert>{json.dumps(action['triples'], ensure_ascii=False)}</assert>")
+        else:
+            parts.append(f"<answer>{action['answer']}</answer>")
+    return "".join(parts)
+
+
+def rollout_item(episode: Episode, uid: str, rollout_id: str, world: World | None = None) -> dict:
+    """The rollout as a docs/method.md §8 input line for ``compute_process_advantages``: its
+    actions, or with ``world`` its whole :func:`search_r1_response` as ``response``.
 
     ``uid`` names the group (one per question *in a batch*, as a trainer's prompt uid: a question
     drawn twice in one batch makes two groups)."""
     question = episode.question
-    return {"uid": uid, "question": question.question,
-            "golden_answers": list(question.answers), "rollout_id": rollout_id,
-            "actions": episode.actions}
+    item = {"uid": uid, "question": question.question,
+            "golden_answers": list(question.answers), "rollout_id": rollout_id}
+    if world is not None:
+        return {**item, "response": search_r1_response(world, episode)}
+    return {**item, "actions": episode.actions}

@@ -281,10 +281,12 @@ def _compute(
     metrics["prior_group"] = float(config.prior == "group")  # which prior ran: 0 beta, 1 group
     metrics["searches_repeated"] = float(len(prep.repeated_row))
     if config.facts == "retrieved":
-        metrics["observations_unsplit"] = float(prep.observations_unsplit)
-        if prep.observations_unsplit:
-            warn(f"{prep.observations_unsplit} search observation(s) matched no passage layout "
-                 "(docs/method.md §9) and count as one passage each")
+        names = ("observations_unsplit", "passages_cut", "passages_empty")
+        metrics.update(zip(names, map(float, prep.passages_dropped)))
+        unsplit, cut, empty = prep.passages_dropped
+        if unsplit or cut or empty:
+            warn(f"search observations (docs/method.md §9): {unsplit} matched no passage layout and "
+                 f"count as one passage each; {cut} passage(s) cut short and {empty} empty dropped")
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value

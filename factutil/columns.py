@@ -13,7 +13,8 @@ from factutil.config import FactUtilConfig
 from factutil.facts import Fact, distinct_facts, normalize_fact_text
 from factutil.load import GroupRows
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
-from factutil.passages import passage_key, passage_parts, passages_of, split_passages
+from factutil.passages import passage_key, passage_parts
+from factutil.search_r1 import split_passages
 from factutil.shaping import KIND_CODES
 
 
@@ -44,7 +45,8 @@ class Prepared:
     occurrence_triples: list[Any]  # (occurrences,): each as written ([s, r, o], the row's own list)
     ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
     reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
-    observations_unsplit: int = 0  # facts="retrieved": observations taken as one passage
+    # facts="retrieved": observations taken as one passage, passages dropped as cut or empty
+    passages_dropped: tuple[int, int, int] = (0, 0, 0)
 
 
 class RolloutColumns(NamedTuple):
@@ -59,7 +61,7 @@ class RolloutColumns(NamedTuple):
     empty_store_answer: bool  # the answer came while the store was empty
     ignored_kinds: list[int]  # the kind code of each ignored action
     reasons: dict[int, str]  # action index in the rollout -> an invalid action's reason
-    unsplit: int = 0  # observations no passage layout split (facts="retrieved")
+    dropped: tuple[int, int, int] = (0, 0, 0)  # unsplit observations, cut and empty passages
 
 
 def rollout_columns(
@@ -83,7 +85,7 @@ def rollout_columns(
     answer = None
     empty_store_answer = False
     t = 0
-    unsplit = 0
+    dropped = [0, 0, 0]
     for action in actions[:max_turns]:
         kind = action["action"]
         kinds.append(KIND_CODES[kind])
@@ -95,12 +97,10 @@ def rollout_columns(
                 triples_written.extend(triples)
         elif kind == "search":
             if retrieved:
-                given = action.get("passages")
-                if given is not None:
-                    passages = passages_of(given)
-                else:
-                    passages, cut = split_passages(action.get("observation") or "")
-                    unsplit += cut
+                passages = action.get("passages")
+                if passages is None:
+                    passages, *counts = split_passages(action.get("observation") or "")
+                    dropped = [a + b for a, b in zip(dropped, counts)]
                 if passages:
                     store_empty = False
                     steps.extend([t] * len(passages))
@@ -127,7 +127,7 @@ def rollout_columns(
         if actions[u]["action"] == "invalid":
             reasons[u] = actions[u]["reason"]
     return RolloutColumns(kinds, len(actions), steps, triples_written, repeated, answer,
-                          empty_store_answer, ignored_kinds, reasons, unsplit)
+                          empty_store_answer, ignored_kinds, reasons, tuple(dropped))
 
 
 def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
@@ -135,7 +135,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     §1, §2.1), and what the records need (triples as written, ignored kinds, reasons)."""
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     retrieved = config.facts == "retrieved"
-    unsplit = 0
+    dropped = [0, 0, 0]
     success_rule = config.success
     kinds: list[int] = []
     occurrences: list[int] = []  # per rollout, its number of triple occurrences
@@ -188,7 +188,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         first_occurrence = len(occurrence_triples)
         for rollout in rollouts:
             columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved)
-            unsplit += columns.unsplit
+            dropped = [a + b for a, b in zip(dropped, columns.dropped)]
             t = len(columns.kinds)
             kinds.extend(columns.kinds)
             count = len(columns.occurrence_step)
@@ -259,5 +259,5 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         occurrence_triples=occurrence_triples,
         ignored_kinds=ignored_kinds,
         reasons=reasons,
-        observations_unsplit=unsplit,
+        passages_dropped=tuple(dropped),
     )

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from factutil.errors import short
 from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
 from factutil.schema import AnswerAction, Group, InvalidAction, Rollout, SearchAction, group_key
+from factutil.search_r1 import document_passage
 
 GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
 
@@ -186,7 +187,8 @@ def rollout_row(rollout: Rollout) -> dict[str, Any]:
 
 def action_row(action: Any) -> dict[str, Any]:
     """An action model as a dict of its fields (no extra keys), assert triples as
-    ``[subject, relation, object]`` lists; a TypeError for anything else."""
+    ``[subject, relation, object]`` lists, listed passages as :class:`factutil.search_r1.Passage`;
+    a TypeError for anything else."""
     kind = getattr(action, "action", None)  # the discriminator: isinstance on models is slow
     if kind == "assert":
         return {"action": "assert",
@@ -196,7 +198,7 @@ def action_row(action: Any) -> dict[str, Any]:
         raise TypeError(f"expected an action model, got {type(action).__name__}")
     row = {name: getattr(action, name) for name in fields}
     if kind == "search" and action.passages is not None:  # listed passages (facts="retrieved")
-        row["passages"] = action.passages
+        row["passages"] = [document_passage(item.model_dump()) for item in action.passages]
     return row
 
 

@@ -36,6 +36,7 @@ from factutil.actions import (  # noqa: F401  (the action models stay importable
 from factutil.config import PRESETS, FactUtilConfig, FilterName  # noqa: F401
 from factutil.errors import close_match, number_value, short
 from factutil.parse import parse_action
+from factutil.search_r1 import split_turns
 
 
 def _item_text(item: dict[str, Any]) -> str:
@@ -46,17 +47,31 @@ def _item_text(item: dict[str, Any]) -> str:
         return json.dumps({"action": item.get("action"), "unshown": "nested too deeply"})
 
 
+def response_actions(response: str) -> list[Any]:
+    """A whole response (docs/method.md §8, §9) as its actions: each turn of
+    :func:`factutil.search_r1.split_turns` parsed with the block that follows it."""
+    return [parse_action(text, observation) for text, observation in split_turns(response)]
+
+
+def _raw(item: Any) -> RawAction | None:
+    """A ``raw`` item (no ``action`` key) as its model; None for any other item."""
+    if isinstance(item, RawAction) or not isinstance(item, dict) or "action" in item:
+        return item if isinstance(item, RawAction) else None
+    return RawAction.model_validate(item) if "raw" in item else None
+
+
 def coerce_action(item: Any) -> Any:
     """One input action item of docs/method.md §8 as a model, or as given for pydantic to judge:
-    a ``raw`` item (no ``action`` key) is parsed (:func:`factutil.parse.parse_action`); an
-    ``assert`` with no triple or an empty part, or a search with a blank query, is invalid."""
-    if isinstance(item, RawAction):
-        return parse_action(item.raw, observation=item.observation)
+    a ``raw`` item is parsed (:func:`factutil.parse.parse_action`; one turn with no observation
+    given reads the retrieved block after it); an ``assert`` with no triple or an empty part, or a
+    search with a blank query, is invalid."""
+    raw = _raw(item)
+    if raw is not None:
+        turns = split_turns(raw.raw) if raw.observation is None else []
+        return parse_action(*turns[0]) if len(turns) == 1 else parse_action(
+            raw.raw, observation=raw.observation)
     if not isinstance(item, dict):
         return item
-    if "raw" in item and "action" not in item:
-        raw = RawAction.model_validate(item)
-        return parse_action(raw.raw, observation=raw.observation)
     if item.get("action") == "assert":
         problem = assert_content_problem(item)
         if problem is not None:
@@ -99,6 +114,14 @@ class Rollout(BaseModel):
     def _collect_metadata(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        if "response" in data:  # the whole response: its turns are the actions
+            data = dict(data)
+            response = data.pop("response")
+            if "actions" in data:
+                raise ValueError("give either actions or response, not both")
+            if not isinstance(response, str):
+                raise ValueError(f"response must be a string, got {short(response, 80)}")
+            data["actions"] = response_actions(response)
         known = set(cls.model_fields)
         extra = {key: value for key, value in data.items() if key not in known}
         if not extra:
@@ -113,6 +136,12 @@ class Rollout(BaseModel):
     def _coerce_actions(cls, value: Any) -> Any:
         if not isinstance(value, list):
             return value
+        first = value[0] if len(value) == 1 else None  # one raw item: the whole response
+        if isinstance(first, dict) and "action" not in first:
+            raw = first.get("raw") if first.get("observation") is None else None
+            first = RawAction(raw=raw) if isinstance(raw, str) else None
+        if isinstance(first, RawAction) and first.observation is None and split_turns(first.raw):
+            return response_actions(first.raw)
         coerced = []
         for index, item in enumerate(value):
             try:
@@ -270,6 +299,10 @@ def input_json_schema() -> dict[str, Any]:
     actions = schema["properties"]["actions"]
     actions["items"] = {"anyOf": [actions["items"], {"$ref": "#/$defs/RawAction"}]}
     schema.setdefault("$defs", {})["RawAction"] = RawAction.model_json_schema()
+    schema["properties"]["response"] = {
+        "type": "string", "description": "the whole response, instead of actions (§9)"}
+    schema["required"].remove("actions")
+    schema["anyOf"] = [{"required": ["actions"]}, {"required": ["response"]}]
     schema["title"] = "factutil rollout (one JSONL line)"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema

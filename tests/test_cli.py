@@ -108,7 +108,10 @@ def test_help_shows_values_by_name_not_python_types():
 def test_schema_describes_the_input_line():
     result = runner.invoke(app, ["schema"])
     schema = json.loads(result.output)
-    assert set(schema["required"]) == {"uid", "question", "golden_answers", "rollout_id", "actions"}
+    assert set(schema["required"]) == {"uid", "question", "golden_answers", "rollout_id"}
+    # the actions, or the whole response they are read from (docs/method.md §9)
+    assert schema["anyOf"] == [{"required": ["actions"]}, {"required": ["response"]}]
+    assert schema["properties"]["response"]["type"] == "string"
     assert "RawAction" in schema["$defs"] and "SearchAction" in schema["$defs"]
     config = json.loads(runner.invoke(app, ["schema", "--what", "config"]).output)
     assert config["properties"]["omega"]["default"] == 0.5

@@ -230,6 +230,32 @@ def _batch_items(seed: int = 0, groups: int = 8):
     return items, decisions, np.asarray(owner)
 
 
+@pytest.mark.parametrize("start", ["prompted", "cold"])
+def test_the_text_run_reads_whole_search_r1_responses_into_the_same_actions(start):
+    """retrieved_text gives each rollout as one Search-R1 response (search_r1_response: <search>,
+    <information>Doc 1(Title: "T") ..., <assert>, <answer>, the invalid notice); read back by
+    factutil it must give the retrieved run's per-action advantages exactly, the same alignment."""
+    from benchmarks.credit_env import search_r1_response
+
+    questions, _, _, world = _data()
+    rng = np.random.default_rng(3)
+    config = FactUtilConfig(facts="retrieved", group_size=6)
+    for slot, question in enumerate(split_questions(questions)[0][:12]):
+        episodes = [play(world, question, initial_weights(start), rng, random.Random(slot * 6 + g))[0]
+                    for g in range(6)]
+        actions = [rollout_item(e, "u", f"u-{g}") for g, e in enumerate(episodes)]
+        texts = [rollout_item(e, "u", f"u-{g}", world) for g, e in enumerate(episodes)]
+        assert all(set(t) == {"uid", "question", "golden_answers", "rollout_id", "response"}
+                   for t in texts)
+        assert all("<information>Doc 1(Title: \"" in search_r1_response(world, e)
+                   for e in episodes if e.searched)
+        pre_split = compute_process_advantages(actions, config)
+        read = compute_process_advantages(texts, config)
+        assert read.advantages.tolist() == pre_split.advantages.tolist()
+        assert [a.action for a in read.actions] == [a.action for a in pre_split.actions]
+        assert read.metrics["passages_cut"] == read.metrics["observations_unsplit"] == 0
+
+
 def test_omega_zero_advantages_are_plain_grpo_outcome_advantages():
     items, decisions, owner = _batch_items()
     result = compute_process_advantages(items, FactUtilConfig(mode="exact", omega=0.0))

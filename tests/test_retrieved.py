@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from factutil import FactUtilConfig, compute_process_advantages
 from factutil.cli import app
-from factutil.passages import Passage, passage_key, passage_parts, passages_of, split_passages
+from factutil.passages import passage_key, passage_parts
+from factutil.search_r1 import Passage, document_passage, split_passages
 
 QUESTION = "Who is the mother of the director of film Polish-Russian War?"
 GOLD = ["Małgorzata Braunek"]
@@ -112,28 +113,30 @@ def test_search_r1_and_factutil_observation_layouts_split_into_passages():
                  'Doc 2(Title: "Juliette Binoche") Juliette Binoche is an actress.\n')
     assert split_passages(search_r1) == ([
         Passage("", "Paris (film)", "Paris is a 2008 film.\nIt stars Juliette Binoche."),
-        Passage("", "Juliette Binoche", "Juliette Binoche is an actress.")], False)
+        Passage("", "Juliette Binoche", "Juliette Binoche is an actress.")], False, 0, 0)
     served = "Doc 1 (Title: Paris) Paris is in France.\nDoc 2 (Title: Lyon) Lyon too."
     assert [p.title for p in split_passages(served).passages] == ["Paris", "Lyon"]
     assert [p.text for p in split_passages("[1] one\n[2] two").passages] == ["one", "two"]
     assert [p.text for p in split_passages("1. one\n2) two\n").passages] == ["one", "two"]
     assert [p.text for p in split_passages("one\n\n  \ntwo").passages] == ["one", "two"]
     # no layout: the observation is one passage, and says so
-    assert split_passages(" No documents found. ") == ([Passage("", "", "No documents found.")], True)
-    assert split_passages("") == ([], False)
+    assert split_passages(" free text ") == ([Passage("", "", "free text")], True, 0, 0)
+    # what factutil's client writes when a search retrieved nothing holds no passage
+    assert split_passages(" No documents found. ") == split_passages("") == ([], False, 0, 0)
+    assert split_passages("Search failed: the retriever timed out after 10 s.").passages == []
     # a number inside prose is no numbered layout
     assert split_passages("In 1990. it rained").unsplit
 
 
 def test_explicit_passages_and_their_identity():
-    given = ["plain text", {"id": 7, "contents": '"Title"\nBody text'},
-             {"id": "d9", "title": "T", "text": "t"}]
-    assert passages_of(given) == [Passage("", "", "plain text"), Passage("7", "Title", "Body text"),
-                                  Passage("d9", "T", "t")]
-    with pytest.raises(ValueError, match="PassageItem"):
-        passages_of([3])
-    with pytest.raises(ValueError, match="needs a text"):
-        passages_of(["a", {"id": 1}])
+    given = ["plain\ntext", {"id": 7, "contents": '"Title"\nBody text'},
+             {"id": "d9", "title": "T", "text": "t"}, {"document": {"text": " x "}, "score": 1}]
+    assert [document_passage(item) for item in given] == [
+        Passage("", "plain", "text"), Passage("7", "Title", "Body text"), Passage("d9", "T", "t"),
+        Passage("", "", "x")]
+    for bad in (3, {"id": 1}, {"document": {"contents": 5}}):
+        with pytest.raises(ValueError, match="'contents' or 'text'"):
+            document_passage(bad)
     # an id decides identity; without one, the normalised title and text do
     assert passage_key(passage_parts(Passage("7", "A", "x"))) == "id:7"
     assert passage_key(passage_parts(Passage("", "A", "Some  TEXT"))) == "a | some text"

@@ -1,18 +1,18 @@
 """FactAgent Search–Assert–Answer agent for OpenRLHF 0.11 (``--train.agent_func_path``).
 
-Each model turn is one action (docs/method.md §1), parsed by factutil's parser:
+Each model turn is one action (docs/method.md §1), read by
+:class:`factutil.tools.agent.FactAgentEpisode`, the FactAgent every adapter rolls out:
 
-    {"action": "search", "query": "..."}                    -> <observation> passages </observation>
-    {"action": "assert", "facts": [["s", "r", "o"], ...]}   -> <store> the fact store </store>
+    {"action": "search", "query": "..."}                    -> Search result: passages
+    {"action": "assert", "facts": [["s", "r", "o"], ...]}   -> Fact store: the fact store
     {"action": "answer", "answer": "..."}                   -> done; reward = answer F1 (0 from an
                                                                empty store; 0 with no answer)
 
-Searches go to a Search-R1-style retrieval API: ``POST {"queries": [q], "topk": k,
-"return_scores": true}`` -> ``{"result": [[{"document": {"contents": "Title\\ntext"}, "score": s},
-...]]}`` (the repository's ``factutil.tools.retrieval`` server: BM25 over the bundled 2Wiki corpus).
-OpenRLHF concatenates every turn into one sequence, so unlike the paper's store-only prompt the
-context grows with each observation; the factutil process advantage still lands on each action's
-own tokens (``make_executor`` records the spans).
+Searches go to a Search-R1 retrieval API (:class:`factutil.tools.retrieval.RetrievalClient`; the
+repository's ``factutil serve``: BM25 over the bundled 2Wiki corpus). OpenRLHF concatenates every
+turn into one sequence, so unlike the paper's store-only prompt the context grows with each
+observation; the factutil process advantage still lands on each action's own tokens
+(``make_executor`` records the spans).
 
 Settings (environment of the Ray workers; the run script sets them with ``--factutil.env``):
 
@@ -32,67 +32,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from factutil.metrics import qa_scores
-from factutil.parse import parse_action
+from factutil.metrics import outcome_reward
+from factutil.tools.agent import FactAgentEpisode, Retriever
+from factutil.tools.retrieval import RetrievalClient
 
 DEFAULT_RETRIEVER_URL = "http://127.0.0.1:8000/retrieve"
 TURN_FORMATS = ("plain", "chatml")
-logger = logging.getLogger("factagent")
-
-
-def format_passages(items: list[Any]) -> str:
-    """Search-R1's passage text: ``Doc 1 (Title: t) text`` lines.
-
-    ``items`` are the API's per-query results: ``{"document": {...}, "score": s}`` or the
-    document itself; a document has ``contents`` (``"Title\\ntext"``, quotes around the title
-    allowed) or ``title`` and ``text``.
-    """
-    lines = []
-    for rank, item in enumerate(items, start=1):
-        document = item.get("document", item) if isinstance(item, dict) else {"contents": str(item)}
-        if "contents" in document:
-            title, _, text = str(document["contents"]).partition("\n")
-        else:
-            title, text = str(document.get("title", "")), str(document.get("text", ""))
-        lines.append(f"Doc {rank} (Title: {title.strip().strip(chr(34))}) {text.strip()}")
-    return "\n".join(lines)
-
-
-def retrieve(url: str, query: str, topk: int = 3, timeout: float = 30.0) -> str:
-    """One search on the Search-R1 retrieval API; returns the formatted passages.
-
-    Raises:
-        OSError (urllib.error.URLError): the server is unreachable or answers with an error.
-        ValueError: the answer is not the API's JSON.
-    """
-    body = json.dumps({"queries": [query], "topk": topk, "return_scores": True}).encode("utf-8")
-    request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        result = json.load(answer)
-    try:
-        return format_passages(result["result"][0])
-    except (KeyError, IndexError, TypeError) as error:
-        raise ValueError(f"unexpected retrieval answer: {str(result)[:200]}") from error
-
-
-def http_search(url: str, topk: int) -> Callable[[str], Awaitable[str]]:
-    """An async search function over :func:`retrieve` that never blocks the event loop."""
-
-    async def search(query: str) -> str:
-        return await asyncio.to_thread(retrieve, url, query, topk)
-
-    return search
 
 
 class StepResult:
@@ -112,67 +62,45 @@ class StepResult:
 
 
 class FactAgentEnv:
-    """The FactAgent environment of one episode (docs/method.md §1): a fact store, a turn limit.
+    """One FactAgent episode (:class:`factutil.tools.agent.FactAgentEpisode`) with OpenRLHF's
+    feedback format and reward.
 
     Args:
         golden_answers: the question's gold answers (for the F1 outcome reward).
-        search: async ``query -> passages text``.
+        retriever: the search backend (``search(query) -> SearchResult``), e.g. a
+            :class:`factutil.tools.retrieval.RetrievalClient`; a failed search is fed back.
         max_turns: actions allowed; the last one that is not an answer ends the episode with 0.
         turn_format: ``"plain"`` or ``"chatml"`` (feedback wrapped as a ChatML user turn).
     """
 
-    def __init__(
-        self,
-        golden_answers: list[str],
-        search: Callable[[str], Awaitable[str]],
-        max_turns: int = 8,
-        turn_format: str = "plain",
-    ):
+    def __init__(self, golden_answers: list[str], retriever: Retriever, max_turns: int = 8,
+                 turn_format: str = "plain"):
         if turn_format not in TURN_FORMATS:
             raise ValueError(f"turn_format must be one of {TURN_FORMATS}, got {turn_format!r}")
         self.golden_answers = golden_answers
-        self.search = search
-        self.max_turns = max_turns
         self.turn_format = turn_format
-        self.store: list[list[str]] = []
-        self.turn = 0
+        self.episode = FactAgentEpisode("", retriever, max_turns)
         self.retrieval_errors = 0
 
-    def _wrap(self, tag: str, text: str) -> str:
-        block = f"<{tag}>\n{text}\n</{tag}>"
+    def _wrap(self, text: str) -> str:
         if self.turn_format == "chatml":
             # The action already ends with <|im_end|> (the EOS token vLLM returns with it).
-            return f"\n<|im_start|>user\n{block}<|im_end|>\n<|im_start|>assistant\n"
-        return f"\n{block}\n"
+            return f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+        return f"\n{text}\n"
 
     async def step(self, action_text: str) -> StepResult:
         """Apply one model action; never raises for any text (a bad action is fed back)."""
-        self.turn += 1
-        action = parse_action(action_text)
-        logs = {"turns": float(self.turn)}
-        if action.action == "answer":
-            em, f1 = qa_scores(action.answer, self.golden_answers) if self.golden_answers else (0.0, 0.0)
-            reward = 0.0 if not self.store else f1
-            logs.update(em=em if self.store else 0.0, f1=f1, store_size=float(len(self.store)))
-            return StepResult("answer", "", True, reward, logs)
-        if action.action == "search":
-            try:
-                feedback = self._wrap("observation", await self.search(action.query))
-            except (OSError, ValueError) as error:
-                self.retrieval_errors += 1
-                logger.warning("factagent: retrieval failed: %s", error)
-                feedback = self._wrap("error", f"search failed: {error}")
-        elif action.action == "assert":
-            for triple in action.triples:
-                if triple.as_list() not in self.store:
-                    self.store.append(triple.as_list())
-            facts = "\n".join(" | ".join(fact) for fact in self.store)
-            feedback = self._wrap("store", facts)
-        else:
-            feedback = self._wrap("error", f"invalid action: {action.reason}; write one JSON action")
-        logs["retrieval_errors"] = float(self.retrieval_errors)
-        done = self.turn >= self.max_turns
-        return StepResult(action.action, "" if done else feedback, done, 0.0, logs)
+        turn = await asyncio.to_thread(self.episode.step, action_text)
+        self.retrieval_errors += turn.result is not None and not turn.result.ok
+        logs = {"turns": float(len(self.episode.actions)),
+                "retrieval_errors": float(self.retrieval_errors)}
+        if turn.action.action == "answer":
+            size = len(self.episode.store)
+            outcome = outcome_reward(turn.action.answer, self.golden_answers, size)
+            logs.update(em=outcome.em, f1=outcome.f1, store_size=float(size))
+            return StepResult("answer", "", True, outcome.score, logs)
+        return StepResult(turn.action.action, turn.feedback and self._wrap(turn.feedback),
+                          turn.done, 0.0, logs)
 
 
 def agent_settings(environ: Any = None) -> dict[str, Any]:
@@ -219,7 +147,7 @@ def _openrlhf_classes():
         async def reset(self, states: dict, **kwargs):
             self.env = FactAgentEnv(
                 golden_answers_from_label(states.get("label")),
-                http_search(settings["url"], settings["topk"]),
+                RetrievalClient(settings["url"], settings["topk"]),
                 max_turns=settings["max_turns"],
                 turn_format=settings["turn_format"],
             )
@@ -258,14 +186,14 @@ def check(argv: list[str] | None = None) -> int:
             return json.dumps({"action": "assert", "facts": item["triples"]}, ensure_ascii=False)
         return json.dumps({key: value for key, value in item.items() if key != "observation"}, ensure_ascii=False)
 
-    env = FactAgentEnv(rollout["golden_answers"], http_search(args.retriever_url, args.topk))
+    env = FactAgentEnv(rollout["golden_answers"], RetrievalClient(args.retriever_url, args.topk))
     print(f"question: {rollout['question']}  gold: {rollout['golden_answers']}")
 
     async def replay() -> StepResult | None:
         result = None
         for item in rollout["actions"]:
             result = await env.step(text_of(item))
-            print(f"[{env.turn}] {result.action}: {result.feedback.strip()[:160]!r}")
+            print(f"[{len(env.episode.actions)}] {result.action}: {result.feedback.strip()[:160]!r}")
             if result.done:
                 break
         return result

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from factutil.errors import number_value
-from factutil.tools.retrieval.corpus import DEFAULT_TOPK, split_contents
+from factutil.search_r1 import document_passage
+from factutil.tools.retrieval.corpus import DEFAULT_TOPK
 
 logger = logging.getLogger(__name__)
 
@@ -30,24 +31,10 @@ class Passage:
 
 
 def _passage(item: Any) -> Passage:
-    score: float | None = None
-    doc = item
-    if isinstance(item, Mapping) and "document" in item:
-        doc = item["document"]
-        score = number_value(item.get("score"))
-        score = score if score is not None and math.isfinite(score) else None
-    if isinstance(doc, str):
-        title, text = split_contents(doc)
-        return Passage(title, text, score)
-    if not isinstance(doc, Mapping):
-        # A malformed reply is the retriever's fault: parse_reply reports it as ValueError.
-        raise ValueError(f"a retrieved document must be an object, got {type(doc).__name__}")  # noqa: TRY004
-    if isinstance(doc.get("contents"), str):
-        title, text = split_contents(doc["contents"])
-        return Passage(str(doc.get("title") or title), str(doc.get("text") or text), score)
-    if isinstance(doc.get("text"), str):
-        return Passage(str(doc.get("title", "")), doc["text"], score)
-    raise ValueError("a retrieved document has neither 'contents' nor 'text'")
+    """A reply's hit (:func:`factutil.search_r1.document_passage`) with its score, if finite."""
+    score = number_value(item.get("score")) if isinstance(item, Mapping) and "document" in item else None
+    _, title, text = document_passage(item)
+    return Passage(title, text, score if score is not None and math.isfinite(score) else None)
 
 
 def parse_reply(payload: Any) -> list[list[Passage]]:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from factutil.search_r1 import split_contents
+
 DEFAULT_TOPK = 3
 """Passages per query when a request (server) or a client gives none (Search-R1's ``--topk``)."""
 DEFAULT_CORPUS = (Path(__file__).resolve().parent.parent / "data"
@@ -33,15 +35,6 @@ class Document:
     def to_reply(self) -> dict[str, str]:
         """A reply's ``DOC``: Search-R1's ``id`` and ``contents``, plus ``title`` and ``text``."""
         return {"id": self.id, "contents": self.contents, "title": self.title, "text": self.text}
-
-
-def split_contents(contents: str) -> tuple[str, str]:
-    """Search-R1 ``contents`` -> ``(title, text)``: the first line, unquoted, and the rest."""
-    title, _, text = contents.partition("\n")
-    title = title.strip()
-    if len(title) >= 2 and title[0] == title[-1] == '"':
-        title = title[1:-1]
-    return title, text.strip()
 
 
 def _document_from(item: Any, index: int, where: str) -> Document:

@@ -57,14 +57,16 @@ class _Episode:
     def record_step(self, action_text: str, result: dict[str, Any], reward: str) -> dict[str, Any]:
         from factutil.integration import action_row
         from factutil.parse import parse_action
-        from factutil.tools.search_r1 import observation_of
+        from factutil.search_r1 import split_turns
 
         row = action_row(parse_action(action_text))
         if row.get("action") == "search" and not row.get("observation"):
             # what the search retrieved: the agent's own word when it gives one, else the
-            # <information> block of Search-R1's feedback (facts="retrieved" reads it)
+            # retrieved block its feedback starts with (facts="retrieved" reads it)
+            feedback = str(result.get("environment_feedback") or "")
+            turns = split_turns(action_text + feedback)
             observation = (result["factutil_observation"] if "factutil_observation" in result
-                           else observation_of(str(result.get("environment_feedback") or "")))
+                           else turns[-1][1] if turns else None)
             if observation:
                 row["observation"] = observation
         self.actions.append(row)
@@ -149,11 +151,12 @@ def make_executor(
             read on the first episode.
         stop: stop strings added to every generation of the episode, kept in its text (vLLM's
             ``stop`` and ``include_stop_str_in_output``), e.g.
-            :data:`factutil.tools.search_r1.STOP` for a Search-R1-style agent.
+            :data:`factutil.search_r1.STOP` for a Search-R1-style agent.
 
     A search's observation (for ``facts="retrieved"``) is the step result's
     ``"factutil_observation"`` when the agent returns one (None: it retrieved nothing), else the
-    ``<information>`` block of its ``environment_feedback``.
+    retrieved block (any layout of :data:`factutil.search_r1.BLOCKS`) its ``environment_feedback``
+    starts with.
 
     Returns:
         The executor class.

@@ -6,11 +6,12 @@ Give this file to OpenRLHF as the agent (it defines ``AgentExecutor``)::
 
 with ``FACTUTIL_FACTS=retrieved`` among the run's settings, so each search is credited for the
 passages it brought. The prompt is the dataset's own. Each generation stops at ``</search>`` or
-``</answer>`` (kept); a search asks the Search-R1 ``/retrieve`` service and its passages follow in
+``</answer>`` (kept); the turn protocol is :class:`factutil.tools.agent.SearchR1Episode`'s, the one
+every adapter uses: a search asks the Search-R1 ``/retrieve`` service and its passages follow in
 ``<information>``; an answer ends the episode with its outcome reward (answer F1 against the
-sample's label, :func:`factutil.metrics.outcome_reward`); a turn with a refused tag pair gets
-Search-R1's notice; a turn that stops without a tag ends the episode with 0; so does the last of
-``FACTUTIL_MAX_TURNS``.
+sample's label, :func:`factutil.metrics.outcome_reward`); any other turn (no tag, a refused tag, a
+cut turn) gets Search-R1's invalid-action notice and the episode goes on, until
+``FACTUTIL_MAX_TURNS`` turns (0 without an answer).
 
 Settings (environment of the engines): ``FACTUTIL_RETRIEVAL_URL`` (default
 ``http://127.0.0.1:8000/retrieve``, what ``factutil serve`` listens on) and
@@ -27,10 +28,9 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase
 
 from factutil.metrics import outcome_reward
-from factutil.parse import parse_action
-from factutil.schema import AnswerAction, SearchAction
+from factutil.search_r1 import STOP
+from factutil.tools.agent import SearchR1Episode
 from factutil.tools.retrieval import RetrievalClient
-from factutil.tools.search_r1 import INVALID, STOP, information, with_observation
 from factutil_openrlhf.executor import make_executor
 from factutil_openrlhf.settings import config_from_env, golden_answers_from_label
 
@@ -56,10 +56,8 @@ class SearchR1Instance(AgentInstanceBase):
     """One Search-R1-style episode; OpenRLHF builds one per sample, without arguments."""
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self.turns = 0
         self.golden_answers: list[str] = []
-        self.max_turns = config_from_env().max_turns
-        self.retriever = retriever_from_env()
+        self.episode = SearchR1Episode(retriever_from_env(), config_from_env().max_turns)
 
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         self.golden_answers = golden_answers_from_label(states.get("label"))
@@ -67,23 +65,11 @@ class SearchR1Instance(AgentInstanceBase):
 
     async def step(self, state_dict: dict, **kwargs: Any) -> dict:
         """One turn: its feedback, reward and whether the episode ends (never raises for a text)."""
-        self.turns += 1
-        text = state_dict["action_text"]
-        action = parse_action(text)
-        if isinstance(action, AnswerAction):
-            score = outcome_reward(action.answer, self.golden_answers, None).score
-            return _result(score, "", True)
-        observation = None
-        if isinstance(action, SearchAction):
-            result = await asyncio.to_thread(self.retriever.search, action.query)
-            feedback, observation = result.observation, with_observation(action, result).observation
-        elif text.rstrip().endswith(STOP):
-            feedback = INVALID
-        else:  # the model stopped without a tag, or ran out of room
-            return _result(0.0, "", True)
-        last = self.turns >= self.max_turns
-        return {**_result(0.0, "" if last else information(feedback), last),
-                "factutil_observation": observation}
+        turn = await asyncio.to_thread(self.episode.step, state_dict["action_text"])
+        answer = turn.action.answer if turn.action.action == "answer" else None
+        score = outcome_reward(answer, self.golden_answers, None).score if answer is not None else 0.0
+        observation = turn.action.observation if turn.action.action == "search" else None
+        return {**_result(score, turn.feedback, turn.done), "factutil_observation": observation}
 
 
 def _result(reward: float, feedback: str, done: bool) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from openrlhf_testkit import ScriptedEngine, ToyTokenizer, _SamplingParams
 
+from factutil.tools.retrieval import RetrievalClient, SearchResult
+
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_FILE = ROOT / "examples" / "openrlhf" / "factagent_agent.py"
 
@@ -21,17 +23,23 @@ def agent():
     return runpy.run_path(str(AGENT_FILE), run_name="factagent_check")
 
 
-def search_with(log: list[str]):
-    async def search(query: str) -> str:
-        log.append(query)
-        return f"Doc 1 (Title: {query}) text about {query}"
+class Scripted:
+    """A retriever: one passage named after the query, every query logged."""
 
-    return search
+    def __init__(self, log: list[str] | None = None, fail: bool = False):
+        self.log = [] if log is None else log
+        self.fail = fail
+
+    def search(self, query: str) -> SearchResult:
+        self.log.append(query)
+        if self.fail:
+            return SearchResult("Search failed: connection refused.", "connection refused", 0.0)
+        return SearchResult(f"Doc 1 (Title: {query}) text about {query}", None, 0.0)
 
 
 def test_environment_runs_search_assert_answer(agent):
     queries: list[str] = []
-    env = agent["FactAgentEnv"](["Paris"], search_with(queries), max_turns=8)
+    env = agent["FactAgentEnv"](["Paris"], Scripted(queries), max_turns=8)
 
     async def play():
         return [
@@ -43,42 +51,32 @@ def test_environment_runs_search_assert_answer(agent):
 
     search, store, invalid, answer = asyncio.run(play())
     assert queries == ["capital of France"]
-    assert "<observation>\nDoc 1 (Title: capital of France)" in search.feedback and not search.done
-    assert "France | capital | Paris" in store.feedback
-    assert "<error>" in invalid.feedback
+    assert search.feedback == "\nSearch result:\nDoc 1 (Title: capital of France) text about capital of France\n"
+    assert not search.done
+    assert store.feedback == "\nFact store:\n- France | capital | Paris\n"
+    assert invalid.feedback == "\nInvalid action (no action found). Reply with one JSON action.\n"
     assert answer.done and answer.reward == 1.0 and answer.feedback == ""
 
 
 def test_environment_outcome_rules(agent):
-    env = agent["FactAgentEnv"](["Paris"], search_with([]), max_turns=2)
+    env = agent["FactAgentEnv"](["Paris"], Scripted(), max_turns=2)
     result = asyncio.run(env.step('{"action": "answer", "answer": "Paris"}'))
     assert result.done and result.reward == 0.0  # an answer from an empty store (docs/method.md §4)
-    env = agent["FactAgentEnv"](["Paris"], search_with([]), max_turns=2)
+    env = agent["FactAgentEnv"](["Paris"], Scripted(), max_turns=2)
 
     async def two_searches():
         await env.step('{"action": "search", "query": "a"}')
         return await env.step('{"action": "search", "query": "b"}')
 
     last = asyncio.run(two_searches())
-    assert last.done and last.reward == 0.0  # turn limit without an answer
+    assert last.done and last.reward == 0.0 and last.feedback == ""  # turn limit, no answer
 
 
 def test_retrieval_failure_is_fed_back_not_raised(agent):
-    async def broken(query):
-        raise OSError("connection refused")
-
-    env = agent["FactAgentEnv"](["x"], broken)
+    env = agent["FactAgentEnv"](["x"], Scripted(fail=True))
     result = asyncio.run(env.step('{"action": "search", "query": "q"}'))
-    assert "search failed: connection refused" in result.feedback
+    assert "Search failed: connection refused." in result.feedback
     assert result.logs["retrieval_errors"] == 1.0
-
-
-def test_passages_follow_the_search_r1_answer_shape(agent):
-    answer = {"result": [[{"document": {"id": "7", "contents": '"Paris"\nCapital of France.'}, "score": 3.2},
-                          {"document": {"title": "Lyon", "text": "A city."}, "score": 1.0}]]}
-    assert agent["format_passages"](answer["result"][0]) == (
-        "Doc 1 (Title: Paris) Capital of France.\nDoc 2 (Title: Lyon) A city."
-    )
 
 
 def test_agent_settings_validate(agent):
@@ -97,7 +95,7 @@ def test_openrlhf_loads_the_agent_file_and_the_payload_is_recorded(openrlhf, mon
     executor = _load_agent_executor(str(AGENT_FILE))  # OpenRLHF's own loader
     assert isinstance(executor, openrlhf.agent.MultiTurnAgentExecutor)
     instance_cls = executor.agent_instance_cls.__mro__[1]
-    monkeypatch.setitem(instance_cls.reset.__globals__, "retrieve", lambda url, query, topk: f"Doc 1 (Title: {query}) x")
+    monkeypatch.setitem(instance_cls.reset.__globals__, "RetrievalClient", lambda url, topk: Scripted())
     texts = [
         '{"action": "search", "query": "Polish-Russian War director"}',
         '{"action": "assert", "facts": [["Polish-Russian War", "director", "Xawery Żuławski"]]}',
@@ -112,7 +110,8 @@ def test_openrlhf_loads_the_agent_file_and_the_payload_is_recorded(openrlhf, mon
     assert [a["action"] for a in payload["actions"]] == ["search", "assert", "answer"]
     assert payload["spans"] == [list(r) for r in response["action_ranges"]]
     assert response["reward"] == 1.0 and payload["done"]
-    assert "<observation>" in tokenizer.decode(response["observation_tokens"])
+    assert "Search result:\nDoc 1 (Title: Polish-Russian War director)" in tokenizer.decode(
+        response["observation_tokens"])
 
 
 def test_make_prompts_writes_one_line_per_question(tmp_path):
@@ -138,8 +137,8 @@ def test_check_mode_against_the_repository_retrieval_server(agent, capsys):
     with server.running_server(BM25Retriever(load_corpus(DEFAULT_CORPUS))) as url:
         assert agent["check"](["--retriever-url", url]) == 0
         out = capsys.readouterr().out
-        assert "[1] search: '<observation>\\nDoc 1 (Title:" in out and "retrieval errors: 0" in out
+        assert "[1] search: 'Search result:\\nDoc 1 (Title:" in out and "retrieval errors: 0" in out
         # The same BM25 over the same corpus that built the sample: identical passages.
         first = json.loads((ROOT / "examples/data/2wiki_rollouts.jsonl").read_text(encoding="utf-8").splitlines()[0])
         search = first["actions"][0]
-        assert agent["retrieve"](url, search["query"], 3) == search["observation"]
+        assert RetrievalClient(url, topk=3).search(search["query"]).observation == search["observation"]

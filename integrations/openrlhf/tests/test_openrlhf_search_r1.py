@@ -71,13 +71,20 @@ def test_an_episode_searches_reads_the_passages_and_answers(agent, retrieval_url
     assert response["reward"] == pytest.approx(1.0) and payload["done"] is True
 
 
-def test_a_refused_tag_gets_the_notice_and_a_stop_without_a_tag_ends_with_zero(agent):
-    response, _, tokenizer = episode(agent, ["<search></search>", "I am not sure."])
+def test_a_turn_with_no_search_or_answer_gets_the_notice_and_the_episode_goes_on(agent, monkeypatch):
+    """Search-R1's rule, as every adapter applies it: a refused tag or no tag at all gets the
+    invalid-action notice (bare, as Search-R1 writes it) and another turn; the turn limit ends an
+    episode that never answers, with reward 0."""
+    response, _, tokenizer = episode(agent, ["<search></search>", "I am not sure.",
+                                             f"<answer>{GOLD}</answer>"])
     text = tokenizer.decode(response["observation_tokens"])
-    assert f"<search></search>\n\n<information>{NOTICE}</information>\n\n" in text
-    assert text.endswith("I am not sure.")
+    assert f"<search></search>\n{NOTICE}\nI am not sure.\n{NOTICE}\n<answer>" in text
+    assert [a["action"] for a in response["factutil"]["actions"]] == ["invalid", "invalid", "answer"]
+    assert response["reward"] == pytest.approx(1.0)
+    monkeypatch.setenv("FACTUTIL_MAX_TURNS", "2")
+    response, _, _ = episode(agent, ["I am not sure.", "Still not.", f"<answer>{GOLD}</answer>"])
     assert [a["action"] for a in response["factutil"]["actions"]] == ["invalid", "invalid"]
-    assert response["reward"] == 0.0
+    assert response["reward"] == 0.0 and response["factutil"]["done"] is True
 
 
 def test_a_search_that_fails_carries_no_observation(agent, monkeypatch):

@@ -7,10 +7,10 @@ completion. :class:`FactAgentRollout` builds it turn by turn with the policy its
   (:func:`factutil.tools.agent.build_messages`: instructions, question, empty store, no search
   result) through the model's chat template;
 - each turn the model writes one action (at most ``max_action_tokens`` tokens), which
-  :func:`factutil.parse.parse_action` reads: ``search`` asks the retriever (the same
-  :class:`factutil.tools.retrieval.RetrievalClient` the verl loop uses), ``assert`` adds its
-  triples to the store (:func:`factutil.tools.agent.add_to_store`), ``answer`` ends the episode,
-  an invalid action changes nothing;
+  :class:`factutil.tools.agent.FactAgentEpisode` reads, the FactAgent every adapter rolls out:
+  ``search`` asks the retriever (the same :class:`factutil.tools.retrieval.RetrievalClient` the
+  verl loop uses), ``assert`` adds its triples to the store, ``answer`` ends the episode, an
+  invalid action changes nothing;
 - the environment's reply (the search result, the store, or why the action was invalid) is
   appended as a user turn of the chat template, with ``env_mask`` 0 on its tokens so no loss
   falls on them.
@@ -29,13 +29,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 import torch
-from factutil.parse import parse_action
-from factutil.schema import AnswerAction, AssertAction, FactUtilConfig, InvalidAction, SearchAction
-from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages, render_store
-from factutil.tools.retrieval import SearchResult
+from factutil.schema import FactUtilConfig
+from factutil.tools.agent import INSTRUCTIONS, FactAgentEpisode, Retriever, Turn
 
 PAYLOAD_KEY = "factutil"
 """The ``rollout_func`` output key (a dataset-row key in the trainer) of each payload."""
@@ -43,12 +41,6 @@ PAYLOAD_KEY = "factutil"
 Generate = Callable[[Any, list[list[int]], int], list[list[int]]]
 """``generate(trainer, contexts, max_new_tokens) -> new tokens per context`` (each cut after its
 first end-of-turn token, which it keeps)."""
-
-
-class Retriever(Protocol):
-    """What :class:`FactAgentRollout` searches with: :class:`factutil.tools.retrieval.RetrievalClient`."""
-
-    def search(self, query: str) -> SearchResult: ...
 
 
 def question_of(prompt: Any) -> str:
@@ -180,16 +172,6 @@ def next_turn_ids(tokenizer: Any, content: str) -> list[int]:
     return list(full[len(prefix) :])
 
 
-def feedback_text(action: Any, store: Sequence[Any]) -> str:
-    """The environment's reply to an action that does not end the episode."""
-    if isinstance(action, SearchAction):
-        return f"Search result:\n{action.observation}"
-    if isinstance(action, AssertAction):
-        return f"Fact store:\n{render_store(store)}"
-    reason = action.reason if isinstance(action, InvalidAction) else "unexpected action"
-    return f"Invalid action ({reason}). Reply with one JSON action."
-
-
 class FactAgentRollout:
     """A TRL ``rollout_func``: one multi-turn FactAgent episode per prompt (docs/method.md §1).
 
@@ -251,56 +233,34 @@ class FactAgentRollout:
         stops = set(trainer.eos_token_ids)
         limit = trainer.max_completion_length
         episodes = [Episode(question_of(prompt)) for prompt in prompts]
+        agents = [FactAgentEpisode(e.question, self.retriever, self.max_turns, self.triple_template)
+                  for e in episodes]
         prompt_ids = [
-            list(
-                tokenizer.apply_chat_template(
-                    build_messages(e.question, [], None, self.instructions),
-                    add_generation_prompt=True,
-                    tokenize=True,
-                    return_dict=False,
-                )
-            )
-            for e in episodes
+            list(tokenizer.apply_chat_template(agent.messages(self.instructions),
+                                               add_generation_prompt=True, tokenize=True,
+                                               return_dict=False))
+            for agent in agents
         ]
         with ThreadPoolExecutor(max_workers=self.search_threads) as pool:
-            for turn in range(self.max_turns):
-                active = [i for i, e in enumerate(episodes) if not e.done]
-                budgets = {
-                    i: self.max_action_tokens
-                    if limit is None
-                    else min(self.max_action_tokens, limit - len(episodes[i].completion))
-                    for i in active
-                }
-                active = [i for i in active if budgets[i] > 0]
+            while True:
+                budgets = {i: self.max_action_tokens if limit is None else
+                           min(self.max_action_tokens, limit - len(e.completion))
+                           for i, e in enumerate(episodes) if not e.done}
+                active = [i for i, budget in budgets.items() if budget > 0]
                 if not active:
                     break
-                new_tokens = self.generate(
-                    trainer,
-                    [prompt_ids[i] + episodes[i].completion for i in active],
-                    max(budgets[i] for i in active),
-                )
-                actions = []
-                for i, ids in zip(active, new_tokens):
-                    ids = list(ids)[: budgets[i]]
-                    actions.append(episodes[i].add_action(ids, tokenizer))
-                searches = {
-                    i: pool.submit(self.retriever.search, action.query)
-                    for i, action in zip(active, actions)
-                    if isinstance(action, SearchAction)
-                }
-                for i, action in zip(active, actions):
+                new_tokens = self.generate(trainer, [prompt_ids[i] + episodes[i].completion
+                                                     for i in active],
+                                           max(budgets[i] for i in active))
+                turns = {i: pool.submit(agents[i].step, episodes[i].add_turn(
+                             list(ids)[: budgets[i]], tokenizer)) for i, ids in zip(active, new_tokens)}
+                for i, future in turns.items():
                     episode = episodes[i]
-                    if i in searches:
-                        result = searches[i].result()
-                        episode.retrieval_errors += result.error is not None
-                        action = action.model_copy(update={"observation": result.observation})
-                    episode.apply(action, self.triple_template)
+                    turn = future.result()
+                    episode.record(turn, agents[i].store)
                     if episode.done:
                         continue
-                    if turn == self.max_turns - 1:
-                        episode.done = True
-                        continue
-                    reply = next_turn_ids(tokenizer, feedback_text(action, episode.store))
+                    reply = next_turn_ids(tokenizer, turn.feedback)
                     if not episode.completion or episode.completion[-1] not in stops:
                         reply = [tokenizer.eos_token_id, *reply]  # close a turn cut at its budget
                     if limit is not None and len(episode.completion) + len(reply) >= limit:
@@ -317,7 +277,8 @@ class FactAgentRollout:
 
 
 class Episode:
-    """One episode being rolled out: its completion tokens, mask, actions, spans and store."""
+    """One episode's record as TRL trains on it: its completion tokens, mask, each turn's span, the
+    payload's actions, the answer and the store size when it answered (None without a store)."""
 
     def __init__(self, question: str):
         self.question = question
@@ -325,34 +286,33 @@ class Episode:
         self.mask: list[int] = []
         self.spans: list[list[int]] = []
         self.actions: list[dict[str, Any]] = []
-        self.store: list[Any] = []
         self.answer: str | None = None
         self.store_size: int | None = None
         self.retrieval_errors = 0
         self.done = False
 
-    def add_action(self, ids: list[int], tokenizer: Any) -> Any:
-        """Append the model's tokens of one action; returns the parsed action."""
+    def add_turn(self, ids: list[int], tokenizer: Any) -> str:
+        """Append the model's tokens of one turn; returns its text."""
         start = len(self.completion)
         self.completion += ids
         self.mask += [1] * len(ids)
         self.spans.append([start, len(self.completion)])
-        return parse_action(tokenizer.decode(ids, skip_special_tokens=True))
+        return tokenizer.decode(ids, skip_special_tokens=True)
 
     def add_reply(self, ids: list[int]) -> None:
         """Append the environment's tokens (``env_mask`` 0: no loss falls on them)."""
         self.completion += ids
         self.mask += [0] * len(ids)
 
-    def apply(self, action: Any, template: str) -> None:
-        """The action's effect on the store and the episode (docs/method.md §1)."""
-        if isinstance(action, AssertAction):
-            add_to_store(self.store, action.triples, template)
-        elif isinstance(action, AnswerAction):
-            self.answer = action.answer
-            self.store_size = len(self.store)
-            self.done = True
-        self.actions.append(action.model_dump(mode="json"))
+    def record(self, turn: Turn, store: Sequence[Any] | None = None) -> None:
+        """The turn read by the agent (:class:`factutil.tools.agent.Turn`): its action in the
+        payload, a failed search counted, the answer (and ``store``'s size) when it ends."""
+        self.actions.append(turn.action.model_dump(mode="json"))
+        self.retrieval_errors += turn.result is not None and not turn.result.ok
+        self.done = turn.done
+        if turn.action.action == "answer":
+            self.answer = turn.action.answer
+            self.store_size = None if store is None else len(store)
 
     def payload(self) -> dict[str, Any]:
         return {

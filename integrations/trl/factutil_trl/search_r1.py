@@ -4,11 +4,13 @@ The agent writes ``<search>query</search>``, reads the retrieved passages in ``<
 ends with ``<answer>…</answer>`` (Search-R1, ReSearch, ZeroSearch and the verl / TRL search
 recipes). The prompt is the dataset's own (TRL's prompt through the chat template); the episode
 continues one assistant text, as Search-R1 does: each turn is generated up to the first of
-:data:`factutil.tools.search_r1.STOP` (kept) or the end of turn, the environment's block is
-appended with ``env_mask`` 0, and the next turn continues the text. A turn that neither searches
-nor answers gets Search-R1's notice; one that ends with the end-of-turn token and does not search
-ends the episode. With ``facts="retrieved"`` in the trainer's ``factutil_config`` each search is
-credited for the passages it brought (the payload's searches carry their observation).
+:data:`factutil.search_r1.STOP` (kept) or the end of turn, the environment's text is appended with
+``env_mask`` 0, and the next turn continues the text. The turn protocol is
+:class:`factutil.tools.agent.SearchR1Episode`'s, the one every adapter uses: a search's passages
+follow in ``<information>``, an answer ends the episode, any other turn gets Search-R1's
+invalid-action notice and the episode goes on, up to ``max_turns`` or the completion budget. With
+``facts="retrieved"`` in the trainer's ``factutil_config`` each search is credited for the passages
+it brought (the payload's searches carry their observation).
 
 The payload is :class:`factutil_trl.FactAgentRollout`'s, so :class:`factutil_trl.FactUtilGRPOTrainer`
 and :func:`factutil_trl.factagent_reward` read it unchanged (``store_size`` is None: no fact store).
@@ -21,14 +23,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from factutil.schema import AnswerAction, FactUtilConfig, SearchAction
-from factutil.tools.search_r1 import INVALID, STOP, information, with_observation
+from factutil.schema import FactUtilConfig
+from factutil.search_r1 import STOP
+from factutil.tools.agent import Retriever, SearchR1Episode
 
 from factutil_trl.rollout import (
     PAYLOAD_KEY,
     Episode,
     Generate,
-    Retriever,
     check_counts,
     question_of,
     transformers_generate,
@@ -73,8 +75,6 @@ class SearchR1Rollout:
             :func:`factutil_trl.rollout.transformers_generate` stopping at ``stop``. Whatever it
             returns is cut after the first stop string (:func:`cut_at_stop`).
         stop: the stop strings, kept in the turn.
-        invalid_observation: the text put in ``<information>`` after a turn that neither
-            searches nor answers.
         search_threads: concurrent searches per turn.
 
     Raises:
@@ -89,7 +89,6 @@ class SearchR1Rollout:
         max_action_tokens: int = 256,
         generate: Generate | None = None,
         stop: Sequence[str] = STOP,
-        invalid_observation: str = INVALID,
         search_threads: int = 8,
     ):
         self.retriever = retriever
@@ -97,7 +96,6 @@ class SearchR1Rollout:
         self.max_action_tokens = max_action_tokens
         self.stop = tuple(stop)
         self.generate = generate or functools.partial(transformers_generate, stop_strings=self.stop)
-        self.invalid_observation = invalid_observation
         self.search_threads = search_threads
         check_counts(self)
 
@@ -105,16 +103,16 @@ class SearchR1Rollout:
         """Roll out one episode per prompt; returns what :class:`factutil_trl.FactAgentRollout`
         returns (``prompt_ids``, ``completion_ids``, ``logprobs`` None, ``env_mask``, payloads)."""
         tokenizer = trainer.processing_class
-        stops = set(trainer.eos_token_ids)
         limit = trainer.max_completion_length
         prompt_ids = [
             list(tokenizer.apply_chat_template(messages_of(prompt), add_generation_prompt=True,
                                                tokenize=True, return_dict=False))
             for prompt in prompts
         ]
-        episodes = [_Episode(question_of(prompt)) for prompt in prompts]
+        episodes = [Episode(question_of(prompt)) for prompt in prompts]
+        agents = [SearchR1Episode(self.retriever, self.max_turns) for _ in prompts]
         with ThreadPoolExecutor(max_workers=self.search_threads) as pool:
-            for _ in range(self.max_turns):
+            while True:
                 budgets = {i: self.max_action_tokens if limit is None else
                            min(self.max_action_tokens, limit - len(e.completion))
                            for i, e in enumerate(episodes) if not e.done}
@@ -124,30 +122,16 @@ class SearchR1Rollout:
                 new_tokens = self.generate(trainer, [prompt_ids[i] + episodes[i].completion
                                                      for i in active],
                                            max(budgets[i] for i in active))
-                turns = {}
-                for i, ids in zip(active, new_tokens):
-                    ids = cut_at_stop(list(ids)[: budgets[i]], tokenizer, self.stop)
-                    action = episodes[i].add_action(ids, tokenizer)
-                    ended = not ids or ids[-1] in stops
-                    turns[i] = (action, ended)
-                searches = {i: pool.submit(self.retriever.search, action.query)
-                            for i, (action, _) in turns.items() if isinstance(action, SearchAction)}
-                for i, (action, ended) in turns.items():
-                    episode = episodes[i]
-                    if isinstance(action, AnswerAction) or (ended and i not in searches):
-                        episode.finish(action)
-                        continue
-                    if i in searches:
-                        result = searches[i].result()
-                        episode.retrieval_errors += result.error is not None
-                        action, feedback = with_observation(action, result), result.observation
-                    else:
-                        feedback = self.invalid_observation
-                    episode.actions.append(action.model_dump(mode="json"))
-                    block = tokenizer.encode(information(feedback), add_special_tokens=False)
-                    if limit is not None:
-                        block = block[: limit - len(episode.completion)]
-                    episode.add_reply(block)
+                turns = {i: pool.submit(agents[i].step, episodes[i].add_turn(
+                             cut_at_stop(list(ids)[: budgets[i]], tokenizer, self.stop), tokenizer))
+                         for i, ids in zip(active, new_tokens)}
+                for i, future in turns.items():
+                    turn, episode = future.result(), episodes[i]
+                    episode.record(turn)
+                    if not episode.done:
+                        block = tokenizer.encode(turn.feedback, add_special_tokens=False)
+                        episode.add_reply(block if limit is None else
+                                          block[: limit - len(episode.completion)])
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": [e.completion for e in episodes],
@@ -155,13 +139,3 @@ class SearchR1Rollout:
             "env_mask": [e.mask for e in episodes],
             PAYLOAD_KEY: [e.payload() for e in episodes],
         }
-
-
-class _Episode(Episode):
-    """One Search-R1 episode: :class:`factutil_trl.rollout.Episode` without a fact store (its
-    ``store_size`` stays None)."""
-
-    def finish(self, action: Any) -> None:
-        self.actions.append(action.model_dump(mode="json"))
-        self.answer = action.answer if isinstance(action, AnswerAction) else None
-        self.done = True

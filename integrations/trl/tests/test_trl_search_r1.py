@@ -37,7 +37,8 @@ def client(url: str) -> RetrievalClient:
 
 
 def block(text: str) -> str:
-    return f"\n\n<information>{text}</information>\n\n"
+    """Search-R1's block: the retrieved text stripped, between the tags and blank lines."""
+    return f"\n\n<information>{text.strip()}</information>\n\n"
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
@@ -106,7 +107,7 @@ def test_one_episode_tokens_mask_spans_and_payload(byte_tokenizer, retrieval_url
     completion, mask = out["completion_ids"][0], out["env_mask"][0]
     observation = client(retrieval_url).search(GOOD).observation
     texts = [f"I will look it up. <search>{GOOD}</search>", block(observation),
-             "x" * 64, block(NOTICE), f"<answer>{GOLD}</answer>"]  # cut at its stop string
+             "x" * 64, f"\n{NOTICE}\n", f"<answer>{GOLD}</answer>"]  # cut at its stop string
     assert tok.decode(completion) == "".join(texts)
     model = [1, 0, 1, 0, 1]
     want = [m for text, m in zip(texts, model)
@@ -122,13 +123,25 @@ def test_one_episode_tokens_mask_spans_and_payload(byte_tokenizer, retrieval_url
     assert factagent_reward([None], factutil=[payload], golden_answers=[[GOLD]]) == [1.0]
 
 
-def test_a_turn_that_stops_without_an_answer_ends_the_episode(byte_tokenizer, retrieval_url):
+def test_a_turn_that_stops_without_a_tag_gets_the_notice_and_the_turn_limit_ends(
+    byte_tokenizer, retrieval_url
+):
+    """Search-R1's rule, as every adapter applies it: only an answer or the turn limit ends an
+    episode; a turn with neither search nor answer (here one that ends with the end of turn) gets
+    the invalid-action notice and another turn."""
     out = SearchR1Rollout(client(retrieval_url), generate=Scripts(byte_tokenizer, [[
-        f"<search>{GOOD}</search>", f"I do not know.{EOS}", "<answer>never read</answer>"]]))(
+        f"<search>{GOOD}</search>", f"I do not know.{EOS}", f"<answer>{GOLD}</answer>"]]))(
         [QUESTION], trainer_stub(byte_tokenizer))
     payload = out["factutil"][0]
-    assert [a["action"] for a in payload["actions"]] == ["search", "invalid"]
-    assert payload["answer"] is None and len(payload["spans"]) == 2
+    assert [a["action"] for a in payload["actions"]] == ["search", "invalid", "answer"]
+    assert payload["answer"] == GOLD and len(payload["spans"]) == 3
+    assert f"I do not know.{byte_tokenizer.decode([byte_tokenizer.eos_token_id])}\n{NOTICE}\n" in (
+        byte_tokenizer.decode(out["completion_ids"][0]))
+    out = SearchR1Rollout(client(retrieval_url), max_turns=2, generate=Scripts(byte_tokenizer, [[
+        f"<search>{GOOD}</search>", f"I do not know.{EOS}", f"<answer>{GOLD}</answer>"]]))(
+        [QUESTION], trainer_stub(byte_tokenizer))
+    assert [a["action"] for a in out["factutil"][0]["actions"]] == ["search", "invalid"]
+    assert out["factutil"][0]["answer"] is None
 
 
 def test_a_search_that_finds_nothing_carries_no_observation(byte_tokenizer):

@@ -1,11 +1,12 @@
 """The ``factagent`` agent loop: one verl sample per action (docs/method.md §1, action-level GRPO).
 
 For one question the loop takes up to ``max_turns`` actions. Each turn's prompt is the chat
-template over the question, the fact store and the latest search result (never the history:
-:mod:`factutil.tools.agent`). The response is parsed with :func:`factutil.parse.parse_action`:
-``search`` calls a Search-R1 ``/retrieve`` service (:class:`factutil.tools.retrieval.RetrievalClient`;
-a timeout or HTTP error becomes an observation saying so), ``assert`` adds its triples to the
-store, ``answer`` ends the rollout, an invalid action changes nothing.
+template over the question, the fact store and the latest search result (never the history).
+The agent is :class:`factutil.tools.agent.FactAgentEpisode`, the FactAgent every adapter rolls
+out: the response is parsed with :func:`factutil.parse.parse_action`; ``search`` calls a
+Search-R1 ``/retrieve`` service (:class:`factutil.tools.retrieval.RetrievalClient`; a timeout or
+HTTP error becomes an observation saying so), ``assert`` adds its triples to the store,
+``answer`` ends the rollout, an invalid action changes nothing.
 
 It returns a list of :class:`AgentLoopOutput`, one per action; verl's V1 agent-loop worker writes
 each as its own row (key ``{uid}_{session_id}_{index}``). Each row's ``response_mask`` covers that
@@ -39,10 +40,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from uuid import uuid4
 
-from factutil.parse import parse_action
 from factutil.preparer import WORK_KEY, FactPreparer, prepares_in_workers
-from factutil.schema import AnswerAction, AssertAction, SearchAction, Triple
-from factutil.tools.agent import INSTRUCTIONS, add_to_store, build_messages
+from factutil.tools.agent import INSTRUCTIONS, FactAgentEpisode, build_messages
 from factutil.tools.retrieval import RetrievalClient
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
@@ -249,12 +248,12 @@ class FactAgentLoop(RetrieverAgentLoop):
                 self.factutil_config, FactPreparer(self.factutil_config, logger)
             )
 
-    async def _prompt_ids(self, question: str, store: list[Triple], observation: str) -> list[int]:
+    async def _prompt_ids(self, agent: FactAgentEpisode) -> list[int]:
         """Token ids of one turn's prompt; a too-long observation is cut before verl's own cap."""
+        observation = agent.observation
         for _ in range(_SHRINK_TRIES):
             ids = await self.ct_build_initial_tokens(
-                build_messages(question, store, observation, self.instructions)
-            )
+                build_messages(agent.question, agent.store, observation, self.instructions))
             if len(ids) < self.prompt_length or not observation:
                 return ids
             observation = observation[: int(len(observation) * _OBSERVATION_SHRINK)]
@@ -272,14 +271,14 @@ class FactAgentLoop(RetrieverAgentLoop):
             ValueError: the row has no question or no gold answer (a data error).
         """
         rollout = self.start_rollout(kwargs)
-        store: list[Triple] = []
-        observation = ""
+        agent = FactAgentEpisode(rollout.question, self.retriever, self.max_turns,
+                                 self.factutil_config.triple_template)
         outputs: list[AgentLoopOutput] = []
-        actions: list[Any] = []
-        for step in range(self.max_turns):
-            prompt_ids = await self._prompt_ids(rollout.question, store, observation)
+        while not agent.done:
+            step, store_size = len(agent.actions), len(agent.store)
+            prompt_ids = await self._prompt_ids(agent)
             generated = await self.generate_turn(rollout, prompt_ids, sampling_params,
-                                            self.response_length)
+                                                 self.response_length)
             response_ids = generated.token_ids
             response_mask = [1] * len(response_ids)
             logprobs = generated.logprobs
@@ -288,20 +287,7 @@ class FactAgentLoop(RetrieverAgentLoop):
                 response_mask = [0]
                 logprobs = [0.0] if rollout.want_logprobs else None
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-            action = parse_action(text)
-            actions.append(action)
-            store_size = len(store)
-            retrieval_error: str | None = None
-            tool_seconds = 0.0
-            if isinstance(action, SearchAction):
-                result = await asyncio.to_thread(self.retriever.search, action.query)
-                observation, retrieval_error, tool_seconds = (
-                    result.observation,
-                    result.error,
-                    result.seconds,
-                )
-            elif isinstance(action, AssertAction):
-                add_to_store(store, action.triples, self.factutil_config.triple_template)
+            turn = await asyncio.to_thread(agent.step, text)
             routed = generated.output.routed_experts
             num_preempted = generated.output.num_preempted
             outputs.append(
@@ -316,27 +302,25 @@ class FactAgentLoop(RetrieverAgentLoop):
                     num_turns=2,
                     metrics=AgentLoopMetrics(
                         generate_sequences=generated.seconds,
-                        tool_calls=tool_seconds,
+                        tool_calls=turn.result.seconds if turn.result else 0.0,
                         num_preempted=num_preempted if num_preempted is not None else -1,
                     ),
                     extra_fields={
                         EXTRA_KEY: {
                             "trajectory_id": rollout.trajectory_id,
                             "step": step,
-                            "action": action_fields(action),
+                            "action": action_fields(turn.action),
                             "question": rollout.question,
                             "golden_answers": rollout.golden_answers,
                             "store_size": store_size,
-                            "retrieval_error": retrieval_error,
+                            "retrieval_error": turn.result.error if turn.result else None,
                         }
                     },
                 )
             )
-            if isinstance(action, AnswerAction):
-                break
         if self.preparer is not None and outputs:
             # off the event loop: the other rollouts of this worker keep generating meanwhile
-            work = await asyncio.to_thread(self.preparer, actions)
+            work = await asyncio.to_thread(self.preparer, agent.actions)
             if work is None or len(work):  # None: the worker failed (counted by the trainer)
                 outputs[-1].extra_fields[EXTRA_KEY][WORK_KEY] = work
         return outputs

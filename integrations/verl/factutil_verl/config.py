@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from factutil import search_r1
 from factutil.config import ConfigError, FactUtilConfig, config_from_values, error_lines
-from factutil.tools import search_r1
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 CONFIG_KEY = "algorithm.factutil"
@@ -110,10 +110,6 @@ class SearchR1LoopConfig(RetrieverLoopConfig):
         search_r1.STOP,
         description="Stop strings of each generation, kept in the output (vLLM's stop and "
         "include_stop_str_in_output); empty: none are sent.",
-    )
-    invalid_observation: str = Field(
-        search_r1.INVALID,
-        description="Text put in <information> after a turn that neither searches nor answers.",
     )
 
 

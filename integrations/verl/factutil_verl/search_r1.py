@@ -3,21 +3,14 @@
 The prompt is the dataset's own (``raw_prompt`` through the chat template; no FactAgent
 instructions). The model writes one turn at a time: generation stops at ``</search>`` or
 ``</answer>`` (the loop's ``stop`` strings, kept in the output), at its own EOS or at the
-response budget. Each turn is parsed with :func:`factutil.parse.parse_action`:
-
-- ``<search>q</search>``: the Search-R1 ``/retrieve`` service is asked
-  (:class:`factutil.tools.retrieval.RetrievalClient`) and ``\\n\\n<information>observation
-  </information>\\n\\n`` is appended (response mask 0); a failed search's message, or the
-  retriever's "No documents found.", is appended the same way, but the action carries no
-  observation (it retrieved no passage);
-- ``<answer>a</answer>`` ends the rollout, and so does any other turn that is empty or ends with
-  the model's EOS (the model stopped);
-- anything else is an invalid action (``<search></search>``, a stray ``</answer>``, ...):
-  Search-R1's notice (``invalid_observation``) is appended in ``<information>`` (mask 0), and the
-  model tries again;
-
-up to ``max_turns`` turns. The next turn's prompt is the prompt and the response so far, token
-for token, as Search-R1 continues its text.
+response budget. The turn protocol is :class:`factutil.tools.agent.SearchR1Episode`'s, the one
+every adapter uses: a search asks the Search-R1 ``/retrieve`` service
+(:class:`factutil.tools.retrieval.RetrievalClient`) and its ``<information>`` block is appended
+(response mask 0; a failed search's message, or "No documents found.", is appended the same way
+but the action carries no observation: it retrieved no passage); an answer ends the rollout; any
+other turn (no tag, an empty query, a cut turn) gets Search-R1's invalid-action notice (mask 0)
+and the model goes on; up to ``max_turns`` turns or the response budget. The next turn's prompt
+is the prompt and the response so far, token for token, as Search-R1 continues its text.
 
 It returns one :class:`AgentLoopOutput` in the **span layout** of :mod:`factutil_verl.advantage`:
 ``extra_fields["factutil"]`` = ``{"trajectory_id", "actions", "spans", "question",
@@ -33,9 +26,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from factutil.parse import parse_action
-from factutil.schema import AnswerAction, SearchAction
-from factutil.tools.search_r1 import information, with_observation
+from factutil.tools.agent import SearchR1Episode
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
 
 from factutil_verl.advantage import EXTRA_KEY, action_fields
@@ -84,40 +75,30 @@ class SearchR1Loop(RetrieverAgentLoop):
         response: list[int] = []
         mask: list[int] = []
         logprobs: list[float] = []
-        actions: list[dict[str, Any]] = []
+        episode = SearchR1Episode(self.retriever, self.max_turns)
         spans: list[list[int]] = []
         generate_seconds = tool_seconds = 0.0
         num_preempted = 0
-        for _ in range(self.max_turns):
+        while not episode.done:
             budget = self.response_length - len(response)
             if budget <= 0:
                 break
             turn = await self.generate_turn(rollout, prompt_ids + response,
-                                       {**params, "max_tokens": budget}, budget)
+                                            {**params, "max_tokens": budget}, budget)
             generate_seconds += turn.seconds
             num_preempted += turn.output.num_preempted or 0
             spans.append([len(response), len(response) + len(turn.token_ids)])
             response += turn.token_ids
             mask += [1] * len(turn.token_ids)
             logprobs += turn.logprobs or [0.0] * len(turn.token_ids)
-            action = parse_action(self.tokenizer.decode(turn.token_ids, skip_special_tokens=True))
-            stopped = not turn.token_ids or turn.token_ids[-1] == self.tokenizer.eos_token_id
-            searched = isinstance(action, SearchAction)
-            if isinstance(action, AnswerAction) or (stopped and not searched):
-                actions.append(action_fields(action))
-                break
-            if searched:
-                result = await asyncio.to_thread(self.retriever.search, action.query)
-                tool_seconds += result.seconds
-                action = with_observation(action, result)
-                feedback = result.observation
-            else:
-                feedback = self.options.invalid_observation
-            actions.append(action_fields(action))
-            added = self._tokens(information(feedback))[: self.response_length - len(response)]
+            text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
+            read = await asyncio.to_thread(episode.step, text)
+            tool_seconds += read.result.seconds if read.result else 0.0
+            added = self._tokens(read.feedback)[: self.response_length - len(response)]
             response += added
             mask += [0] * len(added)
             logprobs += [0.0] * len(added)
+        actions = [action_fields(action) for action in episode.actions]
         if not response:
             response, mask, logprobs = [self.filler_token()], [0], [0.0]
         return AgentLoopOutput(

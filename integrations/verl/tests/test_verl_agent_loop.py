@@ -131,7 +131,7 @@ def test_one_rollout_rows_masks_prompts_and_extra_fields(config, byte_tokenizer,
         "triples": None,
         "answer": None,
         "error": None,
-        "observation": None,
+        "observation": sample_observation("Polish-Russian War director"),
     }
     assert info[1]["action"]["triples"] == [["Polish-Russian War", "director", "Xawery Żuławski"]]
     assert info[2]["action"]["error"] == "no action found"

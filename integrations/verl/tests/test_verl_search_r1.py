@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import torch
+from factutil.search_r1 import INVALID as SEARCH_R1_INVALID
 from factutil.tools.retrieval import RetrievalClient
-from factutil.tools.search_r1 import INVALID as SEARCH_R1_INVALID
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.rollout.replica import TokenOutput
@@ -161,7 +161,8 @@ def observation(*passages: tuple[str, str]) -> str:
 
 
 def information(text: str) -> str:
-    return f"\n\n<information>{text}</information>\n\n"
+    """Search-R1's block: the retrieved text stripped, between the tags and blank lines."""
+    return f"\n\n<information>{text.strip()}</information>\n\n"
 
 
 def test_one_rollout_is_one_row_with_each_turns_span_and_each_searchs_observation(
@@ -174,7 +175,7 @@ def test_one_rollout_is_one_row_with_each_turns_span_and_each_searchs_observatio
     observations = [observation(P3), None, observation(P1), None]
     pieces = [  # (text, mask) in response order
         (script[0], 1), (information(observation(P3)), 0),
-        (script[1], 1), (information(SEARCH_R1_INVALID), 0),
+        (script[1], 1), (f"\n{SEARCH_R1_INVALID}\n", 0),
         (script[2], 1), (information(observation(P1)), 0),
         (script[3], 1),
     ]
@@ -234,18 +235,27 @@ def test_the_real_retrieval_client_and_bm25_server_give_the_searchs_observation(
     assert information(expected.observation) in byte_tokenizer.decode(output.response_ids)
 
 
-def test_a_turn_that_ends_with_eos_ends_the_rollout_and_a_failed_search_has_no_observation(
+def test_a_turn_with_no_tag_gets_the_notice_and_a_failed_search_has_no_observation(
     config, byte_tokenizer, scripted_url
 ):
-    script = [turn("anything"), ("<think>I give up.</think>", True), answer("never asked")]
+    """Search-R1's rule: a turn that neither searches nor answers (here one that ends with the
+    model's EOS) gets the invalid-action notice and the episode goes on; only an answer or the
+    turn limit ends it."""
+    script = [turn("anything"), ("<think>I give up.</think>", True), answer("asked again")]
     output, server = roll_out(config, byte_tokenizer, script,
                               retriever_url="http://127.0.0.1:9/retrieve", retries=0)
     actions = output.extra_fields["factutil"]["actions"]
-    assert [a["kind"] for a in actions] == ["search", "invalid"] and server.script == [script[2]]
+    assert [a["kind"] for a in actions] == ["search", "invalid", "answer"] and server.script == []
     assert actions[0]["observation"] is None  # the error message is no passage
     text = byte_tokenizer.decode(output.response_ids)
     assert "<information>Search failed: the retriever is unreachable" in text
-    assert output.response_ids[-1] == byte_tokenizer.eos_token_id
+    assert f"<|endoftext|>\n{SEARCH_R1_INVALID}\n<think>I know it." in text.replace(
+        byte_tokenizer.decode([byte_tokenizer.eos_token_id]), "<|endoftext|>")
+    # the turn limit ends an episode that never answers
+    output, server = roll_out(config, byte_tokenizer, [turn("a"), turn("b"), answer("x")],
+                              retriever_url=scripted_url, max_turns=2)
+    assert [a["kind"] for a in output.extra_fields["factutil"]["actions"]] == ["search", "search"]
+    assert server.script == [answer("x")]
     # a search that found nothing retrieved no passage either
     output, _ = roll_out(config, byte_tokenizer, [turn("nowhere"), answer("x")],
                          retriever_url=scripted_url)

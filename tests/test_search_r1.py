@@ -1,0 +1,240 @@
+"""Search-R1 as users have it (docs/method.md §9): whole responses, the retrieved-block layouts of
+the common recipes, cut observations, and the per-passage credit of facts="retrieved".
+
+The fixtures in tests/data are written by tests/data/make_search_agent_fixtures.py from the public
+layouts (Search-R1's prompt template and ``<information>`` block, verl's search tool JSON, Search-R1's
+retrieval-server JSON) with real paragraphs of the bundled 2Wiki corpus. Every credit below is
+worked by hand from docs/method.md §3–§5, not read from the code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from factutil import FactUtilConfig, InputError, compute_process_advantages
+from factutil.cli import app
+from factutil.passages import passage_key, passage_parts
+from factutil.search_r1 import INVALID, split_passages, split_turns
+
+DATA = Path(__file__).resolve().parent / "data"
+CORPUS = {doc["title"]: doc["text"] for doc in json.loads(
+    (Path(__file__).resolve().parents[1] / "examples/data/hipporag_2wikimultihopqa_corpus.json")
+    .read_text(encoding="utf-8"))}
+G1, G2, D1, D2, D3, D4 = ("Ștefan I. Nenițescu", "Ioan S. Nenițescu", "Dinu Cocea",
+                          "Gheorghe Vitanidis", "Jean Negulesco", "Palace of Justice, Cluj-Napoca")
+
+
+def lines(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / name).read_text(encoding="utf-8").splitlines()]
+
+
+# y = (1, 1, 0, 0): r0 and r1 answer Galați, r2 and r3 do not; p-bar = 1/2. Prior "group",
+# epsilon 1/2: u = sum over holders of (y - 1/2) / (n + 1).
+#   G1 (r0, r1): (1/2 + 1/2) / 3 = 1/3; G2 (r0, r1): 1/3; D3 (r0 alone): (1/2) / 2 = 1/4;
+#   D1 (r0, r2), D2 (r0, r3), D4 (r1, r2): (1/2 - 1/2) / 3 = 0. r1's second block is cut after
+#   G2: the passage cut mid-word (D5) is dropped.
+# Shaping F = tanh(sum u of the store after) - tanh(sum u before), on the search that brought it.
+U = 1 / 3
+SHAPING = {
+    "r0": [math.tanh(U), math.tanh(2 * U + 0.25) - math.tanh(U), 0.0],
+    "r1": [math.tanh(U), math.tanh(2 * U) - math.tanh(U), 0.0],
+    "r2": [0.0, 0.0, 0.0],
+    "r3": [0.0, 0.0],
+}
+PENALTY = {"r0": [0.0] * 3, "r1": [0.0] * 3, "r2": [0.0, -0.1, 0.0], "r3": [0.0] * 2}
+KINDS = {"r0": ["search", "search", "answer"], "r1": ["search", "search", "answer"],
+         "r2": ["search", "invalid", "answer"], "r3": ["search", "answer"]}
+# A_out = (R - 1/2) / (std + 1e-6), std (ddof 1) of (1, 1, 0, 0) = sqrt(1/3); A = A_out + r / 2
+A_OUT = {rid: (0.5 if rid in ("r0", "r1") else -0.5) / (math.sqrt(1 / 3) + 1e-6) for rid in KINDS}
+
+
+def expected_advantages(rid: str) -> list[float]:
+    return [A_OUT[rid] + 0.5 * (f + p) for f, p in zip(SHAPING[rid], PENALTY[rid])]
+
+
+def test_a_file_of_whole_search_r1_responses_scores_every_doc_by_hand(tmp_path):
+    """``factutil score FILE --set facts=retrieved`` on whole Search-R1 responses: each turn is an
+    action, every Doc i of every <information> block a passage, and the shaping lands on the
+    search that retrieved the passages the successful rollouts share."""
+    out = tmp_path / "credit.jsonl"
+    done = CliRunner().invoke(app, ["score", str(DATA / "search_r1_responses.jsonl"), "-o", str(out),
+                                    "--set", "facts=retrieved"])
+    assert done.exit_code == 0, done.output
+    scored = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    for rid, kinds in KINDS.items():
+        mine = [line for line in scored if line["rollout_id"] == rid]
+        assert [line["action"] for line in mine] == kinds
+        assert [line["shaping"] for line in mine] == pytest.approx(SHAPING[rid], abs=1e-12)
+        assert [line["penalty"] for line in mine] == pytest.approx(PENALTY[rid], abs=1e-12)
+        assert [line["advantage"] for line in mine] == pytest.approx(expected_advantages(rid),
+                                                                     abs=1e-6)
+        assert not any(line["back_credit"] for line in mine)
+    assert "no action found" in [line["invalid_reason"] for line in scored if line["rollout_id"] == "r2"]
+
+
+def test_the_passages_and_their_counts_in_the_api():
+    result = compute_process_advantages(lines("search_r1_responses.jsonl"),
+                                        FactUtilConfig(facts="retrieved"))
+    # six distinct passages (members: title, "", text as the corpus holds it)
+    members = {member[0]: member[2] for cluster in result.clusters for member in cluster.members}
+    assert members == {title: CORPUS[title] for title in (G1, G2, D1, D2, D3, D4)}
+    utilities = {cluster.members[0][0]: cluster.utility for cluster in result.clusters}
+    assert utilities == pytest.approx({G1: U, G2: U, D3: 0.25, D1: 0.0, D2: 0.0, D4: 0.0}, abs=1e-12)
+    assert sorted((c.members[0][0], c.n) for c in result.clusters) == sorted(
+        [(G1, 2), (G2, 2), (D1, 2), (D2, 2), (D3, 1), (D4, 2)])
+    # 12 "Doc i" headers: 11 whole passages, 1 cut at the observation budget (counted, warned once)
+    assert result.metrics["passages_cut"] == 1
+    assert result.metrics["observations_unsplit"] == result.metrics["passages_empty"] == 0
+    assert sum("1 passage(s) cut short" in warning for warning in result.warnings) == 1
+
+
+def test_verl_search_tool_json_gives_the_same_passages_and_credit():
+    """The same group as verl's search tool answers it (JSON, two queries of a call joined by a
+    --- line, the passage's layout "Doc i (Title: T)\\ntext"): the same facts, bit for bit the same
+    advantages (r2's invalid turn here a raw item: the same penalty)."""
+    config = FactUtilConfig(facts="retrieved")
+    text = compute_process_advantages(lines("search_r1_responses.jsonl"), config)
+    verl = compute_process_advantages(lines("verl_search_tool.jsonl"), config)
+    assert verl.metrics["passages_cut"] == 0
+    assert verl.advantages.tolist() == text.advantages.tolist()
+    for rid in KINDS:
+        assert verl.per_rollout("shaping")[("nenitescu", rid)].tolist() == pytest.approx(
+            SHAPING[rid], abs=1e-12)
+
+
+def test_a_passage_is_one_fact_whatever_its_layout_rank_or_neighbour():
+    title, text = G1, CORPUS[G1]
+    other = f'Doc 1(Title: "{D1}") {CORPUS[D1]}\n'
+    layouts = [
+        f'Doc 1(Title: "{title}") {text}\n',  # Search-R1
+        f'<information>{other}Doc 2(Title: "{title}") {text}</information>',  # rank 2, tag glued
+        json.dumps({"result": f'Doc 1 (Title: "{title}")\n{text}\n---\nDoc 1 (Title: "{D1}")\n'
+                              f'{CORPUS[D1]}'}),  # verl, last before the separator
+        f'Doc 1 (Title: {title}) {text}',  # factutil's retrieval client
+        f'Doc 1: "{title}"\n{text}',  # Doc i: contents
+        json.dumps({"result": [[{"document": {"contents": f'"{title}"\n{text}'}, "score": 1.2}]]}),
+        f"<|begin_of_documents|>\n{other}Doc 2 (Title: {title})\n{text}\n<|end_of_documents|>",
+    ]
+    keys = set()
+    for observation in layouts:
+        found = split_passages(observation)
+        assert not found.unsplit and not found.cut
+        keys.add(next(passage_key(passage_parts(p)) for p in found.passages if p.title == title))
+    assert len(keys) == 1
+    # an id decides identity when one is given
+    with_id = split_passages(f'Doc 1(docid: 4738, Title: "{title}") {text}').passages[0]
+    assert passage_key(passage_parts(with_id)) == "id:4738"
+    served = json.loads((DATA / "search_agent_observations.json").read_text(encoding="utf-8"))
+    assert [(p.id, p.title) for p in split_passages(served["server_reply"]).passages] == [
+        ("4738", G1), ("1284", D3)]
+
+
+def test_cut_observations_keep_their_whole_passages_and_count_the_cut_one():
+    served = json.loads((DATA / "search_agent_observations.json").read_text(encoding="utf-8"))
+    # verl's middle cut (its "...(truncated)..." inside D2): D1 and D3 are whole, D2 is not
+    middle = split_passages(served["verl_cut_middle"])
+    assert [(p.title, p.text) for p in middle.passages] == [(D1, CORPUS[D1]), (D3, CORPUS[D3])]
+    assert middle.cut == 1
+    # verl's default limit of 256 characters leaves no whole passage
+    assert split_passages(served["verl_cut_default"])[:3] == ([], False, 1)
+    # Search-R1's budget: no closing tag, the last passage cut mid-word
+    block = f'<information>Doc 1(Title: "{D1}") {CORPUS[D1]}\nDoc 2(Title: "{D2}") {CORPUS[D2][:40]}'
+    assert [p.title for p in split_passages(block).passages] == [D1]
+    assert split_passages(block).cut == 1
+    # a retrieval-server reply cut short keeps the documents that are whole
+    reply = served["server_reply"]
+    assert [p.id for p in split_passages(reply[: len(reply) - 30]).passages] == ["4738"]
+
+
+def test_empty_and_invisible_passages_are_no_fact_and_are_counted():
+    observation = (f'Doc 1(Title: "") \u200b\u2060 \nDoc 2(Title: "{D1}") {CORPUS[D1]}\n'
+                   'Doc 3(Title: "")  \n')
+    found = split_passages(observation)
+    assert [p.title for p in found.passages] == [D1] and found.empty == 2
+    rollout = {"uid": "q", "question": "?", "golden_answers": ["Galați"], "rollout_id": "a",
+               "actions": [{"action": "search", "query": "x", "observation": observation},
+                           {"action": "answer", "answer": "Galați"}]}
+    result = compute_process_advantages([rollout], FactUtilConfig(facts="retrieved"))
+    assert result.metrics["passages_empty"] == 2 and len(result.clusters) == 1
+    assert any("2 empty dropped" in warning for warning in result.warnings)
+
+
+def test_the_response_forms_and_the_per_action_forms_read_alike():
+    response = lines("search_r1_responses.jsonl")[0]
+    base = {key: response[key] for key in ("uid", "question", "golden_answers", "rollout_id")}
+    block = response["response"].split("<information>", 1)[1].split("</information>", 1)[0]
+    first_turn = response["response"].split("\n\n<information>", 1)[0]
+    forms = [
+        {**base, "response": response["response"]},
+        {**base, "actions": [{"raw": response["response"]}]},  # one raw item: the whole response
+    ]
+    config = FactUtilConfig(facts="retrieved")
+    results = [compute_process_advantages([form], config) for form in forms]
+    assert [[a.action for a in r.actions] for r in results] == [["search", "search", "answer"]] * 2
+    assert results[0].advantages.tolist() == results[1].advantages.tolist()
+    # a raw item among others reads the block that follows its turn; a given observation wins
+    mixed = {**base, "actions": [{"raw": first_turn + f"\n\n<information>{block}</information>"},
+                                 {"raw": "<answer> Galați </answer>"}]}
+    given = {**base, "rollout_id": "b",
+             "actions": [{"raw": first_turn, "observation": block}, {"action": "answer",
+                                                                     "answer": "Galați"}]}
+    both = compute_process_advantages([mixed, given], config)
+    assert [c.n for c in both.clusters] == [2, 2, 2]
+
+
+def test_turns_of_a_whole_response():
+    notice = f"\n{INVALID}\n"
+    response = ('<think>a</think>\n<search> q1 </search>\n\n<information>Doc 1(Title: "A") a'
+                '</information>\n\n<think>no tag</think>' + notice
+                + "<search>q2</search>\n\n<information>" + notice.strip() + "</information>\n\n"
+                + "<search> q3 </search>\n\n<information>Doc 1(Title: \"B\") cut he"
+                + "<think>ok</think>\n<answer> x </answer> trailing words")
+    assert split_turns(response) == [
+        ('<think>a</think>\n<search> q1 </search>', 'Doc 1(Title: "A") a'),
+        ("\n\n<think>no tag</think>\n", None),
+        ("\n<search>q2</search>", None),  # the notice inside a block is no observation
+        ("\n\n<search> q3 </search>", '<information>Doc 1(Title: "B") cut he'),
+        ("<think>ok</think>\n<answer> x </answer>", None),
+        (" trailing words", None),
+    ]
+    # the prompt's own tags are not the response's: a rollout carries its prompt as metadata, and
+    # a text that holds it through a chat template is read from the assistant's turn on
+    row = lines("search_r1_responses.jsonl")[0]
+    assert "<search> query </search>" in row["prompt"]
+    assert len(split_turns(row["response"])) == 3
+    for template in ("<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+                     ("<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n")):
+        whole = template.format(row["prompt"]) + row["response"]
+        assert split_turns(whole) == split_turns(row["response"])
+    # a response that holds later chat turns (an agent whose feedback is a user turn) keeps its first
+    chat = '<search>q</search><|im_end|>\n<|im_start|>assistant\n<answer>a</answer>'
+    assert [text for text, _ in split_turns(chat)] == ["<search>q</search>",
+                                                      "<|im_end|>\n<|im_start|>assistant\n<answer>a</answer>"]
+
+
+def test_r1_searcher_documents_as_its_agent_wrote_them():
+    """A real R1-Searcher trajectory's retrieved block (tests/data/r1searcher_documents.txt):
+    five passages numbered (1)..(5)."""
+    block = (DATA / "r1searcher_documents.txt").read_text(encoding="utf-8")
+    found = split_passages(block)
+    assert len(found.passages) == 5 and not found.unsplit and not found.cut
+    assert found.passages[0].text.startswith("Filippo Strozzi the Elder")
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ({"response": 7}, "response must be a string, got 7"),
+    ({"response": "<answer>x</answer>", "actions": []}, "either actions or response"),
+    ({"actions": [{"raw": 5}]}, r"actions\[0\]\.raw: Input should be a valid string"),
+    ({"actions": [{"raw": "<search>a</search>", "observation": 3}]},
+     r"actions\[0\]\.observation: Input should be a valid string"),
+])
+def test_a_bad_response_is_an_error_naming_it(line, message):
+    row = {"uid": "q", "question": "?", "golden_answers": ["x"], "rollout_id": "a", **line}
+    with pytest.raises(InputError, match=message):
+        compute_process_advantages([row], FactUtilConfig(facts="retrieved"))
