@@ -337,6 +337,6 @@ class FactAgentLoop(RetrieverAgentLoop):
         if self.preparer is not None and outputs:
             # off the event loop: the other rollouts of this worker keep generating meanwhile
             work = await asyncio.to_thread(self.preparer, actions)
-            if work is None or len(work):  # None: the worker failed (counted by the trainer)
+            if work is None or len(work["parts"]):  # None: the worker failed (counted by the trainer)
                 outputs[-1].extra_fields[EXTRA_KEY][WORK_KEY] = work
         return outputs
