@@ -70,7 +70,8 @@ def shipped_work():
         clusterer = SemanticClusterer(configs["shipped"])
         preparers = [FactPreparer(configs["shipped"], clusterer=clusterer) for _ in range(2)]
         work = [preparers[2 * b // len(rows)](row["actions"]) for b, row in enumerate(rows)]
-        work = [item for item in work if len(item)]  # as the adapters: nothing new, nothing shipped
+        # as the adapters: nothing new, nothing shipped (a mapping's facts are its parts)
+        work = [item for item in work if len(item["parts"] if isinstance(item, dict) else item)]
     return work
 
 

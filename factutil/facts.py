@@ -53,8 +53,12 @@ def distinct_facts(
         ``(texts, chosen, position)``: the k distinct texts, sorted; the index in ``parts`` of
         each one's representative; per part, ``first`` + the position of its text.
     """
-    texts = ([fact_text(*part, template) for part in parts] if key is None
-             else [key(part) for part in parts])
+    if key is None:  # each distinct triple's text once: a batch repeats its triples
+        text_of: dict[tuple[str, ...], str] = {}
+        texts = [text_of.get(whole) or text_of.setdefault(whole, fact_text(*whole, template))
+                 for whole in map(tuple, parts)]
+    else:
+        texts = [key(part) for part in parts]
     local: dict[str, int] = {}
     best: list[int] = []
     found: list[int] = []

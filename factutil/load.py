@@ -190,7 +190,7 @@ def action_row(action: Any) -> dict[str, Any]:
     kind = getattr(action, "action", None)  # the discriminator: isinstance on models is slow
     if kind == "assert":
         return {"action": "assert",
-                "triples": [[t.subject, t.relation, t.object] for t in action.triples]}
+                "triples": [list(triple) for triple in action.triples]}
     fields = _ROW_FIELDS.get(kind) if isinstance(kind, str) else None
     if fields is None:
         raise TypeError(f"expected an action model, got {type(action).__name__}")

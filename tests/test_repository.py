@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,20 @@ def test_the_readme_lists_every_command():
     assert "serve" in names
     assert [name for name in names if f"    factutil {name}" not in readme] == []
     assert "    factutil --version" in readme
+
+
+def test_the_layers_of_the_architecture_hold():
+    """`lint-imports` (the contracts in pyproject.toml, also run by `make lint`): method steps
+    import no input model, worker form or surface, and pydantic only through the config; the
+    data layer imports neither surfaces nor method steps."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Contracts: 3 kept, 0 broken." in done.stdout
+
+
+@make
+def test_make_lint_checks_the_layers():
+    commands = [command[-1:] for command in make_dry_run("lint")]
+    assert [".venv/bin/lint-imports"] in commands

