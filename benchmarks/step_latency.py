@@ -198,14 +198,12 @@ def torch_threads() -> int:
 
 
 def clear_module_memos() -> None:
-    """Empty the module-level memos a new run starts without: the memoised fact texts and, in
-    versions where the filters' helpers keep a module memo, that memo (where a
-    :class:`~factutil.filters.FilterCache` owned by the clusterer holds it, a new clusterer
-    starts empty)."""
-    fact_text.cache_clear()
-    clear = getattr(filters, "clear_caches", None)
-    if clear is not None:
-        clear()
+    """Empty the module-level memos a new run starts without, in versions that keep them: the
+    memoised fact texts and the filters' helpers' memo (where the clusterer owns its caches, a
+    new clusterer starts empty)."""
+    for clear in (getattr(fact_text, "cache_clear", None), getattr(filters, "clear_caches", None)):
+        if clear is not None:
+            clear()
 
 
 def cold_clusterer(config: FactUtilConfig, embedder) -> SemanticClusterer:

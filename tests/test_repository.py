@@ -206,3 +206,20 @@ def test_the_layers_of_the_architecture_hold():
 def test_make_lint_checks_the_layers():
     commands = [command[-1:] for command in make_dry_run("lint")]
     assert [".venv/bin/lint-imports"] in commands
+
+
+def test_a_trainer_internal_that_moved_is_named(tmp_path):
+    """The adapters' README tables of trainer internals (tests/trainer_internals.py): a missing
+    attribute and a changed signature are each one line naming the internal and the version."""
+    from tests.trainer_internals import moved_internals
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## Trainer versions and internals\n\n| internal | use |\n|---|---|\n"
+                      "| `pytest:approx(expected, rel, abs, nan_ok)` | kept |\n"
+                      "| `pytest:raises(expected_exception)` | changed |\n"
+                      "| `pytest:no_such_thing` | gone |\n\n## Tests\n", encoding="utf-8")
+    problems = moved_internals(readme, "pytest")
+    assert len(problems) == 2
+    assert problems[0].startswith("pytest:raises takes (") and "as (expected_exception)" in problems[0]
+    assert problems[1].startswith("pytest:no_such_thing is gone in pytest ")
+    assert all(p.endswith("(see README.md, 'Trainer versions and internals')") for p in problems)

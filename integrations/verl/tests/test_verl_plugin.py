@@ -84,8 +84,8 @@ heavy = sorted(m for m in sys.modules if m.startswith((
     "verl.experimental.agent_loop", "verl.trainer.ppo", "factutil_verl.agent_loop",
     "factutil_verl.trainer", "factutil_verl.advantage", "factutil.")))
 from wrapt.importer import _post_import_hooks
-from factutil_verl.plugin import HOOKS
-hooks = sorted(name for name in HOOKS if _post_import_hooks.get(name))
+HOOKED = ("verl.experimental.agent_loop.agent_loop", "verl.trainer.ppo.v1")
+hooks = sorted(name for name in HOOKED if _post_import_hooks.get(name))
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.trainer.ppo.v1 import get_trainer_cls
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
@@ -98,7 +98,7 @@ if "factagent" in agents:
         loop = hydra.utils.get_class(agents[name]["_target_"])
         resolved[name] = f"{loop.__module__}.{loop.__qualname__}"
     resolved["trainer"] = get_trainer_cls("factutil").__name__
-after = sorted(name for name in HOOKS if _post_import_hooks.get(name))
+after = sorted(name for name in HOOKED if _post_import_hooks.get(name))
 print(json.dumps({"heavy": heavy, "hooks": hooks, "hooks_after": after, "agents": agents,
                   "trainers": trainers, "resolved": resolved}))
 """
