@@ -157,32 +157,29 @@ class SentenceTransformerEmbedder:
         return np.asarray(encoded["length"], dtype=np.int64) > model.max_seq_length
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar."""
-        import torch
+        """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar.
 
+        Through sentence-transformers' own ``encode``, one call per token length, each filled
+        with copies of its first text to whole passes of ``batch_size`` rows: every pass of a
+        length has one shape and no text is padded, so a text's vector never depends on the
+        texts beside it (docs/decisions.md)."""
         model = self._model()
         texts = list(texts)
         out = np.zeros((len(texts), model.get_embedding_dimension()), dtype=np.float32)
         if not texts:
             return out
         tokenize = getattr(model, "preprocess", None) or model.tokenize  # sentence-transformers < 5
-        lengths = tokenize(texts)["attention_mask"].sum(dim=1).tolist()
-        batches = fixed_shape_batches(lengths, self.batch_size)
+        lengths = np.asarray(tokenize(texts)["attention_mask"].sum(dim=1))
+        groups = [np.flatnonzero(lengths == length) for length in np.unique(lengths)]
         if progress:
             from tqdm.auto import tqdm
 
-            batches = tqdm(batches, desc="Batches")
-        model.eval()
-        for index in batches:
-            # Each text is tokenized once; the copies that fill the pass are rows of the tensors.
-            features = tokenize([texts[i] for i in index])
-            for key, value in features.items():
-                if isinstance(value, torch.Tensor) and value.ndim and len(value) == len(index):
-                    copies = value[:1].expand(self.batch_size - len(index), *value.shape[1:])
-                    features[key] = torch.cat([value, copies]).to(model.device)
-            with torch.inference_mode():
-                embedded = model(features)["sentence_embedding"][: len(index)]
-            out[index] = embedded.float().cpu().numpy()
+            groups = tqdm(groups, desc="Token lengths")
+        for index in groups:
+            same = [texts[i] for i in index]
+            same += same[:1] * (-len(same) % self.batch_size)
+            out[index] = model.encode(same, batch_size=self.batch_size, convert_to_numpy=True,
+                                      show_progress_bar=False)[: len(index)]
         return l2_normalize(out)
 
 
