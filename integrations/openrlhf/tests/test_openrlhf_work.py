@@ -1,5 +1,5 @@
 """A sample's per-fact work made by the executor inside the engine actor (``prepare_in_workers``):
-it rides in the sample's payload (base64 text of a FactWork's .npz) to
+it rides in the sample's payload (base64 text of a work item's .npz) to
 compute_advantages_and_returns, which gives the same advantages bit for bit; missing, damaged or
 foreign work is computed there, and no group keeps OpenRLHF's advantages for it."""
 
