@@ -159,7 +159,8 @@ def _compute(
             for message in work_warnings:
                 warn(message)
             lap("work")
-        labels, cluster_metrics = clusterer.cluster(prep.facts, warn, given)
+        texts = prep.texts if config.facts == "asserted" else None  # else passage keys
+        labels, cluster_metrics = clusterer.cluster(prep.facts, warn, given, texts)
     else:
         if work is not None:
             items = [work] if isinstance(work, (Mapping, bytes, bytearray, memoryview)) \

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -151,28 +151,27 @@ def read_work(work: Any, fit: str, device: str, dims: int, same_device: bool = F
     ignored: Counter[str] = Counter()
     other: Counter[str] = Counter()
     unreadable: list[str] = []
-    parts: list[tuple[str, str, str]] = []
-    vectors: list[np.ndarray] = []
-    truncated: list[np.ndarray] = []
+    fitting = []  # the fields of each item of the right form and fit
     for item in items:
         if item is None:
             continue
         try:
-            item_fit, item_device, item_parts, item_vectors, item_cut = _checked(item, dims)
-        except ValueError as error:
-            unreadable.append(str(error))
+            fields = _form(item, dims)
+        except _UNREADABLE as error:
+            kind = "" if type(error) is ValueError else f"{type(error).__name__}: "
+            unreadable.append(f"{kind}{error!s:.200}")
             continue
-        if item_fit != fit:
-            ignored[f"fit {item_fit!r:.60}, not {fit!r}"] += 1
-            continue
-        if item_device != device:
-            if same_device:
-                ignored[f"device {item_device!r:.20}, not {device!r}"] += 1
-                continue
-            other[item_device] += len(item_parts)
-        parts += item_parts
-        vectors.append(item_vectors)
-        truncated.append(item_cut)
+        if fields[0] != fit:
+            ignored[f"fit {fields[0]!r:.60}, not {fit!r}"] += 1
+        elif fields[1] != device and same_device:
+            ignored[f"device {fields[1]!r:.20}, not {device!r}"] += 1
+        else:
+            fitting.append(fields)
+    given, bad = _content(fitting, dims)
+    unreadable += bad
+    for fields, kept in zip(fitting, given.kept):
+        if kept and fields[1] != device:
+            other[fields[1]] += len(fields[2])
     warnings = []
     if ignored:
         warnings.append(
@@ -189,16 +188,18 @@ def read_work(work: Any, fit: str, device: str, dims: int, same_device: bool = F
                                                         sorted(other.items()))
             + "; their vectors are used and differ from this device's by float rounding "
             "(config prepared_device='same' ignores them)")
-    given = Given(parts, np.concatenate(vectors) if vectors else np.zeros((0, dims), np.float32),
-                  np.concatenate(truncated) if truncated else np.zeros(0, dtype=bool))
     counts = {"work_ignored": float(ignored.total()), "work_unreadable": float(len(unreadable)),
               "work_other_device": float(other.total())}
-    return given, counts, warnings
+    return Given(*given[:3]), counts, warnings
 
 
-def _checked(item: Any, dims: int) -> tuple[str, str, list[tuple[str, str, str]], np.ndarray,
-                                             np.ndarray]:
-    """One item's fields, every one checked; ValueError saying what is wrong."""
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecursionError, MemoryError,
+               OverflowError)
+
+
+def _form(item: Any, dims: int) -> tuple[str, str, np.ndarray, np.ndarray, np.ndarray]:
+    """One item's fields if their types, shapes and dtypes are the form's; ValueError saying
+    what is wrong."""
     if isinstance(item, (bytes, bytearray, memoryview)):
         item = _npz(bytes(item))
     if not isinstance(item, Mapping) or set(item) != set(WORK_FIELDS):
@@ -221,18 +222,48 @@ def _checked(item: Any, dims: int) -> tuple[str, str, list[tuple[str, str, str]]
         raise ValueError(f"vectors must be float32 ({n}, {dims}), got {_shape(vectors)}")
     if not (isinstance(cut, np.ndarray) and cut.dtype == bool and cut.shape == (n,)):
         raise ValueError(f"truncated must be bool ({n},), got {_shape(cut)}")
+    return fit, device, parts, vectors, cut
+
+
+class _Checked(NamedTuple):
+    parts: list[tuple[str, str, str]]
+    vectors: np.ndarray
+    truncated: np.ndarray
+    kept: list[bool]  # per item
+
+
+def _content(items: Sequence[tuple], dims: int) -> tuple[_Checked, list[str]]:
+    """The facts of the items whose vectors are finite unit rows and whose parts are non-blank
+    UTF-8, checked for all items at once; and why each other item was left out."""
+    sizes = [len(fields[2]) for fields in items]
+    if not sum(sizes):
+        return _Checked([], np.zeros((0, dims), np.float32), np.zeros(0, bool),
+                        [True] * len(items)), []
+    owner = np.repeat(np.arange(len(items)), sizes)
+    vectors = np.concatenate([fields[3] for fields in items])
     with np.errstate(all="ignore"):
         norms = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
-    bad = np.flatnonzero(~(np.abs(norms - 1.0) <= 1e-3))
-    if len(bad):
-        raise ValueError(f"vector {int(bad[0])} is not a finite unit vector")
+    reasons = {int(owner[row]): f"vector {row - sum(sizes[:owner[row]])} is not a finite unit "
+               f"vector" for row in np.flatnonzero(~(np.abs(norms - 1.0) <= 1e-3))[::-1]}
+    encoded = np.concatenate([fields[2] for fields in items]).tolist()
     try:
-        rows = [(s.decode(), r.decode(), o.decode()) for s, r, o in parts.tolist()]
-    except UnicodeDecodeError as error:
-        raise ValueError(f"parts are not UTF-8 ({error})") from None
-    if not all(s.strip() and r.strip() and o.strip() for s, r, o in rows):
-        raise ValueError("a part is blank")
-    return fit, device, rows, vectors, cut
+        parts = [(s.decode(), r.decode(), o.decode()) for s, r, o in encoded]
+    except UnicodeDecodeError:  # find the items, and read the others' parts
+        parts = []
+        for row, three in enumerate(encoded):
+            try:
+                parts.append(tuple(part.decode() for part in three))
+            except UnicodeDecodeError as error:
+                reasons.setdefault(int(owner[row]), f"parts are not UTF-8 ({error})")
+                parts.append(("", "", ""))
+    for row, (s, r, o) in enumerate(parts):
+        if not (s.strip() and r.strip() and o.strip()):
+            reasons.setdefault(int(owner[row]), "a part is blank")
+    kept = [index not in reasons for index in range(len(items))]
+    rows = np.repeat(np.array(kept), sizes)
+    checked = _Checked([three for three, keep in zip(parts, rows.tolist()) if keep],
+                       vectors[rows], np.concatenate([fields[4] for fields in items])[rows], kept)
+    return checked, [reasons[index] for index in sorted(reasons)]
 
 
 def _shape(value: Any) -> str:

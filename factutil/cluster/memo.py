@@ -36,16 +36,18 @@ class FactMemo:
         self._serials = count()
 
     def records_of(self, parts: Sequence[tuple[str, str, str]], template: str, analyse: bool,
-                   filter_cache: Any) -> list[FactRecord]:
-        """The record of each ``(subject, relation, object)``, made when missing."""
+                   filter_cache: Any, texts: Sequence[str] | None = None) -> list[FactRecord]:
+        """The record of each ``(subject, relation, object)``, made when missing (``texts``:
+        their normalised texts when known)."""
         store = self.records
         known = store.get
         records = []
-        for key in parts:
+        for index, key in enumerate(parts):
             record = known(key)
             if record is None or (analyse and record.features is None):
                 features = analyze(*key, cache=filter_cache) if analyse else None
-                record = FactRecord(fact_text(*key, template), features,
+                text = texts[index] if texts is not None else fact_text(*key, template)
+                record = FactRecord(text, features,
                                     hash(features.key) if analyse else 0, next(self._serials))
                 if self.keep:
                     store[key] = record

@@ -100,20 +100,24 @@ class SemanticClusterer:
 
     def cluster(self, facts_per_group: Sequence[Sequence[Fact]],
                 warn: Callable[[str], None] | None = None, given: Given | None = None,
+                texts_per_group: Sequence[Sequence[str]] | None = None,
                 ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Per group, int64 (n_g,) canonical labels of its n_g distinct facts (:class:`Fact`
         or anything with ``subject``, ``relation``, ``object``, in sorted text order), as views of
         one array, and the call's counts and stage seconds. ``given``: facts whose vectors and
-        truncation flags were made elsewhere (kept in the cache; their analyses are made here).
+        truncation flags were made elsewhere (kept in the cache; their analyses are made here);
+        ``texts_per_group``: the facts' normalised texts, when the caller has them.
         A fact whose text the embedder reads only in part shares a cluster with no fact of
         another text (docs/method.md §2.4); ``warn`` (None = the ``factutil`` logger) gets one
         warning per call naming how many."""
         with self._lock:
-            labels, self.metrics = self._cluster(facts_per_group, warn or _logger.warning, given)
+            labels, self.metrics = self._cluster(facts_per_group, warn or _logger.warning, given,
+                                                 texts_per_group)
             return labels, self.metrics
 
     def _cluster(self, facts_per_group: Sequence[Sequence[Fact]], warn: Callable[[str], None],
-                 given: Given | None) -> tuple[list[np.ndarray], dict[str, float]]:
+                 given: Given | None, texts_per_group: Sequence[Sequence[str]] | None,
+                 ) -> tuple[list[np.ndarray], dict[str, float]]:
         config = self.config
         timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
         hits, misses = self.cache.hits, self.cache.misses
@@ -124,8 +128,9 @@ class SemanticClusterer:
         parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
         n = len(parts)
         analyse = bool(config.filters) or config.key_edges
-        records = self.memo.records_of(parts, config.triple_template, analyse,
-                                       self.filter_cache if analyse else None)
+        records = self.memo.records_of(
+            parts, config.triple_template, analyse, self.filter_cache if analyse else None,
+            None if texts_per_group is None else list(chain.from_iterable(texts_per_group)))
         texts, features, key_hashes, serials, cut = zip(*records) if n else ((),) * 5
         timings["filters"] = time.perf_counter() - clock
 
