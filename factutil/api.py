@@ -8,7 +8,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,7 +23,7 @@ from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
 from factutil.utility import batch_utilities
-from factutil.workers import fit_key, read_work
+from factutil.workers import fit_key, read_work, work_items
 
 __all__ = [
     "ActionRecord", "ClusterRecord", "ProcessAdvantages", "RolloutRecord", "check_clusterer",
@@ -163,8 +163,7 @@ def _compute(
         labels, cluster_metrics = clusterer.cluster(prep.facts, warn, given, texts)
     else:
         if work is not None:
-            items = [work] if isinstance(work, (Mapping, bytes, bytearray, memoryview)) \
-                or not isinstance(work, Iterable) else list(work)
+            items = work_items(work)
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
                  f"{type(clusterer).__name__} takes none")

@@ -38,7 +38,7 @@ from factutil.errors import short
 from factutil.load import action_row
 
 __all__ = ["WORK_FIELDS", "assert_triples", "build_id", "fit_key", "make_work", "read_work",
-           "work_bytes"]
+           "work_bytes", "work_items"]
 
 WORK_FIELDS = ("fit", "device", "parts", "vectors", "truncated")
 """The keys of a work item, in the order of the module's table."""
@@ -146,8 +146,7 @@ def read_work(work: Any, fit: str, device: str, dims: int, same_device: bool = F
         ``work_other_device`` (facts of items used from another kind of device); at most one
         warning per kind. Never raises: the step computes the facts of every item left out.
     """
-    items = [work] if isinstance(work, (Mapping, bytes, bytearray, memoryview)) \
-        or not isinstance(work, Iterable) else list(work)
+    items = work_items(work)
     ignored: Counter[str] = Counter()
     other: Counter[str] = Counter()
     unreadable: list[str] = []
@@ -191,6 +190,17 @@ def read_work(work: Any, fit: str, device: str, dims: int, same_device: bool = F
     counts = {"work_ignored": float(ignored.total()), "work_unreadable": float(len(unreadable)),
               "work_other_device": float(other.total())}
     return Given(*given[:3]), counts, warnings
+
+
+def work_items(work: Any) -> list[Any]:
+    """A step's ``work=`` as its items: a mapping or bytes is one item, and so is anything that
+    cannot be iterated (for :func:`read_work` to refuse); a sequence, its items."""
+    if isinstance(work, (Mapping, bytes, bytearray, memoryview)):
+        return [work]
+    try:
+        return list(work)
+    except Exception:  # noqa: BLE001 - not a sequence of items: one item, refused when read
+        return [work]
 
 
 _UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecursionError, MemoryError,

@@ -447,3 +447,14 @@ def test_work_says_which_texts_are_truncated_so_the_step_does_not_ask_again():
         assert embedder.asked == [] and len(result.clusters) == 2
         assert result.metrics["cluster_texts_truncated"] == 2.0
         assert result.advantages.tobytes() == alone.advantages.tobytes()
+
+
+def test_work_that_cannot_be_iterated_is_one_unreadable_item(rows):
+    def items():
+        yield _work(rows[:4])
+        raise RuntimeError("the channel broke")
+
+    alone = _step(rows)
+    given = _step(rows, work=items())
+    _same(given, alone)
+    assert given.metrics["cluster_work_unreadable"] == 1
