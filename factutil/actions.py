@@ -103,7 +103,8 @@ class Triple(_Parts):
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
         return core_schema.no_info_plain_validator_function(
-            cls.model_validate, json_schema_input_schema=_TripleRules.__pydantic_core_schema__)
+            cls.model_validate, json_schema_input_schema=_TripleRules.__pydantic_core_schema__,
+            serialization=core_schema.plain_serializer_function_ser_schema(cls._asdict))
 
     @classmethod
     def __get_pydantic_json_schema__(

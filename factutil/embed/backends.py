@@ -157,7 +157,8 @@ class SentenceTransformerEmbedder:
         return np.asarray(encoded["length"], dtype=np.int64) > model.max_seq_length
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar.
+        """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar per
+        token length.
 
         Through sentence-transformers' own ``encode``, one call per token length, each filled
         with copies of its first text to whole passes of ``batch_size`` rows: every pass of a
@@ -170,16 +171,12 @@ class SentenceTransformerEmbedder:
             return out
         tokenize = getattr(model, "preprocess", None) or model.tokenize  # sentence-transformers < 5
         lengths = np.asarray(tokenize(texts)["attention_mask"].sum(dim=1))
-        groups = [np.flatnonzero(lengths == length) for length in np.unique(lengths)]
-        if progress:
-            from tqdm.auto import tqdm
-
-            groups = tqdm(groups, desc="Token lengths")
-        for index in groups:
+        for length in np.unique(lengths):
+            index = np.flatnonzero(lengths == length)
             same = [texts[i] for i in index]
             same += same[:1] * (-len(same) % self.batch_size)
             out[index] = model.encode(same, batch_size=self.batch_size, convert_to_numpy=True,
-                                      show_progress_bar=False)[: len(index)]
+                                      show_progress_bar=progress)[: len(index)]
         return l2_normalize(out)
 
 
