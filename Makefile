@@ -69,6 +69,7 @@ upgrade: venv
 lint: venv
 	$(SYNC) requirements/test.lock
 	$(BIN)/ruff check factutil tests examples benchmarks integrations
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

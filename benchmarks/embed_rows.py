@@ -46,7 +46,7 @@ from benchmarks.workloads import build_workload, triple_occurrences
 from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer, fact_text
 from factutil.embed import SentenceTransformerEmbedder
-from factutil.workers import make_work
+from factutil.workers import assert_triples, make_work
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> dict:
         batch_s = time.process_time() - start
         config = FactUtilConfig(embedding_batch_size=rows_per_pass)
         start = time.process_time()
-        prepared = [make_work(row, config, SemanticClusterer(config, embedder=embedder))
-                    for row in sample]
+        prepared = [make_work(assert_triples(row["actions"], config.max_turns), config,
+                              SemanticClusterer(config, embedder=embedder)) for row in sample]
         per_rollout_s = time.process_time() - start
-        embedded = sum(len(item) for item in prepared)
+        embedded = sum(len(item["parts"]) for item in prepared)
         if first is None:
             first = vectors
         report["shapes"][str(rows_per_pass)] = {

@@ -3,6 +3,8 @@
     python benchmarks/step_before_after.py --before DIR [--after DIR] [--size L]
                                            [--modes exact,static] [--before-modes MODES]
                                            [--rounds 7] [--json FILE]
+    python benchmarks/step_before_after.py --checkout NAME=DIR ... --cells NAME:MODE,...
+                                           [--ratios CELL/CELL,...] [--size L] [--rounds 7]
 
 Starts one worker process per checkout (``PYTHONPATH=DIR``; ``--after`` defaults to this
 repository), each holding the workload of ``benchmarks/workloads.py`` in memory. Then, for each
@@ -21,6 +23,12 @@ checkout in each pair (a comma list as long as ``--modes``): ``--before <checkou
 --modes shipped --before-modes warm`` times today's driver given the workers' work against the warm step
 of the code whose timings set issue 16's targets, on the same machine at the same moments, so the
 ratio carries those targets over to this machine.
+
+``--checkout NAME=DIR`` (repeatable) with ``--cells NAME:MODE,...`` instead runs every cell (a
+checkout and one of its modes) once per round, the order rotating each round, and prints each
+cell's medians and the ``--ratios A/B,...`` of cells (``here:shipped/here:warm``): every ratio
+from the same rounds, so a busy machine's drift falls on both sides alike. The ``shipped`` cells
+also report the work's size pickled (protocol 5: what Ray and verl's TransferQueue move).
 
 Prints, per mode, the median step time of each checkout (wall clock, and the CPU time of the
 worker, which a busy machine disturbs less) and the ratios after / before (below 1: the after
@@ -70,8 +78,14 @@ def shipped_work():
         clusterer = SemanticClusterer(configs["shipped"])
         preparers = [FactPreparer(configs["shipped"], clusterer=clusterer) for _ in range(2)]
         work = [preparers[2 * b // len(rows)](row["actions"]) for b, row in enumerate(rows)]
-        work = [item for item in work if len(item)]  # as the adapters: nothing new, nothing shipped
+        # as the adapters: nothing new, nothing shipped (a mapping's facts are its parts)
+        work = [item for item in work if len(item["parts"] if isinstance(item, dict) else item)]
     return work
+
+
+def shipped_mb():
+    import pickle
+    return sum(len(pickle.dumps(item, protocol=5)) for item in shipped_work()) / 2**20
 
 
 print(json.dumps({"ready": os.path.dirname(factutil.__file__)}), flush=True)
@@ -94,7 +108,9 @@ for line in sys.stdin:
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     digest = hashlib.sha256(result.advantages.tobytes()).hexdigest()
     stages = {k: v for k, v in result.metrics.items() if k.startswith("time_")}
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "digest": digest, "stages": stages}), flush=True)
+    extra = {"shipped_mb": shipped_mb()} if mode == "shipped" else {}
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "digest": digest, "stages": stages, **extra}),
+          flush=True)
 """
 
 
@@ -124,9 +140,77 @@ class Worker:
         self.process.wait(timeout=60)
 
 
+def run_cells(checkouts: dict[str, Path], cells: list[tuple[str, str]], size: str,
+              backend: str, rounds: int) -> dict:
+    """Each cell's steps, one per round after an untimed warm-up, the order rotating (and
+    reversed every other round); per cell the medians, the step's stages and its digest."""
+    workers = {name: Worker(path.resolve(), size, backend) for name, path in checkouts.items()
+               if any(cell[0] == name for cell in cells)}
+    runs: dict[tuple[str, str], list[dict]] = {cell: [] for cell in cells}
+    digests = {}
+    try:
+        for cell in cells:
+            digests[cell] = workers[cell[0]].step(cell[1])["digest"]
+        for r in range(rounds):
+            order = cells[r % len(cells):] + cells[: r % len(cells)]
+            for cell in order if r % 2 == 0 else order[::-1]:
+                runs[cell].append(workers[cell[0]].step(cell[1]))
+    finally:
+        for worker in workers.values():
+            worker.close()
+    figures = {}
+    for (name, mode), steps in runs.items():
+        figures[f"{name}:{mode}"] = {
+            "package": workers[name].package, "digest": digests[(name, mode)],
+            "median_s": statistics.median(step["seconds"] for step in steps),
+            "cpu_median_s": statistics.median(step["cpu"] for step in steps),
+            "times": [step["seconds"] for step in steps],
+            "stage_medians_s": {key: statistics.median(step["stages"][key] for step in steps)
+                                for key in steps[0]["stages"]},
+            **({"shipped_mb": steps[0]["shipped_mb"]} if "shipped_mb" in steps[0] else {}),
+        }
+    return figures
+
+
+def main_cells(args: argparse.Namespace) -> int:
+    checkouts = {name: Path(path) for name, _, path in
+                     (entry.partition("=") for entry in args.checkout)}
+    cells = [tuple(cell.split(":", 1)) for cell in args.cells.split(",")]
+    figures = {"size": args.size, "rounds": args.rounds, "backend": args.backend,
+               "load_average_1min": [os.getloadavg()[0]],
+               "cells": run_cells(checkouts, cells, args.size, args.backend, args.rounds)}
+    figures["load_average_1min"].append(os.getloadavg()[0])
+    print(f"{args.size} step, median of {args.rounds} rounds, every cell once a round (load "
+          f"{figures['load_average_1min'][0]:.1f} -> {figures['load_average_1min'][1]:.1f})\n")
+    print("| cell | checkout | wall s | CPU s | load s | cluster s | shipped MB |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for cell, row in figures["cells"].items():
+        stages = row["stage_medians_s"]
+        shipped = f"{row['shipped_mb']:.2f}" if "shipped_mb" in row else ""
+        print(f"| {cell} | {row['package']} | {row['median_s']:.3f} | {row['cpu_median_s']:.3f} | "
+              f"{stages.get('time_load_s', 0):.3f} | {stages.get('time_cluster_s', 0):.3f} | "
+              f"{shipped} |")
+    figures["ratios"] = {}
+    for ratio in filter(None, (args.ratios or "").split(",")):
+        top, bottom = (figures["cells"][cell] for cell in ratio.split("/"))
+        figures["ratios"][ratio] = {"wall": top["median_s"] / bottom["median_s"],
+                                    "cpu": top["cpu_median_s"] / bottom["cpu_median_s"]}
+    if figures["ratios"]:
+        print("\n| ratio | wall | CPU |\n| --- | --- | --- |")
+        for ratio, values in figures["ratios"].items():
+            print(f"| {ratio} | {values['wall']:.3f} | {values['cpu']:.3f} |")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", type=Path, required=True, help="checkout of the older factutil")
+    parser.add_argument("--before", type=Path, help="checkout of the older factutil")
+    parser.add_argument("--checkout", action="append", default=[], metavar="NAME=DIR",
+                        help="a checkout the --cells name (repeatable)")
+    parser.add_argument("--cells", help="comma list of NAME:MODE, every one run once a round")
+    parser.add_argument("--ratios", help="comma list of CELL/CELL to print")
     parser.add_argument("--after", type=Path, default=ROOT, help="checkout of the newer (default: here)")
     parser.add_argument("--size", default="L", choices=["S", "M", "L"])
     parser.add_argument("--modes", default="exact,static",
@@ -140,6 +224,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7, help="timed steps per checkout and mode")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
+    if args.cells:
+        return main_cells(args)
+    if args.before is None:
+        parser.error("--before (or --checkout with --cells) is needed")
     workers = {"before": Worker(args.before.resolve(), args.size, args.backend),
                "after": Worker(args.after.resolve(), args.size, args.backend)}
     figures: dict = {"size": args.size, "rounds": args.rounds, "backend": args.backend,

@@ -27,14 +27,14 @@ Prints a table with factutil / floor and naive / factutil, and the peak extra RS
 ``--growth S,M,L,XL``: each size in a fresh process (same thread limit), with ``--growth-backend``
 (default ``static``: MiniLM would spend minutes embedding XL's ~37k texts): the cold step's
 seconds, the driver's seconds when every rollout's per-fact work was made beforehand
-(:func:`factutil.workers.make_work`, one rollout at a time, not timed), the step's extra RSS
+(:class:`factutil.preparer.FactPreparer`, one rollout at a time, not timed), the step's extra RSS
 (sampled) and the process's peak RSS (``ru_maxrss``: interpreter, model, workload and both steps). JSON ``"growth"``.
 
 ``--critical-path``: the L step (``--size``) as a trainer with the per-fact work in its
 rollout workers runs it. K Ray workers (``ray.init(num_cpus=K)``, ``--workers``, default 2), each
 holding the ``minilm`` embedder (``--critical-backend``) in a
-:class:`factutil.preparer.FactPreparer`, make each rollout of their share's
-:class:`factutil.workers.FactWork` (the facts that worker had not shipped before), embedding one
+:class:`factutil.preparer.FactPreparer`, make each rollout of their share's work item
+(:mod:`factutil.workers`: the facts that worker had not shipped before), embedding one
 rollout at a time (as an agent-loop worker would as each finishes; ``--prepare-chunk N``: N
 rollouts a call, 0 the whole share at once, as the preparer does for rollouts that wait for it),
 and Ray returns the work objects. The driver runs the step on a cold clusterer given the work
@@ -95,7 +95,7 @@ from factutil import FactUtilConfig, Triple, compute_process_advantages, filters
 from factutil.cluster import SemanticClusterer, fact_text, normalize_fact_text, triple_text
 from factutil.embed import make_embedder
 from factutil.preparer import FactPreparer
-from factutil.workers import make_work
+from factutil.workers import assert_triples, make_work, work_bytes
 
 GROWTH_SIZES = ("S", "M", "L", "XL")
 
@@ -198,14 +198,12 @@ def torch_threads() -> int:
 
 
 def clear_module_memos() -> None:
-    """Empty the module-level memos a new run starts without: the memoised fact texts and, in
-    versions where the filters' helpers keep a module memo, that memo (where a
-    :class:`~factutil.filters.FilterCache` owned by the clusterer holds it, a new clusterer
-    starts empty)."""
-    fact_text.cache_clear()
-    clear = getattr(filters, "clear_caches", None)
-    if clear is not None:
-        clear()
+    """Empty the module-level memos a new run starts without, in versions that keep them: the
+    memoised fact texts and the filters' helpers' memo (where the clusterer owns its caches, a
+    new clusterer starts empty)."""
+    for clear in (getattr(fact_text, "cache_clear", None), getattr(filters, "clear_caches", None)):
+        if clear is not None:
+            clear()
 
 
 def cold_clusterer(config: FactUtilConfig, embedder) -> SemanticClusterer:
@@ -234,7 +232,7 @@ def growth_point(size: str, backend: str) -> dict:
     cold_cpu_s = time.process_time() - cpu
     del clusterer
     preparer = FactPreparer(config, clusterer=cold_clusterer(config, embedder))
-    work = [item for item in map(preparer, (row["actions"] for row in rows)) if len(item)]
+    work = [item for item in map(preparer, (row["actions"] for row in rows)) if len(item["parts"])]
     driver = cold_clusterer(config, embedder)
     cpu = time.process_time()
     with PeakRSS() as driver_rss:
@@ -305,17 +303,20 @@ class PrepareWorker:
         self.preparer = FactPreparer(self.config, clusterer=self.clusterer)
 
     def prepare(self, rollouts: list[dict], chunk: int) -> tuple[list, float, float]:
-        """(each rollout's FactWork, CPU seconds, wall seconds) of this share. The rollouts'
-        facts are embedded and analysed ``chunk`` rollouts per call (1: each rollout alone, as it
+        """(each rollout's work item, CPU seconds, wall seconds) of this share. The rollouts'
+        facts are embedded ``chunk`` rollouts per call (1: each rollout alone, as it
         finishes; 0: the whole share in one call, as the preparer does for rollouts that wait
         for it); every rollout's work then holds the facts this worker had not shipped before."""
         cpu, wall = time.process_time(), time.perf_counter()
         size = chunk or len(rollouts)
         if size > 1:
             for start in range(0, len(rollouts), size):
-                make_work(rollouts[start : start + size], self.config, self.clusterer)
+                triples = [triple for row in rollouts[start : start + size]
+                           for triple in assert_triples(row["actions"], self.config.max_turns)]
+                make_work(triples, self.config, self.clusterer)
         work = [self.preparer(row["actions"]) for row in rollouts]
-        work = [item for item in work if len(item)]  # as the adapters: nothing new, nothing shipped
+        # as the adapters: nothing new, nothing shipped
+        work = [item for item in work if len(item["parts"])]
         return work, time.process_time() - cpu, time.perf_counter() - wall
 
 
@@ -385,9 +386,9 @@ def critical_path(rows: list[dict], workers: int, backend: str, reference, refer
         "workers": workers, "backend": backend, "rollouts": len(rows),
         "prepare_chunk": chunk, "embedding_batch_size": batch_rows,
         "shipped_mb": sum(len(pickle.dumps(item, protocol=5)) for item in work) / 2**20,
-        "shipped_npz_mb": sum(len(item.to_bytes()) for item in work) / 2**20,
+        "shipped_npz_mb": sum(len(work_bytes(item)) for item in work) / 2**20,
         "shipped_items": len(work),
-        "shipped_facts": sum(len(item) for item in work),
+        "shipped_facts": sum(len(item["parts"]) for item in work),
         "ray_start_s": startup_s,
         "embedded_by_driver": int(result.metrics.get("cluster_cache_misses", 0)),
         "stages_driver": stage_seconds(result.metrics),

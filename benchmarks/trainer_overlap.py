@@ -8,7 +8,7 @@ Runs the real trainer (``trainer.v1.trainer_mode=factutil``, verl's own ``ppo_tr
 a local Ray with verl's TransferQueue) on workload ``--size`` of ``benchmarks/workloads.py`` as
 span-layout rows (one row per rollout, 256 response tokens, one run of 20 model tokens per action,
 the reward on the last action's last token), each rollout's per-fact work in its extra fields as
-the ``factagent`` loop puts it there (a :class:`factutil.workers.FactWork` from one of
+the ``factagent`` loop puts it there (a work item, :mod:`factutil.workers`, from one of
 ``--workers`` rollout workers' :class:`factutil.preparer.FactPreparer` (contiguous shares,
 as verl deals a batch out), each shipping a fact once; made beforehand, not timed; its pickled size is reported as ``work_bytes``). Per
 round and mode (``score_early`` on, then off; a fresh clusterer each time, so no memo carries
@@ -55,7 +55,7 @@ from factutil import FactUtilConfig
 from factutil.cluster import SemanticClusterer
 from factutil.integration import TrainerStep
 from factutil.preparer import FactPreparer
-from factutil.workers import make_work
+from factutil.workers import assert_triples, make_work
 
 TOKENS, RUN, STRIDE = 256, 20, 30
 
@@ -67,7 +67,9 @@ def verl_fields(rows: list[dict], config: FactUtilConfig,
     workers: a group's rollouts in one share), each with its per-fact work (the facts its worker had not shipped
     before) in its extra fields; the work's size pickled (protocol 5)."""
     clusterer = SemanticClusterer(config)
-    make_work(rows, config, clusterer)  # one embedding pass; each rollout's own work below
+    # one embedding pass; each rollout's own work below
+    make_work([t for row in rows for t in assert_triples(row["actions"], config.max_turns)],
+              config, clusterer)
     preparers = [FactPreparer(config, clusterer=clusterer) for _ in range(workers)]
     keys, fields, size = [], [], 0
     for b, row in enumerate(rows):
@@ -81,8 +83,9 @@ def verl_fields(rows: list[dict], config: FactUtilConfig,
         actions = [{"kind": a["action"], **{k: v for k, v in a.items() if k != "action"}}
                    for a in row["actions"]]
         work = preparers[b * workers // len(rows)](row["actions"])
-        extra = {"work": work} if len(work) else {}  # as the factagent loop: nothing new, nothing shipped
-        size += len(pickle.dumps(work, protocol=5)) if len(work) else 0
+        new = len(work["parts"])
+        extra = {"work": work} if new else {}  # as the factagent loop: nothing new, nothing shipped
+        size += len(pickle.dumps(work, protocol=5)) if new else 0
         keys.append(f"{row['uid']}_{row['rollout_id']}_0")
         fields.append({
             "uid": row["uid"], "responses": torch.arange(length, dtype=torch.int64),

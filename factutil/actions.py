@@ -3,7 +3,7 @@ shares (actions <- parse <- schema, no cycle); importable from :mod:`factutil.sc
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AliasChoices,
@@ -28,35 +28,83 @@ def reject_blank(value: str, field: str) -> str:
     return value
 
 
-class Triple(BaseModel):
-    """One fact ``(subject, relation, object)`` (docs/method.md §1), from a mapping or a list of
-    three non-blank strings."""
+def _triple_rules() -> type[BaseModel]:
+    # The rules of a triple and the errors of one that breaks them: Triple checks valid ones
+    # without building this model. Named Triple, as its errors ("... or instance of Triple").
+    class Triple(BaseModel):
+        """One fact ``(subject, relation, object)`` (docs/method.md §1), from a mapping or a list
+        of three non-blank strings."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+        model_config = ConfigDict(frozen=True, extra="forbid", title="Triple")
 
+        subject: str
+        relation: str
+        object: str
+
+        @model_validator(mode="before")
+        @classmethod
+        def _from_sequence(cls, data: Any) -> Any:
+            if isinstance(data, (list, tuple)):
+                if len(data) != 3:
+                    raise ValueError(
+                        f"a triple has 3 parts (subject, relation, object), got {len(data)}: "
+                        f"{short(data, 80)}"
+                    )
+                return dict(zip(TRIPLE_PARTS, data))
+            return data
+
+        @field_validator("subject", "relation", "object")
+        @classmethod
+        def _not_blank(cls, value: str, info: Any) -> str:
+            return reject_blank(value, info.field_name)
+
+    return Triple
+
+
+_TripleRules = _triple_rules()
+
+
+class _Parts(NamedTuple):
     subject: str
     relation: str
     object: str
 
-    @model_validator(mode="before")
-    @classmethod
-    def _from_sequence(cls, data: Any) -> Any:
-        if isinstance(data, (list, tuple)):
-            if len(data) != 3:
-                raise ValueError(
-                    f"a triple has 3 parts (subject, relation, object), got {len(data)}: "
-                    f"{short(data, 80)}"
-                )
-            return dict(zip(TRIPLE_PARTS, data))
-        return data
 
-    @field_validator("subject", "relation", "object")
-    @classmethod
-    def _not_blank(cls, value: str, info: Any) -> str:
-        return reject_blank(value, info.field_name)
+class Triple(_Parts):
+    """One fact ``(subject, relation, object)`` (docs/method.md §1), from a mapping or a list of
+    three non-blank strings: a plain named tuple, so the input's triples cost no model object
+    (a pydantic field of this type checks them; ``Triple(...)`` and :meth:`model_validate` too,
+    raising pydantic's ValidationError)."""
+
+    __slots__ = ()
+
+    def __new__(cls, subject: str, relation: str, object: str) -> Triple:  # noqa: PYI034
+        return cls.model_validate({"subject": subject, "relation": relation, "object": object})
 
     def as_list(self) -> list[str]:
         return [self.subject, self.relation, self.object]
+
+    @classmethod
+    def model_validate(cls, value: Any) -> Triple:
+        """``value`` (a Triple, ``[s, r, o]`` or ``{"subject": s, ...}``) as a Triple."""
+        if type(value) is cls:
+            return value
+        parts = value
+        if type(value) is dict and len(value) == 3:
+            parts = (value.get("subject"), value.get("relation"), value.get("object"))
+        if type(parts) in (list, tuple) and len(parts) == 3:
+            subject, relation, object_ = parts
+            if (type(subject) is str and type(relation) is str and type(object_) is str
+                    and subject.strip() and relation.strip() and object_.strip()):
+                return tuple.__new__(cls, (subject, relation, object_))
+        rules = _TripleRules.model_validate(value)  # raises the error that names the problem
+        return tuple.__new__(cls, (rules.subject, rules.relation, rules.object))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls.model_validate, json_schema_input_schema=_TripleRules.__pydantic_core_schema__,
+            serialization=core_schema.plain_serializer_function_ser_schema(cls._asdict))
 
     @classmethod
     def __get_pydantic_json_schema__(
@@ -64,7 +112,7 @@ class Triple(BaseModel):
     ) -> JsonSchemaValue:
         as_array = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 3,
                     "maxItems": 3, "description": "[subject, relation, object]"}
-        return {"anyOf": [as_array, handler(schema)]}
+        return {"anyOf": [as_array, handler(_TripleRules.__pydantic_core_schema__)]}
 
 
 class _ActionBase(BaseModel):

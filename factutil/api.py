@@ -9,7 +9,7 @@ import math
 import threading
 import time
 import warnings as python_warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,12 +18,13 @@ import numpy as np
 from factutil.advantages import process_advantages, segment_normalize, total_advantages
 from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.columns import prepare
-from factutil.config import FactUtilConfig, as_config, config_from_values
+from factutil.config import FactUtilConfig, as_config, clustering_fields, config_from_values
+from factutil.embed import device_type
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
 from factutil.shaping import INVALID, PAD, action_gains, process_rewards
 from factutil.utility import PRIOR_RISK, PriorRiskWarning, batch_utilities
-from factutil.workers import FactWork, clusterer_mismatch, clustering_fit
+from factutil.workers import fit_key, read_work, work_items
 
 __all__ = [
     "ActionRecord", "ClusterRecord", "ProcessAdvantages", "RolloutRecord", "check_clusterer",
@@ -39,7 +40,7 @@ def compute_process_advantages(
     *,
     clusterer: Clusterer | None = None,
     on_invalid_group: str = "raise",
-    work: FactWork | bytes | Sequence[FactWork | bytes | None] | None = None,
+    work: Any = None,
 ) -> ProcessAdvantages:
     """Per-action advantages A = A_out + omega * A_proc for a batch of groups (docs/method.md §1–§5).
 
@@ -51,9 +52,11 @@ def compute_process_advantages(
             Exact/SemanticClusterer must fit ``config`` (:func:`check_clusterer`).
         on_invalid_group: ``"raise"``, or ``"skip"``: leave a failing group out, listed in
             ``skipped`` and warned, so a trainer falls back to outcome-only advantages for it.
-        work: per-fact work made elsewhere (:func:`factutil.workers.make_work`), or a list of
-            it: what fits the clusterer fills its caches (same results bit for bit); the rest is
-            ignored with one warning and counted (``cluster_work_ignored``).
+        work: per-fact work made elsewhere (:func:`factutil.workers.make_work`: one item, its
+            bytes, or a list of them): each item is checked alone (:func:`factutil.workers.
+            read_work`); what fits gives the clusterer its vectors (same results bit for bit),
+            any other item is left out, its facts computed here, counted
+            (``cluster_work_ignored``, ``cluster_work_unreadable``) and warned once.
 
     Returns:
         :class:`ProcessAdvantages`, independent of the order of groups, rollouts and triples.
@@ -96,19 +99,25 @@ def _collector_paused(pause: bool) -> Iterator[None]:
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
     """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
 
-    Else the step would silently cluster by the clusterer's config (:func:`clustering_fit`).
+    Else the step would silently cluster by the clusterer's config
+    (:func:`~factutil.config.clustering_fields`).
 
     Raises:
         ValueError: naming each differing field with the clusterer's and the call's value.
     """
     if isinstance(clusterer, ExactClusterer):
-        own = clustering_fit(FactUtilConfig(mode="exact"))
+        own = {"mode": "exact"}
     elif isinstance(clusterer, SemanticClusterer):
-        own = clustering_fit(clusterer.config)
+        own = clustering_fields(clusterer.config)
     else:
         return
-    fields = clusterer_mismatch(own, config)
-    if fields:
+    wanted = clustering_fields(config)
+    differ = [name for name in dict.fromkeys([*own, *wanted]) if own.get(name) != wanted.get(name)]
+    if "mode" in differ:
+        differ = ["mode"]
+    if differ:
+        fields = "; ".join(f"{name}: clusterer {own.get(name)!r}, config {wanted.get(name)!r}"
+                           for name in differ)
         raise ValueError(
             f"the clusterer was built for another clustering config ({fields}); build it from "
             f"this config (factutil.cluster.make_clusterer(config)) or pass the config it was "
@@ -153,22 +162,31 @@ def _compute(
 
     # 2. Clusters (docs/method.md §2).
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    work_metrics = {}
-    if work is not None:
-        clock = time.perf_counter()
-        add_work = getattr(clusterer, "add_work", None)
-        if add_work is not None:
-            add_work(work, warn=warn)
-        else:
-            items = FactWork.items_of(work)
+    work_metrics: dict[str, float] = {}
+    if isinstance(clusterer, SemanticClusterer):  # its warnings are the step's
+        given = None
+        if work is not None:
+            clock = time.perf_counter()
+            embedder = clusterer.embedder
+            given, work_metrics, work_warnings = read_work(
+                work, fit_key(config, embedder.name), device_type(embedder), clusterer.dims,
+                same_device=config.prepared_device == "same")
+            for message in work_warnings:
+                warn(message)
+            lap("work")
+        texts = prep.texts if config.facts == "asserted" else None  # else passage keys
+        labels, cluster_metrics = clusterer.cluster(prep.facts, warn, given, texts)
+    else:
+        if work is not None:
+            items = work_items(work)
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
-                 f"{type(clusterer).__name__} takes none (no add_work method)")
-        lap("work")
-    if isinstance(clusterer, SemanticClusterer):  # its warnings are the step's
-        labels = clusterer.cluster_batch(prep.facts, warn=warn)
-    else:
-        labels = clusterer.cluster_batch(prep.facts)
+                 f"{type(clusterer).__name__} takes none")
+        if isinstance(clusterer, ExactClusterer):
+            labels, cluster_metrics = clusterer.cluster(prep.facts)
+        else:
+            labels = clusterer.cluster_batch(prep.facts)
+            cluster_metrics = dict(clusterer.metrics)
     lap("cluster")
 
     # 3. Utilities of every cluster (docs/method.md §3).
@@ -290,7 +308,7 @@ def _compute(
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value
-                    for name, value in {**clusterer.metrics, **work_metrics}.items()})
+                    for name, value in {**cluster_metrics, **work_metrics}.items()})
     metrics["warnings"] = float(len(warnings))  # every warning of the step, the last included
     records = Records(batch, config, prep, util, a_out, keys, offsets)
     return ProcessAdvantages(

@@ -14,6 +14,9 @@ from factutil.errors import UNKNOWN_FIELD, error_messages, short, unknown_field_
 
 FilterName = Literal["negation", "numeric", "relation", "entity"]
 
+CLUSTERS = {"clusters": True}
+"""The mark of a field that changes which facts share a cluster (:func:`clustering_fields`)."""
+
 PRESETS: dict[str, dict[str, Any]] = {  # name -> the fields it sets unless given explicitly
     # The library's defaults: the paper's method with the group-centred prior of cluster success.
     "default": {},
@@ -54,32 +57,40 @@ class FactUtilConfig(BaseModel):
         "semantic",
         description="Clustering: 'semantic' (embeddings + filters) or 'exact' (the paper's ablation); "
         "'exact' when facts='retrieved' and mode is not given.",
+        json_schema_extra=CLUSTERS,
     )
     triple_template: str = Field(
-        "{subject} | {relation} | {object}", description="Text of a triple before normalisation."
+        "{subject} | {relation} | {object}", description="Text of a triple before normalisation.",
+        json_schema_extra=CLUSTERS,
     )
     embedding_model: str | None = Field(
-        None, description="semantic mode: sentence-transformers name or path; None = bundled MiniLM."
+        None, description="semantic mode: sentence-transformers name or path; None = bundled MiniLM.",
+        json_schema_extra=CLUSTERS,
     )
     sim_threshold: float = Field(
-        0.90, ge=-1.0, le=1.0, description="semantic mode: cosine at or above which two facts may merge."
+        0.90, ge=-1.0, le=1.0, description="semantic mode: cosine at or above which two facts may merge.",
+        json_schema_extra=CLUSTERS,
     )
     sim_decimals: int = Field(
-        4, ge=1, le=7, description="semantic mode: cosines are rounded to this many decimals first."
+        4, ge=1, le=7, description="semantic mode: cosines are rounded to this many decimals first.",
+        json_schema_extra=CLUSTERS,
     )
     filters: tuple[FilterName, ...] = Field(
         ("negation", "numeric", "relation", "entity"),
         description="semantic mode: the vetoes applied to candidate pairs (empty = embeddings only).",
+        json_schema_extra=CLUSTERS,
     )
     key_edges: bool = Field(
         True,
         description="semantic mode: also link facts the filter analysis reads as the same fact "
         "(e.g. an inverse relation with subject and object swapped), whatever their cosine.",
+        json_schema_extra=CLUSTERS,
     )
     embedding_backend: Literal["minilm", "minilm-int8", "static"] = Field(
         "minilm",
         description="semantic mode: 'minilm' (sentence-transformers; embedding_model may replace it), "
         "'minilm-int8' (ONNX int8, CPU), 'static' (static vectors distilled from MiniLM).",
+        json_schema_extra=CLUSTERS,
     )
     embedding_device: str | None = Field(
         None, description="semantic mode: torch device for the embedder; None = CUDA when present."
@@ -90,12 +101,16 @@ class FactUtilConfig(BaseModel):
         "its batch).",
     )
     knn_min_size: int = Field(
-        4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN."
+        4000, ge=2, description="semantic mode: above this many facts in a group use hnswlib k-NN.",
+        json_schema_extra=CLUSTERS,
     )
-    knn_k: int = Field(10, ge=1, description="semantic mode: neighbours per fact in the k-NN graph.")
-    hnsw_m: int = Field(16, ge=2, description="semantic mode: hnswlib M.")
-    hnsw_ef: int = Field(64, ge=1, description="semantic mode: hnswlib ef_construction and ef.")
-    hnsw_seed: int = Field(0, ge=0, description="semantic mode: hnswlib random seed.")
+    knn_k: int = Field(10, ge=1, description="semantic mode: neighbours per fact in the k-NN graph.",
+                       json_schema_extra=CLUSTERS)
+    hnsw_m: int = Field(16, ge=2, description="semantic mode: hnswlib M.", json_schema_extra=CLUSTERS)
+    hnsw_ef: int = Field(64, ge=1, description="semantic mode: hnswlib ef_construction and ef.",
+                         json_schema_extra=CLUSTERS)
+    hnsw_seed: int = Field(0, ge=0, description="semantic mode: hnswlib random seed.",
+                           json_schema_extra=CLUSTERS)
     cache_max_entries: int = Field(
         100_000, ge=0, description="semantic mode: most embeddings kept in the LRU cache."
     )
@@ -316,3 +331,15 @@ def config_from_values(
         return FactUtilConfig.model_validate(dict(values))
     except ValidationError as problem:
         raise error(error_lines(problem, where)) from problem
+
+
+def clustering_fields(config: FactUtilConfig) -> dict[str, Any]:
+    """What ``config``'s clusters depend on (docs/method.md §2): ``mode`` and, in semantic mode,
+    every field marked :data:`CLUSTERS`, by name (sequences as tuples). Two configs cluster a
+    batch alike when these are equal (device, batch size and cache bounds change vectors only by
+    float rounding, which an embedder's name and a work item's device cover)."""
+    if config.mode == "exact":
+        return {"mode": "exact"}
+    return {name: tuple(value) if isinstance(value, (list, tuple)) else value
+            for name, field in FactUtilConfig.model_fields.items()
+            if field.json_schema_extra == CLUSTERS for value in (getattr(config, name),)}

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from operator import attrgetter
-from typing import NamedTuple
-
-from factutil.actions import Triple
+from typing import Any, NamedTuple
 
 DEFAULT_TEMPLATE = "{subject} | {relation} | {object}"
-_PARTS = attrgetter("subject", "relation", "object")  # (subject, relation, object) of a Triple or Fact
+_PARTS = attrgetter("subject", "relation", "object")  # of a Fact or a triple model
 
 
 def normalize_fact_text(text: str) -> str:
@@ -22,23 +19,21 @@ def normalize_fact_text(text: str) -> str:
 
 
 class Fact(NamedTuple):
-    """A validated triple as a plain tuple (what a :class:`Clusterer` gets): :class:`Triple`'s
-    attributes at a fraction of the cost."""
+    """A validated triple as a plain tuple (what a :class:`~factutil.cluster.Clusterer` gets)."""
 
     subject: str
     relation: str
     object: str
 
 
-@lru_cache(maxsize=1 << 16)
 def fact_text(subject: str, relation: str, object: str, template: str = DEFAULT_TEMPLATE) -> str:
-    """The normalised text of a triple under ``template`` (docs/method.md §2.1); memoised, as
-    rollouts and training steps repeat facts."""
+    """The normalised text of a triple under ``template`` (docs/method.md §2.1)."""
     return normalize_fact_text(template.format(subject=subject, relation=relation, object=object))
 
 
-def triple_text(triple: Triple | Fact, template: str = DEFAULT_TEMPLATE) -> str:
-    """The normalised text of a triple under ``template`` (docs/method.md §2.1)."""
+def triple_text(triple: Any, template: str = DEFAULT_TEMPLATE) -> str:
+    """The normalised text of a :class:`Fact` (or anything with its three attributes) under
+    ``template`` (docs/method.md §2.1)."""
     return fact_text(triple.subject, triple.relation, triple.object, template)
 
 
@@ -58,8 +53,12 @@ def distinct_facts(
         ``(texts, chosen, position)``: the k distinct texts, sorted; the index in ``parts`` of
         each one's representative; per part, ``first`` + the position of its text.
     """
-    texts = ([fact_text(*part, template) for part in parts] if key is None
-             else [key(part) for part in parts])
+    if key is None:  # each distinct triple's text once: a batch repeats its triples
+        text_of: dict[tuple[str, ...], str] = {}
+        texts = [text_of.get(whole) or text_of.setdefault(whole, fact_text(*whole, template))
+                 for whole in map(tuple, parts)]
+    else:
+        texts = [key(part) for part in parts]
     local: dict[str, int] = {}
     best: list[int] = []
     found: list[int] = []
@@ -80,8 +79,8 @@ def distinct_facts(
 
 
 def representatives(
-    triples: Sequence[Triple], template: str = DEFAULT_TEMPLATE
-) -> tuple[list[str], list[Triple]]:
+    triples: Sequence[Any], template: str = DEFAULT_TEMPLATE
+) -> tuple[list[str], list[Any]]:
     """(texts, triples): the k distinct texts of ``triples``, sorted, each with its
     representative (:func:`distinct_facts`)."""
     texts, chosen, _ = distinct_facts([_PARTS(triple) for triple in triples], template)

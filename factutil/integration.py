@@ -78,7 +78,7 @@ def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, 
         config, clusterer: the core's (reuse one clusterer across steps: its caches).
         column: the ``action_columns`` key returned: ``"advantage"`` (A, replacing the
             trainer's) or ``"process_advantage"`` (A_proc, added as omega * A_proc).
-        work: per rollout whose worker was to make some, a :class:`~factutil.workers.FactWork`,
+        work: per rollout whose worker was to make some, a work item (:mod:`factutil.workers`),
             its bytes or base64 text, or None (none came).
 
     Never raises: a group the core skips is in ``fallback`` with its reason; when the core call

@@ -12,7 +12,15 @@ from pydantic import ValidationError
 
 from factutil.errors import short
 from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
-from factutil.schema import AnswerAction, Group, InvalidAction, Rollout, SearchAction, group_key
+from factutil.schema import (
+    AnswerAction,
+    AssertAction,
+    Group,
+    InvalidAction,
+    Rollout,
+    SearchAction,
+    group_key,
+)
 from factutil.search_r1 import document_passage
 
 GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
@@ -186,22 +194,19 @@ def rollout_row(rollout: Rollout) -> dict[str, Any]:
 
 
 def action_row(action: Any) -> dict[str, Any]:
-    """An action model as a dict of its fields (no extra keys), assert triples as
-    ``[subject, relation, object]`` lists, listed passages as :class:`factutil.search_r1.Passage`;
-    a TypeError for anything else."""
-    kind = getattr(action, "action", None)  # the discriminator: isinstance on models is slow
-    if kind == "assert":
-        return {"action": "assert",
-                "triples": [[t.subject, t.relation, t.object] for t in action.triples]}
-    fields = _ROW_FIELDS.get(kind) if isinstance(kind, str) else None
-    if fields is None:
+    """An action model as a dict of its fields (no extra keys; a search's ``passages`` only when
+    listed, as :class:`factutil.search_r1.Passage`), assert triples as ``[subject, relation,
+    object]`` lists; a TypeError for anything else."""
+    if type(action) not in _ACTION_MODELS and not isinstance(action, _ACTION_MODELS):
         raise TypeError(f"expected an action model, got {type(action).__name__}")
-    row = {name: getattr(action, name) for name in fields}
-    if kind == "search" and action.passages is not None:  # listed passages (facts="retrieved")
-        row["passages"] = [document_passage(item.model_dump()) for item in action.passages]
+    row = dict(action.__dict__)  # the declared fields (extra keys live apart)
+    if row["action"] == "assert":
+        row["triples"] = [list(triple) for triple in row["triples"]]
+    elif row.get("passages", ()) is None:
+        del row["passages"]
+    elif "passages" in row:  # listed passages (facts="retrieved")
+        row["passages"] = [document_passage(item.model_dump()) for item in row["passages"]]
     return row
 
 
-_ROW_FIELDS = {kind: tuple(name for name in model.model_fields if name != "passages")
-               for kind, model in (("search", SearchAction), ("answer", AnswerAction),
-                                   ("invalid", InvalidAction))}
+_ACTION_MODELS = (SearchAction, AssertAction, AnswerAction, InvalidAction)

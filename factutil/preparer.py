@@ -1,6 +1,6 @@
 """The rollout workers' side of :mod:`factutil.workers`: a :class:`FactPreparer` per worker makes
-each rollout's work, carried under :data:`WORK_KEY` to :func:`~factutil.integration.score_batch`
-(not in workers.py: it owns a clusterer, and the clusterer imports workers)."""
+each rollout's work item, carried under :data:`WORK_KEY` to
+:func:`~factutil.integration.score_batch`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from cachetools import LRUCache
 
-from factutil.cluster import make_clusterer
+from factutil.cluster import SemanticClusterer
 from factutil.config import FactUtilConfig
-from factutil.workers import FactWork, make_work, triples_of
+from factutil.workers import assert_triples, make_work, work_bytes
 
 __all__ = ["WORK_KEY", "FactPreparer", "prepares_in_workers"]
 
@@ -30,7 +30,7 @@ def prepares_in_workers(config: FactUtilConfig) -> bool:
 
 
 class FactPreparer:
-    """A rollout worker's per-fact work: one :class:`~factutil.workers.FactWork` per call of
+    """A rollout worker's per-fact work: one work item (:mod:`factutil.workers`) per call of
     the facts not shipped before (an LRU of ``config.cache_max_entries``; the trainer's clusterer
     computes any it lacks, so the numbers never depend on what was shipped). One per worker
     process and (the trainer's) config; it owns ``clusterer`` (None: made on the first call).
@@ -49,30 +49,31 @@ class FactPreparer:
         self._waiting: list[Any] = []  # rollouts whose call waits for the lock
         self._waiting_lock = threading.Lock()
 
-    def text(self, facts: Any) -> str | None:
+    def text(self, actions: Any) -> str | None:
         """:meth:`__call__`'s work as base64 text of its bytes, for JSON fields (OpenRLHF's
         payload): None when it failed, ``""`` when it holds no fact."""
-        work = self(facts)
-        if work is None or not len(work):
+        work = self(actions)
+        if work is None or not len(work["parts"]):
             return None if work is None else ""
-        return base64.b64encode(work.to_bytes()).decode("ascii")
+        return base64.b64encode(work_bytes(work)).decode("ascii")
 
-    def __call__(self, facts: Any) -> FactWork | None:
-        """The work of the facts of ``facts`` (what :func:`~factutil.workers.triples_of` reads)
-        not shipped before; None when it failed (counted in ``failures``, logged once: the
-        trainer's step does it). Never raises."""
+    def __call__(self, actions: Any) -> dict[str, Any] | None:
+        """The work item of the facts one rollout's ``actions`` assert
+        (:func:`~factutil.workers.assert_triples`) that were not shipped before; None when it
+        failed (counted in ``failures``, logged once: the trainer's step does it). Never
+        raises."""
         try:
             with self._waiting_lock:
-                self._waiting.append(facts)
+                self._waiting.append(actions)
             with self._lock:
                 if self._clusterer is None:
-                    self._clusterer = make_clusterer(self.config)
+                    self._clusterer = SemanticClusterer(self.config)
                 with self._waiting_lock:
                     waiting, self._waiting = self._waiting, []
                 if len(waiting) > 1:
                     self._warm(waiting)
                 shipped = self._shipped
-                new = [key for key in dict.fromkeys(triples_of(facts, self.config.max_turns))
+                new = [key for key in dict.fromkeys(assert_triples(actions, self.config.max_turns))
                        if key not in shipped]
                 work = make_work(new, self.config, self._clusterer)
                 for key in new:
@@ -89,10 +90,10 @@ class FactPreparer:
         """Embed and analyse every waiting rollout's facts in one call, into the clusterer's
         caches (a rollout that cannot be read is left to its own call)."""
         parts = []
-        for facts in waiting:
+        for actions in waiting:
             try:
-                parts += triples_of(facts, self.config.max_turns)
-            except (TypeError, ValueError):
+                parts += assert_triples(actions, self.config.max_turns)
+            except (TypeError, ValueError, KeyError):
                 continue
         parts = [key for key in dict.fromkeys(parts) if key not in self._shipped]
         if parts:

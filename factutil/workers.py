@@ -1,10 +1,19 @@
-"""Per-fact work made where the rollouts are (docs/method.md §2.1–§2.4), and the one rule for
-what a config's clusters depend on (:func:`clustering_fit`).
+"""Per-fact work made where the rollouts are (docs/method.md §2.2): its one form, the function
+the step reads it through (:func:`read_work`) and the rule for whom it fits (:func:`fit_key`).
 
-A fact's normalised text, embedding and filter analysis depend on that fact alone, so a rollout
-worker can make them for its share (:func:`make_work`) and ship a :class:`FactWork` (numpy arrays
-and lists, or ``.npz`` bytes for a channel of bytes or JSON). The step (``work=``) caches what
-fits its clusterer and computes the rest, so its results are the same bit for bit.
+A work item is a mapping of five keys, its n distinct facts sorted by their parts::
+
+    fit        str              fit_key(config, embedder name): this factutil build, the
+                                config's fields that change clusters, the embedder
+    device     str              the kind of device the vectors were made on ("cpu", "cuda" ...)
+    parts      bytes (n, 3)     each fact's subject, relation and object, UTF-8
+    vectors    float32 (n, d)   the embedder's unit vectors of the facts' normalised texts
+    truncated  bool (n,)        whether the embedder reads a fact's text only in part
+
+Ray, pickle and verl's TransferQueue move the mapping as it is; a channel of bytes (OpenRLHF's
+JSON payload, as base64) carries :func:`work_bytes`, numpy's ``.npz`` of the same keys, read
+with ``allow_pickle=False``. No filter analysis travels: the step's clusterer analyses every
+fact itself, since a shipped one could only be trusted by redoing it (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -13,389 +22,276 @@ import hashlib
 import io
 import json
 import zipfile
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from factutil.actions import Action, AssertAction, Triple
-from factutil.config import FactUtilConfig, as_config
-from factutil.embed import config_embedder, device_type, embed_unique, truncated_texts
-from factutil.errors import error_messages, short
-from factutil.facts import Fact, fact_text
-from factutil.filters import FactFeatures, FilterCache, analyze
-from factutil.filters.features import fact_key, is_negated, is_symmetric
-from factutil.load import rollout_row
-from factutil.schema import Rollout, coerce_action
+from factutil.cluster import Given, SemanticClusterer
+from factutil.config import FactUtilConfig, as_config, clustering_fields
+from factutil.embed import device_type
+from factutil.errors import short
+from factutil.load import action_row
 
-__all__ = ["CLUSTERING_FIELDS", "FactWork", "analysis_values", "check_unit", "clusterer_mismatch",
-           "clustering_fit", "features_from", "fit_key", "make_work", "triples_of"]
+__all__ = ["WORK_FIELDS", "assert_triples", "build_id", "fit_key", "make_work", "read_work",
+           "work_bytes", "work_items"]
 
-CLUSTERING_FIELDS = (
-    "triple_template", "embedding_model", "embedding_backend", "sim_threshold", "sim_decimals",
-    "filters", "key_edges", "knn_min_size", "knn_k", "hnsw_m", "hnsw_ef", "hnsw_seed",
-)
-"""The config fields a semantic clusterer's clusters depend on (device, batch size and cache
-bounds change vectors only by float rounding, which the embedder's name in a work's fit covers)."""
-
-_VALIDATE_ACTIONS = TypeAdapter(list[Action]).validate_python
+WORK_FIELDS = ("fit", "device", "parts", "vectors", "truncated")
+"""The keys of a work item, in the order of the module's table."""
 
 
-def _version() -> str:
+@cache  # a constant of the code this process runs, read once
+def build_id() -> str:
+    """This factutil's version and a digest of its source files: work made by another build (a
+    rolling restart, a half-upgraded cluster) never fits, whatever its version says."""
     try:
-        return metadata.version("factutil")
+        version = metadata.version("factutil")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
+        version = "unknown"
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".tsv"):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return f"{version}+{digest.hexdigest()[:12]}"
 
 
-def clustering_fit(config: FactUtilConfig, embedder: str | None = None) -> tuple[tuple[str, Any], ...]:
-    """What clusters made under ``config`` depend on, as ``(name, value)`` pairs: the factutil
-    version, ``mode``, in semantic mode every field of :data:`CLUSTERING_FIELDS`, and
-    ``embedder`` (an embedder's ``name``) when given. Two fits are compatible when equal."""
-    fit: list[tuple[str, Any]] = [("version", _version()), ("mode", config.mode)]
-    if config.mode == "semantic":
-        fit += [(name, _plain(getattr(config, name))) for name in CLUSTERING_FIELDS]
-    if embedder is not None:
-        fit.append(("embedder", embedder))
-    return tuple(fit)
+def fit_key(config: FactUtilConfig, embedder: str) -> str:
+    """The fit a work item carries: ``"<build>:<16 hex digits>"``, a digest of :func:`build_id`,
+    :func:`~factutil.config.clustering_fields` of ``config`` and the embedder's ``name``. Work
+    fits a step whose key is equal."""
+    fields = sorted(clustering_fields(config).items())
+    digest = hashlib.sha256(json.dumps([build_id(), fields, embedder], default=str).encode())
+    return f"{build_id()}:{digest.hexdigest()[:16]}"
 
 
-def fit_key(fit: Sequence[tuple[str, Any]]) -> str:
-    """The short name of a fit that work carries (one work item ships per rollout):
-    ``"<version>:<16 hex digits of the fit's digest>"``."""
-    digest = hashlib.sha256(json.dumps(list(fit), default=str).encode()).hexdigest()[:16]
-    return f"{dict(fit).get('version')}:{digest}"
+def assert_triples(actions: Sequence[Any], max_turns: int) -> list[tuple[str, str, str]]:
+    """The ``(subject, relation, object)`` of each triple a rollout's actions assert before its
+    answer and within ``max_turns`` actions (what the step reads). ``actions``: action models or
+    their row dicts (:func:`factutil.load.action_row`); TypeError for anything else."""
+    out: list[tuple[str, str, str]] = []
+    for action in actions[:max_turns]:
+        row = action if isinstance(action, Mapping) else action_row(action)
+        if row.get("action") == "assert":
+            out += map(tuple, row["triples"])
+        elif row.get("action") == "answer":
+            break
+    return out
 
 
-def _plain(value: Any) -> Any:
-    """Sequences as tuples, so a list and a tuple compare equal."""
-    return tuple(_plain(item) for item in value) if isinstance(value, (list, tuple)) else value
+def make_work(triples: Iterable[Sequence[str]], config: FactUtilConfig | Mapping[str, Any] | None
+              = None, clusterer: SemanticClusterer | None = None) -> dict[str, Any]:
+    """The work item of some facts (docs/method.md §2.2): the distinct ``triples``
+    (``(subject, relation, object)``, three non-blank strings each), their vectors from the
+    embedder the step's clusterer would use (through its cache: the same bits) and their
+    truncation flags. In exact mode the vectors are (n, 0): there is nothing to embed.
 
-
-def clusterer_mismatch(own: Sequence[tuple[str, Any]], config: FactUtilConfig) -> str | None:
-    """Why a clusterer whose :func:`clustering_fit` is ``own`` cannot cluster for ``config``:
-    ``"name: clusterer X, config Y; ..."`` per differing field (only ``mode`` when the modes
-    differ), or None when they fit."""
-    a, b = dict(own), dict(clustering_fit(config))
-    differ = [(name, a.get(name), b.get(name)) for name in dict.fromkeys([*a, *b])
-              if a.get(name) != b.get(name)]  # a name one side lacks: None there
-    differ = [field for field in differ if field[0] == "mode"] or differ
-    return "; ".join(f"{name}: clusterer {mine!r}, config {theirs!r}"
-                     for name, mine, theirs in differ) or None
-
-
-@dataclass(frozen=True, eq=False)
-class FactWork:
-    """The per-fact work of n distinct facts (docs/method.md §2.1–§2.4), sorted by their parts.
-
-    ``fit``: :func:`fit_key` of its config and embedder's :func:`clustering_fit`; ``device``: the
-    device kind of the vectors (``"cpu"``, ``"cuda"`` …: two kinds differ by float rounding);
-    ``subjects``, ``relations``, ``objects``: n str each; ``vectors``: float32 (n, d),
-    L2-normalised, None in exact mode; ``analyses``: per fact :func:`analysis_values`, None when
-    no filter or key edge needs them; ``truncated``: per fact whether the embedder reads its text
-    only in part, None: the step asks its own embedder. Raises ValueError for fields of different
-    lengths, vectors not float32 (n, d) or ``truncated`` not bools.
-    """
-
-    fit: str
-    device: str
-    subjects: list[str]
-    relations: list[str]
-    objects: list[str]
-    vectors: np.ndarray | None
-    analyses: list[list[Any]] | None
-    truncated: list[bool] | None = None
-
-    def __post_init__(self) -> None:
-        n = len(self.subjects)
-        sizes = {"relations": len(self.relations), "objects": len(self.objects)}
-        sizes |= {name: len(column) for name in ("analyses", "truncated")
-                  if (column := getattr(self, name)) is not None}
-        if self.truncated is not None and not all(type(flag) is bool for flag in self.truncated):
-            raise ValueError("FactWork: truncated must hold bools")
-        for name, size in sizes.items():
-            if size != n:
-                raise ValueError(f"FactWork: {name} has {size} entries, subjects {n}")
-        vectors = self.vectors
-        if vectors is not None and (not isinstance(vectors, np.ndarray) or vectors.dtype != np.float32
-                                    or vectors.ndim != 2 or len(vectors) != n):
-            shown = (f"{vectors.dtype} {vectors.shape}" if isinstance(vectors, np.ndarray)
-                     else type(vectors).__name__)
-            raise ValueError(f"FactWork: vectors must be float32 ({n}, d), got {shown}")
-
-    def __len__(self) -> int:
-        return len(self.subjects)
-
-    def __repr__(self) -> str:
-        width = None if self.vectors is None else self.vectors.shape[1]
-        return (f"FactWork(facts={len(self)}, dims={width}, device={self.device!r}, "
-                f"analyses={self.analyses is not None}, fit={self.fit!r})")
-
-    @property
-    def parts(self) -> list[tuple[str, str, str]]:
-        """Each fact's ``(subject, relation, object)``."""
-        return list(zip(self.subjects, self.relations, self.objects))
-
-    def features(self) -> list[FactFeatures]:
-        """Each fact's :func:`features_from`; ValueError without analyses or for a bad one."""
-        if self.analyses is None:
-            raise ValueError("FactWork: no analyses")
-        return [features_from(parts, values) for parts, values in zip(self.parts, self.analyses)]
-
-    @classmethod
-    def of(cls, item: Any) -> FactWork:
-        """``item`` as a FactWork: a FactWork, the mapping of its fields (what a msgpack channel
-        such as verl's TransferQueue gives back), or its bytes; ValueError for anything else."""
-        if isinstance(item, cls):
-            return item
-        if isinstance(item, Mapping):
-            try:
-                return cls(**item)
-            except TypeError as error:
-                raise ValueError(f"FactWork.of: not a FactWork's fields ({error})") from None
-        if not isinstance(item, (bytes, bytearray, memoryview)):  # bytes(10**12) would allocate
-            raise ValueError(f"FactWork.of: not a FactWork, fields or bytes: "  # noqa: TRY004
-                             f"{type(item).__name__} {short(item)}")
-        return cls.from_bytes(item)
-
-    @classmethod
-    def items_of(cls, work: Any) -> list[Any]:
-        """A step's ``work=`` as its items: a FactWork, its bytes or its field mapping is one item,
-        and so is anything not iterable (for :meth:`of` to refuse); a sequence, its items."""
-        single = isinstance(work, (cls, bytes, bytearray, memoryview, Mapping))
-        return [work] if single or not isinstance(work, Iterable) else list(work)
-
-    def to_bytes(self) -> bytes:
-        """This work as numpy's ``.npz`` (strings as unicode arrays; fit, device, analyses and
-        truncated as JSON text), for channels that carry only bytes."""
-        arrays = {name: np.array(getattr(self, name), dtype=str)
-                  for name in ("subjects", "relations", "objects")}
-        head = {"fit": self.fit, "device": self.device, "analyses": self.analyses,
-                "truncated": self.truncated}
-        arrays["head"] = np.array(json.dumps(head, ensure_ascii=False))
-        if self.vectors is not None:
-            arrays["vectors"] = self.vectors
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        return buffer.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> FactWork:
-        """Read :meth:`to_bytes`' output; nothing runs and every field is checked. Raises
-        ValueError (saying what) for truncated or changed bytes, sizes beyond the data, a bad
-        head, lengths that disagree or vectors that are not finite unit vectors."""
-        try:
-            arrays = _read_npz(bytes(data))
-            head = json.loads(str(arrays.pop("head")[()]))
-            keys = {"fit", "device", "analyses"}
-            if not isinstance(head, dict) or not keys <= set(head) <= keys | {"truncated"}:
-                raise ValueError("the head is not {fit, device, analyses[, truncated]}")
-            fit, device, analyses = head["fit"], head["device"], head["analyses"]
-            truncated = head.get("truncated")
-            if not isinstance(fit, str) or not isinstance(device, str) \
-                    or analyses is not None and not isinstance(analyses, list) \
-                    or truncated is not None and not isinstance(truncated, list):
-                raise ValueError("fit, device, analyses or truncated of the wrong type")
-            strings = {}
-            for name in ("subjects", "relations", "objects"):
-                column = arrays.pop(name)
-                if column.dtype.kind != "U" or column.ndim != 1:
-                    raise ValueError(f"{name} is {column.dtype} {column.shape}, not strings")
-                strings[name] = column.tolist()
-            vectors = arrays.pop("vectors", None)
-            if arrays:
-                raise ValueError(f"unknown members {sorted(arrays)}")
-            if vectors is not None:
-                check_unit(vectors)
-            work = cls(fit, device, **strings, vectors=vectors, analyses=analyses,
-                       truncated=truncated)
-            if analyses is not None:
-                work.features()
-        except (ValueError, TypeError, KeyError, OSError, EOFError, RecursionError,
-                MemoryError, OverflowError, zipfile.BadZipFile) as error:
-            raise ValueError(f"FactWork.from_bytes: not a FactWork's bytes "
-                             f"({type(error).__name__}: {error!s:.200})") from None
-        return work
-
-
-def _read_npz(data: bytes) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` (no pickle), each member's declared size checked against its
-    bytes before anything is allocated."""
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        for info in archive.infolist():
-            if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
-                raise ValueError(f"member {info.filename!r} is compressed or larger than the data")
-            with archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = read_header(member)
-                declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
-                if dtype.hasobject or declared != info.file_size - member.tell():
-                    raise ValueError(f"member {info.filename!r} declares {shape} {dtype} in "
-                                     f"{info.file_size - member.tell()} bytes")
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
-
-
-def check_unit(vectors: np.ndarray) -> None:
-    """Raise ValueError unless ``vectors`` are float32 (n, d) finite unit rows (naming the first
-    bad row): a changed value must not reach the similarities as an overflow or a NaN."""
-    if vectors.dtype != np.float32 or vectors.ndim != 2:
-        raise ValueError(f"vectors are {vectors.dtype} {vectors.shape}, not float32 (n, d)")
-    with np.errstate(all="ignore"):
-        norms = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
-    bad = ~(np.abs(norms - 1.0) <= 1e-3)
-    if bad.any():
-        raise ValueError(f"vector {int(np.flatnonzero(bad)[0])} is not a finite unit vector")
-
-
-def analysis_values(f: FactFeatures) -> list[Any]:
-    """A fact's analysis as plain JSON values: the :class:`~factutil.filters.FactFeatures` fields
-    that the parts and the other fields do not determine."""
-    return [f.subject_key, f.object_key, f.relation_id, f.inverse, f.relation_key,
-            list(f.negation_cues), sorted(f.words), [list(q) for q in f.quantities]]
-
-
-def features_from(parts: tuple[str, str, str], values: Any) -> FactFeatures:
-    """The :class:`~factutil.filters.FactFeatures` of the fact ``parts`` from its
-    :func:`analysis_values`, derived fields by :func:`~factutil.filters.analyze`'s rules. Raises
-    ValueError (the fact named) when ``values`` are not an analysis's."""
-    try:
-        subject_key, object_key, relation_id, inverse, relation_key, cues, words, quantities = values
-        "".join((subject_key, object_key, relation_key, relation_id or "", *cues, *words))
-        if type(inverse) is not bool or type(cues) is not list or type(words) is not list:
-            raise TypeError("inverse must be a bool, cues and words lists")  # join: all str
-        cues = tuple(cues)
-        if type(quantities) is not list or not all(type(q) is list for q in quantities):
-            raise TypeError("quantities must be a list of lists")
-        quantities = tuple(map(tuple, quantities)) if quantities else ()
-        hash(quantities)  # a list or mapping inside a quantity raises TypeError
-        negated = is_negated(cues)
-        return FactFeatures(*parts, subject_key, object_key, relation_id, inverse, negated,
-                            quantities, fact_key(relation_key, subject_key, object_key, negated,
-                                                 quantities),
-                            relation_key, is_symmetric(relation_id), cues, frozenset(words))
-    except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"the analysis of {parts!r:.80} is not one ({error!s:.80})") from None
-
-
-def make_work(items: Any, config: FactUtilConfig | Mapping[str, Any] | None = None,
-              clusterer: Any = None) -> FactWork:
-    """The per-fact work of a worker's share of rollouts (docs/method.md §2.1–§2.4): the
-    distinct triples of ``items`` (:func:`triples_of`) and, in semantic mode, their vectors from
-    the embedder the step's clusterer would use (through :func:`~factutil.embed.embed_unique`:
-    the same bit for bit), their truncation flags and, when needed, their analyses.
-
-    ``config``: a :class:`FactUtilConfig` or a mapping of its fields (None: the clusterer's, else
-    the defaults). ``clusterer``: a :class:`~factutil.cluster.SemanticClusterer` whose embedder
-    and caches to use (keep one per worker: the model loads once); None: the config's embedder.
-    Raises TypeError or ValueError as :func:`triples_of` or for a clusterer built for another
-    config, pydantic.ValidationError for a bad ``config``.
+    ``config``: a :class:`FactUtilConfig` or a mapping of its fields (None: the clusterer's,
+    else the defaults). ``clusterer``: the worker's :class:`~factutil.cluster.SemanticClusterer`
+    (keep one per worker: the model loads once); None: one made for ``config``. Raises
+    ValueError for a triple that is not three non-blank strings (its index named) or a
+    clusterer built for another config; TypeError for a config of the wrong type.
     """
     own = getattr(clusterer, "config", None)
     config = own if config is None and own is not None else as_config(config)
-    differ = None if own is None else clusterer_mismatch(clustering_fit(own), config)
-    if differ:
-        raise ValueError(f"make_work: the clusterer was built for another config ({differ})")
-    parts = sorted(set(triples_of(items, config.max_turns)))
-    subjects, relations, objects = (list(column) for column in zip(*parts)) if parts else ([], [], [])
+    if own is not None and clustering_fields(own) != clustering_fields(config):
+        raise ValueError("make_work: the clusterer was built for another clustering config")
+    parts = sorted({_triple(triple, index) for index, triple in enumerate(triples)})
+    encoded = np.char.encode(np.array(parts, dtype=str).reshape(-1, 3), "utf-8")
     if config.mode == "exact":
-        return FactWork(fit_key(clustering_fit(config)), "cpu", subjects, relations, objects,
-                        None, None)
-    texts = [fact_text(*key, config.triple_template) for key in parts]
-    embedder = getattr(clusterer, "embedder", None) or config_embedder(config)
-    cache = getattr(clusterer, "cache", None)
-    vectors = embed_unique(texts, embedder, cache) if parts else np.zeros((0, 0), np.float32)
-    truncated = truncated_texts(texts, embedder).tolist()
-    analyses = None
-    if config.filters or config.key_edges:
-        filter_cache = getattr(clusterer, "filter_cache", None) or FilterCache()
-        analyses = [analysis_values(analyze(*key, cache=filter_cache)) for key in parts]
-    return FactWork(fit_key(clustering_fit(config, embedder.name)), device_type(embedder),
-                    subjects, relations, objects, vectors, analyses, truncated)
+        return {"fit": fit_key(config, ""), "device": "cpu", "parts": encoded,
+                "vectors": np.zeros((len(parts), 0), np.float32),
+                "truncated": np.zeros(len(parts), dtype=bool)}
+    clusterer = clusterer if clusterer is not None else SemanticClusterer(config)
+    vectors, truncated = clusterer.embed_facts(parts)
+    return {"fit": fit_key(config, clusterer.embedder.name),
+            "device": device_type(clusterer.embedder), "parts": encoded, "vectors": vectors,
+            "truncated": truncated}
 
 
-def triples_of(items: Any, max_turns: int) -> list[tuple[str, str, str]]:
-    """The exact ``(subject, relation, object)`` of every triple ``items`` holds, in order.
+def _triple(triple: Any, index: int) -> tuple[str, str, str]:
+    if (isinstance(triple, (list, tuple)) and len(triple) == 3
+            and all(isinstance(part, str) and part.strip() for part in triple)):
+        return (triple[0], triple[1], triple[2])
+    raise ValueError(f"make_work: triples[{index}] is not three non-blank strings: "
+                     f"{short(triple, 80)}")
 
-    ``items``: a rollout (:class:`~factutil.schema.Rollout` or docs/method.md §8 dict) or an
-    iterable of rollouts, action lists, actions (dicts or models: together one trajectory) and
-    triples (:class:`~factutil.schema.Triple`, :class:`~factutil.facts.Fact`, ``[s, r, o]``).
-    Of a trajectory only the asserts before its answer and within ``max_turns`` actions count.
-    Raises ValueError or TypeError for an item that is none of these (index and value named).
+
+def work_bytes(work: Mapping[str, Any]) -> bytes:
+    """A work item as numpy's ``.npz`` (uncompressed), for channels that carry only bytes."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: np.asarray(work[name]) for name in WORK_FIELDS})
+    return buffer.getvalue()
+
+
+def read_work(work: Any, fit: str, device: str, dims: int, same_device: bool = False,
+              ) -> tuple[Given, dict[str, float], list[str]]:
+    """The step's reading of worker work (its ``work=``): each item checked alone.
+
+    Args:
+        work: one item (a mapping of :data:`WORK_FIELDS` or its :func:`work_bytes`) or a
+            sequence of items (None items skipped).
+        fit, device, dims: the step's :func:`fit_key`, device kind and vector width.
+        same_device: ignore items made on another kind of device.
+
+    Returns:
+        ``(given, counts, warnings)``: the facts of the items that check out with their vectors
+        and flags (the first of a fact repeated); ``work_ignored`` (another fit or device),
+        ``work_unreadable`` (not the form: wrong keys, types, shapes, dtypes, vectors that are
+        not finite unit rows of width ``dims``, parts that are not non-blank UTF-8) and
+        ``work_other_device`` (facts of items used from another kind of device); at most one
+        warning per kind. Never raises: the step computes the facts of every item left out.
     """
-    if isinstance(items, Rollout):
-        return _assert_parts(rollout_row(items)["actions"], max_turns)
-    if isinstance(items, Mapping):
-        if "actions" not in items:
-            raise ValueError(f"make_work: a rollout dict needs `actions`, got keys "
-                             f"{short(sorted(map(str, items)))}")
+    items = work_items(work)
+    ignored: Counter[str] = Counter()
+    other: Counter[str] = Counter()
+    unreadable: list[str] = []
+    fitting = []  # the fields of each item of the right form and fit
+    for item in items:
+        if item is None:
+            continue
         try:
-            row = rollout_row(Rollout.model_validate(items))
-        except ValidationError as error:
-            where, message = error_messages(error, whole="rollout")[0]
-            raise ValueError(f"make_work: {where}: {message}") from None
-        return _assert_parts(row["actions"], max_turns)
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise TypeError(f"make_work: items must be rollouts, actions or triples, got "
-                        f"{short(items)}")
-    out: list[tuple[str, str, str]] = []
-    actions: list[dict[str, Any]] = []
-    for index, item in enumerate(items):
-        if isinstance(item, Rollout) or isinstance(item, Mapping) and "actions" in item:
-            out += triples_of(item, max_turns)
-        elif isinstance(item, (Mapping, BaseModel)) and not isinstance(item, Triple):
-            actions.append(_action(item, index))
-        elif isinstance(item, (list, tuple)) and not _is_triple(item) and not isinstance(item, Fact):
-            out += triples_of(item, max_turns)
+            fields = _form(item, dims)
+        except _UNREADABLE as error:
+            kind = "" if type(error) is ValueError else f"{type(error).__name__}: "
+            unreadable.append(f"{kind}{error!s:.200}")
+            continue
+        if fields[0] != fit:
+            ignored[f"fit {fields[0]!r:.60}, not {fit!r}"] += 1
+        elif fields[1] != device and same_device:
+            ignored[f"device {fields[1]!r:.20}, not {device!r}"] += 1
         else:
-            out.append(_parts(item, index))
-    return out + _assert_parts(actions, max_turns) if actions else out
+            fitting.append(fields)
+    given, bad = _content(fitting, dims)
+    unreadable += bad
+    for fields, kept in zip(fitting, given.kept):
+        if kept and fields[1] != device:
+            other[fields[1]] += len(fields[2])
+    warnings = []
+    if ignored:
+        warnings.append(
+            f"{ignored.total()} work item(s) ignored, made for another clustering config, "
+            f"embedder, factutil build or device (their facts are computed here): "
+            + "; ".join(f"{n} with {reason}" for reason, n in sorted(ignored.items())))
+    if unreadable:
+        warnings.append(f"{len(unreadable)} work item(s) ignored, unreadable (their facts are "
+                        f"computed here): {unreadable[0]}")
+    if other:
+        warnings.append(
+            f"{other.total()} fact(s) of work embedded on another kind of device than this "
+            f"step's embedder ({device}): " + "; ".join(f"{n} on {kind}" for kind, n in
+                                                        sorted(other.items()))
+            + "; their vectors are used and differ from this device's by float rounding "
+            "(config prepared_device='same' ignores them)")
+    counts = {"work_ignored": float(ignored.total()), "work_unreadable": float(len(unreadable)),
+              "work_other_device": float(other.total())}
+    return Given(*given[:3]), counts, warnings
 
 
-def _is_triple(item: Sequence[Any]) -> bool:
-    return len(item) == 3 and all(isinstance(part, str) for part in item)
-
-
-def _action(item: Any, index: int) -> dict[str, Any]:
-    """One action item in its row form (``{"action": ..., "triples": [[s, r, o], ...]}``)."""
+def work_items(work: Any) -> list[Any]:
+    """A step's ``work=`` as its items: a mapping or bytes is one item, and so is anything that
+    cannot be iterated (for :func:`read_work` to refuse); a sequence, its items."""
+    if isinstance(work, (Mapping, bytes, bytearray, memoryview)):
+        return [work]
     try:
-        action = _VALIDATE_ACTIONS([coerce_action(item)])[0]
-    except ValidationError as error:
-        where, message = error_messages(error)[0]  # "[0].triples": the one item's index first
-        raise ValueError(f"make_work: items[{index}]{where.removeprefix('[0]')}: {message}") from None
-    if isinstance(action, AssertAction):
-        return {"action": "assert", "triples": [[t.subject, t.relation, t.object]
-                                                for t in action.triples]}
-    return {"action": action.action}
+        return list(work)
+    except Exception:  # noqa: BLE001 - not a sequence of items: one item, refused when read
+        return [work]
 
 
-def _parts(item: Any, index: int) -> tuple[str, str, str]:
-    """A triple item's exact parts, validated as :class:`Triple` is."""
-    if isinstance(item, (Triple, Fact)):
-        return (item.subject, item.relation, item.object)
-    if isinstance(item, (list, tuple)) and _is_triple(item) and all(part.strip() for part in item):
-        return (item[0], item[1], item[2])
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecursionError, MemoryError,
+               OverflowError)
+
+
+def _form(item: Any, dims: int) -> tuple[str, str, np.ndarray, np.ndarray, np.ndarray]:
+    """One item's fields if their types, shapes and dtypes are the form's; ValueError saying
+    what is wrong."""
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        item = _npz(bytes(item))
+    if not isinstance(item, Mapping) or set(item) != set(WORK_FIELDS):
+        keys = sorted(map(str, item)) if isinstance(item, Mapping) else None
+        raise ValueError(f"not a work item ({type(item).__name__}"
+                         f"{f' of keys {short(keys, 120)}' if keys is not None else ''}; a work "
+                         f"item has the keys {list(WORK_FIELDS)})")
+    fit, device, parts, vectors, cut = (item[name] for name in WORK_FIELDS)
+    fit, device = (str(value) if isinstance(value, str) or isinstance(value, np.ndarray)
+                   and value.shape == () and value.dtype.kind == "U" else None
+                   for value in (fit, device))
+    if fit is None or device is None:
+        raise ValueError("fit and device must be strings")
+    if not (isinstance(parts, np.ndarray) and parts.dtype.kind == "S" and parts.ndim == 2
+            and parts.shape[1] == 3):
+        raise ValueError(f"parts must be bytes (n, 3), got {_shape(parts)}")
+    n = len(parts)
+    if not (isinstance(vectors, np.ndarray) and vectors.dtype == np.float32
+            and vectors.shape == (n, dims)):
+        raise ValueError(f"vectors must be float32 ({n}, {dims}), got {_shape(vectors)}")
+    if not (isinstance(cut, np.ndarray) and cut.dtype == bool and cut.shape == (n,)):
+        raise ValueError(f"truncated must be bool ({n},), got {_shape(cut)}")
+    return fit, device, parts, vectors, cut
+
+
+class _Checked(NamedTuple):
+    parts: list[tuple[str, str, str]]
+    vectors: np.ndarray
+    truncated: np.ndarray
+    kept: list[bool]  # per item
+
+
+def _content(items: Sequence[tuple], dims: int) -> tuple[_Checked, list[str]]:
+    """The facts of the items whose vectors are finite unit rows and whose parts are non-blank
+    UTF-8, checked for all items at once; and why each other item was left out."""
+    sizes = [len(fields[2]) for fields in items]
+    if not sum(sizes):
+        return _Checked([], np.zeros((0, dims), np.float32), np.zeros(0, bool),
+                        [True] * len(items)), []
+    owner = np.repeat(np.arange(len(items)), sizes)
+    vectors = np.concatenate([fields[3] for fields in items])
+    with np.errstate(all="ignore"):
+        norms = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
+    reasons = {int(owner[row]): f"vector {row - sum(sizes[:owner[row]])} is not a finite unit "
+               f"vector" for row in np.flatnonzero(~(np.abs(norms - 1.0) <= 1e-3))[::-1]}
+    encoded = np.concatenate([fields[2] for fields in items]).tolist()
     try:
-        triple = Triple.model_validate(item)
-    except ValidationError as error:
-        where, message = error_messages(error, whole="")[0]
-        raise ValueError(f"make_work: items[{index}]{'.' + where if where else ''}: "
-                         f"{message}") from None
-    return (triple.subject, triple.relation, triple.object)
+        parts = [(s.decode(), r.decode(), o.decode()) for s, r, o in encoded]
+    except UnicodeDecodeError:  # find the items, and read the others' parts
+        parts = []
+        for row, three in enumerate(encoded):
+            try:
+                parts.append(tuple(part.decode() for part in three))
+            except UnicodeDecodeError as error:
+                reasons.setdefault(int(owner[row]), f"parts are not UTF-8 ({error})")
+                parts.append(("", "", ""))
+    for row, (s, r, o) in enumerate(parts):
+        if not (s.strip() and r.strip() and o.strip()):
+            reasons.setdefault(int(owner[row]), "a part is blank")
+    kept = [index not in reasons for index in range(len(items))]
+    rows = np.repeat(np.array(kept), sizes)
+    checked = _Checked([three for three, keep in zip(parts, rows.tolist()) if keep],
+                       vectors[rows], np.concatenate([fields[4] for fields in items])[rows], kept)
+    return checked, [reasons[index] for index in sorted(reasons)]
 
 
-def _assert_parts(actions: Sequence[Mapping[str, Any]], max_turns: int) -> list[tuple[str, str, str]]:
-    """The triples of the asserts the step reads: before the answer, within max_turns."""
-    out: list[tuple[str, str, str]] = []
-    for action in actions[:max_turns]:
-        kind = action["action"]
-        if kind == "assert":
-            out.extend(tuple(triple) for triple in action["triples"])
-        elif kind == "answer":
-            break
-    return out
+def _shape(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} {value.shape}"
+    return type(value).__name__
+
+
+def _npz(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of :func:`work_bytes`' output; ValueError for anything else. Members must be
+    stored uncompressed within the data (no decompression bomb); nothing is unpickled."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            if any(info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data)
+                   for info in archive.infolist()):
+                raise ValueError("a member is compressed or larger than the data")
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except (ValueError, OSError, EOFError, MemoryError, zipfile.BadZipFile, KeyError) as error:
+        raise ValueError(f"not a work item's bytes ({type(error).__name__}: "
+                         f"{error!s:.200})") from None

@@ -123,12 +123,12 @@ def test_work_made_with_other_rows_per_pass_does_not_fit_the_driver():
     it; a driver with the same rows per pass takes it."""
     from factutil.config import FactUtilConfig
     from factutil.embed import SentenceTransformerEmbedder
-    from factutil.workers import clustering_fit
+    from factutil.workers import fit_key
 
     config = FactUtilConfig(mode="semantic")
     driver, worker = SentenceTransformerEmbedder(), SentenceTransformerEmbedder(batch_size=8)
-    assert clustering_fit(config, worker.name) != clustering_fit(config, driver.name)
-    assert clustering_fit(config, worker.name) == clustering_fit(
+    assert fit_key(config, worker.name) != fit_key(config, driver.name)
+    assert fit_key(config, worker.name) == fit_key(
         config, SentenceTransformerEmbedder(batch_size=8).name)
 
 

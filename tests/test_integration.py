@@ -5,6 +5,7 @@ warning), and factutil.preparer, the rollout workers' side."""
 from __future__ import annotations
 
 import base64
+import io
 import logging
 
 import numpy as np
@@ -29,7 +30,6 @@ from factutil.integration import (
 from factutil.parse import parse_action
 from factutil.preparer import FactPreparer, prepares_in_workers
 from factutil.schema import FactUtilConfig
-from factutil.workers import FactWork
 
 EXACT = FactUtilConfig(mode="exact")
 FACT = ["Polish-Russian War", "director", "Xawery Żuławski"]
@@ -213,11 +213,12 @@ def test_the_preparer_ships_each_fact_once_and_never_fails_the_worker(caplog):
     preparer = FactPreparer(EXACT)
     actions = _group("0", (1.0, 0.0))[0]["actions"]
     work = preparer(actions)
-    assert isinstance(work, FactWork) and work.parts == [tuple(FACT)]
-    assert len(preparer(actions)) == 0  # shipped before: the trainer's clusterer keeps it
+    assert np.char.decode(work["parts"], "utf-8").tolist() == [FACT]
+    assert len(preparer(actions)["parts"]) == 0  # shipped before: the trainer's clusterer keeps it
     other = [{"action": "assert", "triples": [FACT, ["Xawery Żuławski", "mother", "M"]]}]
     text = preparer.text(other)
-    assert FactWork.from_bytes(base64.b64decode(text)).parts == [("Xawery Żuławski", "mother", "M")]
+    with np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False) as npz:
+        assert npz["parts"].tolist() == [["Xawery Żuławski".encode(), b"mother", b"M"]]
 
     log = logging.getLogger("factutil.test_integration")
     failing = FactPreparer(EXACT, log)
@@ -271,7 +272,7 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
         return preparer
 
     alone = [preparer_with(char_grams)(rollout) for rollout in rollouts]
-    assert all(len(work) == 2 for work in alone)
+    assert all(len(work["parts"]) == 2 for work in alone)
 
     calls: list[int] = []
     preparer = None
@@ -291,7 +292,7 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
             return char_grams.encode(texts)
 
     preparer = preparer_with(FirstCallWaits())
-    out: dict[int, FactWork] = {}
+    out: dict[int, dict] = {}
     first = threading.Thread(target=lambda: out.__setitem__(0, preparer(rollouts[0])))
     first.start()
     assert entered.wait(30)  # the first call is embedding (it has taken the waiting list)
@@ -303,8 +304,8 @@ def test_rollouts_that_wait_for_the_preparer_are_embedded_in_one_call(char_grams
         thread.join(30)
     assert calls == [2, 6]  # not [2, 2, 2, 2]
     assert preparer.coalesced == 2  # three rollouts, embedded in one of their calls
-    assert [out[i].parts for i in range(4)] == [work.parts for work in alone]
-    assert all(out[i].vectors.tobytes() == alone[i].vectors.tobytes() for i in range(4))
+    assert [out[i]["parts"].tolist() for i in range(4)] == [w["parts"].tolist() for w in alone]
+    assert all(out[i]["vectors"].tobytes() == alone[i]["vectors"].tobytes() for i in range(4))
 
 
 def test_the_step_never_switches_the_collector_from_another_thread(monkeypatch):

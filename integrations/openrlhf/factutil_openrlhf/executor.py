@@ -15,12 +15,12 @@ or ``{"version": 1, "error": "..."}`` when the recorded spans disagree with ``ac
 (that sample's group then keeps OpenRLHF's advantages).
 
 With ``prepare_in_workers`` (default: on in semantic mode) the executor also makes the episode's
-per-fact work here, inside the vLLM engine actor, once the episode ends (its facts' texts,
-embeddings on the engine's GPU when it has one and filter analyses, for the facts this engine has
-not shipped before: :class:`factutil.preparer.FactPreparer`) and adds it to the payload as
-``"work"``: the base64 text of the :class:`factutil.workers.FactWork`'s ``.npz`` bytes, so the
-payload stays JSON. It rides with the sample to ``compute_advantages_and_returns``, whose step
-takes it into its clusterer's caches and computes the rest.
+per-fact work here, inside the vLLM engine actor, once the episode ends (its facts' embeddings
+on the engine's GPU when it has one, for the facts this engine has not shipped before:
+:class:`factutil.preparer.FactPreparer`) and adds it to the payload as ``"work"``: the base64
+text of the work item's ``.npz`` bytes (:func:`factutil.workers.work_bytes`), so the payload
+stays JSON. It rides with the sample to ``compute_advantages_and_returns``, whose step checks it
+and takes its vectors into its clusterer's cache, computing the rest.
 """
 
 from __future__ import annotations

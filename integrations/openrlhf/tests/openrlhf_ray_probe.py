@@ -19,9 +19,10 @@ def probe():
     import os
     import sys
 
-    from factutil_openrlhf._hook import PostImportFinder
+    from factutil_openrlhf._hook import TARGETS
+    from wrapt.importer import _post_import_hooks
 
-    hooked = any(isinstance(finder, PostImportFinder) for finder in sys.meta_path)
+    hooked = all(_post_import_hooks.get(name) for name in TARGETS)
     sys.path.insert(0, TESTS)
     from openrlhf_testkit import add_standins
 

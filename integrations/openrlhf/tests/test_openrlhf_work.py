@@ -1,5 +1,5 @@
 """A sample's per-fact work made by the executor inside the engine actor (``prepare_in_workers``):
-it rides in the sample's payload (base64 text of a FactWork's .npz) to
+it rides in the sample's payload (base64 text of a work item's .npz) to
 compute_advantages_and_returns, which gives the same advantages bit for bit; missing, damaged or
 foreign work is computed there, and no group keeps OpenRLHF's advantages for it."""
 
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import base64
 import copy
+import io
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from openrlhf_testkit import ToyTokenizer, load_sample, make_instance_cls, run_groups
@@ -63,9 +65,15 @@ def patched_advantages(openrlhf, episodes, config):
 
 
 def work_of(payload):
-    from factutil.workers import FactWork
+    """The work item of a payload's base64 text, read as the step reads it."""
+    from factutil.workers import read_work
 
-    return FactWork.from_bytes(base64.b64decode(payload["work"]))
+    data = base64.b64decode(payload["work"])
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        fit = str(npz["fit"])
+    given, counts, _ = read_work(data, fit, "cpu", 384)
+    assert counts["work_unreadable"] == 0
+    return given
 
 
 def test_the_payload_carries_the_episodes_new_facts_as_json_text(shipped):
@@ -80,7 +88,7 @@ def test_the_payload_carries_the_episodes_new_facts_as_json_text(shipped):
                     for t in a["triples"]}
         assert set(work.parts) <= asserted and not set(work.parts) & seen  # each fact once
         seen |= set(work.parts)
-        assert work.vectors.shape == (len(work), 384)
+        assert work.vectors.shape == (len(work.parts), 384)
     assert seen
 
 

@@ -18,9 +18,9 @@ verl hands the trainer one row per *sample*. Two layouts are read:
 
 With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) a trajectory's
 last row may also hold ``work``: the per-fact work its agent-loop worker made
-(:class:`factutil.preparer.FactPreparer`: a :class:`factutil.workers.FactWork` of the facts
-that worker had not shipped before). The batch's items go to the core (``work=``), which takes
-what fits into its clusterer's caches and computes the rest: the advantages are the same either
+(:class:`factutil.preparer.FactPreparer`: a work item, :mod:`factutil.workers`, of the facts
+that worker had not shipped before). The batch's items go to the core (``work=``), which checks
+each alone, takes the vectors of those that fit into its clusterer's cache and computes the rest: the advantages are the same either
 way (``factutil/prepared_shipped``, ``prepared_unshipped``, ``cluster_work_*`` count them).
 
 Rows are grouped by verl's ``uid`` (one question), rollouts by trajectory (the ``{uid}_{session}``

@@ -16,11 +16,11 @@ action's tokens, and ``extra_fields["factutil"]`` carries ``trajectory_id``, ``s
 come from the agent-loop YAML (:class:`factutil_verl.config.FactAgentLoopConfig`).
 
 With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also makes
-the rollout's per-fact work in this worker once the rollout ends (its facts' texts, embeddings on
-the worker's GPU when it has one, and filter analyses, for the facts this worker has not shipped
-before: :class:`factutil.preparer.FactPreparer`) and puts the
-:class:`factutil.workers.FactWork` in the last row's ``extra_fields["factutil"]["work"]``; Ray
-moves its vectors without copying, and the trainer's step takes it into its clusterer's caches
+the rollout's per-fact work in this worker once the rollout ends (its facts' embeddings on the
+worker's GPU when it has one, for the facts this worker has not shipped before:
+:class:`factutil.preparer.FactPreparer`) and puts the work item (:mod:`factutil.workers`) in the
+last row's ``extra_fields["factutil"]["work"]``; Ray moves its arrays as they are, and the
+trainer's step checks it and takes its vectors into its clusterer's cache
 (:mod:`factutil_verl.advantage`).
 
 verl's legacy (non-V1) agent-loop worker takes one output per sample: use ``trainer.use_v1=True``.
@@ -321,6 +321,6 @@ class FactAgentLoop(RetrieverAgentLoop):
         if self.preparer is not None and outputs:
             # off the event loop: the other rollouts of this worker keep generating meanwhile
             work = await asyncio.to_thread(self.preparer, agent.actions)
-            if work is None or len(work):  # None: the worker failed (counted by the trainer)
+            if work is None or len(work["parts"]):  # None: the worker failed (counted by the trainer)
                 outputs[-1].extra_fields[EXTRA_KEY][WORK_KEY] = work
         return outputs

@@ -5,8 +5,8 @@ and swallows a failing import at DEBUG level; ``python -m factutil_verl check`` 
 Without the entry point (verl started with ``VERL_USE_EXTERNAL_PLUGINS=none``, or the package not
 installed in the workers' environment), set ``VERL_USE_EXTERNAL_MODULES=factutil_verl``.
 
-Importing this module costs only the standard library: it imports neither verl's agent-loop nor
-its V1-trainer modules (~2.5 s of imports a process that never uses them would pay). Each of
+Importing this module costs only the standard library and wrapt: it imports neither verl's
+agent-loop nor its V1-trainer modules (~2.5 s of imports a process that never uses them would pay). Each of
 verl's registries is a dict that lives in the module defining it, so the names are added when
 that module is first imported, by whoever imports it:
 
@@ -20,20 +20,20 @@ that module is first imported, by whoever imports it:
 
 A module already imported when this plugin loads is registered at once. An entry that verl or
 another plugin already holds under one of these names is kept (a warning says so), never
-overwritten. The hook is a ``sys.meta_path`` finder that wraps only those two modules' loaders for
-the length of their first import, then removes itself; the modules keep their own loaders.
+overwritten. The hooks are wrapt's post-import hooks (``wrapt.register_post_import_hook``): each
+runs once, right after its module's first import, and is dropped.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import sys
 import threading
 from collections.abc import Callable
-from importlib.abc import Loader, MetaPathFinder
-from importlib.machinery import ModuleSpec
+from functools import partial
 from types import ModuleType
+
+import wrapt
 
 AGENT_NAME = "factagent"
 AGENT_TARGET = "factutil_verl.agent_loop.FactAgentLoop"
@@ -85,6 +85,8 @@ HOOKS: dict[str, Callable[[ModuleType], None]] = {
 def _run_hook(name: str, module: ModuleType) -> None:
     """A failing registration must not fail verl's own import: it is logged with its reason (verl
     would hide it at DEBUG level) and the name stays unregistered."""
+    with _lock:
+        _waiting.discard(name)
     try:
         HOOKS[name](module)
     except Exception:  # logged, never raised into verl's import
@@ -92,75 +94,19 @@ def _run_hook(name: str, module: ModuleType) -> None:
                        "shows why", name, exc_info=True)
 
 
-class _AfterExec(Loader):
-    """The module's own loader, with the registration run after the module body."""
-
-    def __init__(self, loader: Loader, name: str, finder: _RegisterOnImport):
-        self.loader = loader
-        self.name = name
-        self.finder = finder
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        try:
-            self.loader.exec_module(module)
-        finally:
-            module.__loader__ = self.loader
-            if module.__spec__ is not None:
-                module.__spec__.loader = self.loader
-        self.finder.remove_if_done()
-        _run_hook(self.name, module)
-
-    def __getattr__(self, attribute: str):  # get_source, get_filename, is_package, ...
-        return getattr(self.loader, attribute)
-
-
-class _RegisterOnImport(MetaPathFinder):
-    """Finds nothing itself: for a hooked module it asks the finders after it and wraps the
-    loader of the spec they return. Removes itself once every hook has run."""
-
-    def __init__(self, names: set[str]):
-        self.pending = set(names)
-        self.lock = threading.Lock()
-
-    def find_spec(self, fullname: str, path, target=None) -> ModuleSpec | None:
-        with self.lock:
-            if fullname not in self.pending:
-                return None
-            self.pending.discard(fullname)
-        for finder in list(sys.meta_path):
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _AfterExec(spec.loader, fullname, self)
-                return spec
-        return None
-
-    def remove_if_done(self) -> None:
-        """Leave ``sys.meta_path`` as it was once every hooked module is imported (called after a
-        module body, never while the import system walks ``sys.meta_path``)."""
-        with self.lock:
-            if not self.pending and self in sys.meta_path:
-                sys.meta_path.remove(self)
+_lock = threading.Lock()
+_waiting: set[str] = set()  # the modules whose hook waits for their import
 
 
 def install() -> None:
-    """Register now with the modules already imported; hook the others' first import. Safe to
-    call more than once (one finder at a time)."""
-    for finder in [f for f in sys.meta_path if type(f).__name__ == _RegisterOnImport.__name__]:
-        sys.meta_path.remove(finder)
-    waiting = set()
+    """Register now with the modules already imported; hook the others' first import (one hook
+    each, however often this is called)."""
     for name in HOOKS:
-        if name in sys.modules:
-            _run_hook(name, sys.modules[name])
-        else:
-            waiting.add(name)
-    if waiting:
-        sys.meta_path.insert(0, _RegisterOnImport(waiting))
+        with _lock:
+            if name in _waiting:
+                continue
+            _waiting.add(name)
+        wrapt.register_post_import_hook(partial(_run_hook, name), name)  # at once if imported
 
 
 install()

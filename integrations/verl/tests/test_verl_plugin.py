@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from factutil_verl.check import _FRESH_PROCESS, main
+from factutil_verl.plugin import AGENT_LOOP_MODULE, TRAINER_PACKAGE
 
 AGENT = "factutil_verl.agent_loop.FactAgentLoop"
 SEARCH_R1 = "factutil_verl.search_r1.SearchR1Loop"
@@ -88,7 +89,9 @@ import verl
 heavy = sorted(m for m in sys.modules if m.startswith((
     "verl.experimental.agent_loop", "verl.trainer.ppo", "factutil_verl.agent_loop",
     "factutil_verl.trainer", "factutil_verl.advantage", "factutil.")))
-hooks = [type(f).__name__ for f in sys.meta_path if type(f).__module__ == "factutil_verl.plugin"]
+from wrapt.importer import _post_import_hooks
+HOOKED = ("verl.experimental.agent_loop.agent_loop", "verl.trainer.ppo.v1")
+hooks = sorted(name for name in HOOKED if _post_import_hooks.get(name))
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.trainer.ppo.v1 import get_trainer_cls
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
@@ -101,7 +104,7 @@ if "factagent" in agents:
         loop = hydra.utils.get_class(agents[name]["_target_"])
         resolved[name] = f"{loop.__module__}.{loop.__qualname__}"
     resolved["trainer"] = get_trainer_cls("factutil").__name__
-after = [type(f).__name__ for f in sys.meta_path if type(f).__module__ == "factutil_verl.plugin"]
+after = sorted(name for name in HOOKED if _post_import_hooks.get(name))
 print(json.dumps({"heavy": heavy, "hooks": hooks, "hooks_after": after, "agents": agents,
                   "trainers": trainers, "resolved": resolved}))
 """
@@ -118,14 +121,14 @@ def test_import_verl_loads_no_agent_loop_or_trainer_module_and_every_name_resolv
     with_plugin = _lazy_report("auto")
     # import verl alone: none of the modules the plugin used to import at once is loaded
     assert with_plugin["heavy"] == []
-    assert with_plugin["hooks"] == ["_RegisterOnImport"]
+    assert with_plugin["hooks"] == sorted([AGENT_LOOP_MODULE, TRAINER_PACKAGE])
     # once verl's modules are imported (by anyone), both names are there and resolve
     assert with_plugin["resolved"] == {"factagent": AGENT, "search_r1": SEARCH_R1,
                                        "trainer": "FactUtilTrainer"}
     assert with_plugin["agents"]["factagent"] == {"_target_": AGENT}
     assert with_plugin["agents"]["search_r1"] == {"_target_": SEARCH_R1}
     assert with_plugin["trainers"]["factutil"] == TRAINER
-    # ... and the import hook is gone: sys.meta_path as verl left it
+    # ... and the import hooks are gone once they ran
     assert with_plugin["hooks_after"] == []
     without = _lazy_report("none")
     assert "factagent" not in without["agents"] and "factutil" not in without["trainers"]
@@ -146,7 +149,9 @@ def test_the_plugin_registers_at_once_with_modules_already_imported():
         "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
         "assert 'factagent' not in _agent_loop_registry\n"
         "importlib.import_module('factutil_verl.plugin')\n"
-        "hooks = [f for f in sys.meta_path if type(f).__module__ == 'factutil_verl.plugin']\n"
+        "from wrapt.importer import _post_import_hooks\n"
+        "hooks = [n for n in ('verl.experimental.agent_loop.agent_loop', 'verl.trainer.ppo.v1')\n"
+        "         if _post_import_hooks.get(n)]\n"
         "print(json.dumps([_agent_loop_registry['factagent']['_target_'],\n"
         "                  TRAINER_REGISTRY['factutil'].__name__, len(hooks)]))\n"
     )

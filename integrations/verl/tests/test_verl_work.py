@@ -13,6 +13,7 @@ from factutil.cluster import SemanticClusterer
 from factutil.embed import l2_normalize
 from factutil.preparer import WORK_KEY, FactPreparer
 from factutil.schema import Rollout
+from factutil.workers import work_bytes
 
 from factutil_verl.advantage import compute_factagent_advantages
 
@@ -40,7 +41,7 @@ def with_work(rows, config, workers=2):
         rollout = Rollout.model_validate(line)
         last = rows.row_of_action[(rollout.uid, rollout.rollout_id, len(rollout.actions) - 1)]
         work = preparers[index * workers // len(rows.lines)](rollout.actions)
-        if len(work):
+        if len(work["parts"]):
             extras[last]["factutil"][WORK_KEY] = work
     return extras
 
@@ -75,10 +76,10 @@ def test_missing_damaged_or_foreign_work_costs_no_group(sample_rows):
     extras = with_work(sample_rows, SEMANTIC)
     carrying = [info["factutil"] for info in extras if WORK_KEY in info["factutil"]]
     carrying[0][WORK_KEY] = None  # the worker failed
-    carrying[1][WORK_KEY] = carrying[1][WORK_KEY].to_bytes()[:-40]  # damaged bytes
+    carrying[1][WORK_KEY] = work_bytes(carrying[1][WORK_KEY])[:-40]  # damaged bytes
     other = SEMANTIC.model_copy(update={"sim_threshold": 0.5})
     carrying[2][WORK_KEY] = FactPreparer(other, clusterer=SemanticClusterer(
-        other, embedder=Letters()))([["a", "b", "c"]])
+        other, embedder=Letters()))([{"action": "assert", "triples": [["a", "b", "c"]]}])
     given = advantages(sample_rows, SEMANTIC, extras)
     assert given.fallback == {}
     assert torch.equal(alone.advantages, given.advantages)
