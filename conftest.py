@@ -92,7 +92,6 @@ def one_minilm(monkeypatch: pytest.MonkeyPatch) -> None:
     """A clusterer or worker a test builds from a config of the bundled MiniLM on the CPU embeds
     with the worker's one MiniLM (the same model, the same bits), not a model of its own: the
     tests are about the vectors, not about loading the model again."""
-    from factutil import workers
     from factutil.cluster import semantic
 
     own = semantic.config_embedder
@@ -104,7 +103,6 @@ def one_minilm(monkeypatch: pytest.MonkeyPatch) -> None:
         return own(config)
 
     monkeypatch.setattr(semantic, "config_embedder", config_embedder)
-    monkeypatch.setattr(workers, "config_embedder", config_embedder)
 
 
 @pytest.fixture(scope="session")
