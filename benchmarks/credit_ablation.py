@@ -116,25 +116,27 @@ class RunSpec:
         return self.config().omega
 
 
-# "default" is the library's defaults (Ω = 0.5, α = 0.2, semantic, the group-centred prior, raw
-# process reward); "paper" the published method (Beta(½, ½) prior); the paper's ablation arms
-# change one field of "paper" each; every other run changes the fields its name says.
+# "default" is the library's defaults (Ω = 0.5, α = 0.2, semantic, the group-centred prior, the
+# process term normalised over the group; under facts="retrieved" the raw term); "paper" the
+# published method (Beta(½, ½) prior, raw process reward); the paper's ablation arms change one
+# field of "paper" each; every other run names the fields it changes, the process term included.
+RAW = {"process_norm": "none"}
 RUNS = (
     RunSpec("outcome_only", "outcome-only (Ω=0)", {"omega": 0.0}),
-    RunSpec("default", "default (prior=group)", {}),
-    RunSpec("paper", "preset=paper (Beta prior)", {"preset": "paper"}),
-    RunSpec("plain_grpo", "preset=plain_grpo", {"preset": "plain_grpo"}),
-    RunSpec("loo", "utility=loo (prior=group)", {"utility": "loo"}),
-    RunSpec("retrieved", "facts=retrieved (passages)", {"facts": "retrieved"}),
+    RunSpec("default", "default (prior=group, process_norm=group)", {}),
+    RunSpec("paper", "preset=paper (Beta prior, raw term)", {"preset": "paper"}),
+    RunSpec("raw_term", "prior=group, raw term", RAW),
+    RunSpec("loo", "utility=loo, raw term", {"utility": "loo", **RAW}),
+    RunSpec("retrieved", "facts=retrieved (raw term)", {"facts": "retrieved"}),
     RunSpec("retrieved_text", "facts=retrieved, Search-R1 text", {"facts": "retrieved"}, text=True),
-    RunSpec("retrieved_plain_grpo", "facts=retrieved + preset=plain_grpo",
+    RunSpec("retrieved_plain_grpo", "facts=retrieved + process_norm=group",
             {"preset": "plain_grpo", "facts": "retrieved"}),
-    RunSpec("no_penalties", "default, penalties 0",
+    RunSpec("no_penalties", "raw term, penalties 0",
             {"invalid_penalty": 0.0, "repeat_search_penalty": 0.0,
-             "empty_store_answer_penalty": 0.0}),
-    RunSpec("small_penalties", "default, penalties ÷ 10",
+             "empty_store_answer_penalty": 0.0, **RAW}),
+    RunSpec("small_penalties", "raw term, penalties ÷ 10",
             {"invalid_penalty": -0.01, "repeat_search_penalty": -0.001,
-             "empty_store_answer_penalty": -0.01}),
+             "empty_store_answer_penalty": -0.01, **RAW}),
     RunSpec("omega_0.3", "paper, Ω=0.3", {"preset": "paper", "omega": 0.3}),
     RunSpec("omega_0.7", "paper, Ω=0.7", {"preset": "paper", "omega": 0.7}),
     RunSpec("no_back_credit", "paper, α=0 (no back-credit)", {"preset": "paper", "alpha": 0.0}),
@@ -143,7 +145,8 @@ RUNS = (
             {"preset": "paper", "uniform_groups": "zero"}),
 )
 # The runs of the decision: the library's default against outcome-only, the paper and the options.
-DECISION_RUNS = ("outcome_only", "default", "paper", "plain_grpo", "loo")
+DECISION_RUNS = ("outcome_only", "default", "paper", "raw_term", "loo", "retrieved",
+                 "retrieved_plain_grpo")
 QUICK_RUNS = ("outcome_only", "default", "paper")
 
 # The untrained policy, a "prompted" prior: hand-set weights of magnitude 1–2 with the sign an
@@ -1023,13 +1026,13 @@ def _write_report(report: dict, out: Path, target_em: float) -> int:
              f"{report['questions']['heldout']} held-out questions × {first['eval_samples']} samples")
     plot(results, runs, rows, out / "credit_ablation.png", title)
     blocks = [block for block in BLOCKS if block in report["settings"]]
-    for block, name in ((block, name) for block in blocks for name in ("default", "paper")):
+    for block, name in ((block, name) for block in blocks for name in ("raw_term", "paper")):
         process = process_table(results, name, block)
         if process:
             tables += (f"\nProcess term Ω·A_proc of the {name} run by action ({block}; "
                        f"iterations 1–{PROCESS_ITERATIONS}, all seeds; mean, and the action's "
                        f"share of its groups' actions):\n\n{process}")
-    for block, name in ((b, n) for b in blocks for n in ("default", "plain_grpo", "retrieved")):
+    for block, name in ((b, n) for b in blocks for n in ("raw_term", "default", "retrieved")):
         fates = fate_table(results, name, block, target_em)
         if fates:
             tables += (f"\nProcess term Ω·A_proc of the {name} run by action ({block}; iterations "

@@ -18,12 +18,12 @@ CLUSTERS = {"clusters": True}
 """The mark of a field that changes which facts share a cluster (:func:`clustering_fields`)."""
 
 PRESETS: dict[str, dict[str, Any]] = {  # name -> the fields it sets unless given explicitly
-    # The library's defaults: the paper's method with the group-centred prior of cluster success.
+    # The library's defaults: the paper's method with the group-centred prior of cluster success
+    # and the process term normalised over the group like the outcome's (docs/decisions.md).
     "default": {},
-    # The paper's method as published (Eq. 5-9's Beta(epsilon, epsilon) prior).
-    "paper": {"prior": "beta"},
-    # For trainers that keep every group (plain GRPO, no dynamic sampling): a group whose rollouts
-    # all scored the same gives no shaping, and the process term is normalised like the outcome's.
+    # The paper's method as published: Eq. 5-9's Beta(epsilon, epsilon) prior, Eq. 14's raw term.
+    "paper": {"prior": "beta", "process_norm": "none"},
+    # The defaults by name (prior='group', process_norm='group'), asserted and retrieved facts alike.
     "plain_grpo": {"prior": "group", "process_norm": "group"},
 }
 
@@ -38,7 +38,8 @@ class FactUtilConfig(BaseModel):
         "default",
         description="A named group of settings (factutil.config.PRESETS), applied before the other "
         "fields, which override it: 'default' = every default; 'paper' = the published method "
-        "(prior='beta'); 'plain_grpo' = prior='group' + process_norm='group'.",
+        "(prior='beta', process_norm='none'); 'plain_grpo' = prior='group' + process_norm='group' "
+        "whatever the facts.",
     )
 
     # §1 the agent
@@ -158,9 +159,10 @@ class FactUtilConfig(BaseModel):
     norm_by_std: bool = Field(True, description="Divide the outcome advantage by the group std (verl's norm_adv_by_std_in_grpo).")
     norm_eps: float = Field(1e-6, gt=0.0, description="eps in (x - mean) / (std + eps).")
     process_norm: Literal["none", "group"] = Field(
-        "none",
-        description="Process advantage: 'none' = the process reward r itself (the paper's Eq. 14); "
-        "'group' = r normalised over the group's actions (this library's option).",
+        "group",
+        description="Process advantage: 'group' = the process reward r normalised over the group's "
+        "actions, like the outcome's; 'none' = r itself (the paper's Eq. 14; the default under "
+        "facts='retrieved').",
     )
     # runtime
     pause_gc: bool = Field(
@@ -228,6 +230,9 @@ class FactUtilConfig(BaseModel):
             data = {**PRESETS[data["preset"]], **data}
         if isinstance(data, Mapping) and data.get("facts") == "retrieved" and "mode" not in data:
             data = {**data, "mode": "exact"}  # passages are clustered by identity unless asked
+        if isinstance(data, Mapping) and data.get("facts") == "retrieved" \
+                and "process_norm" not in data:  # the raw term: measured best for passages
+            data = {**data, "process_norm": "none"}
         return data
 
     @field_validator("filters", mode="before")

@@ -18,7 +18,7 @@ PRIOR_RISK = (
     "prior='beta' (the paper's Beta(epsilon, epsilon)) such a group gives every fact a positive "
     "utility, rarest facts most: in the credit ablation (benchmarks/README.md) that is what made "
     "plain GRPO from a cold start take off in fewer seeds than outcome-only. Without dynamic "
-    "sampling use the default prior='group' (or preset='plain_grpo'); "
+    "sampling use the defaults (prior='group', process_norm='group'); "
     "factutil/groups_uniform_share reports the share of such groups per step"
 )
 

@@ -115,9 +115,9 @@ def test_schema_describes_the_input_line():
     assert "RawAction" in schema["$defs"] and "SearchAction" in schema["$defs"]
     config = json.loads(runner.invoke(app, ["schema", "--what", "config"]).output)
     assert config["properties"]["omega"]["default"] == 0.5
-    # The paper's settings (process advantage = r, duplicate search -0.01) but the group-centred
-    # prior by default; the paper's prior one preset away.
-    assert config["properties"]["process_norm"]["default"] == "none"
+    # The paper's duplicate-search penalty, but the group-centred prior and the process term
+    # normalised over the group by default; the paper's prior and raw term one preset away.
+    assert config["properties"]["process_norm"]["default"] == "group"
     assert config["properties"]["repeat_search_penalty"]["default"] == -0.01
     assert config["properties"]["prior"]["default"] == "group"
     assert set(config["properties"]["prior"]["enum"]) == {"beta", "group"}

@@ -403,15 +403,19 @@ def test_all_fail_group_under_prior_group_gives_zero_utility_and_mixed_groups_ar
 
 def test_presets_set_their_fields_and_explicit_fields_win():
     default = FactUtilConfig()
-    assert (default.preset, default.prior, default.process_norm) == ("default", "group", "none")
+    assert (default.preset, default.prior, default.process_norm) == ("default", "group", "group")
     assert (default.utility, default.uniform_groups) == ("group", "keep")
-    paper = FactUtilConfig(preset="paper")  # the published method: only the prior differs
+    paper = FactUtilConfig(preset="paper")  # the published method: the prior and raw term differ
     assert (paper.prior, paper.process_norm, paper.repeat_search_penalty) == ("beta", "none", -0.01)
-    assert paper.model_dump(exclude={"preset", "prior"}) == default.model_dump(
-        exclude={"preset", "prior"})
+    assert paper.model_dump(exclude={"preset", "prior", "process_norm"}) == default.model_dump(
+        exclude={"preset", "prior", "process_norm"})
+    # Passages as the facts keep the raw term unless asked (docs/decisions.md); a preset's wins.
+    assert FactUtilConfig(facts="retrieved").process_norm == "none"
+    assert FactUtilConfig(facts="retrieved", preset="plain_grpo").process_norm == "group"
+    assert FactUtilConfig(facts="retrieved", process_norm="group").process_norm == "group"
     assert FactUtilConfig(preset="paper", prior="group").prior == "group"
-    plain = FactUtilConfig(preset="plain_grpo")
-    assert (plain.prior, plain.process_norm) == ("group", "group")
+    plain = FactUtilConfig(preset="plain_grpo")  # the defaults by name
+    assert plain.model_dump(exclude={"preset"}) == default.model_dump(exclude={"preset"})
     assert plain.omega == paper.omega and plain.repeat_search_penalty == -0.01
     assert FactUtilConfig(preset="plain_grpo", process_norm="none").process_norm == "none"
     # A dumped config loads back to itself.

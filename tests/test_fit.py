@@ -27,7 +27,7 @@ OTHER_VALUES = {  # per field, a valid value other than the default
     "cache_max_entries": 5, "cache_max_bytes": 1024, "success": "f1", "epsilon": 1.0,
     "prior": "beta", "utility": "loo", "uniform_groups": "zero", "gamma": 0.9, "alpha": 0.3,
     "invalid_penalty": -0.2, "repeat_search_penalty": -0.02, "empty_store_answer_penalty": -0.2,
-    "omega": 1.0, "norm_by_std": False, "norm_eps": 1e-5, "process_norm": "group",
+    "omega": 1.0, "norm_by_std": False, "norm_eps": 1e-5, "process_norm": "none",
     "pause_gc": False, "report_every": 5, "prepare_in_workers": True, "score_early": False,
     "prepared_device": "same", "fold_unicode": True,
 }

@@ -267,9 +267,10 @@ def test_penalties_near_the_float_range_still_normalise():
     result = compute_process_advantages(rows, config)
     assert [a.process_advantage for a in result.actions] == pytest.approx(
         np.array([-1.0, -1.0, 2.0]) / math.sqrt(3), rel=1e-12)
-    # Kept raw (the default), omega * r leaves float32: a clear error, never inf or NaN.
+    # Kept raw (the paper's), omega * r leaves float32: a clear error, never inf or NaN.
     with pytest.raises(FloatingPointError, match="outside float32"):
-        compute_process_advantages(rows, FactUtilConfig(mode="exact", invalid_penalty=-1.7e308))
+        compute_process_advantages(
+            rows, FactUtilConfig(mode="exact", invalid_penalty=-1.7e308, process_norm="none"))
 
 
 # --- 3. gold answers ------------------------------------------------------------------------
@@ -320,17 +321,18 @@ def test_rollout_with_no_actions_scores_zero_and_has_no_rows():
 
 def test_rollout_of_only_invalid_actions_is_penalised_and_unanswered():
     """Only invalid actions (garbled raw, "invalid" items) -> each penalty -0.1, outcome 0; in a
-    group where every action is invalid, A_out = 0 and each advantage is 0.5 * -0.1 (exactly 0
-    under process_norm="group", whose process rewards are then all equal)."""
+    group where every action is invalid, A_out = 0 and each advantage is 0.5 * -0.1 with the raw
+    term (process_norm="none"), exactly 0 under the default "group", whose process rewards are
+    then all equal)."""
     actions = [{"raw": "no json here"}, {"raw": '{"action": "search", "query": '},
                {"action": "invalid", "raw": "x", "reason": "given"}]
     result = compute_process_advantages([row("q-0", actions=actions), row("q-1", actions=actions)],
-                                        EXACT)
+                                        FactUtilConfig(mode="exact", process_norm="none"))
     assert [a.action for a in result.actions] == ["invalid"] * 6
     assert [a.penalty for a in result.actions] == [-0.1] * 6
     assert result.advantages.tolist() == [np.float32(-0.05)] * 6
     normalised = compute_process_advantages(
-        [row("q-0", actions=actions), row("q-1", actions=actions)], FactUtilConfig(mode="exact", process_norm="group"))
+        [row("q-0", actions=actions), row("q-1", actions=actions)], EXACT)
     assert normalised.advantages.tolist() == [0.0] * 6
     assert result.metrics["actions_invalid"] == 6.0
 

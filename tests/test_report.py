@@ -219,7 +219,7 @@ def test_page_shows_the_summary_config_and_warnings(worked):
     settings = html.split('id="config"')[1].split("</section>")[0]
     rows = re.findall(r"<tr><td>(\w+)</td><td>([^<]*)</td><td class=\"meta\">default ([^<]*)</td>", settings)
     assert rows == [("preset", "paper", "default"), ("mode", "exact", "semantic"),
-                    ("prior", "beta", "group")]
+                    ("prior", "beta", "group"), ("process_norm", "none", "group")]
     plain = build_report(compute_process_advantages(WORKED, clusterer=OneEach()))
     assert "Every setting has its default" in plain.split('id="config"')[1]
     # actions by kind, by hand from WORKED: 5 searches of 13, 4 asserts, 3 answers, 1 invalid

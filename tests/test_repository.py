@@ -149,7 +149,8 @@ def test_method_describes_every_config_field_and_output_column():
 
 def test_method_worked_example_holds():
     """The numbers of docs/method.md §5's worked example, from its own formulas: u = ±0.25,
-    F = tanh(0.25), back-credit 0.2 F, A_out = ±0.5 / (sqrt(0.5) + 1e-6), A = A_out + 0.5 r."""
+    F = tanh(0.25), back-credit 0.2 F, A_out = ±0.5 / (sqrt(0.5) + 1e-6), A = A_out + 0.5 r with
+    the raw term, A = A_out + 0.5 (r - mean) / (std + 1e-6) with the default group-normalised one."""
     def rollout(rid: str, city: str) -> dict:
         return {"uid": "q", "question": "What is the capital of France?", "golden_answers": ["Paris"],
                 "rollout_id": rid, "actions": [
@@ -157,16 +158,22 @@ def test_method_worked_example_holds():
                     {"action": "assert", "triples": [["France", "capital", city]]},
                     {"action": "answer", "answer": city}]}
 
-    result = compute_process_advantages([rollout("q-0", "Paris"), rollout("q-1", "Lyon")],
-                                        FactUtilConfig(mode="exact"))
+    rollouts = [rollout("q-0", "Paris"), rollout("q-1", "Lyon")]
+    result = compute_process_advantages(rollouts, FactUtilConfig(mode="exact", process_norm="none"))
     assert sorted(c.utility for c in result.clusters) == [-0.25, 0.25]
     gain = math.tanh(0.25)
     outcome = 0.5 / (math.sqrt(0.5) + 1e-6)
     expected = [outcome + 0.5 * r for r in (0.2 * gain, 0.8 * gain, 0.0)]
     expected += [-value for value in expected]
     assert result.action_columns["advantage"].tolist() == pytest.approx(expected, abs=1e-12)
+    # The default normalises the six process rewards (mean 0) by their sample std.
+    std = math.sqrt(2 * ((0.2 * gain) ** 2 + (0.8 * gain) ** 2) / 5)
+    normalised = [outcome + 0.5 * r / (std + 1e-6) for r in (0.2 * gain, 0.8 * gain, 0.0)]
+    normalised += [-value for value in normalised]
+    default = compute_process_advantages(rollouts, FactUtilConfig(mode="exact"))
+    assert default.action_columns["advantage"].tolist() == pytest.approx(normalised, abs=1e-12)
     shown = METHOD.read_text(encoding="utf-8")
-    for value in (gain, 0.2 * gain, 0.8 * gain, outcome, *expected[:3]):
+    for value in (gain, 0.2 * gain, 0.8 * gain, outcome, *expected[:3], std, *normalised[:2]):
         assert f"{value:.5f}" in shown, value
 
 

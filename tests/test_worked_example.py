@@ -22,8 +22,8 @@ By hand, q1 (success y = EM: r1 1, r2 0 (zeroed), r3 0; p-bar = 1/3):
   r2: r = [-0.1 (invalid), -0.1 (empty-store answer)].
   r3: Phi after the assert = tanh(-1/12 - 1/12) = tanh(-1/6) = T3 -> r = [0.2 T3, 0.8 T3, 0].
   A_out: R = [1, 0, 0], mean 1/3, sample std sqrt(1/3) -> [(2/3), -(1/3), -(1/3)] / (sqrt(1/3) + 1e-6).
-  A_proc (process_norm "none", the default): the 10 process rewards above, as they are; with
-  process_norm "group": normalised with their mean and sample std (+1e-6).
+  A_proc (process_norm "none", the paper's): the 10 process rewards above, as they are; with
+  process_norm "group" (the default): normalised with their mean and sample std (+1e-6).
 q2: y = [1], p-bar = 1, u = (1 + 0.5) / (1 + 1) - 1 = -0.25; F on the assert = tanh(-0.25) = T4;
   r = [0.2 T4, 0.8 T4, 0]; A_out = 0 (one rollout, with a warning).
 
@@ -115,7 +115,7 @@ def _normalised(values):
     return [(value - mean) / (std + EPS) for value in values]
 
 
-# process_norm "none" (the default, the paper's Eq. 14): A_proc = r.
+# process_norm "none" (the paper's Eq. 14, preset "paper"): A_proc = r.
 Q1_PROCESS_ADV = list(Q1_PROCESS)
 Q2_PROCESS_ADV = list(Q2_PROCESS)
 ROLLOUT_OF = [0] * 5 + [1] * 2 + [2] * 3
@@ -234,8 +234,13 @@ def test_the_default_by_hand():
     process = [0.2 * t1, 0.8 * t1, -0.01, 0, 0, -0.1, -0.1, 0.2 * t3, 0.8 * t3, 0, 0, 0, 0]
     assert [row["process_reward"] for row in rows] == pytest.approx(process, abs=1e-12)
     a_out = [Q1_OUTCOME_ADV[i] for i in ROLLOUT_OF] + [0.0] * 3
+    # process_norm "group": q1's ten process rewards normalised; q2's, all 0, exactly 0.
+    process_adv = _normalised(process[:10]) + [0.0] * 3
     np.testing.assert_allclose(
-        result.advantages, [o + 0.5 * r for o, r in zip(a_out, process)], rtol=0, atol=1e-6)
+        result.advantages, [o + 0.5 * p for o, p in zip(a_out, process_adv)], rtol=0, atol=1e-6)
+    raw = compute_process_advantages(WORKED, FactUtilConfig(mode="exact", process_norm="none"))
+    np.testing.assert_allclose(
+        raw.advantages, [o + 0.5 * r for o, r in zip(a_out, process)], rtol=0, atol=1e-6)
     assert result.metrics["prior_group"] == 1.0
     assert compute_process_advantages(WORKED, PAPER).metrics["prior_group"] == 0.0
 
@@ -268,7 +273,7 @@ def test_leave_one_out_by_hand():
     assert [row["process_reward"] for row in rows] == pytest.approx(process, abs=1e-12)
     a_out = [0.5 / (math.sqrt(1 / 3) + EPS)] * 2 + [-0.5 / (math.sqrt(1 / 3) + EPS)] * 2
     np.testing.assert_allclose(
-        result.advantages, [a_out[k // 3] + 0.5 * r for k, r in enumerate(process)],
+        result.advantages, [a_out[k // 3] + 0.5 * p for k, p in enumerate(_normalised(process))],
         rtol=0, atol=1e-6)
     # Without leave-one-out every holder reads u_P = 1/8, u_Y = -1/3.
     plain = compute_process_advantages(LOO_GROUP, FactUtilConfig(mode="exact"))

@@ -79,7 +79,7 @@ def test_the_optional_lines_the_run_script_names_compose(verl_config):
     assert (factutil.preset, factutil.prior, factutil.process_norm) == ("paper", "beta", "none")
     plain = factutil_config_from_verl(verl_config(*script_overrides()).algorithm)
     assert (plain.preset, plain.prior, plain.process_norm, plain.repeat_search_penalty) == (
-        "default", "group", "none", -0.01)
+        "default", "group", "group", -0.01)
 
 
 def test_the_readme_lines_are_three_and_compose(verl_config):
