@@ -164,7 +164,8 @@ def _compute(
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
     work_metrics: dict[str, float] = {}
     if isinstance(clusterer, SemanticClusterer):  # its warnings are the step's
-        given = None
+        given = None  # the work metrics are logged every step, 0 without work
+        work_metrics = dict.fromkeys(("work_ignored", "work_unreadable", "work_other_device"), 0.0)
         if work is not None:
             clock = time.perf_counter()
             embedder = clusterer.embedder
