@@ -76,7 +76,10 @@ def test_two_training_steps_of_smollm2_with_factutil_credit(
         train_dataset=Dataset.from_list(questions(2)),
         processing_class=smollm2.tokenizer,
         rollout_func=rollout,
-        factutil_config={"omega": OMEGA},  # the default semantic mode: the bundled MiniLM
+        # the default semantic mode (the bundled MiniLM) with the paper's raw process term: the
+        # penalties of a 135M model's failed turns then move every weight even when all its
+        # rollouts fail, where the default's group normalisation (like GRPO) gives them 0
+        factutil_config={"omega": OMEGA, "process_norm": "none"},
     )
     trainer.batches = []
     trainer.train()
@@ -90,7 +93,7 @@ def test_two_training_steps_of_smollm2_with_factutil_credit(
     assert len(trainer.batches) == 2
 
     tokenizer = smollm2.tokenizer
-    config = FactUtilConfig(omega=OMEGA)
+    config = FactUtilConfig(omega=OMEGA, process_norm="none")
     for rows, trl_output, zero, ours in trainer.batches:
         trl_advantages = trl_output["advantages"]
         completions = ours["completion_ids"]
