@@ -228,11 +228,9 @@ class FactUtilConfig(BaseModel):
         if isinstance(data, Mapping) and isinstance(data.get("preset"), str) \
                 and data["preset"] in PRESETS:
             data = {**PRESETS[data["preset"]], **data}
-        if isinstance(data, Mapping) and data.get("facts") == "retrieved" and "mode" not in data:
-            data = {**data, "mode": "exact"}  # passages are clustered by identity unless asked
-        if isinstance(data, Mapping) and data.get("facts") == "retrieved" \
-                and "process_norm" not in data:  # the raw term: measured best for passages
-            data = {**data, "process_norm": "none"}
+        if isinstance(data, Mapping) and data.get("facts") == "retrieved":
+            # passages: clustered by identity, the raw process term (docs/decisions.md), unless asked
+            data = {"mode": "exact", "process_norm": "none", **data}
         return data
 
     @field_validator("filters", mode="before")
