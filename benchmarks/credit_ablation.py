@@ -144,9 +144,6 @@ RUNS = (
     RunSpec("uniform_zero", "paper, uniform_groups=zero",
             {"preset": "paper", "uniform_groups": "zero"}),
 )
-# The runs of the decision: the library's default against outcome-only, the paper and the options.
-DECISION_RUNS = ("outcome_only", "default", "paper", "raw_term", "loo", "retrieved",
-                 "retrieved_plain_grpo")
 QUICK_RUNS = ("outcome_only", "default", "paper")
 
 # The untrained policy, a "prompted" prior: hand-set weights of magnitude 1–2 with the sign an
