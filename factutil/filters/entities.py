@@ -67,8 +67,6 @@ GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr", *map(_roman, range(2, 40))})
 
 def generational_suffixes(text: str, cache: Any) -> tuple[str, ...]:
     """The generational suffixes written after the first word of a part, in order."""
-    if not text:
-        return ()
     found = [word for word, _ in cache.words(text)[1:] if word in GENERATIONAL]
     return tuple(dict.fromkeys(found))
 
@@ -79,7 +77,7 @@ def _suffixes(tokens: list[str]) -> frozenset[str]:
 
 def plain_key(key: str) -> str:
     """An entity key without its qualifier comma ("paris, texas" -> "paris texas")."""
-    return key.replace(", ", " ", 1) if ", " in key else key
+    return key.replace(", ", " ", 1)
 
 
 def entity_key(tokens: list[str], had_values: bool, suffixes: tuple[str, ...] = ()) -> str:
@@ -92,7 +90,7 @@ def entity_key(tokens: list[str], had_values: bool, suffixes: tuple[str, ...] = 
         kept = kept[:1] + [t for t in kept[1:] if t not in suffixes]
     if _QUALIFIER_MARK in kept:
         at = kept.index(_QUALIFIER_MARK)
-        head = [t for t in kept[:at] if t != _QUALIFIER_MARK]
+        head = kept[:at]  # the first mark: none before it
         qualifier = [t for t in kept[at + 1 :] if t != _QUALIFIER_MARK]
         if head and qualifier:
             kept = [*head[:-1], head[-1] + ",", *qualifier]

@@ -162,11 +162,10 @@ def _round(value: float) -> float | int:
 
 
 def _valid_day(year: int | None, month: int, day: int) -> bool:
+    """Whether the day exists; without a year (or before year 1) in a leap year, as year 4."""
     if not 1 <= month <= 12 or day < 1:
         return False
-    if year is None or year < 1:
-        return day <= (29 if month == 2 else 30 if month in (4, 6, 9, 11) else 31)
-    return day <= calendar.monthrange(year, month)[1]
+    return day <= calendar.monthrange(year if year is not None and year >= 1 else 4, month)[1]
 
 
 def _era_year(year: str, era: str | None) -> int:
@@ -215,15 +214,10 @@ def _date_value(kind: str, match: re.Match[str]) -> tuple | None:
         year, month, day = int(groups["y"]), int(groups["m"]), int(groups["d"])
     elif kind == "num":
         a, b, year = int(groups["a"]), int(groups["b"]), int(groups["y"])
-        if a > 12 and _valid_day(year, b, a):
-            return ("date", year, b, a)
-        if b > 12 and _valid_day(year, a, b):
-            return ("date", year, a, b)
-        if a == b and _valid_day(year, a, a):
-            return ("date", year, a, a)
-        if _valid_day(year, a, b) and _valid_day(year, b, a):
-            return ("date~", year, a, b)
-        return None
+        readings = {(m, d) for m, d in ((b, a), (a, b)) if _valid_day(year, m, d)}
+        if len(readings) == 1:  # one order only (or a == b): the date; both: order unknown
+            return ("date", year, *readings.pop())
+        return ("date~", year, a, b) if readings else None
     elif kind in ("dmy", "mdy"):
         year, day = _era_year(groups["y"], groups.get("era")), int(groups["d"])
     elif kind == "my":
@@ -404,8 +398,6 @@ def compatible_values(x: tuple, y: tuple) -> bool:
         return x[1] == y[1] and _fields_agree(x[2], y[2]) and (
             x[2] != y[2] or _fields_agree(x[3], y[3])
         )
-    if kinds == ("date~", "date~"):
-        return x == y
     if kinds == ("date", "date~"):
         return x[1] == y[1] and (x[2], x[3]) in ((y[2], y[3]), (y[3], y[2])) or (
             x[1] == y[1] and x[3] == 0 and x[2] in (y[2], y[3])
@@ -414,11 +406,9 @@ def compatible_values(x: tuple, y: tuple) -> bool:
         return x[2] == y[1] and x[3] in (0, y[2])
     if kinds == ("date~", "md"):
         return (y[1], y[2]) in ((x[2], x[3]), (x[3], x[2]))
-    if kinds == ("md", "md"):
-        return x == y
     if kinds in (("date", "num"), ("date~", "num")):
         return float(y[1]).is_integer() and int(y[1]) == x[1]
-    if kinds in (("decade", "decade"), ("sci", "sci")):
+    if kinds in (("date~", "date~"), ("md", "md"), ("decade", "decade"), ("sci", "sci")):
         return x == y
     if kinds in (("date", "decade"), ("date~", "decade")):
         return y[1] <= x[1] < y[1] + 10

@@ -24,18 +24,14 @@ def relation_tokens(words: Iterable[str]) -> list[str]:
 
 
 def _build_index() -> tuple[dict[str, tuple[tuple[str, bool], ...]], dict[str, tuple[str, ...]]]:
-    index: dict[str, list[tuple[str, bool]]] = {}
-    texts: dict[str, list[str]] = {}
+    index: dict[str, dict[tuple[str, bool], None]] = {}  # dicts as ordered sets
+    texts: dict[str, dict[str, None]] = {}
     for rel in RELATIONS:
         for inverse, verbs in ((False, rel.forward), (True, rel.inverse)):
             for verb in verbs:
                 key = " ".join(relation_tokens(fold(verb).split()))
-                entry = (rel.id, inverse)
-                if entry not in index.setdefault(key, []):
-                    index[key].append(entry)
-                texts.setdefault(rel.id, [])
-                if key not in texts[rel.id]:
-                    texts[rel.id].append(key)
+                index.setdefault(key, {})[(rel.id, inverse)] = None
+                texts.setdefault(rel.id, {})[key] = None
     return (
         {key: tuple(entries) for key, entries in index.items()},
         {rid: tuple(keys) for rid, keys in texts.items()},
@@ -51,18 +47,16 @@ _INDEX_KEYS = tuple(sorted(_INDEX))
 def lookup_exact(tokens: list[str]) -> tuple[tuple[str, bool], ...] | None:
     """The lexicon entries (relation id, inverse) of ``tokens``, dropping leading and trailing
     fillers until one matches; None when none does."""
-    tokens = list(tokens)
     while tokens:
         entries = _INDEX.get(" ".join(tokens))
         if entries:
             return entries
         if len(tokens) > 1 and tokens[0] in LEADING_FILLERS:
             tokens = tokens[1:]
-            continue
-        if len(tokens) > 1 and tokens[-1] in TRAILING_FILLERS:  # "whose mother is"
+        elif len(tokens) > 1 and tokens[-1] in TRAILING_FILLERS:  # "whose mother is"
             tokens = tokens[:-1]
-            continue
-        return None
+        else:
+            return None
     return None
 
 
