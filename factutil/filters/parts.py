@@ -21,6 +21,8 @@ from factutil.filters.text import (
     WHOLE_OBJECT_NEGATIONS,
 )
 
+_STEMMED = CONTRACTIONS | NEGATED_WORDS  # a cue that leaves its verb or stem (no word is both)
+
 
 def _polarity(pairs: list[tuple[str, bool]], whole_object: bool) -> tuple[list[str], list[str]]:
     """Split folded (word, lower) pairs into kept words and negation cues."""
@@ -37,12 +39,9 @@ def _polarity(pairs: list[tuple[str, bool]], whole_object: bool) -> tuple[list[s
             cues.append(word)
         elif word in SILENT and usable:
             continue
-        elif usable and word in CONTRACTIONS:
+        elif usable and word in _STEMMED:
             cues.append(word)
-            kept.append(CONTRACTIONS[word])
-        elif usable and word in NEGATED_WORDS:
-            cues.append(word)
-            kept.append(NEGATED_WORDS[word])
+            kept.append(_STEMMED[word])
         else:
             kept.append(word)
     return kept, cues

@@ -48,8 +48,8 @@ _ERA_YEAR = re.compile(
     r"(?<![\w.])(?:(?P<y1>\d{1,4})\s*(?P<era>BCE|BC|B\.C\.|AD|A\.D\.|CE)\b"
     r"|(?P<pre>AD|A\.D\.)\s*(?P<y2>\d{1,4})\b)"
 )
-_CURRENCY_PREFIX = {"$": "USD", "us$": "USD", "usd": "USD", "€": "EUR", "eur": "EUR",
-                    "£": "GBP", "gbp": "GBP", "¥": "JPY", "jpy": "JPY"}
+_CURRENCY_PREFIX = {"$": "usd", "us$": "usd", "usd": "usd", "€": "eur", "eur": "eur",
+                    "£": "gbp", "gbp": "gbp", "¥": "jpy", "jpy": "jpy"}  # -> a currency word
 _CURRENCY_WORDS = {"dollar": "USD", "dollars": "USD", "usd": "USD", "euro": "EUR",
                    "euros": "EUR", "eur": "EUR", "gbp": "GBP", "pounds sterling": "GBP",
                    "yen": "JPY", "jpy": "JPY"}
@@ -116,6 +116,7 @@ _SPECIAL_UNITS: dict[str, tuple[str, str, float, float]] = {
                     ("°C", "[temperature]", 1.0, 273.15)),
     **dict.fromkeys(("°f", "° f", "degrees fahrenheit", "degree fahrenheit"),
                     ("°F", "[temperature]", 5 / 9, 459.67)),
+    **{word: (code, "currency " + code, 1.0, 0.0) for word, code in _CURRENCY_WORDS.items()},
 }
 
 
@@ -139,9 +140,6 @@ def _unit(word: str) -> tuple[str, str, float, float] | None:
     low = word.casefold()
     if low in _SPECIAL_UNITS:
         return _SPECIAL_UNITS[low]
-    if low in _CURRENCY_WORDS:
-        code = _CURRENCY_WORDS[low]
-        return (code, "currency " + code, 1.0, 0.0)
     expression = _UNIT_SYMBOLS.get(word)
     label = word
     if expression is None:
@@ -294,17 +292,14 @@ def _extract_numbers(text: str, values: list[tuple]) -> str:
     spans: list[tuple[int, int]] = []
     for match in _NUMBER.finditer(text):
         literal = match.group("int").replace(",", "") + (match.group("frac") or "")
-        if match.group("exp"):
-            # Scientific notation: exact decimal; beyond float range it stays an exact string,
-            # so "1e400" and "1e401" still differ (both would be inf as floats).
-            exact = decimal.Decimal(literal + match.group("exp"))
-            if not math.isfinite(float(exact)) or (float(exact) == 0 and exact != 0):
-                sign = "-" if match.group("sign") else ""
-                values.append(("sci", sign + str(exact.normalize())))
-                spans.append((match.start(), match.end()))
-                continue
-            literal = repr(float(exact))
-        number = float(literal)
+        exp = match.group("exp") or ""
+        number = float(literal + exp)
+        if exp and (math.isinf(number) or (number == 0 and decimal.Decimal(literal) != 0)):
+            # Beyond float range: an exact decimal string, so "1e400" and "1e401" still differ.
+            sign = "-" if match.group("sign") else ""
+            values.append(("sci", sign + str(decimal.Decimal(literal + exp).normalize())))
+            spans.append((match.start(), match.end()))
+            continue
         if match.group("sign"):
             number = -number
         if match.group("scale"):
@@ -313,8 +308,7 @@ def _extract_numbers(text: str, values: list[tuple]) -> str:
         currency = match.group("cur")
         unit = None
         if currency:
-            code = _CURRENCY_PREFIX[currency.strip().casefold()]
-            unit = (code, "currency " + code, 1.0, 0.0)
+            unit = _SPECIAL_UNITS[_CURRENCY_PREFIX[currency.strip().casefold()]]
             tail = re.match(r"\s?(?P<s>m|bn|k)\b", text[end:])
             if tail and not match.group("scale"):
                 number *= _SCALES[tail.group("s")]
@@ -394,10 +388,10 @@ def compatible_values(x: tuple, y: tuple) -> bool:
         return x[1] == y[1] and math.isclose(x[2], y[2], rel_tol=_REL_TOL, abs_tol=1e-9)
     if kinds == ("num", "qty"):
         return math.isclose(x[1], y[3], rel_tol=_REL_TOL, abs_tol=1e-9)
-    if kinds == ("date", "date"):
-        return x[1] == y[1] and _fields_agree(x[2], y[2]) and (
-            x[2] != y[2] or _fields_agree(x[3], y[3])
-        )
+    if kinds == ("date", "date"):  # a month or day of 0 (not given) agrees with any
+        if x[1] != y[1] or x[2] != y[2]:
+            return x[1] == y[1] and 0 in (x[2], y[2])
+        return 0 in (x[3], y[3]) or x[3] == y[3]
     if kinds == ("date", "date~"):
         return x[1] == y[1] and (x[2], x[3]) in ((y[2], y[3]), (y[3], y[2])) or (
             x[1] == y[1] and x[3] == 0 and x[2] in (y[2], y[3])
@@ -415,10 +409,6 @@ def compatible_values(x: tuple, y: tuple) -> bool:
     if kinds == ("decade", "num"):
         return x[1] <= y[1] < x[1] + 10
     return False
-
-
-def _fields_agree(p: int, q: int) -> bool:
-    return p == 0 or q == 0 or p == q
 
 
 def show_value(value: tuple) -> str:

@@ -103,11 +103,10 @@ def flip_candidates(words: frozenset[str]) -> tuple[tuple[str, str], ...]:
     """(word, stem) of the words outside the lexicon with a :data:`NEGATING_PREFIXES` prefix (the
     first that matches) before a stem of >= 4 letters, sorted by word."""
     out = []
-    for word in sorted(words):
+    for word in sorted(words - NEGATED_WORDS.keys()):
         for prefix in NEGATING_PREFIXES:
-            stem = word[len(prefix):].lstrip()
-            if word.startswith(prefix) and len(stem) >= 4 and word not in NEGATED_WORDS:
-                out.append((word, stem))
+            if word.startswith(prefix) and len(word) - len(prefix) >= 4:
+                out.append((word, word[len(prefix):]))
                 break
     return tuple(out)
 

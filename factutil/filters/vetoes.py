@@ -145,10 +145,8 @@ def negation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = 
     polarity_b = b.negated ^ (len(flips_b) % 2 == 1)
     if polarity_a == polarity_b:
         return None
-    negative, cues = (a, tuple(a.negation_cues) + tuple(flips_a)) if polarity_a else (
-        b, tuple(b.negation_cues) + tuple(flips_b)
-    )
-    positive = b if negative is a else a
+    negative, positive, cues = (a, b, (*a.negation_cues, *flips_a)) if polarity_a else (
+        b, a, (*b.negation_cues, *flips_b))
     shown = ", ".join(sorted(set(cues))) or "double negation"
     return (f"polarity differs: {_triple(negative)} is negated ({shown}), "
             f"{_triple(positive)} is not")
@@ -246,7 +244,6 @@ FILTERS: dict[str, Callable[..., str | None]] = {  # (a, b, cache=None) -> reaso
     "entity": entity_veto,
 }
 DEFAULT_FILTERS: tuple[str, ...] = ("negation", "numeric", "relation", "entity")
-_DEFAULT_SET = (DEFAULT_FILTERS, frozenset(DEFAULT_FILTERS))  # the tuple is immutable
 
 
 def first_veto(
@@ -255,7 +252,7 @@ def first_veto(
 ) -> str | None:
     """``"name: reason"`` of the first veto among ``enabled`` (names of :data:`FILTERS`, in any
     order; ValueError for an unknown one) in the fixed order of :data:`FILTERS`, or None."""
-    wanted = _DEFAULT_SET[1] if enabled is _DEFAULT_SET[0] else set(enabled)
+    wanted = set(enabled)
     unknown = wanted - FILTERS.keys()
     if unknown:
         raise ValueError(f"enabled: unknown filter(s) {sorted(unknown)}; known: {list(FILTERS)}")
