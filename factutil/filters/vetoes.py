@@ -27,14 +27,15 @@ def _lineage(rid: str) -> list[tuple[str, bool]]:
 _ANCESTORS: dict[str, dict[str, bool]] = {rid: dict(_lineage(rid)) for rid in RELATION_BY_ID}
 
 
-def _common_relation(ra: str, rb: str) -> tuple[str, bool, bool] | None:
-    """(common id, flip a, flip b) when one id is the other or an ancestor of it."""
+def _common_relation(ra: str | None, rb: str | None) -> tuple[str | None, bool, bool] | None:
+    """(common id, flip a, flip b) when one id is the other or an ancestor of it (None, None:
+    the same unknown relation)."""
     if ra == rb:
         return ra, False, False
-    flip = _ANCESTORS[ra].get(rb)
+    flip = _ANCESTORS.get(ra, {}).get(rb)
     if flip is not None:
         return rb, flip, False
-    flip = _ANCESTORS[rb].get(ra)
+    flip = _ANCESTORS.get(rb, {}).get(ra)
     if flip is not None:
         return ra, False, flip
     return None
@@ -63,17 +64,10 @@ def _align(
     last = cache.last_align
     if last and last[0] is a and last[1] is b:
         return last[2]
-    common = None
-    flip_a = flip_b = False
-    if a.relation_id is not None and b.relation_id is not None:
-        found = _common_relation(a.relation_id, b.relation_id)
-        if found is not None:
-            common, flip_a, flip_b = found
+    common, flip_a, flip_b = _common_relation(a.relation_id, b.relation_id) or (None, False, False)
     va, vb = _view(a, flip_a, cache), _view(b, flip_b, cache)
-    if common is not None:
-        symmetric = RELATION_BY_ID[common].symmetric
-    else:
-        symmetric = a.symmetric and b.symmetric
+    symmetric = RELATION_BY_ID[common].symmetric if common is not None else (
+        a.symmetric and b.symmetric)
     if symmetric:
         same = cache.same_entity
         direct = _part_match(va.s, va.s_values, vb.s, vb.s_values, True, same) + _part_match(
@@ -128,10 +122,8 @@ def _pair(x: str, y: str) -> str:
 
 
 def _dynamic_flips(a: FactFeatures, b: FactFeatures, cache: FilterCache) -> list[str]:
-    candidates = cache.flip_candidates(a.words)
-    if not candidates:
-        return []
-    return [word for word, stem in candidates if stem in b.words and word not in b.words]
+    return [word for word, stem in cache.flip_candidates(a.words)
+            if stem in b.words and word not in b.words]
 
 
 def negation_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = None) -> str | None:
