@@ -55,14 +55,15 @@ def mark_qualifier(text: str) -> str:
     return f"{text[:match.end() - 1]} {_QUALIFIER_MARK} {text[match.end():]}"
 
 
-def _roman(number: int) -> str:
+def roman_numeral(number: int) -> str:
+    """``number`` (0-39) in lower-case Roman numerals, the canonical form ("xiv", not "xiiii")."""
     tens, units = divmod(number, 10)
     return "x" * tens + ("", "i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix")[units]
 
 
 # Generational suffixes: Jr./Sr. and the numerals of more than one letter up to 39 (I, V and X
 # alone are too often initials to count).
-GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr", *map(_roman, range(2, 40))}) - {"v", "x"}
+GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr", *map(roman_numeral, range(2, 40))}) - {"v", "x"}
 
 
 def generational_suffixes(text: str, cache: Any) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from text_to_num import alpha2digit
 
+from factutil.filters.entities import roman_numeral
 from factutil.filters.text import fold
 
 _REL_TOL = 1e-6  # relative tolerance when two numbers or quantities are compared
@@ -235,23 +236,14 @@ _NOT_NAMES = frozenset({
     "am", "was", "that", "because", "while", "after", "before", "since", "until", "though",
     "although", "now", "today", "yes", "no", "well", "still", "also",
 })
-_ROMAN = re.compile(r"^(?:X{0,3})(?:IX|IV|V?I{0,3})$")
-_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10}
+_ROMAN_VALUES = {roman_numeral(n).upper(): n for n in range(1, 40)}  # the numerals I-XXXIX
 _REGNAL = re.compile(r"(?<=[^\W\d_])(?P<gap>,?\s+)(?P<rn>[IVX]+)\b(?P<after>\.?\s*\S?)")
-
-
-def _roman_value(numeral: str) -> int:
-    total = 0
-    for current, following in zip(numeral, numeral[1:] + " ", strict=True):
-        value = _ROMAN_VALUES[current]
-        total += -value if following != " " and _ROMAN_VALUES[following] > value else value
-    return total
 
 
 def _extract_regnal(text: str, values: list[tuple]) -> str:
     for match in list(_REGNAL.finditer(text)):
         numeral = match.group("rn")
-        if not _ROMAN.match(numeral):
+        if numeral not in _ROMAN_VALUES:
             continue
         word_start = match.start()
         while word_start > 0 and not text[word_start - 1].isspace():
@@ -265,7 +257,7 @@ def _extract_regnal(text: str, values: list[tuple]) -> str:
             continue  # an initial: "Ștefan I. Nenițescu"
         if len(numeral) == 1 and after[-1:].isupper():
             continue  # a title word, not a numeral: "Songs I Wrote with Amy"
-        values.append(("num", _roman_value(numeral)))
+        values.append(("num", _ROMAN_VALUES[numeral]))
         start = match.start("rn")
         text = _blank_spans(text, [(start, start + len(numeral))])
     return text

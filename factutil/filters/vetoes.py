@@ -160,9 +160,7 @@ def numeric_veto(a: FactFeatures, b: FactFeatures, cache: FilterCache | None = N
                          ("object", va.o_values, vb.o_values)):
         lone = _lone_values(xs, ys)
         if lone is not None:
-            left = ", ".join(show_value(v) for v in (lone[0] or xs))
-            right = ", ".join(show_value(v) for v in (lone[1] or ys))
-            first, second = sorted((left, right))
+            first, second = sorted((_shown("", lone[0] or xs), _shown("", lone[1] or ys)))
             reasons.append(f"{'argument' if symmetric else part} {first} vs {second}")
     return min(reasons) if symmetric and reasons else (reasons[0] if reasons else None)
 
