@@ -224,9 +224,7 @@ def _date_value(kind: str, match: re.Match[str]) -> tuple | None:
     else:  # dm, md: no year
         day = int(groups["d"])
         return ("md", month, day) if _valid_day(None, month, day) else None
-    if not _valid_day(year, month, day):
-        return None
-    return ("date", year, month, day)
+    return ("date", year, month, day) if _valid_day(year, month, day) else None
 
 
 # capitalised words that start a clause rather than a name: "When I was"
@@ -283,17 +281,15 @@ def _extract_numbers(text: str, values: list[tuple]) -> str:
         text = _blank_spans(text, [match.span()])
     spans: list[tuple[int, int]] = []
     for match in _NUMBER.finditer(text):
-        literal = match.group("int").replace(",", "") + (match.group("frac") or "")
+        sign = "-" if match.group("sign") else ""
+        literal = sign + match.group("int").replace(",", "") + (match.group("frac") or "")
         exp = match.group("exp") or ""
         number = float(literal + exp)
         if exp and (math.isinf(number) or (number == 0 and decimal.Decimal(literal) != 0)):
             # Beyond float range: an exact decimal string, so "1e400" and "1e401" still differ.
-            sign = "-" if match.group("sign") else ""
-            values.append(("sci", sign + str(decimal.Decimal(literal + exp).normalize())))
+            values.append(("sci", str(decimal.Decimal(literal + exp).normalize())))
             spans.append((match.start(), match.end()))
             continue
-        if match.group("sign"):
-            number = -number
         if match.group("scale"):
             number *= _SCALES[match.group("scale")]
         end = match.end()
@@ -346,8 +342,7 @@ def scan_values(text: str) -> tuple[tuple[tuple, ...], str]:
     """Values ``(kind, ...)`` found in ``text``, and the text with their spans blanked. Kinds:
     num, count (value; count before a noun), qty (dimension, base value, value as written, unit),
     date (year, month, day; 0 = not given), date~ (year, the day/month fields as written), md
-    (month, day), decade (first year), sci (exact text). A text without a digit, or without I, V
-    and X, skips the passes that need them (most parts of real triples are names)."""
+    (month, day), decade (first year), sci (exact text)."""
     values: list[tuple] = []
     if not text.isascii():
         # text2num takes only valid Unicode: a lone surrogate (JSON allows "\ud800") reads as "?".
