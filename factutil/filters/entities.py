@@ -22,7 +22,7 @@ def same_entity(a: str, b: str, cache: Any = None) -> bool:
     if plain_a == plain_b:
         return True
     ta, tb = _content(plain_a), _content(plain_b)
-    if _suffixes(ta) != _suffixes(tb):
+    if set(_suffixes(ta)) != set(_suffixes(tb)):
         return False
     if ", " in a or ", " in b:
         # The other side must hold the qualifier's words, and the heads must agree.
@@ -63,17 +63,17 @@ def roman_numeral(number: int) -> str:
 
 # Generational suffixes: Jr./Sr. and the numerals of more than one letter up to 39 (I, V and X
 # alone are too often initials to count).
-GENERATIONAL = frozenset({"jr", "sr", "jnr", "snr", *map(roman_numeral, range(2, 40))}) - {"v", "x"}
+GENERATIONAL = frozenset(
+    {"jr", "sr", "jnr", "snr", *map(roman_numeral, range(2, 40))} - {"v", "x"})
 
 
 def generational_suffixes(text: str, cache: Any) -> tuple[str, ...]:
     """The generational suffixes written after the first word of a part, in order."""
-    found = [word for word, _ in cache.words(text)[1:] if word in GENERATIONAL]
-    return tuple(dict.fromkeys(found))
+    return _suffixes([word for word, _ in cache.words(text)])
 
 
-def _suffixes(tokens: list[str]) -> frozenset[str]:
-    return frozenset(t for t in tokens[1:] if t in GENERATIONAL)
+def _suffixes(tokens: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t for t in tokens[1:] if t in GENERATIONAL))
 
 
 def plain_key(key: str) -> str:
@@ -118,11 +118,6 @@ def _stem(token: str) -> str:
 def _contained(short: list[str], long: list[str]) -> bool:
     if len(short) > len(long):
         return False
-    pool = {_stem(t) for t in long}
-    for token in short:
-        if _stem(token) in pool:
-            continue
-        if len(token) == 1 and any(other.startswith(token) for other in long):
-            continue
-        return False
-    return True
+    pool = {_stem(t) for t in long}  # a one-letter token also matches a word it starts (initials)
+    return all(_stem(token) in pool or len(token) == 1 and any(t.startswith(token) for t in long)
+               for token in short)
