@@ -58,13 +58,12 @@ def relation_part(relation: str, object: str, cache: Any) -> tuple:
     """(object values, object key, relation id, inverse, relation key, cues, words) of a relation
     and its object, read together: object words may complete the relation, and a date in the
     object picks a dated relation. Object key and values are as written (not swapped)."""
-    scan, words_of = cache.scan, cache.words
-    r_values, r_rest = scan(relation)
-    o_values, o_rest = scan(object)
+    r_values, r_rest = cache.scan(relation)
+    o_values, o_rest = cache.scan(object)
     o_values = o_values + r_values
 
-    r_kept, r_cues = _polarity(words_of(r_rest), whole_object=False)
-    o_kept, o_cues = _polarity(words_of(mark_qualifier(o_rest)), whole_object=True)
+    r_kept, r_cues = _polarity(cache.words(r_rest), whole_object=False)
+    o_kept, o_cues = _polarity(cache.words(mark_qualifier(o_rest)), whole_object=True)
     cues = tuple(r_cues + o_cues)
 
     rel_tokens = relation_tokens(r_kept) or ["be"]
@@ -92,5 +91,5 @@ def relation_part(relation: str, object: str, cache: Any) -> tuple:
         relation_key = relation_id
 
     object_key = entity_key(o_kept, bool(o_values), generational_suffixes(object, cache))
-    words = frozenset(word for word, lower in words_of(r_rest + " " + o_rest) if lower)
+    words = frozenset(word for word, lower in cache.words(r_rest + " " + o_rest) if lower)
     return o_values, object_key, relation_id, inverse, relation_key, cues, words

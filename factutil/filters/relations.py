@@ -12,15 +12,8 @@ from factutil.filters.text import ARTICLES, BE, HAVE, LEADING_FILLERS, TRAILING_
 
 def relation_tokens(words: Iterable[str]) -> list[str]:
     """Folded relation words as the index keys them: *be* / *have* forms unified, no articles."""
-    out = []
-    for word in words:
-        if word in BE:
-            out.append("be")
-        elif word in HAVE:
-            out.append("have")
-        elif word not in ARTICLES:
-            out.append(word)
-    return out
+    return ["be" if word in BE else "have" if word in HAVE else word
+            for word in words if word not in ARTICLES]
 
 
 def _build_index() -> tuple[dict[str, tuple[tuple[str, bool], ...]], dict[str, tuple[str, ...]]]:
@@ -73,7 +66,5 @@ def lookup_fuzzy(text: str) -> tuple[tuple[str, bool], ...] | None:
 def choose_relation(entries: tuple[tuple[str, bool], ...], dated_object: bool) -> tuple[str, bool]:
     """The first entry whose relation takes a date exactly when the object holds one ("born in
     1990" -> date of birth, "born in Paris" -> place of birth); else the first entry."""
-    for rid, inverse in entries:
-        if RELATION_BY_ID[rid].dated == dated_object:
-            return rid, inverse
-    return entries[0]
+    return next((entry for entry in entries if RELATION_BY_ID[entry[0]].dated == dated_object),
+                entries[0])

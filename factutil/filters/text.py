@@ -92,10 +92,8 @@ def folded_words(text: str, cache: Any) -> tuple[tuple[str, bool], ...]:
             low = raw.lower()
             out.append((low, low == raw))
             continue
-        # str.islower() is False as soon as one character is upper case, so a True skips the scan
-        lower = raw.islower() or not any(c.isupper() for c in raw)
-        for piece in cache.fold(raw).split():
-            out.append((piece, lower))
+        lower = not any(c.isupper() for c in raw)
+        out.extend((piece, lower) for piece in cache.fold(raw).split())
     return tuple(out)
 
 

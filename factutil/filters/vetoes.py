@@ -13,14 +13,13 @@ from factutil.filters.relations import VERBALISATIONS
 
 
 def _lineage(rid: str) -> list[tuple[str, bool]]:
-    chain, flipped, seen = [(rid, False)], False, {rid}
+    chain, flipped = {rid: False}, False
     rel = RELATION_BY_ID[rid]
-    while rel.general is not None and rel.general not in seen:
+    while rel.general is not None and rel.general not in chain:
         flipped ^= rel.general_inverted
-        chain.append((rel.general, flipped))
-        seen.add(rel.general)
+        chain[rel.general] = flipped
         rel = RELATION_BY_ID[rel.general]
-    return chain
+    return list(chain.items())
 
 
 # Each id's ancestors (itself first) with the inversion met on the way: built once from the lexicon.
