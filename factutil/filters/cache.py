@@ -1,9 +1,4 @@
-""":class:`FilterCache`: the filters' memo, an object its owner holds (docs/method.md §2.4).
-
-The helpers are pure functions of strings and a batch repeats parts far more than triples, so
-the analysis and the vetoes read through memoised copies owned by a cache (nothing memoised at
-module level but tables built from constants). Results never depend on the memo.
-"""
+""":class:`FilterCache`: the filters' memo, an object its owner holds (docs/method.md §2.4)."""
 
 from __future__ import annotations
 
@@ -21,11 +16,12 @@ _PAIR_HELPERS = frozenset({"same_entity", "similar_text"})
 
 
 class FilterCache:
-    """Memoised copies of the filters' helpers (``cache.fold(text)``, ``cache.same_entity(a,
-    b)``, ...), for the ``cache=`` of :func:`~factutil.filters.analyze` and the vetoes: one LRU per
-    kind of thing, the readings of texts (keyed by helper name and arguments, ``TEXT_ENTRIES``)
-    and the verdicts on pairs (``PAIR_ENTRIES``); ``memo=False`` builds the form that keeps
-    nothing (:data:`NO_MEMO`)."""
+    """Memoised copies of the filters' helpers, pure functions of strings (``cache.fold(text)``,
+    ``cache.same_entity(a, b)``, ...), for the ``cache=`` of :func:`~factutil.filters.analyze` and
+    the vetoes; results never depend on the memo. One LRU per kind of thing: the readings of texts
+    (keyed by helper name and arguments, ``TEXT_ENTRIES``) and the verdicts on pairs
+    (``PAIR_ENTRIES``). Nothing is memoised at module level but tables built from constants.
+    ``memo=False`` builds the form that keeps nothing (:data:`NO_MEMO`)."""
 
     def __init__(self, memo: bool = True) -> None:
         self.memo = memo

@@ -11,7 +11,7 @@ from factutil.filters.lexicon import RELATION_BY_ID
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, which makes
-# building one ~4x dearer, and a step reads thousands of shipped analyses. Values are never
+# building one ~4x dearer, and a step builds thousands of analyses. Values are never
 # changed after construction (caches share them, and the vetoes memoise by identity); the hash
 # is the fields' hash, as a frozen one's.
 @dataclass(slots=True, unsafe_hash=True)
@@ -52,16 +52,18 @@ def analyze(subject: str, relation: str, object: str, cache: Any = None) -> Fact
     s_values, subject_key = cache.subject_part(subject)
     o_values, object_key, relation_id, inverse, relation_key, cues, words = cache.relation_part(
         relation, object)
-    negated = is_negated(cues)
+    negated = len(cues) % 2 == 1  # a double negation cancels
     s_part = tuple(sorted(s_values))
     o_part = tuple(sorted(o_values))
     if inverse:
         subject_key, object_key, s_part, o_part = object_key, subject_key, o_part, s_part
-    symmetric = is_symmetric(relation_id)
+    symmetric = relation_id is not None and RELATION_BY_ID[relation_id].symmetric
     if symmetric and (plain_key(object_key), o_part) < (plain_key(subject_key), s_part):
         subject_key, object_key, s_part, o_part = object_key, subject_key, o_part, s_part
     quantities = tuple(sorted([("s", *v) for v in s_part] + [("o", *v) for v in o_part]))
-    key = fact_key(relation_key, subject_key, object_key, negated, quantities)
+    # equal keys mean the same fact: qualifier commas and as-written magnitudes left out
+    key = (relation_key, plain_key(subject_key), plain_key(object_key), negated,
+           tuple(q[:4] if q[1] == "qty" else q for q in quantities))
     return FactFeatures(
         subject=subject, relation=relation, object=object,
         subject_key=subject_key, object_key=object_key,
@@ -69,25 +71,3 @@ def analyze(subject: str, relation: str, object: str, cache: Any = None) -> Fact
         quantities=quantities, key=key, relation_key=relation_key, symmetric=symmetric,
         negation_cues=cues, words=words,
     )
-
-
-# The fields of a FactFeatures that follow from the others: one rule each, for :func:`analyze`
-# and for the workers' work, which carries only the others (factutil.workers).
-
-
-def is_negated(cues: tuple[str, ...]) -> bool:
-    """Polarity: negated when the cues are odd in number (a double negation cancels)."""
-    return len(cues) % 2 == 1
-
-
-def is_symmetric(relation_id: str | None) -> bool:
-    """Whether a known relation id is symmetric (an unknown relation, None, is not)."""
-    return relation_id is not None and RELATION_BY_ID[relation_id].symmetric
-
-
-def fact_key(relation_key: str, subject_key: str, object_key: str, negated: bool,
-             quantities: tuple[tuple, ...]) -> tuple:
-    """``FactFeatures.key``: equal keys mean the same fact (qualifier commas and as-written
-    magnitudes left out)."""
-    key_quantities = tuple(q[:4] if q[1] == "qty" else q for q in quantities) if quantities else ()
-    return (relation_key, plain_key(subject_key), plain_key(object_key), negated, key_quantities)

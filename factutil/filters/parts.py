@@ -1,7 +1,5 @@
-"""A triple's parts -> values, entity keys, relation id and negation cues (docs/method.md §2.4).
-
-The :class:`~factutil.filters.FilterCache` memoises both readings per part: one subject, or one
-relation + object, recurs in many triples.
+"""A triple's parts -> values, entity keys, relation id and negation cues (docs/method.md §2.4),
+in two readings a :class:`~factutil.filters.FilterCache` memoises: a subject, a relation + object.
 """
 
 from __future__ import annotations

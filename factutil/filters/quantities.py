@@ -380,9 +380,8 @@ def compatible_values(x: tuple, y: tuple) -> bool:
             return x[1] == y[1] and 0 in (x[2], y[2])
         return 0 in (x[3], y[3]) or x[3] == y[3]
     if kinds == ("date", "date~"):
-        return x[1] == y[1] and (x[2], x[3]) in ((y[2], y[3]), (y[3], y[2])) or (
-            x[1] == y[1] and x[3] == 0 and x[2] in (y[2], y[3])
-        )
+        return x[1] == y[1] and ((x[2], x[3]) in ((y[2], y[3]), (y[3], y[2]))
+                                 or x[3] == 0 and x[2] in (y[2], y[3]))
     if kinds == ("date", "md"):
         return x[2] == y[1] and x[3] in (0, y[2])
     if kinds == ("date~", "md"):
