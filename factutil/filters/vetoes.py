@@ -23,7 +23,8 @@ def _lineage(rid: str) -> list[tuple[str, bool]]:
 
 
 # Each id's ancestors (itself first) with the inversion met on the way: built once from the lexicon.
-_ANCESTORS: dict[str, dict[str, bool]] = {rid: dict(_lineage(rid)) for rid in RELATION_BY_ID}
+_ANCESTORS: dict[str | None, dict[str, bool]] = {
+    None: {}, **{rid: dict(_lineage(rid)) for rid in RELATION_BY_ID}}
 
 
 def _common_relation(ra: str | None, rb: str | None) -> tuple[str | None, bool, bool] | None:
@@ -31,10 +32,10 @@ def _common_relation(ra: str | None, rb: str | None) -> tuple[str | None, bool, 
     the same unknown relation)."""
     if ra == rb:
         return ra, False, False
-    flip = _ANCESTORS.get(ra, {}).get(rb)
+    flip = _ANCESTORS[ra].get(rb)
     if flip is not None:
         return rb, flip, False
-    flip = _ANCESTORS.get(rb, {}).get(ra)
+    flip = _ANCESTORS[rb].get(ra)
     if flip is not None:
         return ra, False, flip
     return None
