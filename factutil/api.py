@@ -183,11 +183,8 @@ def _compute(
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
                  f"{type(clusterer).__name__} takes none")
-        if isinstance(clusterer, ExactClusterer):
-            labels, cluster_metrics = clusterer.cluster(prep.facts)
-        else:
-            labels = clusterer.cluster_batch(prep.facts)
-            cluster_metrics = dict(clusterer.metrics)
+        labels = clusterer.cluster_batch(prep.facts)  # any Clusterer: labels, then its metrics
+        cluster_metrics = dict(clusterer.metrics)
     lap("cluster")
 
     # 3. Utilities of every cluster (docs/method.md §3).

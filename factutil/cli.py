@@ -241,21 +241,11 @@ def score(
             if not output.parent.exists():
                 output.parent.mkdir(parents=True)
                 console.print(f"created folder {output.parent}", markup=False, highlight=False)
-            write_jsonl(output, _advancing(progress, task, (r.to_dict() for r in result.actions)))
+            write_jsonl(output, progress.track((r.to_dict() for r in result.actions), task_id=task))
         except OSError as error:
             _fail(f"{output}: cannot write: {error.strerror or error}")
     console.print(summary_table(result))
     console.print(f"wrote {len(result.actions)} action lines to {output}")
-
-
-def _advancing(progress: Progress, task: Any, rows: Any) -> Any:
-    """Yield ``rows``, advancing ``task`` every 1,000 (a refresh per row costs more than it)."""
-    count = 0
-    for count, row in enumerate(rows, start=1):
-        yield row
-        if count % 1000 == 0:
-            progress.update(task, completed=count)
-    progress.update(task, completed=count)
 
 
 @app.command(cls=_Command, context_settings=EXTRA_WORDS)

@@ -187,7 +187,8 @@ def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedActio
     if kind == "answer":
         if "answer" not in value:
             raise Rejected("answer with no 'answer' field")
-        return AnswerAction(answer=_answer_text(value["answer"]))
+        return AnswerAction(answer=_text(value["answer"],
+                                         f"answer is not a string: {short(value['answer'], 40)}"))
     if kind == "assert":
         triples = value["triples"] if "triples" in value else value.get("facts")
         if triples is None:
@@ -208,12 +209,14 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str) and not isinstance(value, Number)
 
 
-def _answer_text(answer: Any) -> str:
-    if isinstance(answer, str):  # a JSON number too: its literal text, as the model wrote it
-        return str(answer).strip()
-    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
-        return str(answer)
-    raise Rejected(f"answer is not a string: {short(answer, 40)}")
+def _text(value: Any, problem: str) -> str:
+    """An answer or a triple part: a string stripped (a JSON number too: its literal text, as the
+    model wrote it) or a number's text; else Rejected(problem)."""
+    if isinstance(value, str):
+        return str(value).strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise Rejected(problem)
 
 
 def _assert(triples: Any) -> AssertAction:
@@ -239,12 +242,5 @@ def _triple(triple: Any, index: int) -> Triple:
     for name in TRIPLE_PARTS:
         if name not in given:
             raise Rejected(f"triple {index} has no {name}")
-        part = given[name]
-        if isinstance(part, str):  # a JSON number too: its literal text
-            part = str(part).strip()
-        elif isinstance(part, (int, float)) and not isinstance(part, bool):
-            part = str(part)
-        else:
-            raise Rejected(f"triple {index} part {name} is not a string")
-        parts[name] = part
+        parts[name] = _text(given[name], f"triple {index} part {name} is not a string")
     return Triple(**parts)
