@@ -97,10 +97,8 @@ def _collector_paused(pause: bool) -> Iterator[None]:
 
 
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
-    """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
-
-    Else the step would silently cluster by the clusterer's config
-    (:func:`~factutil.config.clustering_fields`).
+    """Refuse a clusterer built for another clustering config than ``config``, by which the step
+    would silently cluster (docs/method.md §2; :func:`~factutil.config.clustering_fields`).
 
     Raises:
         ValueError: naming each differing field with the clusterer's and the call's value.

@@ -10,17 +10,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from factutil.actions import AnswerAction, AssertAction, InvalidAction, SearchAction
 from factutil.errors import short
 from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
-from factutil.schema import (
-    AnswerAction,
-    AssertAction,
-    Group,
-    InvalidAction,
-    Rollout,
-    SearchAction,
-    group_key,
-)
+from factutil.schema import Group, Rollout, group_key
 from factutil.search_r1 import document_passage
 
 GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]

@@ -22,7 +22,7 @@ __all__ = ["MAX_DEPTH", "ParsedAction", "parse_action"]
 
 ParsedAction = SearchAction | AssertAction | AnswerAction | InvalidAction
 
-_BULLET = re.compile(r"(?:[-*\u2022]|\d{1,3}[.)])\s+")
+_BULLET = re.compile(r"^(?:[-*\u2022]|\d{1,3}[.)])\s+")
 
 
 def parse_action(text: str, observation: str | None = None) -> ParsedAction:
@@ -117,10 +117,8 @@ def _tag_triples(content: str) -> Any:
 
 
 def _triples_of(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "triples" in value or "facts" in value:
-            return value["triples"] if "triples" in value else value["facts"]
-        return [value]
+    if isinstance(value, dict):  # its triples ("facts" the alias), else one triple object
+        return value.get("triples", value.get("facts", [value]))
     if isinstance(value, (list, tuple)) and value and not any(
         isinstance(part, (list, tuple, dict)) for part in value
     ):
@@ -131,12 +129,9 @@ def _triples_of(value: Any) -> Any:
 def _line_triples(body: str) -> list[Any]:
     triples = []
     for line in body.splitlines():
-        line = line.strip()
+        line = _BULLET.sub("", line.strip(), count=1)
         if not line:
             continue
-        bullet = _BULLET.match(line)
-        if bullet:
-            line = line[bullet.end() :]
         triples.append(_line_triple(line, len(triples)))
     if not triples:
         raise Rejected("assert with no triple")
