@@ -259,13 +259,11 @@ class Group(BaseModel):
 
     @classmethod
     def from_rollouts(cls, rollouts: Iterable[Rollout]) -> Group:
-        """Build one group from rollouts that share a uid."""
+        """Build one group from rollouts that share a uid (its fields: the first rollout's)."""
         rollouts = list(rollouts)
         if not rollouts:
             raise ValueError("a group needs at least one rollout")
-        first = rollouts[0]
-        return cls(uid=first.uid, question=first.question, golden_answers=first.golden_answers,
-                   rollouts=rollouts)
+        return cls(rollouts=rollouts)  # fill_group_fields takes uid, question, gold from the first
 
 
 def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
