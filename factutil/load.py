@@ -52,9 +52,7 @@ def load_groups(
     """
     if isinstance(groups, (str, os.PathLike)):
         return [group_rows(group) for group in read_groups(groups)], {}
-    if isinstance(groups, Group):
-        return [group_rows(groups)], {}
-    single = isinstance(groups, Mapping)
+    single = isinstance(groups, (Group, Mapping))  # a Group is no list: it iterates its fields
     if single:
         groups = [groups]
     elif not isinstance(groups, Iterable):

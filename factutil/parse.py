@@ -127,14 +127,12 @@ def _triples_of(value: Any) -> Any:
 
 
 def _line_triples(body: str) -> list[Any]:
+    """One triple per non-blank line of ``body`` (stripped, not empty: one at least)."""
     triples = []
     for line in body.splitlines():
         line = _BULLET.sub("", line.strip(), count=1)
-        if not line:
-            continue
-        triples.append(_line_triple(line, len(triples)))
-    if not triples:
-        raise Rejected("assert with no triple")
+        if line:
+            triples.append(_line_triple(line, len(triples)))
     return triples
 
 
@@ -160,11 +158,7 @@ def _line_triple(line: str, index: int) -> Any:
 def _strip_fence(body: str) -> str:
     if not body.startswith("```"):
         return body
-    newline = body.find("\n")
-    body = body[newline + 1 :] if newline >= 0 else ""
-    if body.rstrip().endswith("```"):
-        body = body.rstrip()[:-3]
-    return body.strip()
+    return body.partition("\n")[2].rstrip().removesuffix("```").strip()  # the fence lines dropped
 
 
 def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedAction:

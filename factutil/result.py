@@ -144,9 +144,8 @@ class ProcessAdvantages:
         (views, ignored actions included); a KeyError names the known columns."""
         if column not in self.action_columns:
             raise KeyError(f"column must be one of {sorted(self.action_columns)}, got {column!r}")
-        values = self.action_columns[column]
-        bounds = self.action_offsets.tolist()
-        return {key: values[bounds[i] : bounds[i + 1]] for i, key in enumerate(self.rollout_keys)}
+        views = np.split(self.action_columns[column], self.action_offsets[1:-1])
+        return dict(zip(self.rollout_keys, views))
 
 
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}  # kind code -> action name

@@ -184,11 +184,7 @@ def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
             if key not in data and key in first:
                 data[key] = first[key]
     shared = {key: data[key] for key in GROUP_FIELDS if key in data}
-    if any(isinstance(r, Mapping) and not shared.keys() <= r.keys() for r in rollouts):
-        data["rollouts"] = [
-            {**shared, **r} if isinstance(r, Mapping) and not shared.keys() <= r.keys() else r
-            for r in rollouts
-        ]
+    data["rollouts"] = [{**shared, **r} if isinstance(r, Mapping) else r for r in rollouts]
     return data
 
 
