@@ -97,10 +97,8 @@ def _collector_paused(pause: bool) -> Iterator[None]:
 
 
 def check_clusterer(clusterer: Clusterer, config: FactUtilConfig) -> None:
-    """Refuse a clusterer built for another clustering config than ``config`` (docs/method.md §2).
-
-    Else the step would silently cluster by the clusterer's config
-    (:func:`~factutil.config.clustering_fields`).
+    """Refuse a clusterer built for another clustering config than ``config``, by which the step
+    would silently cluster (docs/method.md §2; :func:`~factutil.config.clustering_fields`).
 
     Raises:
         ValueError: naming each differing field with the clusterer's and the call's value.
@@ -183,11 +181,8 @@ def _compute(
             work_metrics["work_ignored"] = float(sum(item is not None for item in items))
             warn(f"{int(work_metrics['work_ignored'])} work item(s) ignored: "
                  f"{type(clusterer).__name__} takes none")
-        if isinstance(clusterer, ExactClusterer):
-            labels, cluster_metrics = clusterer.cluster(prep.facts)
-        else:
-            labels = clusterer.cluster_batch(prep.facts)
-            cluster_metrics = dict(clusterer.metrics)
+        labels = clusterer.cluster_batch(prep.facts)  # any Clusterer: labels, then its metrics
+        cluster_metrics = dict(clusterer.metrics)
     lap("cluster")
 
     # 3. Utilities of every cluster (docs/method.md §3).

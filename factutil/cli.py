@@ -65,7 +65,11 @@ class _Help:
 
 
 class _Command(_Help, TyperCommand):
-    pass
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.args:  # a word no option takes (EXTRA_WORDS)
+            _fail(f"unexpected argument {ctx.args[0]!r}: --set takes key=value as one word "
+                  f"(e.g. --set omega=0.3)")
+        return super().invoke(ctx)
 
 
 class _Group(_Help, TyperGroup):
@@ -76,13 +80,11 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True)  # hel
 console = Console()
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
-EXIT_BAD_INPUT = 2
-
 
 def _fail(message: str) -> NoReturn:
     """Print ``message`` to stderr and exit with status 2, without a traceback."""
     errors.print(message, markup=False)
-    raise typer.Exit(EXIT_BAD_INPUT) from None
+    raise typer.Exit(2) from None
 
 
 def _refuse_overwrite(output: Path, inputs: dict[str, Path | None]) -> None:
@@ -153,13 +155,9 @@ EXTRA_WORDS = {"allow_extra_args": True}
 
 
 def _score(
-    ctx: typer.Context, path: Path, config_path: Path | None, sets: list[str] | None,
-    progress: Progress,
+    path: Path, config_path: Path | None, sets: list[str] | None, progress: Progress
 ) -> ProcessAdvantages:
     """Load config and input, compute; exit 2 with one line per problem on bad input."""
-    if ctx.args:
-        _fail(f"unexpected argument {ctx.args[0]!r}: --set takes key=value as one word "
-              f"(e.g. --set omega=0.3)")
     try:
         config = load_config(config_path, sets)
         task = progress.add_task(f"reading {path.name}", total=path.stat().st_size)
@@ -223,7 +221,6 @@ def summary_table(result: ProcessAdvantages) -> Table:
 
 @app.command(cls=_Command, context_settings=EXTRA_WORDS)
 def score(
-    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Rollouts, JSONL (docs/method.md §8).")],
     output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.jsonl", help="Per-action JSONL to write.")],
     config: ConfigOption = None,
@@ -235,32 +232,21 @@ def score(
     (the same path or file) is refused before anything is read."""
     _refuse_overwrite(output, {"the input": input, "--config": config})
     with progress_bar() as progress:
-        result = _score(ctx, input, config, set_, progress)
+        result = _score(input, config, set_, progress)
         task = progress.add_task(f"writing {output.name}", total=len(result.advantages))
         try:
             if not output.parent.exists():
                 output.parent.mkdir(parents=True)
                 console.print(f"created folder {output.parent}", markup=False, highlight=False)
-            write_jsonl(output, _advancing(progress, task, (r.to_dict() for r in result.actions)))
+            write_jsonl(output, progress.track((r.to_dict() for r in result.actions), task_id=task))
         except OSError as error:
             _fail(f"{output}: cannot write: {error.strerror or error}")
     console.print(summary_table(result))
     console.print(f"wrote {len(result.actions)} action lines to {output}")
 
 
-def _advancing(progress: Progress, task: Any, rows: Any) -> Any:
-    """Yield ``rows``, advancing ``task`` every 1,000 (a refresh per row costs more than it)."""
-    count = 0
-    for count, row in enumerate(rows, start=1):
-        yield row
-        if count % 1000 == 0:
-            progress.update(task, completed=count)
-    progress.update(task, completed=count)
-
-
 @app.command(cls=_Command, context_settings=EXTRA_WORDS)
 def clusters(
-    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Rollouts, JSONL (docs/method.md §8).")],
     format: Annotated[str, typer.Option("--format", "-f", metavar="table|json", help="table or json.")] = "table",
     config: ConfigOption = None,
@@ -270,7 +256,7 @@ def clusters(
     if format not in ("table", "json"):
         _fail(f"--format: expected 'table' or 'json', got {format!r}")
     with progress_bar() as progress:
-        result = _score(ctx, input, config, set_, progress)
+        result = _score(input, config, set_, progress)
     if format == "json":
         typer.echo(json_line([record.to_dict() for record in result.clusters]))
         return
@@ -291,7 +277,6 @@ def clusters(
 
 @app.command(cls=_Command, context_settings=EXTRA_WORDS)
 def report(
-    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(metavar="IN.jsonl", help="Rollouts, JSONL (docs/method.md §8).")],
     output: Annotated[Path, typer.Option("--output", "-o", metavar="OUT.html", help="HTML file to write.")],
     config: ConfigOption = None,
@@ -322,7 +307,7 @@ def report(
     if missing := matplotlib_missing():
         errors.print(missing, markup=False)
     with progress_bar() as progress:
-        result = _score(ctx, input, config, set_, progress)
+        result = _score(input, config, set_, progress)
         if gold_triples and result.groups and not {g.uid for g in result.groups} & set(gold_triples):
             errors.print(f"warning: --gold {gold} names none of the input's {len(result.groups)} "
                          f"uids (e.g. {result.groups[0].uid!r}): no cluster is marked gold",

@@ -103,8 +103,7 @@ def read_rollouts(
                 try:
                     rollouts.append((number, Rollout.model_validate(found)))
                 except ValidationError as error:
-                    problems.extend(Problem(name, number, field, message)
-                                    for field, message in error_messages(error))
+                    problems.extend(Problem(name, number, *item) for item in error_messages(error))
         if progress is not None and raw.tell() > reported:
             progress(raw.tell() - reported)
     if problems and problems[0].line == 1 and problems[0].field == "(line)" and not rollouts:
@@ -165,13 +164,10 @@ def group_problems(
     models = [rollout for _, rollout in rollouts]
     problems = []
     for index, field, other in group_conflicts(models):
-        rollout, number = models[index], numbers[index]
-        if field == "rollout_id":
-            problems.append(Problem(*at(number), field, f"{rollout.rollout_id!r} repeats "
-                                    f"{name(numbers[other])} in uid {rollout.uid!r}"))
-        else:
-            problems.append(Problem(*at(number), field, f"{short(getattr(rollout, field))} differs "
-                                    f"from {name(numbers[other])} for uid {rollout.uid!r}"))
+        rollout, named = models[index], name(numbers[other])
+        problems.append(Problem(*at(numbers[index]), field, (
+            f"{rollout.rollout_id!r} repeats {named} in uid {rollout.uid!r}" if field == "rollout_id"
+            else f"{short(getattr(rollout, field))} differs from {named} for uid {rollout.uid!r}")))
     return problems
 
 

@@ -4,23 +4,16 @@ validated by the models of :mod:`factutil.schema` (the one set of input rules)."
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from factutil.actions import AnswerAction, AssertAction, InvalidAction, SearchAction
 from factutil.errors import short
 from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
-from factutil.schema import (
-    AnswerAction,
-    AssertAction,
-    Group,
-    InvalidAction,
-    Rollout,
-    SearchAction,
-    group_key,
-)
+from factutil.schema import Group, Rollout, group_key
 from factutil.search_r1 import document_passage
 
 GroupsInput = str | os.PathLike | Group | Mapping[str, Any] | Iterable[Any]
@@ -59,22 +52,19 @@ def load_groups(
     """
     if isinstance(groups, (str, os.PathLike)):
         return [group_rows(group) for group in read_groups(groups)], {}
-    if isinstance(groups, Group):
-        return [group_rows(groups)], {}
-    single = isinstance(groups, Mapping)
+    single = isinstance(groups, (Group, Mapping))  # a Group is no list: it iterates its fields
     if single:
         groups = [groups]
     elif not isinstance(groups, Iterable):
         raise TypeError(f"groups must be a JSONL path, a Group, a mapping or an iterable of them, "
                         f"got {type(groups).__name__} {short(groups)}")
-    pending, loose, loose_at = _pending(groups)
+    name = (lambda position: "groups") if single else (lambda position: f"groups[{position}]")
     result: list[GroupRows] = []
     skipped: dict[str, str] = {}
     seen: set[str] = set()
-    for uid, item, position in pending:
-        where = _Where(single, position, loose_at.get(uid))
+    for uid, item, at in _pending(groups):
         try:
-            group = _group_dict(item, where) if item is not None else _loose_group(loose[uid], where)
+            group = _group_dict(item, at, name) if item is not None else _loose_group(at, name)
             if group.uid in seen:
                 raise ValueError(f"uid {group.uid!r} appears in two groups; a uid names one group")
         except (ValueError, TypeError) as error:  # InputError is a ValueError
@@ -87,14 +77,11 @@ def load_groups(
     return result, skipped
 
 
-def _pending(
-    groups: Iterable[Any],
-) -> tuple[list[tuple[str, Any, int | None]], dict[str, list[Any]], dict[str, list[int]]]:
-    """(key, group item or None for loose rollouts, its position) in order of first appearance;
-    per key the loose rollouts and their positions."""
-    pending: list[tuple[str, Any, int | None]] = []
-    loose: dict[str, list[Any]] = {}
-    loose_at: dict[str, list[int]] = {}
+def _pending(groups: Iterable[Any]) -> list[tuple[str, Any, Any]]:
+    """(key, group item, its position), or (key, None, [(position, rollout item), ...]) for the
+    loose rollouts of a key, in order of first appearance."""
+    pending: list[tuple[str, Any, Any]] = []
+    loose: dict[str, list[tuple[int, Any]]] = {}
     for position, item in enumerate(groups):
         if isinstance(item, Group):
             pending.append((item.uid, item, position))
@@ -103,75 +90,56 @@ def _pending(
         elif isinstance(item, (Rollout, Mapping)):
             key = str(item.uid if isinstance(item, Rollout) else item.get("uid"))
             if key not in loose:
-                pending.append((key, None, None))
-            loose.setdefault(key, []).append(item)
-            loose_at.setdefault(key, []).append(position)
+                pending.append((key, None, loose.setdefault(key, [])))
+            loose[key].append((position, item))
         else:
             raise TypeError("groups must hold Group, Rollout or dict items, got "
                             f"{type(item).__name__}")
-    return pending, loose, loose_at
+    return pending
 
 
-@dataclass(slots=True)
-class _Where:
-    """How error messages name the items of ``groups``: ``groups`` for a single mapping, else
-    ``groups[i]``."""
-
-    single: bool
-    position: int | None
-    positions: list[int] | None
-
-    def name(self, position: int | None) -> str:
-        return "groups" if self.single else f"groups[{position}]"
-
-    def label(self, position: int | None, item: Any) -> str:
-        """``groups[i]`` with the item's uid and rollout_id where they are usable strings."""
-        get = item.get if isinstance(item, Mapping) else lambda key: getattr(item, key, None)
-        known = [f"{key} {get(key)!r}" for key in ("uid", "rollout_id")
-                 if isinstance(get(key), str) and get(key)]
-        return self.name(position) + (f" ({', '.join(known)})" if known else "")
-
-    def problems(self, error: ValidationError, position: int | None, item: Any, whole: str
-                 ) -> list[Problem]:
-        label = self.label(position, item)
-        return [Problem(label, None, field, message)
-                for field, message in error_messages(error, whole)]
+def _label(name: Callable[[int], str], position: int, item: Any) -> str:
+    """``name(position)`` (``groups[i]``, or ``groups`` for a single mapping) with the item's uid
+    and rollout_id where they are usable strings."""
+    get = item.get if isinstance(item, Mapping) else lambda key: getattr(item, key, None)
+    known = [f"{key} {get(key)!r}" for key in ("uid", "rollout_id")
+             if isinstance(get(key), str) and get(key)]
+    return name(position) + (f" ({', '.join(known)})" if known else "")
 
 
-def _group_dict(item: Any, where: _Where) -> Group:
-    if isinstance(item, Group):
-        return item
-    try:
+def _problems(error: ValidationError, label: str, whole: str) -> list[Problem]:
+    return [Problem(label, None, field, message) for field, message in error_messages(error, whole)]
+
+
+def _group_dict(item: Any, position: int, name: Callable[[int], str]) -> Group:
+    try:  # a given Group is returned as is (pydantic does not validate an instance again)
         return Group.model_validate(item)
     except ValidationError as error:
-        raise InputError(where.problems(error, where.position, item, "(group)")) from error
+        raise InputError(_problems(error, _label(name, position, item), "(group)")) from error
 
 
-def _loose_group(items: list[Any], where: _Where) -> Group:
+def _loose_group(items: list[tuple[int, Any]], name: Callable[[int], str]) -> Group:
     """The loose rollouts of one uid as a :class:`Group`, every bad rollout reported at once;
-    the problems between them are worded as the file reader's."""
+    the problems between them are worded as the file reader's. A given Rollout is not
+    validated again; its group is."""
     models: list[tuple[int, Rollout]] = []
     problems: list[Problem] = []
     first: ValidationError | None = None
-    for position, item in zip(where.positions, items):
-        if isinstance(item, Rollout):  # a given model is not validated again; its group is
-            models.append((position, item))
-            continue
+    for position, item in items:
         try:
             models.append((position, Rollout.model_validate(item)))
         except ValidationError as error:
             first = first or error
-            problems.extend(where.problems(error, position, item, "(rollout)"))
+            problems.extend(_problems(error, _label(name, position, item), "(rollout)"))
     if problems:
         raise InputError(problems) from first
     try:
         return Group.from_rollouts(model for _, model in models)
     except ValidationError as error:
-        labels = {position: where.label(position, model) for position, model in models}
-        problems = group_problems(models, lambda n: (labels[n], None), where.name)
+        labels = {position: _label(name, position, model) for position, model in models}
+        problems = group_problems(models, lambda n: (labels[n], None), name)
         # No conflict between the rollouts: a model changed after validation, the group's check.
-        raise InputError(problems or where.problems(
-            error, where.positions[0], items[0], "(group)")) from error
+        raise InputError(problems or _problems(error, labels[items[0][0]], "(group)")) from error
 
 
 def group_rows(group: Group) -> GroupRows:

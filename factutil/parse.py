@@ -22,7 +22,7 @@ __all__ = ["MAX_DEPTH", "ParsedAction", "parse_action"]
 
 ParsedAction = SearchAction | AssertAction | AnswerAction | InvalidAction
 
-_BULLET = re.compile(r"(?:[-*\u2022]|\d{1,3}[.)])\s+")
+_BULLET = re.compile(r"^(?:[-*\u2022]|\d{1,3}[.)])\s+")
 
 
 def parse_action(text: str, observation: str | None = None) -> ParsedAction:
@@ -117,10 +117,8 @@ def _tag_triples(content: str) -> Any:
 
 
 def _triples_of(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "triples" in value or "facts" in value:
-            return value["triples"] if "triples" in value else value["facts"]
-        return [value]
+    if isinstance(value, dict):  # its triples ("facts" the alias), else one triple object
+        return value.get("triples", value.get("facts", [value]))
     if isinstance(value, (list, tuple)) and value and not any(
         isinstance(part, (list, tuple, dict)) for part in value
     ):
@@ -129,17 +127,12 @@ def _triples_of(value: Any) -> Any:
 
 
 def _line_triples(body: str) -> list[Any]:
+    """One triple per non-blank line of ``body`` (stripped, not empty: one at least)."""
     triples = []
     for line in body.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        bullet = _BULLET.match(line)
-        if bullet:
-            line = line[bullet.end() :]
-        triples.append(_line_triple(line, len(triples)))
-    if not triples:
-        raise Rejected("assert with no triple")
+        line = _BULLET.sub("", line.strip(), count=1)
+        if line:
+            triples.append(_line_triple(line, len(triples)))
     return triples
 
 
@@ -165,11 +158,7 @@ def _line_triple(line: str, index: int) -> Any:
 def _strip_fence(body: str) -> str:
     if not body.startswith("```"):
         return body
-    newline = body.find("\n")
-    body = body[newline + 1 :] if newline >= 0 else ""
-    if body.rstrip().endswith("```"):
-        body = body.rstrip()[:-3]
-    return body.strip()
+    return body.partition("\n")[2].rstrip().removesuffix("```").strip()  # the fence lines dropped
 
 
 def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedAction:
@@ -187,7 +176,8 @@ def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedActio
     if kind == "answer":
         if "answer" not in value:
             raise Rejected("answer with no 'answer' field")
-        return AnswerAction(answer=_answer_text(value["answer"]))
+        return AnswerAction(answer=_text(value["answer"],
+                                         f"answer is not a string: {short(value['answer'], 40)}"))
     if kind == "assert":
         triples = value["triples"] if "triples" in value else value.get("facts")
         if triples is None:
@@ -208,12 +198,14 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str) and not isinstance(value, Number)
 
 
-def _answer_text(answer: Any) -> str:
-    if isinstance(answer, str):  # a JSON number too: its literal text, as the model wrote it
-        return str(answer).strip()
-    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
-        return str(answer)
-    raise Rejected(f"answer is not a string: {short(answer, 40)}")
+def _text(value: Any, problem: str) -> str:
+    """An answer or a triple part: a string stripped (a JSON number too: its literal text, as the
+    model wrote it) or a number's text; else Rejected(problem)."""
+    if isinstance(value, str):
+        return str(value).strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise Rejected(problem)
 
 
 def _assert(triples: Any) -> AssertAction:
@@ -239,12 +231,5 @@ def _triple(triple: Any, index: int) -> Triple:
     for name in TRIPLE_PARTS:
         if name not in given:
             raise Rejected(f"triple {index} has no {name}")
-        part = given[name]
-        if isinstance(part, str):  # a JSON number too: its literal text
-            part = str(part).strip()
-        elif isinstance(part, (int, float)) and not isinstance(part, bool):
-            part = str(part)
-        else:
-            raise Rejected(f"triple {index} part {name} is not a string")
-        parts[name] = part
+        parts[name] = _text(given[name], f"triple {index} part {name} is not a string")
     return Triple(**parts)

@@ -5,6 +5,7 @@ each rollout's work item, carried under :data:`WORK_KEY` to
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import threading
 from typing import Any
@@ -72,12 +73,10 @@ class FactPreparer:
                     waiting, self._waiting = self._waiting, []
                 if len(waiting) > 1:
                     self._warm(waiting)
-                shipped = self._shipped
                 new = [key for key in dict.fromkeys(assert_triples(actions, self.config.max_turns))
-                       if key not in shipped]
+                       if key not in self._shipped]
                 work = make_work(new, self.config, self._clusterer)
-                for key in new:
-                    shipped[key] = True
+                self._shipped.update(dict.fromkeys(new, True))
                 return work
         except Exception:  # a rollout never fails for work the trainer can redo
             self.failures += 1
@@ -91,10 +90,8 @@ class FactPreparer:
         caches (a rollout that cannot be read is left to its own call)."""
         parts = []
         for actions in waiting:
-            try:
+            with contextlib.suppress(TypeError, ValueError, KeyError):
                 parts += assert_triples(actions, self.config.max_turns)
-            except (TypeError, ValueError, KeyError):
-                continue
         parts = [key for key in dict.fromkeys(parts) if key not in self._shipped]
         if parts:
             make_work(parts, self.config, self._clusterer)

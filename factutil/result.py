@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from typing import Any
 
@@ -144,9 +144,8 @@ class ProcessAdvantages:
         (views, ignored actions included); a KeyError names the known columns."""
         if column not in self.action_columns:
             raise KeyError(f"column must be one of {sorted(self.action_columns)}, got {column!r}")
-        values = self.action_columns[column]
-        bounds = self.action_offsets.tolist()
-        return {key: values[bounds[i] : bounds[i + 1]] for i, key in enumerate(self.rollout_keys)}
+        views = np.split(self.action_columns[column], self.action_offsets[1:-1])
+        return dict(zip(self.rollout_keys, views))
 
 
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}  # kind code -> action name
@@ -183,17 +182,12 @@ class Records:
         reasons = prep.reasons
         row_of = np.repeat(np.arange(len(self.keys), dtype=np.int64), prep.totals).tolist()
         listed = {name: values.tolist() for name, values in columns.items()}
-        records = []
-        for k, (row, t, kind) in enumerate(zip(row_of, listed["step"], kinds)):
-            # An ignored action's float columns are 0 and it brings no cluster.
-            records.append(ActionRecord(
-                *self.keys[row], t, kind, listed["shaping"][k], listed["back_credit"][k],
-                listed["penalty"][k], listed["process_reward"][k], listed["outcome_reward"][k],
-                listed["outcome_advantage"][k], listed["process_advantage"][k],
-                listed["advantage"][k], new.get((row, t), []), listed["ignored"][k],
-                reasons.get(k),
-            ))
-        return records
+        floats = [listed[field.name] for field in fields(ActionRecord)[4:12]]  # shaping..advantage
+        # An ignored action's float columns are 0 and it brings no cluster.
+        return [ActionRecord(*self.keys[row], t, kind, *values, new.get((row, t), []), ignored,
+                             reasons.get(k))
+                for k, (row, t, kind, ignored, *values)
+                in enumerate(zip(row_of, listed["step"], kinds, listed["ignored"], *floats))]
 
     def rollouts(self) -> list[RolloutRecord]:
         prep = self.prep

@@ -19,9 +19,7 @@ from pydantic import (
 )
 
 from factutil.actions import (  # noqa: F401  (the action models stay importable from here)
-    TRIPLE_PARTS,
     Action,
-    ActionKind,
     AnswerAction,
     AssertAction,
     InvalidAction,
@@ -29,11 +27,8 @@ from factutil.actions import (  # noqa: F401  (the action models stay importable
     SearchAction,
     Triple,
     assert_content_problem,
-    reject_blank,
 )
-
-# The configuration lives in factutil.config; its names stay importable from here.
-from factutil.config import PRESETS, FactUtilConfig, FilterName  # noqa: F401
+from factutil.config import FactUtilConfig  # noqa: F401  (importable from here)
 from factutil.errors import close_match, number_value, short
 from factutil.parse import parse_action
 from factutil.search_r1 import split_turns
@@ -53,23 +48,17 @@ def response_actions(response: str) -> list[Any]:
     return [parse_action(text, observation) for text, observation in split_turns(response)]
 
 
-def _raw(item: Any) -> RawAction | None:
-    """A ``raw`` item (no ``action`` key) as its model; None for any other item."""
-    if isinstance(item, RawAction) or not isinstance(item, dict) or "action" in item:
-        return item if isinstance(item, RawAction) else None
-    return RawAction.model_validate(item) if "raw" in item else None
-
-
 def coerce_action(item: Any) -> Any:
     """One input action item of docs/method.md §8 as a model, or as given for pydantic to judge:
     a ``raw`` item is parsed (:func:`factutil.parse.parse_action`; one turn with no observation
     given reads the retrieved block after it); an ``assert`` with no triple or an empty part, or a
     search with a blank query, is invalid."""
-    raw = _raw(item)
-    if raw is not None:
-        turns = split_turns(raw.raw) if raw.observation is None else []
+    if isinstance(item, dict) and "action" not in item and "raw" in item:
+        item = RawAction.model_validate(item)
+    if isinstance(item, RawAction):
+        turns = split_turns(item.raw) if item.observation is None else []
         return parse_action(*turns[0]) if len(turns) == 1 else parse_action(
-            raw.raw, observation=raw.observation)
+            item.raw, observation=item.observation)
     if not isinstance(item, dict):
         return item
     if item.get("action") == "assert":
@@ -195,11 +184,7 @@ def fill_group_fields(data: dict[str, Any]) -> dict[str, Any]:
             if key not in data and key in first:
                 data[key] = first[key]
     shared = {key: data[key] for key in GROUP_FIELDS if key in data}
-    if any(isinstance(r, Mapping) and not shared.keys() <= r.keys() for r in rollouts):
-        data["rollouts"] = [
-            {**shared, **r} if isinstance(r, Mapping) and not shared.keys() <= r.keys() else r
-            for r in rollouts
-        ]
+    data["rollouts"] = [{**shared, **r} if isinstance(r, Mapping) else r for r in rollouts]
     return data
 
 
@@ -221,19 +206,13 @@ def group_conflicts(
     for index, rollout in enumerate(rollouts):
         if head is not None and rollout.uid != head.uid:
             conflicts.append((index, "uid", None))
-        key = (rollout.uid, rollout.rollout_id)
-        if key in ids:
-            conflicts.append((index, "rollout_id", ids[key]))
-        else:
-            ids[key] = index
-        if head is not None:
-            reference, ref = None, head
-        elif rollout.uid not in first:
-            first[rollout.uid] = index
+        other = ids.setdefault((rollout.uid, rollout.rollout_id), index)
+        if other != index:
+            conflicts.append((index, "rollout_id", other))
+        reference = None if head is not None else first.setdefault(rollout.uid, index)
+        if reference == index:  # the uid's first rollout: nothing to compare with
             continue
-        else:
-            reference = first[rollout.uid]
-            ref = rollouts[reference]
+        ref = head if reference is None else rollouts[reference]
         if rollout.golden_answers != ref.golden_answers:
             conflicts.append((index, "golden_answers", reference))
         if rollout.question != ref.question:
@@ -276,13 +255,11 @@ class Group(BaseModel):
 
     @classmethod
     def from_rollouts(cls, rollouts: Iterable[Rollout]) -> Group:
-        """Build one group from rollouts that share a uid."""
+        """Build one group from rollouts that share a uid (its fields: the first rollout's)."""
         rollouts = list(rollouts)
         if not rollouts:
             raise ValueError("a group needs at least one rollout")
-        first = rollouts[0]
-        return cls(uid=first.uid, question=first.question, golden_answers=first.golden_answers,
-                   rollouts=rollouts)
+        return cls(rollouts=rollouts)  # fill_group_fields takes uid, question, gold from the first
 
 
 def group_rollouts(rollouts: Iterable[Rollout]) -> list[Group]:
