@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "GOLD_KEYS", "UNICODE_FOLDS", "Outcome", "exact_match", "f1", "golden_answers_from",
+    "GOLD_KEYS", "UNICODE_FOLDS", "Outcome", "golden_answers_from",
     "golds_normalized_empty", "normalize_answer", "outcome", "outcome_reward", "qa_scores",
 ]
 
@@ -88,18 +88,6 @@ def golds_normalized_empty(
     """
     golds = _checked_golden_answers(golden_answers)
     return list(dict.fromkeys(g for g in golds if not normalize_answer(g, fold_unicode)))
-
-
-def exact_match(
-    prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False
-) -> float:
-    """The ``em`` of :func:`qa_scores`: 1.0 if the normalised prediction equals a gold, else 0.0."""
-    return qa_scores(prediction, golden_answers, fold_unicode)[0]
-
-
-def f1(prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False) -> float:
-    """The ``f1`` of :func:`qa_scores`: token F1 in [0, 1] against the best-matching gold."""
-    return qa_scores(prediction, golden_answers, fold_unicode)[1]
 
 
 def _token_f1(
@@ -192,7 +180,7 @@ def outcome_reward(
     ``answer``: None when it gave none; ``store_size``: triples in the store when it answered,
     None when unknown (no empty-store rule then). Raises as :func:`qa_scores`."""
     if answer is None:
-        qa_scores("", golden_answers)  # the gold answers are checked whatever the rollout did
+        _checked_golden_answers(golden_answers)  # whatever the rollout did
         return Outcome(0.0, 0.0, 0.0, answered=False, empty_store=False)
     em, f1 = qa_scores(answer, golden_answers, fold_unicode=fold_unicode)
     empty = store_size == 0

@@ -24,6 +24,9 @@ _STRUCTURAL = re.compile(r"""[{}\[\]"']""")  # brackets and quotes
 _BRACES = re.compile(r"\{+")
 _NESTING = re.compile(r"""[{}\[\]()"']""")
 _TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
+# A string literal: up to the first quote not escaped by a backslash (possessive: linear).
+_STRINGS = {quote: re.compile(rf"{quote}[^{quote}\\]*+(?:\\.[^{quote}\\]*+)*+{quote}", re.DOTALL)
+            for quote in "\"'"}
 
 
 class Number(str):
@@ -175,18 +178,8 @@ def _pop(stack: list[list[Any]]) -> list[Any]:
 
 def _string_end(text: str, start: int) -> int:
     """Index just past the string literal opened by the quote at ``text[start]``; -1 if none."""
-    quote = text[start]
-    pos = start + 1
-    while True:
-        close = text.find(quote, pos)
-        if close < 0:
-            return -1
-        back = close - 1
-        while back > start and text[back] == "\\":
-            back -= 1
-        if (close - 1 - back) % 2 == 0:
-            return close + 1
-        pos = close + 1
+    match = _STRINGS[text[start]].match(text, start)
+    return match.end() if match else -1
 
 
 def _outside_strings(

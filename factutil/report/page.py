@@ -126,9 +126,7 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
     for g in shown:
         groups.append(_group_view(
             result.groups[g], first_row[g], by_uid.get(result.groups[g].uid, []), result.actions,
-            result.rollouts, potential, offsets, scale, labels is not None,
-            config.facts == "retrieved",
-        ))
+            result.rollouts, potential, offsets, scale, config.facts == "retrieved"))
         if progress is not None:
             progress(1)
 
@@ -156,7 +154,7 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
         "skipped": sorted(result.skipped.items()),
         "gold": _gold_summary(clusters, utilities, labels, auc) if labels is not None else None,
         "figures": figures, "notes": notes, "groups": groups, "groups_total": len(result.groups),
-        "selection": _selection_note(len(shown), len(result.groups), inputs), "scale": scale,
+        "selection": _selection_note(len(shown), len(result.groups), inputs),
     }
 
 
@@ -266,8 +264,7 @@ def _figures(result: ProcessAdvantages, utilities: list[float], labels: list[boo
 
 def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
                 actions: list[Any], rollouts: list[Any], potential: list[float],
-                offsets: list[int], scale: float, gold_known: bool,
-                retrieved: bool = False) -> dict[str, Any]:
+                offsets: list[int], scale: float, retrieved: bool) -> dict[str, Any]:
     utility_of = {cluster.cluster_id: cluster.utility for cluster, _ in clusters}
     gold_of = {cluster.cluster_id: label for cluster, label in clusters}
     ordered = sorted(clusters, key=lambda item: (-item[0].utility, item[0].cluster_id))
@@ -310,7 +307,7 @@ def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, 
         "successes": sum(y >= 0.5 for y in successes), "rollout_count": len(successes),
         "spread": Number(ordered[0][0].utility - ordered[-1][0].utility if len(ordered) > 1
                          else 0.0, signed=False),
-        "clusters": cluster_rows, "gold_known": gold_known, "rollouts": rollout_views,
+        "clusters": cluster_rows, "rollouts": rollout_views,
     }
 
 
