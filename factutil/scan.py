@@ -9,7 +9,9 @@ import json
 import re
 import warnings
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 MAX_DEPTH = 100
@@ -232,21 +234,16 @@ def load(chunk: str, checked: bool = False) -> Any:
     except (ValueError, RecursionError) as error:
         problem = str(error)
         problem = problem if len(problem) <= 60 else problem[:57] + "..."
-    trimmed = _without_trailing_commas(chunk)
-    if trimmed != chunk:
-        try:
+    if (trimmed := _without_trailing_commas(chunk)) != chunk:
+        with suppress(ValueError, RecursionError):
             return _loads(trimmed)
-        except (ValueError, RecursionError):
-            pass
     if len(chunk) <= _LITERAL_EVAL_LIMIT and (checked or _nesting_depth(chunk) <= MAX_DEPTH):
-        try:
-            # An invalid escape in model text ("\)") warns, and raises under -W error: the parse
-            # must not depend on the process's warning filters, nor fill a training log.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return ast.literal_eval(chunk)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            pass
+        # An invalid escape in model text ("\)") warns, and raises under -W error: the parse
+        # must not depend on the process's warning filters, nor fill a training log.
+        with (suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError),
+              warnings.catch_warnings()):
+            warnings.simplefilter("ignore")
+            return ast.literal_eval(chunk)
     raise Rejected(f"malformed JSON: {problem}")
 
 
@@ -263,13 +260,8 @@ def _json_problem(error: json.JSONDecodeError) -> str:
 def _without_trailing_commas(chunk: str) -> str:
     """``chunk`` without the commas before ``}`` or ``]`` outside strings (the text from an
     unterminated string on kept)."""
-    kept: list[str] = []
-    copied = 0
-    for at in _outside_strings(chunk, _TRAILING_COMMA_OR_QUOTE):
-        kept.append(chunk[copied:at])
-        copied = at + 1
-    kept.append(chunk[copied:])
-    return "".join(kept)
+    cuts = [-1, *_outside_strings(chunk, _TRAILING_COMMA_OR_QUOTE), len(chunk)]
+    return "".join(chunk[start + 1 : end] for start, end in pairwise(cuts))
 
 
 def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple[int, str]]]:

@@ -72,9 +72,8 @@ class Number:
 
     @property
     def text(self) -> str:
-        if self.value == 0:
-            return "0"
-        return f"{self.value:+.{self.digits}f}" if self.signed else f"{self.value:.{self.digits}f}"
+        sign = "+" if self.signed else ""
+        return "0" if self.value == 0 else f"{self.value:{sign}.{self.digits}f}"
 
     @property
     def sign(self) -> str:

@@ -41,11 +41,14 @@ class ReportWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
+    def path(self, step: int) -> Path:
+        """The file of step ``step``'s report."""
+        return self.folder / f"step_{step:06d}.html"
+
     def submit(self, result: ProcessAdvantages | None, step: int) -> Path | None:
         """Start writing the report of ``result`` when ``step`` (1-based, as trainers count) is a
-        multiple of ``every``; never raises. Returns the path being written
-        (``folder/step_000010.html``), or None (not due, no result, skipped, or a failure to
-        start)."""
+        multiple of ``every``; never raises. Returns the path being written, or None (not due,
+        no result, skipped, or a failure to start)."""
         try:
             if result is None or not (self.every > 0 and step > 0 and step % self.every == 0):
                 return None
@@ -54,7 +57,7 @@ class ReportWriter:
                 logger.info("factutil report of step %d skipped: the previous one is still "
                             "being written", step)
                 return None
-            target = self.folder / f"step_{step:06d}.html"
+            target = self.path(step)
             self._thread = threading.Thread(target=self._write, args=(result, target, step),
                                             name=f"factutil-report-{step}", daemon=True)
             self._thread.start()
