@@ -22,13 +22,14 @@ _LITERAL_EVAL_LIMIT = 200_000
 
 _TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
-_STRUCTURAL = re.compile(r"""[{}\[\]"']""")  # brackets and quotes
 _BRACES = re.compile(r"\{+")
-_NESTING = re.compile(r"""[{}\[\]()"']""")
-_TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
-# A string literal: up to the first quote not escaped by a backslash (possessive: linear).
-_STRINGS = {quote: re.compile(rf"{quote}[^{quote}\\]*+(?:\\.[^{quote}\\]*+)*+{quote}", re.DOTALL)
-            for quote in "\"'"}
+# A whole string literal (to the first quote no backslash escapes; possessive, so linear), else
+# a quote that opens one never closed, else one character the scan looks for.
+_DOUBLE_QUOTED = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_QUOTED = _DOUBLE_QUOTED + r"""|'[^'\\]*+(?:\\.[^'\\]*+)*+'"""
+_STRUCTURAL = re.compile(_QUOTED + r"""|[{}\[\]"']""", re.DOTALL)  # brackets and quotes
+_NESTING = re.compile(_QUOTED + r"""|[{}\[\]()"']""", re.DOTALL)
+_TRAILING_COMMA_OR_QUOTE = re.compile(_DOUBLE_QUOTED + r'|"|,(?=\s*[}\]])', re.DOTALL)
 
 
 class Number(str):
@@ -134,11 +135,10 @@ def _scan_object(
         if char in "\"'":
             if stack and stack[-1][0] == "{" and at in keys:
                 stack[-1][3] = True
-            after = _string_end(text, at)
-            if after < 0:
+            if match.end() == at + 1:  # a string never closed
                 in_string = True
                 break
-            pos = after
+            pos = match.end()
             continue
         pos = at + 1
         if char == "{":
@@ -178,31 +178,20 @@ def _pop(stack: list[list[Any]]) -> list[Any]:
     return entry
 
 
-def _string_end(text: str, start: int) -> int:
-    """Index just past the string literal opened by the quote at ``text[start]``; -1 if none."""
-    match = _STRINGS[text[start]].match(text, start)
-    return match.end() if match else -1
-
-
 def _outside_strings(
     text: str, pattern: re.Pattern[str], pos: int = 0, budget: list[int] | None = None
 ) -> Iterator[int]:
-    """Where ``pattern`` (which matches the quotes too) matches outside string literals, from
+    """Where ``pattern`` (which matches whole string literals too) matches outside them, from
     ``pos`` until the text, an unterminated string or the ``budget`` (one per match) ends."""
-    while budget is None or budget[0] > 0:
+    for match in pattern.finditer(text, pos):
         if budget is not None:
             budget[0] -= 1
-        match = pattern.search(text, pos)
-        if match is None:
-            return
-        at = match.start()
-        if text[at] in "\"'":
-            pos = _string_end(text, at)
-            if pos < 0:
+            if budget[0] < 0:
                 return
-            continue
-        pos = at + 1
-        yield at
+        if text[match.start()] not in "\"'":
+            yield match.start()
+        elif match.end() == match.start() + 1:  # a string never closed
+            return
 
 
 def _nesting_depth(text: str) -> int:
