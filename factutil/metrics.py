@@ -109,7 +109,7 @@ def _token_f1(
 
 def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
     if isinstance(golden_answers, str):
-        candidates: list[object] = [golden_answers]
+        golds: list[Any] = [golden_answers]
     elif isinstance(golden_answers, (bytes, bytearray, Mapping)) or not hasattr(
         golden_answers, "__iter__"
     ):
@@ -118,11 +118,10 @@ def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
             f"{type(golden_answers).__name__}: {golden_answers!r}"
         )
     else:
-        candidates = list(golden_answers)
-    if not candidates:
+        golds = list(golden_answers)
+    if not golds:
         raise ValueError(f"golden_answers must hold at least one answer, got {golden_answers!r}")
-    golds: list[str] = []
-    for index, gold in enumerate(candidates):
+    for index, gold in enumerate(golds):
         if not isinstance(gold, str):
             raise TypeError(
                 f"golden_answers[{index}] must be a str, got {type(gold).__name__}: {gold!r}"
@@ -132,7 +131,6 @@ def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
                 f"golden_answers[{index}] is blank (empty or whitespace-only): {gold!r}; "
                 f"golden_answers={golden_answers!r}"
             )
-        golds.append(gold)
     return golds
 
 

@@ -190,8 +190,9 @@ def summary_rows(result: ProcessAdvantages) -> list[tuple[str, str]]:
 def _kind_table(result: ProcessAdvantages) -> list[dict[str, Any]]:
     counts = Counter(None if record.ignored else record.action for record in result.actions)
     names = {**{kind: kind for kind in KINDS}, None: "ignored (after the answer or max_turns)"}
+    total = len(result.actions)
     return [{"kind": names[kind], "count": counts[kind],
-             "share": f"{100 * counts[kind] / len(result.actions):.1f}%" if result.actions else "–"}
+             "share": f"{100 * counts[kind] / total:.1f}%" if total else "–"}
             for kind in names if kind is not None or counts[None]]
 
 
