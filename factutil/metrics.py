@@ -71,13 +71,9 @@ def qa_scores(
     if not normalized_prediction:
         return 0.0, 0.0
     prediction_tokens = normalized_prediction.split()
-    best_em = best_f1 = 0.0
-    for gold in golds:
-        normalized_gold = normalize_answer(gold, fold_unicode)
-        if normalized_gold == normalized_prediction:
-            best_em = 1.0
-        best_f1 = max(best_f1, _token_f1(normalized_prediction, prediction_tokens, normalized_gold))
-    return best_em, best_f1
+    normalized_golds = [normalize_answer(gold, fold_unicode) for gold in golds]
+    return float(normalized_prediction in normalized_golds), max(
+        _token_f1(normalized_prediction, prediction_tokens, gold) for gold in normalized_golds)
 
 
 def golds_normalized_empty(
@@ -177,13 +173,11 @@ def outcome_reward(
     """The :class:`Outcome` of a finished rollout (docs/method.md §1, §4), every adapter's rule.
     ``answer``: None when it gave none; ``store_size``: triples in the store when it answered,
     None when unknown (no empty-store rule then). Raises as :func:`qa_scores`."""
-    if answer is None:
-        _checked_golden_answers(golden_answers)  # whatever the rollout did
-        return Outcome(0.0, 0.0, 0.0, answered=False, empty_store=False)
-    em, f1 = qa_scores(answer, golden_answers, fold_unicode=fold_unicode)
-    empty = store_size == 0
-    score, _ = outcome(em, f1, answered=True, empty_store=empty)
-    return Outcome(float(score), float(em), float(f1), answered=True, empty_store=empty)
+    answered = answer is not None  # the gold answers are checked whatever the rollout did
+    em, f1 = qa_scores(answer if answered else "", golden_answers, fold_unicode=fold_unicode)
+    empty = answered and store_size == 0
+    score, _ = outcome(em, f1, answered=answered, empty_store=empty)
+    return Outcome(float(score), float(em), float(f1), answered=answered, empty_store=empty)
 
 
 GOLD_KEYS = ("golden_answers", "answers", "target", "answer")  # looked up in this order
