@@ -225,8 +225,7 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
                 metrics[f"factutil/{name[:-2]}_ms"] = 1000.0 * float(value)
             else:
                 metrics[f"factutil/{name}"] = float(value)
-        spread = found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
-        metrics["factutil/utility_spread"] = float(spread)
+        metrics["factutil/utility_spread"] = found["utility_max"] - found["utility_min"]
     if score.shipped is not None:
         metrics["factutil/prepared_shipped"] = float(score.shipped)
         metrics["factutil/prepared_unshipped"] = float(score.unshipped or 0)

@@ -12,6 +12,7 @@ import string
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -197,12 +198,9 @@ def golden_answers_from(value: Any) -> list[str]:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            try:
-                decoded = json.loads(text)
-            except ValueError:
-                decoded = None
-            if isinstance(decoded, list):
-                return golden_answers_from(decoded)
+            with suppress(ValueError):
+                if isinstance(decoded := json.loads(text), list):
+                    return golden_answers_from(decoded)
         return [value] if text else []
     if hasattr(value, "tolist"):  # numpy arrays after a parquet round trip
         value = value.tolist()

@@ -144,16 +144,12 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
                   if name.startswith("time_") and name.endswith("_s")],
         "config": _config_rows(config), "retrieved": config.facts == "retrieved",
         "success": config.success,
-        "key_config": [
-            ("mode", config.mode), ("prior", config.prior), ("success", config.success),
-            ("Ω", f"{config.omega:g}"), ("α", f"{config.alpha:g}"),
-            ("process_norm", config.process_norm),
-        ],
+        "settings": config,
         "warnings": result.warnings[:10], "warnings_left": max(0, len(result.warnings) - 10),
         "skipped": sorted(result.skipped.items()),
         "gold": _gold_summary(clusters, utilities, labels, auc) if labels is not None else None,
         "figures": figures, "notes": notes, "groups": groups, "groups_total": len(result.groups),
-        "selection": _selection_note(len(shown), len(result.groups), inputs),
+        "by_uid": bool(inputs.uids),
     }
 
 
@@ -229,15 +225,6 @@ def _gold_summary(clusters: list[ClusterRecord], utilities: list[float], labels:
     within = within_group_auc(labels, utilities, [cluster.uid for cluster in clusters])
     return {"rows": rows, "auc": None if auc is None else f"{auc:.3f}",
             "within": None if within is None else f"{within:.3f}"}
-
-
-def _selection_note(shown: int, total: int, inputs: ReportInputs) -> str:
-    if inputs.uids:
-        return f"{shown} question(s) chosen by uid, of {total}."
-    if shown < total:
-        return (f"The {shown} questions of {total} with the widest utility spread (largest minus "
-                f"smallest cluster utility) are shown in full; the summary and plots cover all.")
-    return f"All {total} questions, widest utility spread first."
 
 
 def _figures(result: ProcessAdvantages, utilities: list[float], labels: list[bool | None] | None,
