@@ -99,16 +99,15 @@ def score_batch(groups: Iterable[K], build: Callable[[K], Sequence[Mapping[str, 
     score: BatchScore[K] = BatchScore(None, {}, fallback, len(groups))
     if not rollouts:
         return score
-    extra: dict[str, Any] = {}
-    if work is not None:
-        items = list(work)
+    items = None if work is None else list(work)
+    if items is not None:
         score.unshipped = sum(item is None for item in items)
         score.shipped = len(items) - score.unshipped
         # "" is a preparer's text for a rollout whose facts all went out before: nothing to read.
-        extra["work"] = [_work_form(item) for item in items if item is not None and item != ""]
+        items = [_work_form(item) for item in items if item is not None and item != ""]
     try:
         result = api.compute_process_advantages(rollouts, config, clusterer=clusterer,
-                                                on_invalid_group="skip", **extra)
+                                                on_invalid_group="skip", work=items)
     except Exception as error:  # noqa: BLE001 - a bad batch never stops training
         score.error = error
         for key in keys.values():
@@ -226,8 +225,7 @@ def batch_metrics(score: BatchScore[Any]) -> dict[str, float]:
                 metrics[f"factutil/{name[:-2]}_ms"] = 1000.0 * float(value)
             else:
                 metrics[f"factutil/{name}"] = float(value)
-        spread = found.get("utility_max", 0.0) - found.get("utility_min", 0.0)
-        metrics["factutil/utility_spread"] = float(spread)
+        metrics["factutil/utility_spread"] = found["utility_max"] - found["utility_min"]
     if score.shipped is not None:
         metrics["factutil/prepared_shipped"] = float(score.shipped)
         metrics["factutil/prepared_unshipped"] = float(score.unshipped or 0)
@@ -305,20 +303,16 @@ class TrainerStep:
             waited = time.perf_counter()
             try:
                 value = early[1].result()
-                same = bool(early[0] == key)
+                self.early_used = bool(early[0] == key)
             except Exception:  # scored again below
                 self.log.warning("factutil: scoring early failed; scoring the batch now",
                                  exc_info=True)
-                same = False
             else:
-                if not same:
+                if not self.early_used:
                     self.log.warning("factutil: the batch changed after it was scored early; "
                                      "scoring it again")
             self.wait_s = time.perf_counter() - waited
-            if same:
-                self.early_used = True
-                return value
-        return score()
+        return value if self.early_used else score()
 
     def finish(self, result: ProcessAdvantages | None, started: float, *, failed: bool = False,
                step: int | None = None) -> dict[str, float]:

@@ -12,11 +12,12 @@ import string
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "GOLD_KEYS", "UNICODE_FOLDS", "Outcome", "exact_match", "f1", "golden_answers_from",
+    "GOLD_KEYS", "UNICODE_FOLDS", "Outcome", "golden_answers_from",
     "golds_normalized_empty", "normalize_answer", "outcome", "outcome_reward", "qa_scores",
 ]
 
@@ -71,13 +72,9 @@ def qa_scores(
     if not normalized_prediction:
         return 0.0, 0.0
     prediction_tokens = normalized_prediction.split()
-    best_em = best_f1 = 0.0
-    for gold in golds:
-        normalized_gold = normalize_answer(gold, fold_unicode)
-        if normalized_gold == normalized_prediction:
-            best_em = 1.0
-        best_f1 = max(best_f1, _token_f1(normalized_prediction, prediction_tokens, normalized_gold))
-    return best_em, best_f1
+    normalized_golds = [normalize_answer(gold, fold_unicode) for gold in golds]
+    return float(normalized_prediction in normalized_golds), max(
+        _token_f1(normalized_prediction, prediction_tokens, gold) for gold in normalized_golds)
 
 
 def golds_normalized_empty(
@@ -88,18 +85,6 @@ def golds_normalized_empty(
     """
     golds = _checked_golden_answers(golden_answers)
     return list(dict.fromkeys(g for g in golds if not normalize_answer(g, fold_unicode)))
-
-
-def exact_match(
-    prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False
-) -> float:
-    """The ``em`` of :func:`qa_scores`: 1.0 if the normalised prediction equals a gold, else 0.0."""
-    return qa_scores(prediction, golden_answers, fold_unicode)[0]
-
-
-def f1(prediction: str, golden_answers: Sequence[str] | str, fold_unicode: bool = False) -> float:
-    """The ``f1`` of :func:`qa_scores`: token F1 in [0, 1] against the best-matching gold."""
-    return qa_scores(prediction, golden_answers, fold_unicode)[1]
 
 
 def _token_f1(
@@ -121,7 +106,7 @@ def _token_f1(
 
 def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
     if isinstance(golden_answers, str):
-        candidates: list[object] = [golden_answers]
+        golds: list[Any] = [golden_answers]
     elif isinstance(golden_answers, (bytes, bytearray, Mapping)) or not hasattr(
         golden_answers, "__iter__"
     ):
@@ -130,11 +115,10 @@ def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
             f"{type(golden_answers).__name__}: {golden_answers!r}"
         )
     else:
-        candidates = list(golden_answers)
-    if not candidates:
+        golds = list(golden_answers)
+    if not golds:
         raise ValueError(f"golden_answers must hold at least one answer, got {golden_answers!r}")
-    golds: list[str] = []
-    for index, gold in enumerate(candidates):
+    for index, gold in enumerate(golds):
         if not isinstance(gold, str):
             raise TypeError(
                 f"golden_answers[{index}] must be a str, got {type(gold).__name__}: {gold!r}"
@@ -144,7 +128,6 @@ def _checked_golden_answers(golden_answers: Sequence[str] | str) -> list[str]:
                 f"golden_answers[{index}] is blank (empty or whitespace-only): {gold!r}; "
                 f"golden_answers={golden_answers!r}"
             )
-        golds.append(gold)
     return golds
 
 
@@ -191,13 +174,11 @@ def outcome_reward(
     """The :class:`Outcome` of a finished rollout (docs/method.md §1, §4), every adapter's rule.
     ``answer``: None when it gave none; ``store_size``: triples in the store when it answered,
     None when unknown (no empty-store rule then). Raises as :func:`qa_scores`."""
-    if answer is None:
-        qa_scores("", golden_answers)  # the gold answers are checked whatever the rollout did
-        return Outcome(0.0, 0.0, 0.0, answered=False, empty_store=False)
-    em, f1 = qa_scores(answer, golden_answers, fold_unicode=fold_unicode)
-    empty = store_size == 0
-    score, _ = outcome(em, f1, answered=True, empty_store=empty)
-    return Outcome(float(score), float(em), float(f1), answered=True, empty_store=empty)
+    answered = answer is not None  # the gold answers are checked whatever the rollout did
+    em, f1 = qa_scores(answer if answered else "", golden_answers, fold_unicode=fold_unicode)
+    empty = answered and store_size == 0
+    score, _ = outcome(em, f1, answered=answered, empty_store=empty)
+    return Outcome(float(score), float(em), float(f1), answered=answered, empty_store=empty)
 
 
 GOLD_KEYS = ("golden_answers", "answers", "target", "answer")  # looked up in this order
@@ -217,12 +198,9 @@ def golden_answers_from(value: Any) -> list[str]:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            try:
-                decoded = json.loads(text)
-            except ValueError:
-                decoded = None
-            if isinstance(decoded, list):
-                return golden_answers_from(decoded)
+            with suppress(ValueError):
+                if isinstance(decoded := json.loads(text), list):
+                    return golden_answers_from(decoded)
         return [value] if text else []
     if hasattr(value, "tolist"):  # numpy arrays after a parquet round trip
         value = value.tolist()

@@ -9,7 +9,9 @@ import json
 import re
 import warnings
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 MAX_DEPTH = 100
@@ -20,10 +22,14 @@ _LITERAL_EVAL_LIMIT = 200_000
 
 _TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
-_STRUCTURAL = re.compile(r"""[{}\[\]"']""")  # brackets and quotes
 _BRACES = re.compile(r"\{+")
-_NESTING = re.compile(r"""[{}\[\]()"']""")
-_TRAILING_COMMA_OR_QUOTE = re.compile(r'"|,(?=\s*[}\]])')
+# A whole string literal (to the first quote no backslash escapes; possessive, so linear), else
+# a quote that opens one never closed, else one character the scan looks for.
+_DOUBLE_QUOTED = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_QUOTED = _DOUBLE_QUOTED + r"""|'[^'\\]*+(?:\\.[^'\\]*+)*+'"""
+_STRUCTURAL = re.compile(_QUOTED + r"""|[{}\[\]"']""", re.DOTALL)  # brackets and quotes
+_NESTING = re.compile(_QUOTED + r"""|[{}\[\]()"']""", re.DOTALL)
+_TRAILING_COMMA_OR_QUOTE = re.compile(_DOUBLE_QUOTED + r'|"|,(?=\s*[}\]])', re.DOTALL)
 
 
 class Number(str):
@@ -129,11 +135,10 @@ def _scan_object(
         if char in "\"'":
             if stack and stack[-1][0] == "{" and at in keys:
                 stack[-1][3] = True
-            after = _string_end(text, at)
-            if after < 0:
+            if match.end() == at + 1:  # a string never closed
                 in_string = True
                 break
-            pos = after
+            pos = match.end()
             continue
         pos = at + 1
         if char == "{":
@@ -173,41 +178,20 @@ def _pop(stack: list[list[Any]]) -> list[Any]:
     return entry
 
 
-def _string_end(text: str, start: int) -> int:
-    """Index just past the string literal opened by the quote at ``text[start]``; -1 if none."""
-    quote = text[start]
-    pos = start + 1
-    while True:
-        close = text.find(quote, pos)
-        if close < 0:
-            return -1
-        back = close - 1
-        while back > start and text[back] == "\\":
-            back -= 1
-        if (close - 1 - back) % 2 == 0:
-            return close + 1
-        pos = close + 1
-
-
 def _outside_strings(
     text: str, pattern: re.Pattern[str], pos: int = 0, budget: list[int] | None = None
 ) -> Iterator[int]:
-    """Where ``pattern`` (which matches the quotes too) matches outside string literals, from
+    """Where ``pattern`` (which matches whole string literals too) matches outside them, from
     ``pos`` until the text, an unterminated string or the ``budget`` (one per match) ends."""
-    while budget is None or budget[0] > 0:
+    for match in pattern.finditer(text, pos):
         if budget is not None:
             budget[0] -= 1
-        match = pattern.search(text, pos)
-        if match is None:
-            return
-        at = match.start()
-        if text[at] in "\"'":
-            pos = _string_end(text, at)
-            if pos < 0:
+            if budget[0] < 0:
                 return
-            continue
-        pos = at + 1
-        yield at
+        if text[match.start()] not in "\"'":
+            yield match.start()
+        elif match.end() == match.start() + 1:  # a string never closed
+            return
 
 
 def _nesting_depth(text: str) -> int:
@@ -239,21 +223,16 @@ def load(chunk: str, checked: bool = False) -> Any:
     except (ValueError, RecursionError) as error:
         problem = str(error)
         problem = problem if len(problem) <= 60 else problem[:57] + "..."
-    trimmed = _without_trailing_commas(chunk)
-    if trimmed != chunk:
-        try:
+    if (trimmed := _without_trailing_commas(chunk)) != chunk:
+        with suppress(ValueError, RecursionError):
             return _loads(trimmed)
-        except (ValueError, RecursionError):
-            pass
     if len(chunk) <= _LITERAL_EVAL_LIMIT and (checked or _nesting_depth(chunk) <= MAX_DEPTH):
-        try:
-            # An invalid escape in model text ("\)") warns, and raises under -W error: the parse
-            # must not depend on the process's warning filters, nor fill a training log.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return ast.literal_eval(chunk)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            pass
+        # An invalid escape in model text ("\)") warns, and raises under -W error: the parse
+        # must not depend on the process's warning filters, nor fill a training log.
+        with (suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError),
+              warnings.catch_warnings()):
+            warnings.simplefilter("ignore")
+            return ast.literal_eval(chunk)
     raise Rejected(f"malformed JSON: {problem}")
 
 
@@ -270,13 +249,8 @@ def _json_problem(error: json.JSONDecodeError) -> str:
 def _without_trailing_commas(chunk: str) -> str:
     """``chunk`` without the commas before ``}`` or ``]`` outside strings (the text from an
     unterminated string on kept)."""
-    kept: list[str] = []
-    copied = 0
-    for at in _outside_strings(chunk, _TRAILING_COMMA_OR_QUOTE):
-        kept.append(chunk[copied:at])
-        copied = at + 1
-    kept.append(chunk[copied:])
-    return "".join(kept)
+    cuts = [-1, *_outside_strings(chunk, _TRAILING_COMMA_OR_QUOTE), len(chunk)]
+    return "".join(chunk[start + 1 : end] for start, end in pairwise(cuts))
 
 
 def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple[int, str]]]:

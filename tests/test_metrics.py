@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from factutil.metrics import UNICODE_FOLDS, exact_match, f1, normalize_answer, qa_scores
+from factutil.metrics import UNICODE_FOLDS, normalize_answer, qa_scores
 
 
 # --- Reference code -------------------------------------------------------------------------
@@ -197,30 +197,27 @@ def test_normalize_answer_rejects_non_str() -> None:
 
 def test_f1_partial_overlap() -> None:
     # pred [cat, sat], gold [cat, sat, down]: P = 2/2, R = 2/3, F1 = 2*(2/3)/(5/3) = 4/5.
-    assert f1("the cat sat", ["cat sat down"]) == pytest.approx(0.8)
-    assert exact_match("the cat sat", ["cat sat down"]) == 0.0
+    assert qa_scores("the cat sat", ["cat sat down"]) == (0.0, pytest.approx(0.8))
 
 
 def test_f1_counts_repeated_tokens_once_per_match() -> None:
     # pred [new, new, york], gold [new, york]: overlap min(2,1)+1 = 2, P = 2/3, R = 1, F1 = 0.8.
-    assert f1("New New York", "New York") == pytest.approx(0.8)
+    assert qa_scores("New New York", "New York")[1] == pytest.approx(0.8)
 
 
 def test_scores_take_the_best_gold_answer() -> None:
     golds = ["Obama", "President Barack Obama", "Michelle Obama"]
     # vs "obama": P 1/2, R 1 -> 2/3; vs "president barack obama": P 1, R 2/3 -> 0.8;
     # vs "michelle obama": P 1/2, R 1/2 -> 0.5. Best 0.8; no exact match.
-    assert f1("Barack Obama", golds) == pytest.approx(0.8)
-    assert exact_match("Barack Obama", golds) == 0.0
+    assert qa_scores("Barack Obama", golds) == (0.0, pytest.approx(0.8))
     assert qa_scores("Barack Obama", [*golds, "barack obama."]) == (1.0, 1.0)
 
 
 def test_exact_match_after_normalisation() -> None:
-    assert exact_match("U.S.", ["us"]) == 1.0
-    assert f1("U.S.", ["us"]) == 1.0
-    assert exact_match("The Beatles", "beatles!") == 1.0
-    assert exact_match("Beatles", ["Rolling Stones", "the  beatles"]) == 1.0
-    assert exact_match("Beetles", ["the beatles"]) == 0.0
+    assert qa_scores("U.S.", ["us"]) == (1.0, 1.0)
+    assert qa_scores("The Beatles", "beatles!")[0] == 1.0
+    assert qa_scores("Beatles", ["Rolling Stones", "the  beatles"])[0] == 1.0
+    assert qa_scores("Beetles", ["the beatles"])[0] == 0.0
 
 
 def test_scores_are_python_floats() -> None:
@@ -251,25 +248,24 @@ def test_scores_are_python_floats() -> None:
 def test_yes_no_noanswer_rule(
     prediction: str, golds: list[str], expected_f1: float, squad_f1: float
 ) -> None:
-    assert f1(prediction, golds) == pytest.approx(expected_f1)
+    em, token_f1 = qa_scores(prediction, golds)
+    assert token_f1 == pytest.approx(expected_f1)
     squad = metric_max_over_ground_truths(f1_score_squad, prediction, golds)
     assert squad == pytest.approx(squad_f1)
     # EM is the same under both rules.
-    assert exact_match(prediction, golds) == float(expected_f1 == 1.0)
+    assert em == float(expected_f1 == 1.0)
 
 
 @pytest.mark.parametrize("prediction", ["", "   ", "\n\t", "The", "a an the", "!!!", "..."])
 @pytest.mark.parametrize("golds", [["the"], ["cat"], ["!!!", "cat"], "The"])
 def test_empty_prediction_scores_zero(prediction: str, golds: list[str] | str) -> None:
     assert qa_scores(prediction, golds) == (0.0, 0.0)
-    assert exact_match(prediction, golds) == 0.0
-    assert f1(prediction, golds) == 0.0
 
 
 def test_empty_prediction_departs_from_squad_em() -> None:
     # SQuAD scores "" against gold "the" as an exact match (both normalise to ""); we do not.
     assert exact_match_score_squad("", "the") is True
-    assert exact_match("", ["the"]) == 0.0
+    assert qa_scores("", ["the"])[0] == 0.0
 
 
 def test_gold_without_tokens_never_matches() -> None:
@@ -284,11 +280,10 @@ def test_gold_without_tokens_never_matches() -> None:
     ["", "   ", "\t\n", [], (), ["cat", " "], ["", "cat"], np.array([], dtype=str)],
 )
 def test_blank_or_missing_gold_raises(golds: object) -> None:
-    for metric in (exact_match, f1, qa_scores):
-        with pytest.raises(ValueError, match="golden_answers") as info:
-            metric("cat", golds)  # type: ignore[arg-type]
-        if isinstance(golds, str):
-            assert repr(golds) in str(info.value)
+    with pytest.raises(ValueError, match="golden_answers") as info:
+        qa_scores("cat", golds)  # type: ignore[arg-type]
+    if isinstance(golds, str):
+        assert repr(golds) in str(info.value)
 
 
 def test_blank_gold_raises_even_for_empty_prediction() -> None:
@@ -314,10 +309,10 @@ def test_wrong_types_raise(prediction: object, golds: object, name: str) -> None
 
 
 def test_gold_containers() -> None:
-    assert f1("cat", "the cat") == 1.0
-    assert f1("cat", ("dog", "cat")) == 1.0
+    assert qa_scores("cat", "the cat") == (1.0, 1.0)
+    assert qa_scores("cat", ("dog", "cat")) == (1.0, 1.0)
     # verl batches hold gold answers as NumPy string arrays.
-    assert f1("cat", np.array(["dog", "cat"])) == 1.0
+    assert qa_scores("cat", np.array(["dog", "cat"])) == (1.0, 1.0)
 
 
 @pytest.mark.parametrize(
@@ -338,8 +333,6 @@ def test_fold_unicode_scores(
 ) -> None:
     assert qa_scores(prediction, [gold]) == pytest.approx(off)
     assert qa_scores(prediction, [gold], fold_unicode=True) == pytest.approx(on)
-    assert exact_match(prediction, [gold], fold_unicode=True) == on[0]
-    assert f1(prediction, [gold], fold_unicode=True) == pytest.approx(on[1])
 
 
 # --- Real answers from a search-agent run ----------------------------------------------------
@@ -387,8 +380,7 @@ def test_real_pairs_worked_by_hand(
 ) -> None:
     pair = next(pair for pair in QA_PAIRS if pair["line"] == line)
     assert (pair["prediction"], pair["gold"]) == (prediction, gold)
-    assert exact_match(prediction, [gold]) == em
-    assert f1(prediction, [gold]) == pytest.approx(expected_f1)
+    assert qa_scores(prediction, [gold]) == (em, pytest.approx(expected_f1))
 
 
 # --- Properties ---------------------------------------------------------------------------------
@@ -427,8 +419,6 @@ def test_score_ranges(prediction: str, golds: list[str], fold_unicode: bool) -> 
         assert (em, token_f1) == (0.0, 0.0)
     elif em == 1.0:
         assert token_f1 == 1.0
-    assert exact_match(prediction, golds, fold_unicode=fold_unicode) == em
-    assert f1(prediction, golds, fold_unicode=fold_unicode) == token_f1
 
 
 @given(_texts, _golds)

@@ -12,7 +12,6 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -73,9 +72,8 @@ class Number:
 
     @property
     def text(self) -> str:
-        if self.value == 0:
-            return "0"
-        return f"{self.value:+.{self.digits}f}" if self.signed else f"{self.value:.{self.digits}f}"
+        sign = "+" if self.signed else ""
+        return "0" if self.value == 0 else f"{self.value:{sign}.{self.digits}f}"
 
     @property
     def sign(self) -> str:
@@ -127,20 +125,17 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
     for g in shown:
         groups.append(_group_view(
             result.groups[g], first_row[g], by_uid.get(result.groups[g].uid, []), result.actions,
-            result.rollouts, potential, offsets, scale, labels is not None,
-            config.facts == "retrieved",
-        ))
+            result.rollouts, potential, offsets, scale, config.facts == "retrieved"))
         if progress is not None:
             progress(1)
 
-    notes = list(inputs.notes)
-    missing = plots.matplotlib_missing()
-    if missing:
+    auc = evidence_auc(labels, utilities) if labels is not None else None
+    notes, figures = list(inputs.notes), {}
+    if missing := plots.matplotlib_missing():
         notes.append(missing)
-        figures = {}
     else:
         rows = [first_row[g] + j for g in shown for j in range(len(result.groups[g].rollouts))]
-        figures = _figures(result, labels, potential, offsets, rows, len(shown))
+        figures = _figures(result, utilities, labels, auc, potential, offsets, rows, len(shown))
     return {
         "title": inputs.title, "source": inputs.source, "summary": summary_rows(result),
         "kinds": _kind_table(result), "invalid_reasons": _invalid_reasons(result),
@@ -149,16 +144,12 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
                   if name.startswith("time_") and name.endswith("_s")],
         "config": _config_rows(config), "retrieved": config.facts == "retrieved",
         "success": config.success,
-        "key_config": [
-            ("mode", config.mode), ("prior", config.prior), ("success", config.success),
-            ("Ω", f"{config.omega:g}"), ("α", f"{config.alpha:g}"),
-            ("process_norm", config.process_norm),
-        ],
+        "settings": config,
         "warnings": result.warnings[:10], "warnings_left": max(0, len(result.warnings) - 10),
         "skipped": sorted(result.skipped.items()),
-        "gold": _gold_summary(clusters, labels) if labels is not None else None,
+        "gold": _gold_summary(clusters, utilities, labels, auc) if labels is not None else None,
         "figures": figures, "notes": notes, "groups": groups, "groups_total": len(result.groups),
-        "selection": _selection_note(len(shown), len(result.groups), inputs), "scale": scale,
+        "by_uid": bool(inputs.uids),
     }
 
 
@@ -194,14 +185,11 @@ def summary_rows(result: ProcessAdvantages) -> list[tuple[str, str]]:
 
 def _kind_table(result: ProcessAdvantages) -> list[dict[str, Any]]:
     counts = Counter(None if record.ignored else record.action for record in result.actions)
-    ignored = counts.pop(None, 0)
-    total = sum(counts.values()) + ignored
-    rows = [{"kind": kind, "count": counts[kind],
-             "share": f"{100 * counts[kind] / total:.1f}%" if total else "–"} for kind in KINDS]
-    if ignored:
-        rows.append({"kind": "ignored (after the answer or max_turns)", "count": ignored,
-                     "share": f"{100 * ignored / total:.1f}%"})
-    return rows
+    names = {**{kind: kind for kind in KINDS}, None: "ignored (after the answer or max_turns)"}
+    total = len(result.actions)
+    return [{"kind": names[kind], "count": counts[kind],
+             "share": f"{100 * counts[kind] / total:.1f}%" if total else "–"}
+            for kind in names if kind is not None or counts[None]]
 
 
 def _invalid_reasons(result: ProcessAdvantages) -> list[tuple[str, int, str]]:
@@ -224,8 +212,8 @@ def _config_rows(config: FactUtilConfig) -> list[tuple[str, str, str]]:
             for name in type(config).model_fields if getattr(config, name) != getattr(defaults, name)]
 
 
-def _gold_summary(clusters: list[ClusterRecord], labels: list[bool | None]) -> dict[str, Any]:
-    utilities = [cluster.utility for cluster in clusters]
+def _gold_summary(clusters: list[ClusterRecord], utilities: list[float], labels: list[bool | None],
+                  auc: float | None) -> dict[str, Any]:
     rows = []
     for name, flag in (("gold evidence", True), ("distractor", False)):
         values = [u for u, label in zip(utilities, labels) if label is flag]
@@ -234,37 +222,22 @@ def _gold_summary(clusters: list[ClusterRecord], labels: list[bool | None]) -> d
             "mean": Number(math.fsum(values) / len(values)) if values else None,
             "positive": f"{100 * sum(u > 0 for u in values) / len(values):.0f}%" if values else "–",
         })
-    auc = evidence_auc(labels, utilities)
     within = within_group_auc(labels, utilities, [cluster.uid for cluster in clusters])
     return {"rows": rows, "auc": None if auc is None else f"{auc:.3f}",
             "within": None if within is None else f"{within:.3f}"}
 
 
-def _selection_note(shown: int, total: int, inputs: ReportInputs) -> str:
-    if inputs.uids:
-        return f"{shown} question(s) chosen by uid, of {total}."
-    if shown < total:
-        return (f"The {shown} questions of {total} with the widest utility spread (largest minus "
-                f"smallest cluster utility) are shown in full; the summary and plots cover all.")
-    return f"All {total} questions, widest utility spread first."
-
-
-def _figures(result: ProcessAdvantages, labels: list[bool | None] | None, potential: list[float],
-             offsets: list[int], rows: list[int], shown: int) -> dict[str, str]:
+def _figures(result: ProcessAdvantages, utilities: list[float], labels: list[bool | None] | None,
+             auc: float | None, potential: list[float], offsets: list[int], rows: list[int],
+             shown: int) -> dict[str, str]:
     """Utilities and advantages of the whole batch; the potential of the rollouts ``rows``."""
-    utilities = [cluster.utility for cluster in result.clusters]
-    auc = evidence_auc(labels, utilities) if labels is not None else None
-    columns = result.action_columns
-    process = columns["process_advantage"].tolist()
-    total = columns["advantage"].tolist()
-    by_kind: dict[str, dict[str, list[float]]] = {
-        "process advantage A_proc": {kind: [] for kind in KINDS},
-        "advantage A = A_out + Ω·A_proc": {kind: [] for kind in KINDS},
-    }
-    for k, record in enumerate(result.actions):
-        if not record.ignored:
-            by_kind["process advantage A_proc"][record.action].append(process[k])
-            by_kind["advantage A = A_out + Ω·A_proc"][record.action].append(total[k])
+    panels = {"process advantage A_proc": result.action_columns["process_advantage"].tolist(),
+              "advantage A = A_out + Ω·A_proc": result.action_columns["advantage"].tolist()}
+    by_kind = {title: {kind: [] for kind in KINDS} for title in panels}
+    for title, values in panels.items():
+        for k, record in enumerate(result.actions):
+            if not record.ignored:
+                by_kind[title][record.action].append(values[k])
     rollouts = result.rollouts
     curves = [potential[offsets[i] : offsets[i] + rollouts[i].actions] for i in rows]
     succeeded = [rollouts[i].success >= 0.5 for i in rows]
@@ -278,8 +251,7 @@ def _figures(result: ProcessAdvantages, labels: list[bool | None] | None, potent
 
 def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, bool | None]],
                 actions: list[Any], rollouts: list[Any], potential: list[float],
-                offsets: list[int], scale: float, gold_known: bool,
-                retrieved: bool = False) -> dict[str, Any]:
+                offsets: list[int], scale: float, retrieved: bool) -> dict[str, Any]:
     utility_of = {cluster.cluster_id: cluster.utility for cluster, _ in clusters}
     gold_of = {cluster.cluster_id: label for cluster, label in clusters}
     ordered = sorted(clusters, key=lambda item: (-item[0].utility, item[0].cluster_id))
@@ -322,7 +294,7 @@ def _group_view(group: Any, first_row: int, clusters: list[tuple[ClusterRecord, 
         "successes": sum(y >= 0.5 for y in successes), "rollout_count": len(successes),
         "spread": Number(ordered[0][0].utility - ordered[-1][0].utility if len(ordered) > 1
                          else 0.0, signed=False),
-        "clusters": cluster_rows, "gold_known": gold_known, "rollouts": rollout_views,
+        "clusters": cluster_rows, "rollouts": rollout_views,
     }
 
 
@@ -341,10 +313,6 @@ def _action_text(action: Mapping[str, Any]) -> dict[str, Any]:
             "raw": raw[:RAW_CHARS] + ("…" if len(raw) > RAW_CHARS else "")}
 
 
-def _template_source(name: str) -> str:
-    return resources.files("factutil.report").joinpath("templates", name).read_text(encoding="utf-8")
-
-
 def build_report(result: ProcessAdvantages, inputs: ReportInputs | None = None,
                  progress: Callable[[int], None] | None = None) -> str:
     """The self-contained HTML page of a scored batch; ``progress`` is called with 1 after each
@@ -353,11 +321,10 @@ def build_report(result: ProcessAdvantages, inputs: ReportInputs | None = None,
     context = report_context(result, inputs, progress)
     import jinja2  # when rendering only: the CLI's other commands start without it
 
-    environment = jinja2.Environment(loader=jinja2.FunctionLoader(_template_source),
+    environment = jinja2.Environment(loader=jinja2.PackageLoader("factutil.report"),
                                      autoescape=True, trim_blocks=True, lstrip_blocks=True,
                                      undefined=jinja2.StrictUndefined)
-    return environment.get_template("report.html.j2").render(
-        **context, css=_template_source("report.css"), version=__version__)
+    return environment.get_template("report.html.j2").render(**context, version=__version__)
 
 
 def write_report(result: ProcessAdvantages, path: str | os.PathLike,

@@ -82,8 +82,8 @@ def utility_histogram(utilities: Sequence[float], labels: Sequence[bool | None] 
         bins = [low + (high - low) * k / 20 for k in range(21)]
         known = labels is not None and any(label is not None for label in labels)
         if known:
-            gold = [u for u, label in zip(values, labels) if label is True]
-            other = [u for u, label in zip(values, labels) if label is False]
+            gold, other = ([u for u, label in zip(values, labels) if label is flag]
+                           for flag in (True, False))
             # Densities: the two kinds differ in number (few gold facts, many distractors); bars
             # side by side in each bin, so no overlap reads as a third colour.
             axis.hist([other, gold], bins=bins, density=True, color=[DISTRACTOR, GOLD],

@@ -41,19 +41,16 @@ class ReportWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def due(self, step: int) -> bool:
-        """True when step ``step`` (1-based, as trainers count) should get a report."""
-        return self.every > 0 and step > 0 and step % self.every == 0
-
     def path(self, step: int) -> Path:
         """The file of step ``step``'s report."""
         return self.folder / f"step_{step:06d}.html"
 
     def submit(self, result: ProcessAdvantages | None, step: int) -> Path | None:
-        """Start writing the report of ``result`` when ``step`` is due; never raises. Returns the
-        path being written, or None (not due, no result, skipped, or a failure to start)."""
+        """Start writing the report of ``result`` when ``step`` (1-based, as trainers count) is a
+        multiple of ``every``; never raises. Returns the path being written, or None (not due,
+        no result, skipped, or a failure to start)."""
         try:
-            if result is None or not self.due(step):
+            if result is None or not (self.every > 0 and step > 0 and step % self.every == 0):
                 return None
             if self._thread is not None and self._thread.is_alive():
                 self.skipped += 1
