@@ -150,7 +150,6 @@ class SearchAction(_ActionBase):
     @field_validator("passages", mode="before")
     @classmethod
     def _text_passages(cls, value: Any) -> Any:
-        # a passage given as a string is its text
         if isinstance(value, list):
             return [{"text": item} if isinstance(item, str) else item for item in value]
         return value

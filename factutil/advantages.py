@@ -42,11 +42,8 @@ def segment_normalize(
     # Per segment: the scaling exponent, the exact mean, and whether it is constant (-> zeros).
     segment_of = np.repeat(np.arange(len(starts)), sizes)
     nonempty = sizes > 0
-    high = np.full(len(starts), -np.inf)
-    low = np.full(len(starts), np.inf)
-    high[nonempty] = np.maximum.reduceat(values, starts[nonempty])
-    low[nonempty] = np.minimum.reduceat(values, starts[nonempty])
-    live = (sizes > 1) & (high != low)
+    differs = values != values[starts[segment_of]]  # from the first value of its segment
+    live = np.bincount(segment_of, weights=differs, minlength=len(starts)) > 0
     if not live.any():
         return out
     peak = np.zeros(len(starts))

@@ -65,8 +65,7 @@ class RolloutColumns(NamedTuple):
 
 
 def rollout_columns(
-    actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str] | None = None,
-    retrieved: bool = False,
+    actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str], retrieved: bool,
 ) -> RolloutColumns:
     """One rollout's columns from its validated action rows (docs/method.md §1, §5, §9).
 
@@ -74,7 +73,6 @@ def rollout_columns(
     normalised query is an earlier one's. With ``retrieved`` the facts are each search's passages
     at its step. ``queries``: a memo of normalised queries shared between calls.
     """
-    queries = {} if queries is None else queries
     kinds: list[int] = []
     steps: list[int] = []
     triples_written: list[Any] = []
@@ -121,11 +119,9 @@ def rollout_columns(
         else:
             reasons[t] = action["reason"]
         t += 1
-    ignored_kinds: list[int] = []
-    for u in range(t, len(actions)):
-        ignored_kinds.append(KIND_CODES[actions[u]["action"]])
-        if actions[u]["action"] == "invalid":
-            reasons[u] = actions[u]["reason"]
+    ignored_kinds = [KIND_CODES[action["action"]] for action in actions[t:]]
+    reasons.update((u, actions[u]["reason"]) for u in range(t, len(actions))
+                   if actions[u]["action"] == "invalid")
     return RolloutColumns(kinds, len(actions), steps, triples_written, repeated, answer,
                           empty_store_answer, ignored_kinds, reasons, tuple(dropped))
 
@@ -136,23 +132,15 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     retrieved = config.facts == "retrieved"
     dropped = [0, 0, 0]
-    success_rule = config.success
+    # Per rollout: answer, empty-store answer, em, f1, R, y, effective and all actions, triple
+    # occurrences and repeated searches.
+    per_rollout: list[tuple] = []
     kinds: list[int] = []
-    occurrences: list[int] = []  # per rollout, its number of triple occurrences
     occurrence_step: list[int] = []
     occurrence_fact: list[int] = []
-    repeats: list[int] = []  # per rollout, its number of repeated searches
     repeated_step: list[int] = []
-    lengths: list[int] = []
-    totals: list[int] = []
     rank: list[int] = []
     rollout_starts: list[int] = []
-    answers: list[str | None] = []
-    empty_store: list[bool] = []
-    em_list: list[float] = []
-    f1_list: list[float] = []
-    rewards: list[float] = []
-    successes: list[float] = []
     facts_per_group: list[list[Fact]] = []
     texts_per_group: list[list[str]] = []
     queries: dict[str, str] = {}
@@ -172,10 +160,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             warn(f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
         rollout_starts.append(row)
         ids = [rollout["rollout_id"] for rollout in rollouts]
-        positions = [0] * size
-        for position, index in enumerate(sorted(range(size), key=ids.__getitem__)):
-            positions[index] = position
-        rank.extend(positions)
+        by_id = sorted(range(size), key=ids.__getitem__)
+        rank.extend(sorted(range(size), key=by_id.__getitem__))  # the inverse permutation
         golds = group.golden_answers
         for gold in golds_normalized_empty(golds, fold):
             golds_empty += 1
@@ -189,13 +175,9 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         for rollout in rollouts:
             columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved)
             dropped = [a + b for a, b in zip(dropped, columns.dropped)]
-            t = len(columns.kinds)
             kinds.extend(columns.kinds)
-            count = len(columns.occurrence_step)
-            occurrences.append(count)
             occurrence_step.extend(columns.occurrence_step)
             occurrence_triples.extend(columns.occurrence_triples)
-            repeats.append(len(columns.repeated_steps))
             repeated_step.extend(columns.repeated_steps)
             for index, reason in columns.reasons.items():
                 reasons[first_action + index] = reason
@@ -217,16 +199,11 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             reward, success = outcome(  # retrieved: the store is not the agent's, R stays
                 em, f1, answered=answer is not None,
                 empty_store=columns.empty_store_answer and not retrieved,
-                given=rollout.get("reward"), success=success_rule,
+                given=rollout.get("reward"), success=config.success,
             )
-            answers.append(answer)
-            empty_store.append(columns.empty_store_answer)
-            em_list.append(em)
-            f1_list.append(f1)
-            rewards.append(reward)
-            successes.append(success)
-            lengths.append(t)
-            totals.append(columns.total)
+            per_rollout.append((answer, columns.empty_store_answer, em, f1, reward, success,
+                                len(columns.kinds), columns.total, len(columns.occurrence_step),
+                                len(columns.repeated_steps)))
             first_action += columns.total
             row += 1
         parts = occurrence_triples[first_occurrence:]
@@ -236,6 +213,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         fact_count += len(texts)
         texts_per_group.append(texts)
         facts_per_group.append([Fact._make(parts[i]) for i in chosen])
+    (answers, empty_store, em_list, f1_list, rewards, successes, lengths, totals, occurrences,
+     repeats) = map(list, zip(*per_rollout)) if per_rollout else ([] for _ in range(10))
     return Prepared(
         rollout_starts=np.asarray(rollout_starts, dtype=np.int64),
         lengths=np.asarray(lengths, dtype=np.int64),

@@ -9,7 +9,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 DEFAULT_TEMPLATE = "{subject} | {relation} | {object}"
-_PARTS = attrgetter("subject", "relation", "object")  # of a Fact or a triple model
+fact_parts = attrgetter("subject", "relation", "object")  # of a Fact or a triple model
 
 
 def normalize_fact_text(text: str) -> str:
@@ -72,10 +72,8 @@ def distinct_facts(
         found.append(k)
     distinct = list(local)
     order = sorted(range(len(distinct)), key=distinct.__getitem__)
-    rank = [0] * len(distinct)
-    for position, k in enumerate(order, first):
-        rank[k] = position
-    return [distinct[k] for k in order], [best[k] for k in order], [rank[k] for k in found]
+    rank = sorted(range(len(distinct)), key=order.__getitem__)  # the inverse permutation
+    return [distinct[k] for k in order], [best[k] for k in order], [first + rank[k] for k in found]
 
 
 def representatives(
@@ -83,5 +81,5 @@ def representatives(
 ) -> tuple[list[str], list[Any]]:
     """(texts, triples): the k distinct texts of ``triples``, sorted, each with its
     representative (:func:`distinct_facts`)."""
-    texts, chosen, _ = distinct_facts([_PARTS(triple) for triple in triples], template)
+    texts, chosen, _ = distinct_facts([fact_parts(triple) for triple in triples], template)
     return texts, [triples[i] for i in chosen]

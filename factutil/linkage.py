@@ -4,6 +4,7 @@ over vectors and edges, called by :class:`~factutil.cluster.SemanticClusterer` p
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import product
 
 import numpy as np
 
@@ -25,54 +26,32 @@ def batch_linkage(
         starts = np.zeros(1, dtype=np.int64)
     group_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n).astype(np.int64)))
     merges = refused = checks = 0
-    parent = list(range(n))
+    root = list(range(n))  # each fact's set, named by one member
     # Member lists of the sets with more than one fact (a singleton's is [root]); a merge appends
     # the smaller set's list to the larger one's, and veto checks scan the lists in this order.
     members: dict[int, list[int]] = {}
-    if len(edges):
-        order = np.lexsort((edges[:, 1], edges[:, 0], -similarity, group_of[edges[:, 0]]))
-        firsts = edges[order, 0].tolist()
-        seconds = edges[order, 1].tolist()
-    else:
-        firsts = seconds = []
-    for first, second in zip(firsts, seconds):
-        a = first
-        while parent[a] != a:
-            a = parent[a]
-        while parent[first] != a:
-            parent[first], first = a, parent[first]
-        b = second
-        while parent[b] != b:
-            b = parent[b]
-        while parent[second] != b:
-            parent[second], second = b, parent[second]
+    order = np.lexsort((edges[:, 1], edges[:, 0], -similarity, group_of[edges[:, 0]]))
+    for first, second in edges[order].tolist():
+        a, b = root[first], root[second]
         if a == b:
             continue
         members_a = members.get(a) or [a]
         members_b = members.get(b) or [b]
-        blocked = False
-        for i in members_a:
-            for j in members_b:
-                checks += 1
-                if (veto(i, j) if i < j else veto(j, i)) is not None:
-                    blocked = True
-                    break
-            if blocked:
+        for i, j in product(members_a, members_b):
+            checks += 1
+            if (veto(i, j) if i < j else veto(j, i)) is not None:
+                refused += 1
                 break
-        if blocked:
-            refused += 1
-            continue
-        if len(members_a) < len(members_b):
-            a, b, members_a, members_b = b, a, members_b, members_a
-        parent[b] = a
-        members_a.extend(members_b)
-        members[a] = members_a
-        members.pop(b, None)
-        merges += 1
-    root = np.arange(n, dtype=np.int64)
-    for set_root, set_members in members.items():
-        root[set_members] = set_root
-    labels = canonical_labels(root, starts)
+        else:  # no veto: the smaller set joins the larger
+            if len(members_a) < len(members_b):
+                a, b, members_a, members_b = b, a, members_b, members_a
+            for member in members_b:
+                root[member] = a
+            members_a.extend(members_b)
+            members[a] = members_a
+            members.pop(b, None)
+            merges += 1
+    labels = canonical_labels(np.array(root, dtype=np.int64), starts)
     return labels, {"merges": merges, "refused": refused, "veto_checks": checks}
 
 
@@ -82,8 +61,6 @@ def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np
     clusters are numbered by their smallest member text, every clusterer's rule (§2)."""
     labels = np.asarray(labels).reshape(-1)
     n = len(labels)
-    if not n:
-        return np.zeros(0, dtype=np.int64)
     if starts is None or not len(starts):
         starts = np.zeros(1, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
@@ -111,12 +88,6 @@ def constrained_linkage(
     (docs/decisions.md). Returns (canonical labels int64 (n,), counts ``merges``, ``refused``
     and ``veto_checks``)."""
     return batch_linkage(n, edges, similarity, veto)
-
-
-def _similarity_margin(dims: int, decimals: int) -> float:
-    """How far below the threshold a float32 cosine may lie and still round to it in float64: one
-    unit of the last decimal plus four times the float32 dot-product error bound (dims * 2**-24)."""
-    return 10.0**-decimals + dims * 2.0**-22
 
 
 def _exact_similarity(
@@ -148,7 +119,9 @@ def dense_pairs(
     stacked in float32, ``max_block`` similarities at a time, and the pairs near the threshold
     recomputed by :func:`_exact_similarity`. Returns unordered (edges int64 (E, 2), i < j,
     similarity float64 (E,))."""
-    loose = threshold - _similarity_margin(vectors.shape[1], decimals)
+    # A float32 cosine this far below the threshold may still round to it in float64: one unit
+    # of the last decimal plus four times the float32 dot-product error bound (dims * 2**-24).
+    loose = threshold - (10.0**-decimals + vectors.shape[1] * 2.0**-22)
     if rows is None:
         rows = np.arange(len(vectors), dtype=np.int64)
     found_i: list[np.ndarray] = []
@@ -185,17 +158,6 @@ def dense_pairs(
     return np.stack([first[keep], second[keep]], axis=1), sims[keep]
 
 
-def _all_pairs(
-    vectors: np.ndarray, threshold: float, decimals: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair of one group with similarity >= ``threshold``, exactly, sorted by (i, j)."""
-    edges, sims = dense_pairs(
-        vectors, np.zeros(1, dtype=np.int64), np.array([len(vectors)]), threshold, decimals
-    )
-    order = np.lexsort((edges[:, 1], edges[:, 0]))
-    return edges[order], sims[order]
-
-
 def candidate_pairs(
     vectors: np.ndarray,
     threshold: float,
@@ -214,27 +176,29 @@ def candidate_pairs(
     :func:`_exact_similarity`. Returns (edges int64 (E, 2), i < j, similarity float64 (E,)),
     sorted by (i, j); docs/method.md §2.3."""
     n = len(vectors)
-    if n < 2:
-        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if n <= dense_max or k >= n - 1:
-        return _all_pairs(vectors, threshold, decimals)
-    import hnswlib
+    if n > dense_max and k < n - 1:
+        import hnswlib
 
-    ef = max(hnsw_ef, k + 1)
-    index = hnswlib.Index(space="ip", dim=vectors.shape[1])
-    index.init_index(max_elements=n, ef_construction=ef, M=hnsw_m, random_seed=seed)
-    index.set_num_threads(1)
-    index.add_items(vectors, np.arange(n))
-    index.set_ef(ef)
-    try:
-        neighbours, _ = index.knn_query(vectors, k=k + 1)
-    except RuntimeError:  # too few results: a graph over many duplicates can fall short
-        return _all_pairs(vectors, threshold, decimals)
-    rows = np.repeat(np.arange(n), neighbours.shape[1])
-    cols = neighbours.reshape(-1).astype(np.int64)
-    keep = rows != cols
-    pairs = np.unique(np.sort(np.stack([rows[keep], cols[keep]], axis=1), axis=1), axis=0)
-    sims = _exact_similarity(vectors, pairs[:, 0], pairs[:, 1], decimals)
-    keep = sims >= threshold
-    return pairs[keep], sims[keep]
+        ef = max(hnsw_ef, k + 1)
+        index = hnswlib.Index(space="ip", dim=vectors.shape[1])
+        index.init_index(max_elements=n, ef_construction=ef, M=hnsw_m, random_seed=seed)
+        index.set_num_threads(1)
+        index.add_items(vectors, np.arange(n))
+        index.set_ef(ef)
+        try:
+            neighbours, _ = index.knn_query(vectors, k=k + 1)
+        except RuntimeError:  # too few results: a graph over many duplicates can fall short
+            pass
+        else:
+            rows = np.repeat(np.arange(n), neighbours.shape[1])
+            cols = neighbours.reshape(-1).astype(np.int64)
+            keep = rows != cols
+            pairs = np.unique(np.sort(np.stack([rows[keep], cols[keep]], axis=1), axis=1), axis=0)
+            sims = _exact_similarity(vectors, pairs[:, 0], pairs[:, 1], decimals)
+            keep = sims >= threshold
+            return pairs[keep], sims[keep]
+    edges, sims = dense_pairs(vectors, np.zeros(1, dtype=np.int64), np.array([n]), threshold,
+                              decimals)
+    order = np.lexsort((edges[:, 1], edges[:, 0]))
+    return edges[order], sims[order]

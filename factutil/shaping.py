@@ -40,9 +40,7 @@ def shaping_rewards(potential: np.ndarray, gamma: float = 1.0) -> np.ndarray:
     of ``potential``, float64 (T,) or (R, T) of :func:`potentials`."""
     potential = np.asarray(potential, dtype=np.float64)
     before = np.concatenate([np.zeros(potential.shape[:-1] + (1,)), potential[..., :-1]], axis=-1)
-    if gamma == 1.0:
-        return potential - before
-    return gamma * potential - before
+    return gamma * potential - before  # gamma = 1.0: exactly potential - before
 
 
 def back_credit(kinds: np.ndarray, shaping: np.ndarray, alpha: float = 0.2) -> np.ndarray:

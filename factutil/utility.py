@@ -147,14 +147,10 @@ def batch_utilities(
         )
     else:
         pair_utility = utility[pair_cluster]
-    live = rollout_counts > 0
-    high = np.full(groups, -np.inf)
-    low = np.full(groups, np.inf)
-    if groups and live.any():
-        high[live] = np.maximum.reduceat(success, rollout_starts[live])
-        low[live] = np.minimum.reduceat(success, rollout_starts[live])
-    uniform = live & (high == low)
-    all_fail = int((uniform & (high == 0.0)).sum())
+    # A group is uniform when every success is its p-bar (then exactly its first success).
+    off = np.bincount(row_group, weights=success != baseline[row_group], minlength=groups)
+    uniform = (rollout_counts > 0) & (off == 0)
+    all_fail = int((uniform & (baseline == 0.0)).sum())
     zeroed = 0
     if uniform_groups == "zero" and groups:
         # Nothing separates helpful facts from harmful ones when every rollout scored the same;

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -166,10 +166,10 @@ def read_work(work: Any, fit: str, device: str, dims: int, same_device: bool = F
             ignored[f"device {fields[1]!r:.20}, not {device!r}"] += 1
         else:
             fitting.append(fields)
-    given, bad = _content(fitting, dims)
+    given, kept, bad = _content(fitting, dims)
     unreadable += bad
-    for fields, kept in zip(fitting, given.kept):
-        if kept and fields[1] != device:
+    for fields, keep in zip(fitting, kept):
+        if keep and fields[1] != device:
             other[fields[1]] += len(fields[2])
     warnings = []
     if ignored:
@@ -189,7 +189,7 @@ def read_work(work: Any, fit: str, device: str, dims: int, same_device: bool = F
             "(config prepared_device='same' ignores them)")
     counts = {"work_ignored": float(ignored.total()), "work_unreadable": float(len(unreadable)),
               "work_other_device": float(other.total())}
-    return Given(*given[:3]), counts, warnings
+    return given, counts, warnings
 
 
 def work_items(work: Any) -> list[Any]:
@@ -235,20 +235,13 @@ def _form(item: Any, dims: int) -> tuple[str, str, np.ndarray, np.ndarray, np.nd
     return fit, device, parts, vectors, cut
 
 
-class _Checked(NamedTuple):
-    parts: list[tuple[str, str, str]]
-    vectors: np.ndarray
-    truncated: np.ndarray
-    kept: list[bool]  # per item
-
-
-def _content(items: Sequence[tuple], dims: int) -> tuple[_Checked, list[str]]:
+def _content(items: Sequence[tuple], dims: int) -> tuple[Given, list[bool], list[str]]:
     """The facts of the items whose vectors are finite unit rows and whose parts are non-blank
-    UTF-8, checked for all items at once; and why each other item was left out."""
+    UTF-8, checked for all items at once; per item whether it is kept; why each other item was
+    left out."""
     sizes = [len(fields[2]) for fields in items]
     if not sum(sizes):
-        return _Checked([], np.zeros((0, dims), np.float32), np.zeros(0, bool),
-                        [True] * len(items)), []
+        return Given([], np.zeros((0, dims), np.float32), np.zeros(0, bool)), [True] * len(items), []
     owner = np.repeat(np.arange(len(items)), sizes)
     vectors = np.concatenate([fields[3] for fields in items])
     with np.errstate(all="ignore"):
@@ -271,9 +264,9 @@ def _content(items: Sequence[tuple], dims: int) -> tuple[_Checked, list[str]]:
             reasons.setdefault(int(owner[row]), "a part is blank")
     kept = [index not in reasons for index in range(len(items))]
     rows = np.repeat(np.array(kept), sizes)
-    checked = _Checked([three for three, keep in zip(parts, rows.tolist()) if keep],
-                       vectors[rows], np.concatenate([fields[4] for fields in items])[rows], kept)
-    return checked, [reasons[index] for index in sorted(reasons)]
+    given = Given([three for three, keep in zip(parts, rows.tolist()) if keep], vectors[rows],
+                  np.concatenate([fields[4] for fields in items])[rows])
+    return given, kept, [reasons[index] for index in sorted(reasons)]
 
 
 def _shape(value: Any) -> str:

