@@ -14,7 +14,7 @@ from factutil.facts import Fact, distinct_facts, normalize_fact_text
 from factutil.load import GroupRows
 from factutil.metrics import golds_normalized_empty, outcome, qa_scores
 from factutil.passages import passage_key, passage_parts
-from factutil.search_r1 import split_passages
+from factutil.search_r1 import ALL, split_passages
 from factutil.shaping import KIND_CODES
 
 
@@ -66,13 +66,13 @@ class RolloutColumns(NamedTuple):
 
 def rollout_columns(
     actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str] | None = None,
-    retrieved: bool = False,
+    retrieved: bool = False, layouts: tuple[str, ...] = ALL,
 ) -> RolloutColumns:
     """One rollout's columns from its validated action rows (docs/method.md §1, §5, §9).
 
     Effective actions: up to the answer, within ``max_turns``. A search repeats when its
     normalised query is an earlier one's. With ``retrieved`` the facts are each search's passages
-    at its step. ``queries``: a memo of normalised queries shared between calls.
+    at its step (read in the named ``layouts``). ``queries``: a memo of normalised queries shared between calls.
     """
     queries = {} if queries is None else queries
     kinds: list[int] = []
@@ -99,7 +99,7 @@ def rollout_columns(
             if retrieved:
                 passages = action.get("passages")
                 if passages is None:
-                    passages, *counts = split_passages(action.get("observation") or "")
+                    passages, *counts = split_passages(action.get("observation") or "", layouts)
                     dropped = [a + b for a, b in zip(dropped, counts)]
                 if passages:
                     store_empty = False
@@ -187,7 +187,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         scores: dict[str, tuple[float, float]] = {}
         first_occurrence = len(occurrence_triples)
         for rollout in rollouts:
-            columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved)
+            columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved,
+                                      config.layouts)
             dropped = [a + b for a, b in zip(dropped, columns.dropped)]
             t = len(columns.kinds)
             kinds.extend(columns.kinds)

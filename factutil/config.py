@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from factutil.errors import UNKNOWN_FIELD, error_messages, short, unknown_field_message
+from factutil.search_r1 import ALL, LayoutName
 
 FilterName = Literal["negation", "numeric", "relation", "entity"]
 
@@ -52,6 +53,13 @@ class FactUtilConfig(BaseModel):
         description="What a fact is: 'asserted' = the triples of assert actions (the paper's); "
         "'retrieved' = the passages each search's observation brought (docs/method.md §9; no "
         "FactAgent prompt needed; mode defaults to 'exact' there).",
+    )
+    layouts: tuple[LayoutName, ...] = Field(
+        ALL, min_length=1,
+        description="The named layouts of retrieved text read from responses and observations "
+        "(factutil.search_r1.LAYOUTS: a block's tags and its passages' header): 'search_r1' "
+        "(<information>, Doc i(Title: ...)), 'r1_searcher', 'autorefine', 'research', "
+        "'tool_response'; every one by default.",
     )
     # §2 clusters
     mode: Literal["exact", "semantic"] = Field(
