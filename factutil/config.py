@@ -55,7 +55,7 @@ class FactUtilConfig(BaseModel):
         "FactAgent prompt needed; mode defaults to 'exact' there).",
     )
     layouts: tuple[LayoutName, ...] = Field(
-        ALL, min_length=1,
+        ALL,
         description="The named layouts of retrieved text read from responses and observations "
         "(factutil.search_r1.LAYOUTS: a block's tags and its passages' header): 'search_r1' "
         "(<information>, Doc i(Title: ...)), 'r1_searcher', 'autorefine', 'research', "
@@ -241,14 +241,16 @@ class FactUtilConfig(BaseModel):
             data = {"mode": "exact", "process_norm": "none", **data}
         return data
 
-    @field_validator("filters", mode="before")
+    @field_validator("filters", "layouts", mode="before")
     @classmethod
-    def _filters_unique(cls, value: Any) -> Any:
-        if isinstance(value, str):
+    def _names_unique(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, str):  # "a,b" as given to --set
             value = [part.strip() for part in value.split(",") if part.strip()]
         if isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value) \
                 and len(set(value)) != len(value):  # other items: pydantic names them
-            raise ValueError(f"filters repeats a name: {list(value)!r}")
+            raise ValueError(f"{info.field_name} repeats a name: {list(value)!r}")
+        if info.field_name == "layouts" and value in ([], ()):
+            raise ValueError("layouts names no layout: name one of factutil.search_r1.LAYOUTS")
         return value
 
     @field_validator("triple_template")

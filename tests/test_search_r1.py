@@ -259,5 +259,8 @@ def test_the_layouts_read_are_configuration():
     narrow = compute_process_advantages(rows, FactUtilConfig(facts="retrieved", layouts=["search_r1"]))
     assert (len(every.clusters), len(narrow.clusters)) == (5, 1)
     assert narrow.metrics["observations_unsplit"] == 2
-    with pytest.raises(ValueError, match="layouts"):
-        FactUtilConfig(layouts=["searchr1"])
+    assert FactUtilConfig(layouts="search_r1, research").layouts == ("search_r1", "research")  # --set
+    for bad, message in ((["searchr1"], "layouts.0"), ([], "names no layout"),
+                         ("research,research", "repeats a name")):
+        with pytest.raises(ValueError, match=message):
+            FactUtilConfig(layouts=bad)
