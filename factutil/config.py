@@ -56,10 +56,10 @@ class FactUtilConfig(BaseModel):
     )
     layouts: tuple[LayoutName, ...] = Field(
         ALL,
-        description="The named layouts of retrieved text read from responses and observations "
-        "(factutil.search_r1.LAYOUTS: a block's tags and its passages' header): 'search_r1' "
+        description="The named layouts of retrieved text whose block tags and passage headers "
+        "split an observation into passages (factutil.search_r1.LAYOUTS): 'search_r1' "
         "(<information>, Doc i(Title: ...)), 'r1_searcher', 'autorefine', 'research', "
-        "'tool_response'; every one by default.",
+        "'tool_response'; every one by default. A whole response's turns end at any of them.",
     )
     # §2 clusters
     mode: Literal["exact", "semantic"] = Field(
