@@ -66,12 +66,14 @@ class RolloutColumns(NamedTuple):
 
 def rollout_columns(
     actions: Sequence[Mapping[str, Any]], max_turns: int, queries: dict[str, str], retrieved: bool,
+    layouts: tuple[str, ...],
 ) -> RolloutColumns:
     """One rollout's columns from its validated action rows (docs/method.md §1, §5, §9).
 
     Effective actions: up to the answer, within ``max_turns``. A search repeats when its
     normalised query is an earlier one's. With ``retrieved`` the facts are each search's passages
-    at its step. ``queries``: a memo of normalised queries shared between calls.
+    at its step, split in the named ``layouts``. ``queries``: a memo of normalised queries shared
+    between calls.
     """
     kinds: list[int] = []
     steps: list[int] = []
@@ -97,7 +99,7 @@ def rollout_columns(
             if retrieved:
                 passages = action.get("passages")
                 if passages is None:
-                    passages, *counts = split_passages(action.get("observation") or "")
+                    passages, *counts = split_passages(action.get("observation") or "", layouts)
                     dropped = [a + b for a, b in zip(dropped, counts)]
                 if passages:
                     store_empty = False
@@ -173,7 +175,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         scores: dict[str, tuple[float, float]] = {}
         first_occurrence = len(occurrence_triples)
         for rollout in rollouts:
-            columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved)
+            columns = rollout_columns(rollout["actions"], max_turns, queries, retrieved,
+                                      config.layouts)
             dropped = [a + b for a, b in zip(dropped, columns.dropped)]
             kinds.extend(columns.kinds)
             occurrence_step.extend(columns.occurrence_step)

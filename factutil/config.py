@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from factutil.errors import UNKNOWN_FIELD, error_messages, short, unknown_field_message
+from factutil.search_r1 import ALL, LayoutName
 
 FilterName = Literal["negation", "numeric", "relation", "entity"]
 
@@ -52,6 +53,13 @@ class FactUtilConfig(BaseModel):
         description="What a fact is: 'asserted' = the triples of assert actions (the paper's); "
         "'retrieved' = the passages each search's observation brought (docs/method.md §9; no "
         "FactAgent prompt needed; mode defaults to 'exact' there).",
+    )
+    layouts: tuple[LayoutName, ...] = Field(
+        ALL,
+        description="The named layouts of retrieved text whose block tags and passage headers "
+        "split an observation into passages (factutil.search_r1.LAYOUTS): 'search_r1' "
+        "(<information>, Doc i(Title: ...)), 'r1_searcher', 'autorefine', 'research', "
+        "'tool_response'; every one by default. A whole response's turns end at any of them.",
     )
     # §2 clusters
     mode: Literal["exact", "semantic"] = Field(
@@ -233,14 +241,16 @@ class FactUtilConfig(BaseModel):
             data = {"mode": "exact", "process_norm": "none", **data}
         return data
 
-    @field_validator("filters", mode="before")
+    @field_validator("filters", "layouts", mode="before")
     @classmethod
-    def _filters_unique(cls, value: Any) -> Any:
-        if isinstance(value, str):
+    def _names_unique(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, str):  # "a,b" as given to --set
             value = [part.strip() for part in value.split(",") if part.strip()]
         if isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value) \
                 and len(set(value)) != len(value):  # other items: pydantic names them
-            raise ValueError(f"filters repeats a name: {list(value)!r}")
+            raise ValueError(f"{info.field_name} repeats a name: {list(value)!r}")
+        if info.field_name == "layouts" and value in ([], ()):
+            raise ValueError("layouts names no layout: name one of factutil.search_r1.LAYOUTS")
         return value
 
     @field_validator("triple_template")

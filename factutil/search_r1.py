@@ -4,9 +4,10 @@ Search-R1-style rollout (:mod:`factutil.tools.agent`). Pure text: ``re`` and ``j
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 STOP = ("</search>", "</answer>")
 """Search-R1's stop strings: a turn ends at the first (kept in the turn)."""
@@ -18,14 +19,6 @@ INVALID = (
 """Search-R1's feedback to a turn that neither searches nor answers."""
 NO_PASSAGES = re.compile(r"\s*(?:No documents found\.|Search failed:)")
 """What factutil's retrieval client writes when a search retrieved no passage."""
-BLOCKS = {
-    "search_r1": ("<information>", "</information>"),
-    "r1_searcher": ("<|begin_of_documents|>", "<|end_of_documents|>"),
-    "autorefine": ("<documents>", "</documents>"),
-    "research": ("<result>", "</result>"),
-    "tool_response": ("<tool_response>", "</tool_response>"),
-}
-"""The retrieved block's tags, by layout (every one is read)."""
 HEADERS = {
     # Doc 1(Title: "A") text | Doc 1 (Title: A)\ntext | Doc 1(docid: D, Title: T) text | Doc 1: text;
     # a title ends at the first ")" before a space or the line's end ("Paris (film)" stays whole)
@@ -34,19 +27,47 @@ HEADERS = {
     # [1] text | 1. text | 1) text | (1)text (R1-Searcher)
     "numbered": r"(?:\[(?P<rank>\d{1,3})\]|(?P<rank2>\d{1,3})[.)](?=[ \t])|\((?P<rank3>\d{1,3})\))",
 }
-"""Passage headers, by layout, tried in this order at a line's start: a block's passages are the
-texts after headers numbered one after another (a header out of sequence is text)."""
+"""Passage headers, tried at a line's start: a block's passages are the texts after headers
+numbered one after another (a header out of sequence is text)."""
+
+
+LAYOUTS = {  # name: (the block's opening tag, its closing tag, its passages' header of HEADERS)
+    "search_r1": ("<information>", "</information>", "doc"),
+    "r1_searcher": ("<|begin_of_documents|>", "<|end_of_documents|>", "numbered"),
+    "autorefine": ("<documents>", "</documents>", "doc"),
+    "research": ("<result>", "</result>", "doc"),
+    "tool_response": ("<tool_response>", "</tool_response>", "doc"),
+}
+"""The layouts read, by the name ``FactUtilConfig.layouts`` gives (every one by default; Search-R1's
+is the one :func:`information` writes)."""
+ALL = tuple(LAYOUTS)
+LayoutName = Literal[ALL]  # type: ignore[valid-type]
 TRUNCATED = "...(truncated)..."
 """What verl's search tool writes where it cut the middle out of a long result."""
-
-_HEADERS = [re.compile(rf"^[ \t]*{pattern}[ \t]*", re.MULTILINE) for pattern in HEADERS.values()]
-_CLOSE = dict(BLOCKS.values())
-_OPEN = re.compile("|".join(re.escape(tag) for tag in _CLOSE))
 _NOTICE = r"My previous action is invalid\..{0,400}?Let me try again\."
-_ENV = re.compile(  # a retrieved block (a cut one runs to the next turn), or the notice
-    rf"(?P<open>{_OPEN.pattern})(?:(?P<body>(?:(?!{_OPEN.pattern}).)*?)"
-    rf"(?:{'|'.join(map(re.escape, _CLOSE.values()))})|(?P<cut>.*?)"
-    rf"(?=(?i:<(?:think|search|assert|answer)\s*>)|{_OPEN.pattern}|\Z))|{_NOTICE}", re.DOTALL)
+
+
+class _Rules(NamedTuple):
+    headers: list[re.Pattern[str]]
+    close: dict[str, str]
+    open: re.Pattern[str]
+    env: re.Pattern[str]
+
+
+@functools.cache
+def _rules(layouts: tuple[str, ...]) -> _Rules:
+    """The patterns of the named layouts (headers in :data:`HEADERS` order)."""
+    close = {LAYOUTS[name][0]: LAYOUTS[name][1] for name in layouts}
+    names = {LAYOUTS[name][2] for name in layouts}
+    opening = "|".join(re.escape(tag) for tag in close)
+    env = re.compile(  # a retrieved block (a cut one runs to the next turn), or the notice
+        rf"(?P<open>{opening})(?:(?P<body>(?:(?!{opening}).)*?)"
+        rf"(?:{'|'.join(map(re.escape, close.values()))})|(?P<cut>.*?)"
+        rf"(?=(?i:<(?:think|search|assert|answer)\s*>)|{opening}|\Z))|{_NOTICE}", re.DOTALL)
+    return _Rules([re.compile(rf"^[ \t]*{pattern}[ \t]*", re.MULTILINE)
+                   for name, pattern in HEADERS.items() if name in names], close, re.compile(opening), env)
+
+
 _CHAT = re.compile(r"\s*(?:<\|im_start\|>|<\|begin_of_text\|>|<\|start_header_id\|>|<start_of_turn>)")
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assistant<\|end_header_id\|>\n*|"
                         r"<start_of_turn>model\n?")
@@ -92,12 +113,12 @@ def episode_ends(action: str, turns: int, max_turns: int) -> bool:
     return action == "answer" or turns >= max_turns
 
 
-def split_turns(response: str) -> list[tuple[str, str | None]]:
+def split_turns(response: str, layouts: tuple[str, ...] = ALL) -> list[tuple[str, str | None]]:
     """A whole Search-R1 response (the model's text, never the prompt; a text that starts with the
     prompt through a chat template is read from the first assistant header) as its turns ``(text,
     observation)``: a turn ends at a closing ``</search>``, ``</assert>`` or ``</answer>`` or where
-    the environment's text starts; its observation is the retrieved block after it (any layout of
-    :data:`BLOCKS`; a block never closed ends where the next turn opens a tag and keeps its
+    the environment's text starts; its observation is the retrieved block after it (of a layout
+    named in ``layouts``; a block never closed ends where the next turn opens a tag and keeps its
     opening tag, so :func:`split_passages` knows it is cut), else None. Search-R1's
     :data:`INVALID` notice, bare or in a block, is no observation; whitespace between turns and a
     block before the first turn are the environment's."""
@@ -105,7 +126,7 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
     # a text that starts with a prompt through a chat template: its tags are not turns
     start = _ASSISTANT.search(response) if _CHAT.match(response) else None
     at = start.end() if start else 0
-    for env in _ENV.finditer(response, at):
+    for env in _rules(layouts).env.finditer(response, at):
         _add_turns(turns, response[at:env.start()])
         at, body = env.end(), env.group("body")
         content = body if body is not None else env.group("open") and env.group("open") + env["cut"]
@@ -123,19 +144,20 @@ def _add_turns(turns: list[list[Any]], text: str) -> None:
         start = end
 
 
-def split_passages(observation: str) -> Passages:
+def split_passages(observation: str, layouts: tuple[str, ...] = ALL) -> Passages:
     """The passages of a search's observation (docs/method.md §9): the block's tags removed (an
     opening tag with no closing one: the text was cut); JSON read as Search-R1's retrieval server
     writes it (``{"result": [[{"document": {"id", "contents"}, "score"}]]}``, ids kept; a reply cut
     short keeps its whole documents) or verl's search tool (``{"result": TEXT}``, also cut in the
     middle at :data:`TRUNCATED`); a text split at ``---`` lines (one part per query), then at the
-    :data:`HEADERS`, else at blank lines. A passage the text was cut inside is dropped (``cut``),
+    passage headers of the ``layouts``, else at blank lines. A passage the text was cut inside is dropped (``cut``),
     as is one with no visible character (``empty``); a text no layout splits is one passage
     (``unsplit``); factutil's "No documents found." and "Search failed: ..." hold none."""
+    rules = _rules(layouts)
     text = observation.strip()
-    opened = _OPEN.match(text)
+    opened = rules.open.match(text)
     text = text[opened.end():] if opened else text
-    closed = next((close for close in _CLOSE.values() if text.endswith(close)), None)
+    closed = next((close for close in rules.close.values() if text.endswith(close)), None)
     text = text[: len(text) - len(closed)].strip() if closed else text
     whole = not opened or closed is not None
     if NO_PASSAGES.match(text) or not text:
@@ -145,18 +167,18 @@ def split_passages(observation: str) -> Passages:
         head, cut_mark, tail = verl.group(1).partition(TRUNCATED)
         head = _unescape(head)
         partial = _PARTIAL_DOC.search(head) if cut_mark else None  # the cut went through a header
-        passages = _text_passages(head[: partial.start()] if partial else head)[0]
+        passages = _text_passages(head[: partial.start()] if partial else head, rules)[0]
         if cut_mark:  # the cut passage's two ends: the head's last one, the tail's first text
             tail = _unescape(tail)
-            heads = [m.start() for pattern in _HEADERS for m in [pattern.search(tail)] if m]
+            heads = [m.start() for pattern in rules.headers for m in [pattern.search(tail)] if m]
             passages = passages[: None if partial else -1] + _text_passages(
-                tail[min(heads):] if heads else "")[0]
+                tail[min(heads):] if heads else "", rules)[0]
         return _kept(passages, int(bool(cut_mark)), whole and verl.group(2) is not None)
     if re.match(r"\{|\[\s*[\[{]", text):
-        found = _json_passages(text)
+        found = _json_passages(text, rules)
         if found is not None:
             return _kept(*found, whole)
-    passages, headed = _text_passages(text)
+    passages, headed = _text_passages(text, rules)
     return _kept(passages, 0, whole, unsplit=not headed and len(passages) == 1)
 
 
@@ -167,20 +189,20 @@ def _kept(passages: list[Passage], cut: int, whole: bool, unsplit: bool = False)
     return Passages(visible, unsplit and bool(visible), cut, len(passages) - len(visible))
 
 
-def _text_passages(text: str) -> tuple[list[Passage], bool]:
+def _text_passages(text: str, rules: _Rules) -> tuple[list[Passage], bool]:
     """The passages of a text, and whether passage headers (else blank lines) split it."""
     passages, headed = [], False
     for part in re.split(r"\n[ \t]*-{3,}[ \t]*\n", text):
-        found = _headed(part)
+        found = _headed(part, rules.headers)
         headed = headed or found is not None
         passages += found if found is not None else [
             Passage("", "", piece.strip()) for piece in re.split(r"\n[ \t]*\n", part) if piece.strip()]
     return passages, headed
 
 
-def _headed(text: str) -> list[Passage] | None:
+def _headed(text: str, headers: list[re.Pattern[str]]) -> list[Passage] | None:
     """The passages of a text that starts with a header of :data:`HEADERS`; None when none does."""
-    for pattern in _HEADERS:
+    for pattern in headers:
         heads: list[tuple[re.Match[str], int]] = []
         for match in pattern.finditer(text):
             rank = int(next(v for k, v in match.groupdict().items() if k.startswith("rank") and v))
@@ -227,7 +249,7 @@ def document_passage(item: Any) -> Passage:
                    str(text if doc.get("text") is None else doc["text"]).strip())
 
 
-def _json_passages(text: str) -> tuple[list[Passage], int] | None:
+def _json_passages(text: str, rules: _Rules) -> tuple[list[Passage], int] | None:
     """The passages of a retrieval-server reply and how many were cut; None: no such reply."""
     try:
         value = json.loads(text)
@@ -244,7 +266,7 @@ def _json_passages(text: str) -> tuple[list[Passage], int] | None:
         return (found, cut) if found or cut else None
     value = value.get("result", value) if isinstance(value, dict) else value
     if isinstance(value, str):
-        return _text_passages(value)[0], 0
+        return _text_passages(value, rules)[0], 0
     if not isinstance(value, list):
         return None
     hits = [hit for group in value for hit in (group if isinstance(group, list) else [group])]

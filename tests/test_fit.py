@@ -19,7 +19,8 @@ from .conftest import CharGramEmbedder
 SEMANTIC = FactUtilConfig(mode="semantic")
 
 OTHER_VALUES = {  # per field, a valid value other than the default
-    "preset": "paper", "max_turns": 9, "group_size": 6, "facts": "retrieved", "mode": "exact",
+    "preset": "paper", "max_turns": 9, "group_size": 6, "facts": "retrieved", "layouts": ("search_r1",),
+    "mode": "exact",
     "triple_template": "{relation}: {subject} -> {object}", "embedding_model": "other-model",
     "sim_threshold": 0.8, "sim_decimals": 3, "filters": ("negation",), "key_edges": False,
     "embedding_backend": "static", "embedding_device": "cpu", "embedding_batch_size": 8,

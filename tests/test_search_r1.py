@@ -238,3 +238,29 @@ def test_a_bad_response_is_an_error_naming_it(line, message):
     row = {"uid": "q", "question": "?", "golden_answers": ["x"], "rollout_id": "a", **line}
     with pytest.raises(InputError, match=message):
         compute_process_advantages([row], FactUtilConfig(facts="retrieved"))
+
+
+def test_the_layouts_read_are_configuration():
+    """``layouts`` names the layouts read (block tags and passage header): R1-Searcher's block
+    read with every layout is five passages; read with Search-R1's alone, its tags are not a
+    block's and "(1)" is no passage header, so it is one unsplit text; the group's facts follow."""
+    block = (DATA / "r1searcher_documents.txt").read_text(encoding="utf-8")
+    alone = split_passages(block, ("search_r1",))
+    assert alone.unsplit and [p.text for p in alone.passages] == [block.strip()]
+    assert len(split_passages(block, ("r1_searcher",)).passages) == 5
+    # <information> with Doc i headers splits under Search-R1's layout whichever others are named
+    two = '<information>Doc 1(Title: "A") one\nDoc 2(Title: "B") two</information>'
+    assert [p.title for p in split_passages(two, ("search_r1",)).passages] == ["A", "B"]
+    assert split_passages(two, ("r1_searcher",)).unsplit
+    rows = [{"uid": "q", "question": "?", "golden_answers": ["x"], "rollout_id": rid, "actions": [
+        {"action": "search", "query": "q", "observation": block},
+        {"action": "answer", "answer": answer}]} for rid, answer in (("a", "x"), ("b", "y"))]
+    every = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    narrow = compute_process_advantages(rows, FactUtilConfig(facts="retrieved", layouts=["search_r1"]))
+    assert (len(every.clusters), len(narrow.clusters)) == (5, 1)
+    assert narrow.metrics["observations_unsplit"] == 2
+    assert FactUtilConfig(layouts="search_r1, research").layouts == ("search_r1", "research")  # --set
+    for bad, message in ((["searchr1"], "layouts.0"), ([], "names no layout"),
+                         ("research,research", "repeats a name")):
+        with pytest.raises(ValueError, match=message):
+            FactUtilConfig(layouts=bad)

@@ -155,7 +155,7 @@ def make_executor(
 
     A search's observation (for ``facts="retrieved"``) is the step result's
     ``"factutil_observation"`` when the agent returns one (None: it retrieved nothing), else the
-    retrieved block (any layout of :data:`factutil.search_r1.BLOCKS`) its ``environment_feedback``
+    retrieved block (any layout of :data:`factutil.search_r1.LAYOUTS`) its ``environment_feedback``
     starts with.
 
     Returns:
