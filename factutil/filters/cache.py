@@ -42,7 +42,7 @@ class FilterCache:
         def read(name: str, *args: Any) -> Any:
             return helpers[name](*args)
 
-        # functools' LRU is in C: cachetools' pure-Python one made the filters' work twice as slow
+        # functools' LRU is in C: cachetools' pure-Python one makes the filters' work twice as slow
         self._texts, self._pairs = lru_cache(TEXT_ENTRIES)(read), lru_cache(PAIR_ENTRIES)(read)
         for name, function in helpers.items():
             store = self._pairs if name in _PAIR_HELPERS else self._texts
