@@ -113,12 +113,12 @@ def episode_ends(action: str, turns: int, max_turns: int) -> bool:
     return action == "answer" or turns >= max_turns
 
 
-def split_turns(response: str, layouts: tuple[str, ...] = ALL) -> list[tuple[str, str | None]]:
+def split_turns(response: str) -> list[tuple[str, str | None]]:
     """A whole Search-R1 response (the model's text, never the prompt; a text that starts with the
     prompt through a chat template is read from the first assistant header) as its turns ``(text,
     observation)``: a turn ends at a closing ``</search>``, ``</assert>`` or ``</answer>`` or where
-    the environment's text starts; its observation is the retrieved block after it (of a layout
-    named in ``layouts``; a block never closed ends where the next turn opens a tag and keeps its
+    the environment's text starts; its observation is the retrieved block after it (of any layout
+    of :data:`LAYOUTS`, whatever a config names; a block never closed ends where the next turn opens a tag and keeps its
     opening tag, so :func:`split_passages` knows it is cut), else None. Search-R1's
     :data:`INVALID` notice, bare or in a block, is no observation; whitespace between turns and a
     block before the first turn are the environment's."""
@@ -126,7 +126,7 @@ def split_turns(response: str, layouts: tuple[str, ...] = ALL) -> list[tuple[str
     # a text that starts with a prompt through a chat template: its tags are not turns
     start = _ASSISTANT.search(response) if _CHAT.match(response) else None
     at = start.end() if start else 0
-    for env in _rules(layouts).env.finditer(response, at):
+    for env in _rules(ALL).env.finditer(response, at):
         _add_turns(turns, response[at:env.start()])
         at, body = env.end(), env.group("body")
         content = body if body is not None else env.group("open") and env.group("open") + env["cut"]
@@ -150,9 +150,9 @@ def split_passages(observation: str, layouts: tuple[str, ...] = ALL) -> Passages
     writes it (``{"result": [[{"document": {"id", "contents"}, "score"}]]}``, ids kept; a reply cut
     short keeps its whole documents) or verl's search tool (``{"result": TEXT}``, also cut in the
     middle at :data:`TRUNCATED`); a text split at ``---`` lines (one part per query), then at the
-    passage headers of the ``layouts``, else at blank lines. A passage the text was cut inside is dropped (``cut``),
-    as is one with no visible character (``empty``); a text no layout splits is one passage
-    (``unsplit``); factutil's "No documents found." and "Search failed: ..." hold none."""
+    passage headers of the ``layouts``, else at blank lines. A passage the text was cut inside is
+    dropped (``cut``), as is one with no visible character (``empty``); a text no layout splits is
+    one passage (``unsplit``); factutil's "No documents found." and "Search failed: ..." hold none."""
     rules = _rules(layouts)
     text = observation.strip()
     opened = rules.open.match(text)
