@@ -285,7 +285,8 @@ class TrainerStep:
 
     def start(self, key: Any, score: Callable[[], T]) -> None:
         """Run ``score()`` in the background for the :meth:`take` of an equal (``==``) ``key``;
-        forgets an earlier start. Never raises."""
+        forgets an earlier start. Never raises. ``key`` is compared once ``score()`` has returned,
+        so ``score`` may fill it in (a list) when it is known only once the batch is read."""
         self._early = None
         try:
             if self._pool is None:

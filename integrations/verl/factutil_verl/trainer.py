@@ -139,10 +139,13 @@ class FactUtilTrainer(PPOTrainerSync):
         )
         return inputs
 
-    def _factutil_score(self, batch: KVBatchMeta) -> FactAgentAdvantages:
+    def _factutil_score(self, batch: KVBatchMeta, read: list | None = None) -> FactAgentAdvantages:
         """The batch read from TransferQueue (its client is thread-safe) and scored without
-        verl's GRPO values (:func:`with_grpo_fallback` adds them)."""
+        verl's GRPO values (:func:`with_grpo_fallback` adds them); ``read`` gets the key
+        (:meth:`_Inputs.key`) of the rows it read."""
         inputs = self._factutil_inputs(batch)
+        if read is not None:
+            read.append(inputs.key())
         step = self.factutil_step
         return compute_factagent_advantages(
             keys=inputs.keys,
@@ -159,11 +162,13 @@ class FactUtilTrainer(PPOTrainerSync):
     def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """verl's old log-probs; with ``score_early`` (and no KL in the reward) the batch's
         reading and scoring start first, in the step's background thread, so they run while the
-        driver waits on the actor workers. A failure leaves the scoring to the advantage step."""
+        driver waits on the actor workers (the driver reads nothing here: the key the advantage
+        step compares is that of the rows the thread read). A failure leaves the scoring to the
+        advantage step."""
         if self.factutil_config.score_early and not self.config.algorithm.use_kl_in_reward:
             try:
-                inputs = self._factutil_inputs(batch, extra=False)
-                self.factutil_step.start(inputs.key(), lambda: self._factutil_score(batch))
+                read: list = []  # filled by the thread before its score returns
+                self.factutil_step.start(read, lambda: self._factutil_score(batch, read))
             except Exception:
                 logger.exception("factutil: could not start scoring early; the advantage step "
                                  "scores the batch")
@@ -186,7 +191,7 @@ class FactUtilTrainer(PPOTrainerSync):
         step, result, failed = self.factutil_step, None, False
         try:
             inputs = self._factutil_inputs(batch, extra=False)
-            scored = step.take(inputs.key(), lambda: self._factutil_score(batch))
+            scored = step.take([inputs.key()], lambda: self._factutil_score(batch))
             grpo = None
             if grpo_rows(scored, inputs.uids, inputs.is_padding).any():  # else not read at all
                 grpo = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,

@@ -280,6 +280,35 @@ def test_scoring_early_runs_during_the_old_log_probs_and_gives_the_same_advantag
         np.testing.assert_allclose(got[row].numpy(), record.advantage, rtol=1e-6, atol=1e-6)
 
 
+def test_the_driver_reads_nothing_before_the_old_log_probs(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """score_early: every TransferQueue read of the early scoring is the background thread's,
+    so the driver goes to verl's old log-prob step at once; the advantage step then reads the
+    rows once on the driver (to check them against what the thread scored)."""
+    import threading
+
+    seen: list = []
+    _fake_old_log_prob(monkeypatch, seen)
+    readers: list[tuple[str, tuple]] = []
+    real_get = tq.kv_batch_get
+
+    def recording_get(*args, **kwargs):
+        readers.append((threading.current_thread().name, tuple(kwargs.get("select_fields", ()))))
+        return real_get(*args, **kwargs)
+
+    monkeypatch.setattr(tq, "kv_batch_get", recording_get)
+    trainer, metrics = make_trainer(verl_config), {}
+    meta = trainer._compute_old_log_prob(put_rows(sample_rows, "train"), metrics)
+    assert seen == [True] and readers and all(
+        name.startswith("factutil") for name, _ in readers), readers
+    readers.clear()
+    trainer._compute_advantage(meta, metrics)
+    ours = [fields for name, fields in readers if "extra_fields" not in fields
+            and "uid" in fields and "rollout_log_probs" not in fields]
+    assert len(ours) == 1 and metrics["factutil/score_early_used"] == 1.0
+
+
 def test_a_batch_whose_rewards_change_after_early_scoring_is_scored_again(
     transfer_queue, sample_rows, verl_config, monkeypatch
 ):
@@ -313,11 +342,11 @@ def test_a_failed_early_scoring_is_done_again_at_the_advantage_step(
     trainer, metrics = make_trainer(verl_config), {}
     real, calls = trainer._factutil_score, []
 
-    def failing_once(batch):
+    def failing_once(batch, *read):
         calls.append(batch)
         if len(calls) == 1:
             raise RuntimeError("scoring failed in the thread")
-        return real(batch)
+        return real(batch, *read)
 
     monkeypatch.setattr(trainer, "_factutil_score", failing_once)
     meta = put_rows(sample_rows, "train")
