@@ -22,7 +22,7 @@ from factutil.config import FactUtilConfig, as_config, clustering_fields, config
 from factutil.embed import device_type
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
-from factutil.shaping import INVALID, PAD, action_gains, process_rewards
+from factutil.shaping import ASSERT, INVALID, PAD, action_gains, process_rewards
 from factutil.utility import PRIOR_RISK, PriorRiskWarning, batch_utilities
 from factutil.workers import fit_key, read_work, work_items
 
@@ -301,6 +301,11 @@ def _compute(
         if unsplit or cut or empty:
             warn(f"search observations (docs/method.md §9): {unsplit} matched no passage layout and "
                  f"count as one passage each; {cut} passage(s) cut short and {empty} empty dropped")
+    elif metrics["answers_empty_store"] and not np.any(prep.kinds == ASSERT):
+        warn(f"no rollout of this step asserted a triple, so all {int(metrics['answers_empty_store'])}"
+             " answers came from an empty store and their outcome rewards were zeroed (docs/method.md"
+             " §1, §4); for a search agent that asserts nothing (Search-R1 and the like) set "
+             "facts='retrieved'")
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value

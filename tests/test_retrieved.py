@@ -205,3 +205,28 @@ def test_a_listed_passage_without_text_is_an_error_naming_it():
            "actions": [{"action": "search", "query": "x", "passages": [{"id": 3}]}]}
     with pytest.raises(InputError, match=r"actions\[0\]\.passages\[0\]: a passage needs a text"):
         compute_process_advantages([row], FactUtilConfig(facts="retrieved"))
+
+
+def test_a_search_agent_scored_as_asserting_gets_one_warning_naming_facts_retrieved(caplog):
+    """Under facts="asserted" (the default) a step where no rollout asserts anything answers from
+    an empty store everywhere, so every outcome reward is zeroed (§1): the step says so, once,
+    naming the setting; one assert in the batch and the warning is not given."""
+    with caplog.at_level("WARNING", logger="factutil"):
+        result = compute_process_advantages(ROLLOUTS, FactUtilConfig(mode="exact"))
+    said = [r.getMessage() for r in caplog.records if "asserted a triple" in r.getMessage()]
+    assert len(said) == 1 and "all 3 answers came from an empty store" in said[0]
+    assert "facts='retrieved'" in said[0] and result.metrics["warnings"] >= 1.0
+    assert result.metrics["answers_empty_store"] == 3.0
+    assert all(r.outcome_reward == 0.0 for r in result.rollouts)  # the rule the warning names
+    caplog.clear()
+    asserting = json.loads(json.dumps(ROLLOUTS))
+    asserting[0]["actions"].insert(1, {"action": "assert", "triples": [
+        ["Xawery Żuławski", "mother", "Małgorzata Braunek"]]})
+    with caplog.at_level("WARNING", logger="factutil"):
+        compute_process_advantages(asserting, FactUtilConfig(mode="exact"))
+    assert not [r for r in caplog.records if "asserted a triple" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="factutil"):
+        retrieved = compute_process_advantages(ROLLOUTS, FactUtilConfig(facts="retrieved"))
+    assert not [r for r in caplog.records if "asserted a triple" in r.getMessage()]
+    assert [r.outcome_reward > 0 for r in retrieved.rollouts] == [True, True, False]
