@@ -200,3 +200,20 @@ def test_a_dropped_cache_is_freed_without_the_cycle_collector():
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_the_benchmarks_cachetools_memo_reads_every_helper_through_cachetools():
+    """benchmarks/filter_cache.py's other form: each helper of the memo goes through one of two
+    cachetools LRUs (pairs apart from texts), and the analyses are the shipped memo's."""
+    from cachetools import LRUCache
+
+    from benchmarks.filter_cache import memo
+
+    shipped, other = memo("functools"), memo("cachetools")
+    facts = [("Paris", "is the capital of", "France"), ("X", "is not", "a planet"),
+             ("Marie Curie", "born in", "1867"), ("Paris", "capital of", "France")]
+    assert [analyze(*f, cache=other) for f in facts] == [analyze(*f, cache=shipped) for f in facts]
+    stores = {name: getattr(other, name).func for name in ("fold", "scan", "same_entity")}
+    assert stores["fold"] is stores["scan"] and stores["fold"] is not stores["same_entity"]
+    assert isinstance(stores["fold"].cache, LRUCache) and stores["fold"].cache.currsize > 0
+    assert shipped.sizes()["texts"] > 0 and shipped.fold.func is shipped._texts
