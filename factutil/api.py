@@ -295,17 +295,29 @@ def _compute(
     metrics["prior_group"] = float(config.prior == "group")  # which prior ran: 0 beta, 1 group
     metrics["searches_repeated"] = float(len(prep.repeated_row))
     if config.facts == "retrieved":
-        names = ("observations_unsplit", "passages_cut", "passages_empty")
+        names = ("observations_unsplit", "passages_cut", "passages_empty", "observations_unread")
         metrics.update(zip(names, map(float, prep.passages_dropped)))
-        unsplit, cut, empty = prep.passages_dropped
-        if unsplit or cut or empty:
+        unsplit, cut, empty, unread = prep.passages_dropped
+        if unsplit or cut or empty or unread:
             warn(f"search observations (docs/method.md §9): {unsplit} matched no passage layout and "
-                 f"count as one passage each; {cut} passage(s) cut short and {empty} empty dropped")
+                 f"count as one passage each; {cut} passage(s) cut short and {empty} empty dropped; "
+                 f"{unread} followed a turn read as no search (an invalid action) and were not read")
+        if metrics["answers_empty_store"] and not len(prep.occurrence_fact):
+            warn(f"facts='retrieved' but no search of this step brought a passage, so all "
+                 f"{int(metrics['answers_empty_store'])} answers came from an empty store: give each "
+                 "search its retrieved text as 'observation' (or 'passages'), or whole responses")
     elif metrics["answers_empty_store"] and not np.any(prep.kinds == ASSERT):
         warn(f"no rollout of this step asserted a triple, so all {int(metrics['answers_empty_store'])}"
              " answers came from an empty store and their outcome rewards were zeroed (docs/method.md"
              " §1, §4); for a search agent that asserts nothing (Search-R1 and the like) set "
              "facts='retrieved'")
+    gathered = [group.uid for group in batch if group.gathered]
+    metrics["groups_gathered"] = float(len(gathered))
+    if gathered:
+        warn(f"{len(gathered)} group(s) had rollouts given apart, among other groups' (first: uid "
+             f"{gathered[0]!r}): each group's rollouts are scored and returned together, so "
+             "advantages and records are group by group, not in the input's order; match them by "
+             "(uid, rollout_id): rollout_keys, per_rollout()")
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value

@@ -45,8 +45,9 @@ class Prepared:
     occurrence_triples: list[Any]  # (occurrences,): each as written ([s, r, o], the row's own list)
     ignored_kinds: list[int]  # kind code of each ignored action, in (row, step) order
     reasons: dict[int, str]  # input action index (0..N-1) -> an invalid action's reason
-    # facts="retrieved": observations taken as one passage, passages dropped as cut or empty
-    passages_dropped: tuple[int, int, int] = (0, 0, 0)
+    # facts="retrieved": observations taken as one passage, passages dropped as cut or empty,
+    # observations held by a turn that is no search (unread)
+    passages_dropped: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 class RolloutColumns(NamedTuple):
@@ -61,7 +62,7 @@ class RolloutColumns(NamedTuple):
     empty_store_answer: bool  # the answer came while the store was empty
     ignored_kinds: list[int]  # the kind code of each ignored action
     reasons: dict[int, str]  # action index in the rollout -> an invalid action's reason
-    dropped: tuple[int, int, int] = (0, 0, 0)  # unsplit observations, cut and empty passages
+    dropped: tuple[int, int, int, int] = (0, 0, 0, 0)  # unsplit, cut, empty, unread (retrieved)
 
 
 def rollout_columns(
@@ -85,7 +86,7 @@ def rollout_columns(
     answer = None
     empty_store_answer = False
     t = 0
-    dropped = [0, 0, 0]
+    dropped = [0, 0, 0, 0]
     for action in actions[:max_turns]:
         kind = action["action"]
         kinds.append(KIND_CODES[kind])
@@ -100,7 +101,7 @@ def rollout_columns(
                 passages = action.get("passages")
                 if passages is None:
                     passages, *counts = split_passages(action.get("observation") or "", layouts)
-                    dropped = [a + b for a, b in zip(dropped, counts)]
+                    dropped[:3] = [a + b for a, b in zip(dropped, counts)]
                 if passages:
                     store_empty = False
                     steps.extend([t] * len(passages))
@@ -120,6 +121,8 @@ def rollout_columns(
             break
         else:
             reasons[t] = action["reason"]
+            if retrieved and action.get("observation"):  # a block after a turn that is no search
+                dropped[3] += 1
         t += 1
     ignored_kinds = [KIND_CODES[action["action"]] for action in actions[t:]]
     reasons.update((u, actions[u]["reason"]) for u in range(t, len(actions))
@@ -133,7 +136,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     §1, §2.1), and what the records need (triples as written, ignored kinds, reasons)."""
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     retrieved = config.facts == "retrieved"
-    dropped = [0, 0, 0]
+    dropped = [0, 0, 0, 0]
     # Per rollout: answer, empty-store answer, em, f1, R, y, effective and all actions, triple
     # occurrences and repeated searches.
     per_rollout: list[tuple] = []

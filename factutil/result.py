@@ -85,13 +85,14 @@ class ProcessAdvantages:
     """Result of :func:`compute_process_advantages`; the records are built on first access.
 
     Attributes:
-        advantages: float32 (N,), A = A_out + omega * A_proc of every input action in input order
-            (0 for ignored actions); every token of action k's response gets ``advantages[k]``.
+        advantages: float32 (N,), A = A_out + omega * A_proc of every input action in input order,
+            group by group (a uid's rollouts given apart are gathered at its first appearance,
+            ``groups_gathered``; 0 for ignored actions); action k's tokens get ``advantages[k]``.
         action_columns: per action (N,), float64 ``shaping``, ``back_credit``, ``penalty``,
             ``process_reward``, ``potential`` (Phi after the action, docs/method.md §4),
             ``outcome_reward``, ``outcome_advantage``, ``process_advantage``, ``advantage``;
             int64 ``step``; bool ``ignored`` (0 in every float column). Read-only.
-        rollout_keys: ``(uid, rollout_id)`` of each rollout, in input order.
+        rollout_keys: ``(uid, rollout_id)`` of each rollout, in that order.
         action_offsets: int64 (len(rollout_keys) + 1,): rollout i's actions are
             ``[action_offsets[i], action_offsets[i + 1])``.
         metrics: named floats (counts, utility spread, mean EM/F1, ``time_<stage>_s``).

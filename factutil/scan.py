@@ -20,7 +20,8 @@ MAX_DEPTH = 100
 # ast.literal_eval builds a full syntax tree; larger literals are only tried as JSON.
 _LITERAL_EVAL_LIMIT = 200_000
 
-_TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>", re.IGNORECASE)
+# Tag tokens: <search>, </search> ... and R1-Searcher's search, <|begin_of_query|> ... <|end_of_query|>
+_TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>|<\|(begin|end)_of_query\|>", re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
 _BRACES = re.compile(r"\{+")
 # A whole string literal (to the first quote no backslash escapes; possessive, so linear), else
@@ -264,7 +265,10 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
         index = bisect.bisect_right(span_starts, match.start()) - 1
         if index >= 0 and match.start() < spans[index].end:
             continue  # inside a JSON action, e.g. in its query string
-        tokens.append((match.start(), match.end(), bool(match.group(1)), match.group(2).lower()))
+        if match.group(3):  # R1-Searcher's query tokens
+            tokens.append((match.start(), match.end(), match.group(3).lower() == "end", "search"))
+        else:
+            tokens.append((match.start(), match.end(), bool(match.group(1)), match.group(2).lower()))
     tokens = _outside_assert_values(text, tokens)
 
     items: list[Item] = []

@@ -71,7 +71,7 @@ def _rules(layouts: tuple[str, ...]) -> _Rules:
 _CHAT = re.compile(r"\s*(?:<\|im_start\|>|<\|begin_of_text\|>|<\|start_header_id\|>|<start_of_turn>)")
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assistant<\|end_header_id\|>\n*|"
                         r"<start_of_turn>model\n?")
-_TURN_END = re.compile(r"</(?:search|assert|answer)\s*>", re.IGNORECASE)
+_TURN_END = re.compile(r"</(?:search|assert|answer)\s*>|<\|end_of_query\|>", re.IGNORECASE)
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
 _CUT_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
@@ -116,7 +116,8 @@ def episode_ends(action: str, turns: int, max_turns: int) -> bool:
 def split_turns(response: str) -> list[tuple[str, str | None]]:
     """A whole Search-R1 response (the model's text, never the prompt; a text that starts with the
     prompt through a chat template is read from the first assistant header) as its turns ``(text,
-    observation)``: a turn ends at a closing ``</search>``, ``</assert>`` or ``</answer>`` or where
+    observation)``: a turn ends at a closing ``</search>``, ``</assert>``, ``</answer>`` or
+    R1-Searcher's ``<|end_of_query|>``, or where
     the environment's text starts; its observation is the retrieved block after it (of any layout
     of :data:`LAYOUTS`, whatever a config names; a block never closed ends where the next turn opens a tag and keeps its
     opening tag, so :func:`split_passages` knows it is cut), else None. Search-R1's

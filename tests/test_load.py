@@ -472,3 +472,39 @@ def test_dict_errors_name_the_position_like_file_errors():
         load_groups([row("q-0"), row("q-0")])
     assert str(caught.value) == (
         "groups[1] (uid 'q', rollout_id 'q-0'): rollout_id: 'q-0' repeats groups[0] in uid 'q'")
+
+
+def test_rollouts_given_apart_are_gathered_with_a_count_and_one_warning(tmp_path, caplog):
+    """Loose rollouts of two uids interleaved (q1, q2, q1, q2): each group is scored with its
+    rollouts together and returned group by group; the step counts the two gathered groups and
+    says so once; per (uid, rollout_id) the advantages are those of the same rollouts given in
+    one run each (order never changes a number). A file of the same lines reads the same."""
+    import json
+
+    from factutil import FactUtilConfig, compute_process_advantages
+
+    def rollout(uid, rid, answer, searches):
+        actions = [{"action": "search", "query": f"q{k}"} for k in range(searches)]
+        actions += [{"action": "assert", "triples": [["x", "r", answer]]},
+                    {"action": "answer", "answer": answer}]
+        return {"uid": uid, "question": f"Q {uid}", "golden_answers": ["Paris"], "rollout_id": rid,
+                "actions": actions}
+
+    interleaved = [rollout("q1", "0", "Paris", 1), rollout("q2", "0", "Lyon", 2),
+                   rollout("q1", "1", "Lyon", 1), rollout("q2", "1", "Paris", 1)]
+    contiguous = [interleaved[i] for i in (0, 2, 1, 3)]
+    config = FactUtilConfig(mode="exact")
+    with caplog.at_level("WARNING", logger="factutil"):
+        given_apart = compute_process_advantages(interleaved, config)
+    together = compute_process_advantages(contiguous, config)
+    assert given_apart.rollout_keys == [("q1", "0"), ("q1", "1"), ("q2", "0"), ("q2", "1")]
+    assert given_apart.metrics["groups_gathered"] == 2.0 and together.metrics["groups_gathered"] == 0.0
+    said = [r.getMessage() for r in caplog.records if "given apart" in r.getMessage()]
+    assert len(said) == 1 and "uid 'q1'" in said[0] and together.warnings == []
+    apart, whole = given_apart.per_rollout(), together.per_rollout()
+    assert all((apart[key] == whole[key]).all() for key in whole)
+    path = tmp_path / "interleaved.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in interleaved), encoding="utf-8")
+    from_file = compute_process_advantages(path, config)
+    assert from_file.metrics["groups_gathered"] == 2.0
+    assert (from_file.advantages == given_apart.advantages).all()

@@ -230,3 +230,33 @@ def test_a_search_agent_scored_as_asserting_gets_one_warning_naming_facts_retrie
         retrieved = compute_process_advantages(ROLLOUTS, FactUtilConfig(facts="retrieved"))
     assert not [r for r in caplog.records if "asserted a triple" in r.getMessage()]
     assert [r.outcome_reward > 0 for r in retrieved.rollouts] == [True, True, False]
+
+
+def test_a_block_after_a_turn_that_is_no_search_is_counted_and_warned(caplog):
+    """Text between a search and its block (a chat role marker decoded as text) makes a turn of
+    its own: it is an invalid action holding the block, which is not read; counted
+    (``observations_unread``) and warned, and with no passage left in the step, warned again."""
+    response = ("<search>capital of France</search>\nuser\n<information>Doc 1(Title: \"Paris\") "
+                "Paris is the capital of France.</information>\n\n<answer>Paris</answer>")
+    rows = [{"uid": "q", "question": "Capital?", "golden_answers": ["Paris"], "rollout_id": rid,
+             "response": response} for rid in ("a", "b")]
+    with caplog.at_level("WARNING", logger="factutil"):
+        result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    assert [a.action for a in result.actions] == ["search", "invalid", "answer"] * 2
+    assert result.metrics["observations_unread"] == 2.0 and result.clusters == []
+    said = [r.getMessage() for r in caplog.records]
+    assert any("2 followed a turn read as no search" in m for m in said)
+    assert any("no search of this step brought a passage" in m for m in said)
+
+
+def test_searches_without_observations_under_facts_retrieved_are_warned(caplog):
+    """facts="retrieved" and no search carries its retrieved text (here under another key, kept
+    as an extra field): no fact at all, every answer from an empty store; one warning says so."""
+    rows = [{"uid": "q", "question": "Q", "golden_answers": ["Paris"], "rollout_id": rid, "actions": [
+        {"action": "search", "query": "capital", "information": 'Doc 1(Title: "Paris") Paris.'},
+        {"action": "answer", "answer": answer}]} for rid, answer in (("a", "Paris"), ("b", "Lyon"))]
+    with caplog.at_level("WARNING", logger="factutil"):
+        result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    said = [r.getMessage() for r in caplog.records if "brought a passage" in r.getMessage()]
+    assert len(said) == 1 and "all 2 answers came from an empty store" in said[0]
+    assert result.clusters == [] and result.metrics["warnings"] == 1.0

@@ -227,6 +227,29 @@ def test_r1_searcher_documents_as_its_agent_wrote_them():
     assert found.passages[0].text.startswith("Filippo Strozzi the Elder")
 
 
+def test_r1_searcher_queries_are_searches_and_their_blocks_their_passages():
+    """R1-Searcher writes ``<|begin_of_query|>q<|end_of_query|>`` (search-agent-formats.md), then
+    the environment its block: the query turn is a search holding the block's five passages. With
+    y = (1, 0), p-bar 1/2, each passage of r0 alone has u = (1/2)/(1 + 1) = 1/4 (prior "group",
+    epsilon 1/2) and r1's one passage u = -1/4, so r0's search gains, r1's loses."""
+    block = (DATA / "r1searcher_documents.txt").read_text(encoding="utf-8").strip()
+    other = "<|begin_of_documents|>\n(1)Paris   Paris is the capital of France.\n<|end_of_documents|>"
+    responses = {
+        "r0": f"I need to search.\n<|begin_of_query|> Strozzi family<|end_of_query|>\n\n{block}\n\n"
+              " <answer> Lorenzo </answer>",
+        "r1": f"<|begin_of_query|> capital of France<|end_of_query|>\n\n{other}\n\n<answer> Paris </answer>",
+    }
+    rows = [{"uid": "q", "question": "Who?", "golden_answers": ["Lorenzo"], "rollout_id": rid,
+             "response": text} for rid, text in responses.items()]
+    result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    assert [a.action for a in result.actions] == ["search", "answer", "search", "answer"]
+    assert [a["query"] for g in result.groups for r in g.rollouts for a in r["actions"]
+            if a["action"] == "search"] == ["Strozzi family", "capital of France"]
+    assert sorted(c.utility for c in result.clusters) == pytest.approx([-0.25] + [0.25] * 5)
+    assert result.actions[0].shaping > 0 > result.actions[2].shaping
+    assert result.metrics["observations_unread"] == 0 and result.warnings == []
+
+
 @pytest.mark.parametrize(("line", "message"), [
     ({"response": 7}, "response must be a string, got 7"),
     ({"response": "<answer>x</answer>", "actions": []}, "either actions or response"),
