@@ -22,7 +22,7 @@ from factutil.config import FactUtilConfig, as_config, clustering_fields, config
 from factutil.embed import device_type
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
-from factutil.shaping import ASSERT, INVALID, PAD, action_gains, process_rewards
+from factutil.shaping import INVALID, PAD, action_gains, process_rewards
 from factutil.utility import PRIOR_RISK, PriorRiskWarning, batch_utilities
 from factutil.workers import fit_key, read_work, work_items
 
@@ -80,6 +80,15 @@ def compute_process_advantages(
         check_clusterer(clusterer, config)
     with _collector_paused(config.pause_gc):
         return _compute(groups, config, clusterer, on_invalid_group, work)
+
+
+_NO_FACTS = {  # a step with answers and not one fact: most likely the wrong kind of facts
+    "asserted": "no rollout asserted a triple, so all {} answers came from an empty store and their "
+                "rewards were zeroed (docs/method.md §1); an agent that asserts nothing needs "
+                "facts='retrieved'",
+    "retrieved": "no search brought a passage, so all {} answers came from an empty store: give each "
+                 "search its retrieved text ('observation' or 'passages'), or whole responses",
+}
 
 
 @contextmanager
@@ -302,22 +311,13 @@ def _compute(
             warn(f"search observations (docs/method.md §9): {unsplit} matched no passage layout and "
                  f"count as one passage each; {cut} passage(s) cut short and {empty} empty dropped; "
                  f"{unread} followed a turn read as no search (an invalid action) and were not read")
-        if metrics["answers_empty_store"] and not len(prep.occurrence_fact):
-            warn(f"facts='retrieved' but no search of this step brought a passage, so all "
-                 f"{int(metrics['answers_empty_store'])} answers came from an empty store: give each "
-                 "search its retrieved text as 'observation' (or 'passages'), or whole responses")
-    elif metrics["answers_empty_store"] and not np.any(prep.kinds == ASSERT):
-        warn(f"no rollout of this step asserted a triple, so all {int(metrics['answers_empty_store'])}"
-             " answers came from an empty store and their outcome rewards were zeroed (docs/method.md"
-             " §1, §4); for a search agent that asserts nothing (Search-R1 and the like) set "
-             "facts='retrieved'")
+    if metrics["answers_empty_store"] and not len(prep.occurrence_fact):  # no fact in the step
+        warn(_NO_FACTS[config.facts].format(int(metrics["answers_empty_store"])))
     gathered = [group.uid for group in batch if group.gathered]
     metrics["groups_gathered"] = float(len(gathered))
     if gathered:
-        warn(f"{len(gathered)} group(s) had rollouts given apart, among other groups' (first: uid "
-             f"{gathered[0]!r}): each group's rollouts are scored and returned together, so "
-             "advantages and records are group by group, not in the input's order; match them by "
-             "(uid, rollout_id): rollout_keys, per_rollout()")
+        warn(f"{len(gathered)} group(s) (first: uid {gathered[0]!r}) had rollouts given apart: results "
+             "are group by group, not in input order; match them by rollout_keys or per_rollout()")
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from factutil.actions import AnswerAction, AssertAction, InvalidAction, SearchAction
 from factutil.errors import short
-from factutil.io import InputError, Problem, error_messages, group_problems, read_rollouts
+from factutil.io import InputError, Problem, error_messages, group_problems, read_groups
 from factutil.schema import Group, Rollout, group_key
 from factutil.search_r1 import document_passage
 
@@ -29,7 +29,7 @@ class GroupRows:
     question: str
     golden_answers: list[str]
     rollouts: list[dict]
-    gathered: bool = False  # its rollouts were given apart (other items between them)
+    gathered: bool = False  # loose rollouts given apart, other items between them
 
 
 def load_groups(
@@ -52,11 +52,7 @@ def load_groups(
         TypeError: an item is not a Group, Rollout or mapping.
     """
     if isinstance(groups, (str, os.PathLike)):
-        members: dict[str, list[tuple[int, Rollout]]] = {}
-        for index, (_, rollout) in enumerate(read_rollouts(groups)):
-            members.setdefault(rollout.uid, []).append((index, rollout))
-        return [_gathered(group_rows(Group.from_rollouts(r for _, r in given)), given)
-                for given in members.values()], {}
+        return [group_rows(group) for group in read_groups(groups)], {}
     single = isinstance(groups, (Group, Mapping))  # a Group is no list: it iterates its fields
     if single:
         groups = [groups]
@@ -78,16 +74,10 @@ def load_groups(
             skipped[uid] = str(error)
             continue
         seen.add(group.uid)
-        result.append(_gathered(group_rows(group), at) if item is None else group_rows(group))
+        result.append(group_rows(group))
+        if item is None:  # loose rollouts: other items between them?
+            result[-1].gathered = [p for p, _ in at] != list(range(at[0][0], at[0][0] + len(at)))
     return result, skipped
-
-
-def _gathered(rows: GroupRows, given: list[tuple[int, Any]]) -> GroupRows:
-    """``rows``, marked ``gathered`` when the positions of its rollouts in the input
-    (``given``: (position, item) pairs) are not one run."""
-    first = given[0][0]
-    rows.gathered = [position for position, _ in given] != list(range(first, first + len(given)))
-    return rows
 
 
 def _pending(groups: Iterable[Any]) -> list[tuple[str, Any, Any]]:

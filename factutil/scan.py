@@ -265,10 +265,9 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
         index = bisect.bisect_right(span_starts, match.start()) - 1
         if index >= 0 and match.start() < spans[index].end:
             continue  # inside a JSON action, e.g. in its query string
-        if match.group(3):  # R1-Searcher's query tokens
-            tokens.append((match.start(), match.end(), match.group(3).lower() == "end", "search"))
-        else:
-            tokens.append((match.start(), match.end(), bool(match.group(1)), match.group(2).lower()))
+        close, name = ((match[3].lower() == "end", "search") if match[3]  # R1-Searcher's query
+                       else (bool(match[1]), match[2].lower()))
+        tokens.append((match.start(), match.end(), close, name))
     tokens = _outside_assert_values(text, tokens)
 
     items: list[Item] = []

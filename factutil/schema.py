@@ -120,26 +120,17 @@ class Rollout(BaseModel):
         kept["metadata"] = {**given, **extra} if isinstance(given, dict) else given
         return kept
 
-    @field_validator("actions", mode="wrap")
+    @field_validator("actions", mode="before")
     @classmethod
-    def _coerce_actions(cls, value: Any, handler: Any) -> Any:
+    def _coerce_actions(cls, value: Any) -> Any:
         if not isinstance(value, list):
-            return handler(value)
+            return value
         first = value[0] if len(value) == 1 else None  # one raw item: the whole response
         if isinstance(first, dict) and "action" not in first:
             raw = first.get("raw") if first.get("observation") is None else None
             first = RawAction(raw=raw) if isinstance(raw, str) else None
         if isinstance(first, RawAction) and first.observation is None and split_turns(first.raw):
-            return handler(response_actions(first.raw))
-        try:  # the common case, checked in pydantic's core alone: every item an action as given
-            actions = handler(value)
-        except ValidationError:
-            actions = None
-        # What coerce_action turns into an invalid action fails there (a raw item, an assert with
-        # no triple or a blank part), but for a blank query.
-        if actions is not None and not any(
-                type(action) is SearchAction and not action.query.strip() for action in actions):
-            return actions
+            return response_actions(first.raw)
         coerced = []
         for index, item in enumerate(value):
             try:
@@ -147,7 +138,7 @@ class Rollout(BaseModel):
             except ValidationError as error:  # a bad raw item: name it actions[index].<field>
                 located = [{**e, "loc": (index, *e["loc"])} for e in error.errors()]
                 raise ValidationError.from_exception_data(error.title, located) from None
-        return handler(coerced)
+        return coerced
 
     @field_validator("reward", mode="before")
     @classmethod
