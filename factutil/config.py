@@ -265,7 +265,6 @@ class FactUtilConfig(BaseModel):
         return value
 
 
-
 class ConfigError(ValueError):
     """A bad configuration; ``str()`` is one line per problem, naming where the setting came from
     (``config: omega``, ``FACTUTIL_OMEGA='-1': omega``), the field and the value."""
