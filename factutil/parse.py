@@ -91,6 +91,8 @@ def _evaluate(text: str, item: Item, observation: str | None) -> ParsedAction:
             return _search(content, observation)
         if item.name == "answer":
             return AnswerAction(answer=content.strip())
+        if item.name == "tool_call":
+            return _tool_call(load(content.strip()), observation)
         return _assert(_tag_triples(content))
     if item.depth > MAX_DEPTH:
         raise Rejected(f"JSON nested deeper than {MAX_DEPTH} levels")
@@ -184,6 +186,16 @@ def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedActio
             raise Rejected("assert with no triple")
         return _assert(triples)
     raise Rejected(f"unknown action {short(name, 40)}")
+
+
+def _tool_call(value: Any, observation: str | None) -> SearchAction:
+    """verl's search tool call ``{"name": "search", "arguments": {"query_list": [q, ...]}}`` (or one
+    ``"query"``): one search, its queries joined by ``"; "``; a call of another tool is invalid."""
+    arguments = value.get("arguments") if isinstance(value, dict) and value.get("name") == "search" else None
+    queries = arguments.get("query_list", [arguments.get("query")]) if isinstance(arguments, dict) else None
+    if not isinstance(queries, list) or not queries or not all(_is_text(q) for q in queries):
+        raise Rejected(f"tool call that is no search with a query list: {short(value, 40)}")
+    return _search("; ".join(q.strip() for q in queries), observation)
 
 
 def _search(query: str, observation: str | None) -> SearchAction:

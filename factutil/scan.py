@@ -20,8 +20,9 @@ MAX_DEPTH = 100
 # ast.literal_eval builds a full syntax tree; larger literals are only tried as JSON.
 _LITERAL_EVAL_LIMIT = 200_000
 
-# Tag tokens: <search>, </search> ... and R1-Searcher's search, <|begin_of_query|> ... <|end_of_query|>
-_TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer)\s*>|<\|(begin|end)_of_query\|>", re.IGNORECASE)
+# Tag tokens: <search>, </search> ..., verl's <tool_call>, R1-Searcher's <|begin_of_query|> ...
+_TAG_TOKEN = re.compile(r"<(/?)(search|assert|answer|tool_call)\s*>|<\|(begin|end)_of_query\|>",
+                        re.IGNORECASE)
 _ACTION_KEY = re.compile(r"""(["'])action\1\s*:""")
 _BRACES = re.compile(r"\{+")
 # A whole string literal (to the first quote no backslash escapes; possessive, so linear), else
@@ -272,7 +273,7 @@ def tag_items(text: str, json_items: list[Item]) -> tuple[list[Item], list[tuple
 
     items: list[Item] = []
     stack: list[int] = []
-    open_count = {"search": 0, "assert": 0, "answer": 0}
+    open_count = dict.fromkeys(("search", "assert", "answer", "tool_call"), 0)
     unclosed: list[int] = []
     for index, (_, _, is_close, name) in enumerate(tokens):
         if not is_close:

@@ -63,7 +63,7 @@ def _rules(layouts: tuple[str, ...]) -> _Rules:
     env = re.compile(  # a retrieved block (a cut one runs to the next turn), or the notice
         rf"(?P<open>{opening})(?:(?P<body>(?:(?!{opening}).)*?)"
         rf"(?:{'|'.join(map(re.escape, close.values()))})|(?P<cut>.*?)"
-        rf"(?=(?i:<(?:think|search|assert|answer)\s*>)|{opening}|\Z))|{_NOTICE}", re.DOTALL)
+        rf"(?=(?i:<(?:think|search|assert|answer|tool_call)\s*>)|{opening}|\Z))|{_NOTICE}", re.DOTALL)
     return _Rules([re.compile(rf"^[ \t]*{pattern}[ \t]*", re.MULTILINE)
                    for name, pattern in HEADERS.items() if name in names], close, re.compile(opening), env)
 
@@ -71,7 +71,10 @@ def _rules(layouts: tuple[str, ...]) -> _Rules:
 _CHAT = re.compile(r"\s*(?:<\|im_start\|>|<\|begin_of_text\|>|<\|start_header_id\|>|<start_of_turn>)")
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assistant<\|end_header_id\|>\n*|"
                         r"<start_of_turn>model\n?")
-_TURN_END = re.compile(r"</(?:search|assert|answer)\s*>|<\|end_of_query\|>", re.IGNORECASE)
+_TURN_END = re.compile(r"</(?:search|assert|answer|tool_call)\s*>|<\|end_of_query\|>", re.IGNORECASE)
+# chat-template text between turns (role markers, decoded with or without their special tokens)
+_TEMPLATE = re.compile(r"(?:\s|<\|(?:im_start|im_end|eot_id|endoftext|start_header_id|end_header_id)\|>|"
+                       r"<(?:start|end)_of_turn>|\b(?:system|user|assistant|tool|model)\b)*")
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
 _CUT_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
@@ -140,7 +143,7 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
 def _add_turns(turns: list[list[Any]], text: str) -> None:
     start = 0
     for end in [m.end() for m in _TURN_END.finditer(text)] + [len(text)]:
-        if text[start:end].strip():
+        if not _TEMPLATE.fullmatch(text, start, end):
             turns.append([text[start:end], None])
         start = end
 

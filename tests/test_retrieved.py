@@ -233,10 +233,10 @@ def test_a_search_agent_scored_as_asserting_gets_one_warning_naming_facts_retrie
 
 
 def test_a_block_after_a_turn_that_is_no_search_is_counted_and_warned(caplog):
-    """Text between a search and its block (a chat role marker decoded as text) makes a turn of
-    its own: it is an invalid action holding the block, which is not read; counted
-    (``observations_unread``) and warned, and with no passage left in the step, warned again."""
-    response = ("<search>capital of France</search>\nuser\n<information>Doc 1(Title: \"Paris\") "
+    """Prose between a search and its block is a turn of its own: an invalid action holding the
+    block, which is not read; counted (``observations_unread``) and warned, and with no passage
+    left in the step, warned again."""
+    response = ("<search>capital of France</search>\nLet me read.\n<information>Doc 1(Title: \"Paris\") "
                 "Paris is the capital of France.</information>\n\n<answer>Paris</answer>")
     rows = [{"uid": "q", "question": "Capital?", "golden_answers": ["Paris"], "rollout_id": rid,
              "response": response} for rid in ("a", "b")]
@@ -247,6 +247,29 @@ def test_a_block_after_a_turn_that_is_no_search_is_counted_and_warned(caplog):
     said = [r.getMessage() for r in caplog.records]
     assert any("2 followed a turn read as no search" in m for m in said)
     assert any("no search brought a passage" in m for m in said)
+
+
+@pytest.mark.parametrize("between, after", [
+    ("\nuser\n", "\nassistant\n"),  # decoded without special tokens
+    ("<|im_end|>\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"),  # Qwen, with them
+    ("<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n",
+     "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),  # Llama 3
+])
+def test_chat_role_markers_between_turns_are_no_turns(between, after):
+    """A whole multi-turn response decoded through a chat template: the role markers around the
+    retrieved block and after the answer are the template's, not turns, so the search holds its
+    block and the answer is the last action."""
+    response = (f"<search>capital of France</search>{between}<information>Doc 1(Title: \"Paris\") "
+                f"Paris is the capital of France.</information>{after}<answer>Paris</answer>"
+                f"{after.split(chr(10))[0]}")
+    rows = [{"uid": "q", "question": "Capital?", "golden_answers": ["Paris"], "rollout_id": rid,
+             "response": response} for rid in ("a", "b")]
+    result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    assert [a.action for a in result.actions] == ["search", "answer"] * 2
+    assert result.metrics["observations_unread"] == 0.0
+    # one passage, retrieved by both rollouts
+    assert [(c.n, c.members) for c in result.clusters] == [
+        (2, [["Paris", "", "Paris is the capital of France."]])]
 
 
 def test_searches_without_observations_under_facts_retrieved_are_warned(caplog):

@@ -107,6 +107,38 @@ def test_verl_search_tool_json_gives_the_same_passages_and_credit():
             SHAPING[rid], abs=1e-12)
 
 
+def test_verl_tool_agent_responses_give_the_same_kinds_passages_and_credit():
+    """The same group as whole responses of verl's tool agent loop, decoded with Qwen's role
+    markers: each ``<tool_call>`` of the search tool is a search (its query list joined by "; "),
+    each ``<tool_response>`` its passages, the markers around them no turn of their own. So the
+    kinds, the shaping worked by hand above and the advantages are the Search-R1 text's."""
+    config = FactUtilConfig(facts="retrieved")
+    text = compute_process_advantages(lines("search_r1_responses.jsonl"), config)
+    tool = compute_process_advantages(lines("verl_tool_responses.jsonl"), config)
+    assert [a.action for a in tool.actions] == [kind for rid in KINDS for kind in KINDS[rid]]
+    assert [a["query"] for a in tool.groups[0].rollouts[0]["actions"] if a["action"] == "search"] == [
+        "Ștefan I. Nenițescu father", "Ioan S. Nenițescu born; Ioan S. Nenițescu"]
+    assert tool.metrics["observations_unread"] == 0 and tool.metrics["passages_cut"] == 0
+    assert tool.advantages.tolist() == text.advantages.tolist()
+    for rid in KINDS:
+        assert tool.per_rollout("shaping")[("nenitescu", rid)].tolist() == pytest.approx(
+            SHAPING[rid], abs=1e-12)
+
+
+def test_a_tool_call_of_another_tool_or_with_no_query_is_an_invalid_action():
+    from factutil.parse import parse_action
+
+    calls = {'{"name": "calculator", "arguments": {"expression": "1+1"}}': "tool call that is no search",
+             '{"name": "search", "arguments": {"query_list": []}}': "tool call that is no search",
+             '{"name": "search", "arguments": {"query_list": [3]}}': "tool call that is no search",
+             '{"name": "search", "arguments": {"query_list": ["  "]}}': "search with an empty query",
+             '{"name": "search", "arguments": {"query": "x"': "malformed JSON"}
+    for call, reason in calls.items():
+        action = parse_action(f"<tool_call>{call}</tool_call>")
+        assert action.action == "invalid" and action.reason.startswith(reason), (call, action)
+    assert parse_action('<tool_call>{"name": "search", "arguments": {"query": " x "}}</tool_call>').query == "x"
+
+
 def test_a_passage_is_one_fact_whatever_its_layout_rank_or_neighbour():
     title, text = G1, CORPUS[G1]
     other = f'Doc 1(Title: "{D1}") {CORPUS[D1]}\n'

@@ -144,6 +144,33 @@ def main() -> None:
     (HERE / "verl_search_tool.jsonl").write_text(
         "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
 
+    # The same group as whole responses of verl's tool agent loop, decoded with Qwen's chat
+    # template (its role markers kept): each search a <tool_call> (one query per result part),
+    # each answer a <tool_response> in a user turn; r2's turn with no call gets the notice
+    def tool_turn(queries: list[str], names: list[list[str]]) -> str:
+        call = json.dumps({"name": "search", "arguments": {"query_list": queries}}, ensure_ascii=False)
+        return (f"<tool_call>\n{call}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
+                f"{verl_tool(names)}\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+    def tool_answer(text: str) -> str:
+        return f"<answer> {text} </answer><|im_end|>"
+
+    tool = {
+        "r0": tool_turn(["Ștefan I. Nenițescu father"], [["G1", "D1", "D2"]])
+              + tool_turn(["Ioan S. Nenițescu born", "Ioan S. Nenițescu"], [["G2"], ["D3"]])
+              + tool_answer("Galați"),
+        "r1": tool_turn(["Nenițescu poet parents"], [["D4", "G1"]])
+              + tool_turn(["Ioan S. Nenițescu"], [["G2"]]) + tool_answer("Galați"),
+        "r2": tool_turn(["Romanian poet", "father birthplace"], [["D1"], ["D4"]])
+              + "<think>Maybe it is Bucharest.</think><|im_end|>\n<|im_start|>user\n" + INVALID
+              + "<|im_end|>\n<|im_start|>assistant\n" + tool_answer("Bucharest"),
+        "r3": tool_turn(["Gheorghe Vitanidis"], [["D2"]]) + tool_answer("Cluj-Napoca"),
+    }
+    lines = [{"uid": "nenitescu", "question": QUESTION, "golden_answers": GOLD, "rollout_id": rid,
+              "response": response} for rid, response in tool.items()]
+    (HERE / "verl_tool_responses.jsonl").write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+
     # verl's default limit (256) leaves no whole passage; 40 characters cut out of the middle
     # (which falls in D2) leave D1 and D3 whole
     queries = [["D1", "D2"], ["D3"]]
