@@ -218,7 +218,9 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         occurrence_fact.extend(where)
         fact_count += len(texts)
         texts_per_group.append(texts)
-        facts_per_group.append([Fact._make(parts[i]) for i in chosen])
+        # a passage as a triple: its title, an empty relation, its text (docs/method.md §9)
+        facts_per_group.append([Fact(parts[i][0], "", parts[i][2]) if retrieved else Fact._make(parts[i])
+                                for i in chosen])
     (answers, empty_store, em_list, f1_list, rewards, successes, lengths, totals, occurrences,
      repeats) = map(list, zip(*per_rollout)) if per_rollout else ([] for _ in range(10))
     return Prepared(

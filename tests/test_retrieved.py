@@ -283,3 +283,27 @@ def test_searches_without_observations_under_facts_retrieved_are_warned(caplog):
     said = [r.getMessage() for r in caplog.records if "brought a passage" in r.getMessage()]
     assert len(said) == 1 and "all 2 answers came from an empty store" in said[0]
     assert result.clusters == [] and result.metrics["warnings"] == 1.0
+
+
+def test_under_mode_semantic_a_passage_is_clustered_as_title_empty_relation_text(char_grams):
+    """Semantic clusters of passages compare title | "" | text (docs/method.md §9): the same text
+    served under two ids is two facts (ids differ) in one cluster, not kept apart by its ids.
+    y = (1, 1, 0), p-bar 2/3, prior "group": u(Paris, held by a and b) = (1/3 + 1/3) / 3 = 2/9,
+    u(Lyon, c alone) = (-2/3) / 2 = -1/3."""
+    from factutil.cluster import SemanticClusterer
+
+    def rollout(rid: str, doc_id: int, title: str, answer: str) -> dict:
+        return {"uid": "q", "question": "Capital?", "golden_answers": ["Paris"], "rollout_id": rid,
+                "actions": [{"action": "search", "query": "capital", "passages": [
+                    {"id": doc_id, "title": title, "text": f"{title} is the capital of France."}]},
+                            {"action": "answer", "answer": answer}]}
+
+    rows = [rollout("a", 17, "Paris", "Paris"), rollout("b", 99, "Paris", "Paris"),
+            rollout("c", 5, "Lyon", "Lyon")]
+    config = FactUtilConfig(facts="retrieved", mode="semantic")
+    result = compute_process_advantages(rows, config,
+                                        clusterer=SemanticClusterer(config, embedder=char_grams))
+    by_ids = {tuple(sorted(m[1] for m in c.members)): c.utility for c in result.clusters}
+    assert by_ids == pytest.approx({("id:17", "id:99"): 2 / 9, ("id:5",): -1 / 3}, abs=1e-12)
+    assert sorted(char_grams.calls[0]) == ["lyon | | lyon is the capital of france.",
+                                           "paris | | paris is the capital of france."]
