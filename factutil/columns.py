@@ -189,10 +189,11 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
                 reasons[first_action + index] = reason
             ignored_kinds.extend(columns.ignored_kinds)
             if columns.ignored_kinds:
+                lost = columns.answer is None and KIND_CODES["answer"] in columns.ignored_kinds
                 warn(
                     f"group {group.uid!r} rollout {rollout['rollout_id']!r}: "
                     f"{len(columns.ignored_kinds)} action(s) after the answer or beyond "
-                    f"max_turns={max_turns} ignored"
+                    f"max_turns={max_turns} ignored{', its answer among them: unanswered, R = 0' if lost else ''}"
                 )
             answer = columns.answer
             if answer is None:

@@ -352,12 +352,15 @@ def test_actions_after_the_answer_are_ignored_rows_with_zeros_and_one_warning():
 
 
 def test_actions_beyond_max_turns_are_ignored_so_a_late_answer_does_not_count():
-    """max_turns=2 with search, assert, answer -> the answer is ignored: unanswered, R = 0."""
+    """max_turns=2 with search, assert, answer -> the answer is ignored: unanswered, R = 0, and
+    the warning says so."""
     result = compute_process_advantages([row("q-0"), row("q-1", actions=[])],
                                         FactUtilConfig(mode="exact", max_turns=2))
     first = result.rollouts[0]
     assert (first.answered, first.outcome_reward, first.ignored_actions) == (False, 0.0, 1)
     assert [a.ignored for a in result.actions] == [False, False, True]
+    assert result.warnings == [("group 'q' rollout 'q-0': 1 action(s) after the answer or beyond "
+                                "max_turns=2 ignored, its answer among them: unanswered, R = 0")]
 
 
 def test_empty_triple_parts_make_the_assert_invalid_not_a_data_error():
