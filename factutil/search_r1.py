@@ -119,23 +119,30 @@ def episode_ends(action: str, turns: int, max_turns: int) -> bool:
 def split_turns(response: str) -> list[tuple[str, str | None]]:
     """A whole Search-R1 response (the model's text, never the prompt; a text that starts with the
     prompt through a chat template is read from the first assistant header) as its turns ``(text,
-    observation)``: a turn ends at a closing ``</search>``, ``</assert>``, ``</answer>`` or
-    R1-Searcher's ``<|end_of_query|>``, or where
-    the environment's text starts; its observation is the retrieved block after it (of any layout
-    of :data:`LAYOUTS`, whatever a config names; a block never closed ends where the next turn opens a tag and keeps its
-    opening tag, so :func:`split_passages` knows it is cut), else None. Search-R1's
-    :data:`INVALID` notice, bare or in a block, is no observation; whitespace between turns and a
-    block before the first turn are the environment's."""
+    observation)``: a turn ends at a closing ``</search>``, ``</assert>``, ``</answer>``,
+    ``</tool_call>`` or R1-Searcher's ``<|end_of_query|>``, or where the environment's text
+    starts; chat-template text between turns is none. A retrieved block (of any layout of
+    :data:`LAYOUTS`) is the observation of the first turn since the last block (parallel tool
+    calls get one each), else None; a block never closed ends where the next turn opens a tag and
+    keeps its opening tag, so :func:`split_passages` knows it is cut. Search-R1's :data:`INVALID`
+    notice, bare or in a block, is no observation; whitespace between turns and a block before
+    the first turn are the environment's."""
     turns: list[list[Any]] = []
     # a text that starts with a prompt through a chat template: its tags are not turns
     start = _ASSISTANT.search(response) if _CHAT.match(response) else None
     at = start.end() if start else 0
+    free = 0  # the first turn no block has followed yet (parallel tool calls: one block each)
     for env in _rules(ALL).env.finditer(response, at):
+        before = len(turns)
         _add_turns(turns, response[at:env.start()])
+        free = before if len(turns) > before else free
         at, body = env.end(), env.group("body")
         content = body if body is not None else env.group("open") and env.group("open") + env["cut"]
         if turns and content and not re.fullmatch(_NOTICE, content.strip(), re.DOTALL):
-            turns[-1][1] = content if turns[-1][1] is None else f"{turns[-1][1]}\n---\n{content}"
+            k = min(free, len(turns) - 1)
+            turns[k][1], free = content if turns[k][1] is None else f"{turns[k][1]}\n---\n{content}", k + 1
+        else:
+            free = len(turns)
     _add_turns(turns, response[at:])
     return [(text, observation) for text, observation in turns]
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from factutil import FactUtilConfig, InputError, compute_process_advantages
 from factutil.cli import app
+from factutil.parse import parse_action
 from factutil.passages import passage_key, passage_parts
 from factutil.search_r1 import INVALID, split_passages, split_turns
 
@@ -125,9 +126,25 @@ def test_verl_tool_agent_responses_give_the_same_kinds_passages_and_credit():
             SHAPING[rid], abs=1e-12)
 
 
-def test_a_tool_call_of_another_tool_or_with_no_query_is_an_invalid_action():
-    from factutil.parse import parse_action
+def test_parallel_tool_calls_get_one_tool_response_each():
+    """Two tool calls in one message are answered by two ``<tool_response>`` blocks in one user
+    turn: the first block is the first call's, the second the second's (a block answers the
+    first turn since the last block)."""
+    def call(query: str) -> str:
+        return f'<tool_call>\n{{"name": "search", "arguments": {{"query_list": ["{query}"]}}}}\n</tool_call>'
 
+    def reply(title: str) -> str:
+        return "<tool_response>\n" + json.dumps({"result": f'Doc 1 (Title: "{title}")\n{title} text'}) + \
+            "\n</tool_response>"
+
+    response = (f"{call('q1')}\n{call('q2')}<|im_end|>\n<|im_start|>user\n{reply('A')}\n{reply('B')}"
+                "<|im_end|>\n<|im_start|>assistant\n<answer>A</answer><|im_end|>")
+    turns = split_turns(response)
+    assert [(parse_action(t).action, [p.title for p in split_passages(o).passages] if o else None)
+            for t, o in turns] == [("search", ["A"]), ("search", ["B"]), ("answer", None)]
+
+
+def test_a_tool_call_of_another_tool_or_with_no_query_is_an_invalid_action():
     calls = {'{"name": "calculator", "arguments": {"expression": "1+1"}}': "tool call that is no search",
              '{"name": "search", "arguments": {"query_list": []}}': "tool call that is no search",
              '{"name": "search", "arguments": {"query_list": [3]}}': "tool call that is no search",
