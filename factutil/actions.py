@@ -187,8 +187,6 @@ Action = Annotated[
 ]
 """A parsed action: a discriminated union on the ``action`` field."""
 
-ActionKind = Literal["search", "assert", "answer", "invalid"]
-
 
 class RawAction(BaseModel):
     """The ``raw`` input form: model output still to be parsed (docs/method.md §8)."""

@@ -231,7 +231,6 @@ class FactUtilConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
-        # A preset fills the fields it names; a field given explicitly wins over it.
         if isinstance(data, Mapping) and isinstance(data.get("preset"), str) \
                 and data["preset"] in PRESETS:
             data = {**PRESETS[data["preset"]], **data}

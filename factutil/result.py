@@ -184,7 +184,6 @@ class Records:
         row_of = np.repeat(np.arange(len(self.keys), dtype=np.int64), prep.totals).tolist()
         listed = {name: values.tolist() for name, values in columns.items()}
         floats = [listed[field.name] for field in fields(ActionRecord)[4:12]]  # shaping..advantage
-        # An ignored action's float columns are 0 and it brings no cluster.
         return [ActionRecord(*self.keys[row], t, kind, *values, new.get((row, t), []), ignored,
                              reasons.get(k))
                 for k, (row, t, kind, ignored, *values)

@@ -369,19 +369,20 @@ def test_dense_pairs_in_small_blocks_equal_one_block():
         whole[1], _exact_similarity(vectors, edges[:, 0], edges[:, 1], 4))
 
 
-def test_get_many_keeps_lru_order_and_counts_as_get():
+def test_get_many_keeps_lru_order_and_counts_each_text():
     one, many = EmbeddingCache(max_entries=3), EmbeddingCache(max_entries=3)
     for cache in (one, many):
         for text in "abc":
-            cache.put("m", text, np.full(2, ord(text), dtype=np.float32))
-    expected = [one.get("m", text) for text in "axb"]
+            cache.put_many("m", [text], np.full((1, 2), ord(text), dtype=np.float32))
+    expected = [one.get_many("m", [text])[0] for text in "axb"]
     got = many.get_many("m", list("axb"))
     assert [v is None for v in got] == [v is None for v in expected] == [False, True, False]
     assert (many.hits, many.misses) == (one.hits, one.misses) == (2, 1)
-    for cache in (one, many):
-        cache.put("m", "d", np.zeros(2, dtype=np.float32))  # evicts "c", the least recently used
-    assert many.get("m", "c") is None and many.get("m", "a") is not None
-    assert one.get("m", "c") is None
+    for cache in (one, many):  # "d" evicts "c", the least recently used
+        cache.put_many("m", ["d"], np.zeros((1, 2), dtype=np.float32))
+    c, a = many.get_many("m", ["c", "a"])
+    assert c is None and a is not None
+    assert one.get_many("m", ["c"])[0] is None
 
 
 def test_embed_unique_embeds_the_missing_texts_sorted():

@@ -10,21 +10,31 @@ import pytest
 from factutil.embed import EmbeddingCache, embed_unique, l2_normalize
 
 
+def put(cache: EmbeddingCache, name: str, text: str, vector: np.ndarray) -> None:
+    cache.put_many(name, [text], vector.reshape(1, -1))
+
+
+def get(cache: EmbeddingCache, name: str, text: str) -> np.ndarray | None:
+    return cache.get_many(name, [text])[0]
+
+
 def test_cache_is_lru_and_bounded_by_entries_and_bytes():
     cache = EmbeddingCache(max_entries=2, max_bytes=10**6)
     v = np.ones(4, dtype=np.float32)
-    cache.put("m", "a", v)
-    cache.put("m", "b", 2 * v)
-    assert cache.get("m", "a") is not None  # a is now the most recent
-    cache.put("m", "c", 3 * v)  # evicts b, the least recently used
-    assert cache.get("m", "b") is None
-    assert cache.get("m", "c")[0] == 3.0
+    put(cache, "m", "a", v)
+    put(cache, "m", "b", 2 * v)
+    assert get(cache, "m", "a") is not None  # a is now the most recent
+    put(cache, "m", "c", 3 * v)  # evicts b, the least recently used
+    assert get(cache, "m", "b") is None
+    assert get(cache, "m", "c")[0] == 3.0
     assert (len(cache), cache.hits, cache.misses, cache.nbytes) == (2, 2, 1, 32)
     small = EmbeddingCache(max_entries=100, max_bytes=40)  # room for two 16-byte vectors
     for name in "abc":
-        small.put("m", name, v)
-    assert len(small) == 2 and small.nbytes == 32 and small.get("m", "a") is None
-    assert EmbeddingCache(max_entries=0).put("m", "a", v) is None
+        put(small, "m", name, v)
+    assert len(small) == 2 and small.nbytes == 32 and get(small, "m", "a") is None
+    disabled = EmbeddingCache(max_entries=0)
+    put(disabled, "m", "a", v)
+    assert len(disabled) == 0 and get(disabled, "m", "a") is None
     with pytest.raises(ValueError, match="max_entries"):
         EmbeddingCache(max_entries=-1)
 
@@ -35,28 +45,27 @@ def test_the_byte_bound_evicts_the_least_recently_used_first():
     cache = EmbeddingCache(max_entries=100, max_bytes=48)
     v = np.ones(4, dtype=np.float32)
     for text in "abc":
-        cache.put("m", text, v)
-    assert cache.get("m", "a") is not None
-    cache.put("m", "d", v)
-    cache.put("m", "e", v)
-    assert {text for text in "abcde" if cache.get("m", text) is not None} == {"a", "d", "e"}
+        put(cache, "m", text, v)
+    assert get(cache, "m", "a") is not None
+    put(cache, "m", "d", v)
+    put(cache, "m", "e", v)
+    assert {text for text in "abcde" if get(cache, "m", text) is not None} == {"a", "d", "e"}
     assert (len(cache), cache.nbytes) == (3, 48)
 
 
 def test_a_vector_is_stored_under_its_embedders_name():
     cache = EmbeddingCache()
-    cache.put("m1", "a", np.ones(2, dtype=np.float32))
-    assert cache.get("m2", "a") is None and cache.get("m1", "a") is not None
-    cache.clear()
-    assert (len(cache), cache.nbytes, cache.hits, cache.misses) == (0, 0, 0, 0)
+    put(cache, "m1", "a", np.ones(2, dtype=np.float32))
+    assert get(cache, "m2", "a") is None and get(cache, "m1", "a") is not None
+    assert (len(cache), cache.nbytes, cache.hits, cache.misses) == (1, 8, 1, 1)
 
 
 def test_cached_vectors_are_read_only_copies():
     cache = EmbeddingCache()
     v = np.ones(3, dtype=np.float32)
-    cache.put("m", "a", v)
+    put(cache, "m", "a", v)
     v[0] = 5.0
-    stored = cache.get("m", "a")
+    stored = get(cache, "m", "a")
     assert stored[0] == 1.0
     with pytest.raises(ValueError):
         stored[0] = 2.0

@@ -1520,7 +1520,7 @@ def test_minilm_backends_agree_on_which_texts_pass_256_tokens(minilm, static_vec
     assert OnnxMiniLMEmbedder().truncated(texts).tolist() == expected
     assert truncated_texts(texts, minilm).tolist() == expected
     static = StaticEmbedder(static_vectors)
-    assert static.truncated(texts).tolist() == [False] * 4 and static.max_tokens is None
+    assert truncated_texts(texts, static).tolist() == [False] * 4 and static.max_tokens is None
     ends = static.encode(["a " * 300 + "paris", "a " * 300 + "lyon"])
     assert float(ends[0] @ ends[1]) < 1.0 - 1e-6
 

@@ -172,12 +172,8 @@ class SentenceTransformerEmbedder(_LoadsOnce):
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
         """Embed ``texts``: float32 (n, d), rows L2-normalised; ``progress`` shows a bar per
-        token length.
-
-        Through sentence-transformers' own ``encode``, one call per token length, each filled
-        with copies of its first text to whole passes of ``batch_size`` rows: every pass of a
-        length has one shape and no text is padded, so a text's vector never depends on the
-        texts beside it (docs/decisions.md)."""
+        token length. One sentence-transformers ``encode`` per token length, filled to whole
+        passes of ``batch_size`` rows (:mod:`factutil.embed.encoding`; docs/decisions.md)."""
         model = self._model()
         texts = list(texts)
         out = np.zeros((len(texts), model.get_embedding_dimension()), dtype=np.float32)
@@ -233,7 +229,6 @@ class OnnxMiniLMEmbedder(_LoadsOnce):
         encodings = tokenizer.encode_batch(list(texts))
         for index in fixed_shape_batches([len(e.ids) for e in encodings], self.batch_size):
             batch = [encodings[i].ids for i in index]
-            # A short batch is filled with copies of its first text: one pass shape per length.
             ids = np.array(batch + [batch[0]] * (self.batch_size - len(batch)), np.int64)
             feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
                      "token_type_ids": np.zeros_like(ids)}
@@ -281,10 +276,6 @@ class StaticEmbedder(_LoadsOnce):
             shape=(len(texts), vectors.shape[0]),
         )
         return l2_normalize(np.asarray(counts @ vectors))
-
-    def truncated(self, texts: list[str]) -> np.ndarray:
-        """All False, bool (n,)."""
-        return np.zeros(len(texts), dtype=bool)
 
 
 def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: bool = True) -> str:

@@ -43,10 +43,6 @@ class EmbeddingCache:
         """Bytes of vector data held."""
         return int(self._store.currsize)
 
-    def get(self, name: str, text: str) -> np.ndarray | None:
-        """The cached vector or None; counts a hit or a miss."""
-        return self.get_many(name, [text])[0]
-
     def get_many(self, name: str, texts: Sequence[str]) -> list[np.ndarray | None]:
         """The cached float32 (d,) vector of each text, or None, in order, under one lock."""
         with self._lock:
@@ -56,10 +52,6 @@ class EmbeddingCache:
             self.hits += hits
             self.misses += len(vectors) - hits
             return vectors
-
-    def put(self, name: str, text: str, vector: np.ndarray) -> None:
-        """Store a read-only copy of a (d,) vector, evicting the least recently used ones."""
-        self.put_many(name, [text], np.asarray(vector, dtype=np.float32).reshape(1, -1))
 
     def put_many(self, name: str, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store read-only copies of the rows of ``vectors`` (float32 (len(texts), d)), in order,
@@ -80,12 +72,6 @@ class EmbeddingCache:
                 store[(name, text)] = row
                 if len(store) > self.max_entries:
                     store.popitem()
-
-    def clear(self) -> None:
-        """Drop every entry and reset the counters."""
-        with self._lock:
-            self._store.clear()
-            self.hits = self.misses = 0
 
 
 def embed_unique(

@@ -48,12 +48,6 @@ class FilterCache:
             store = self._pairs if name in _PAIR_HELPERS else self._texts
             setattr(self, name, partial(store, name) if memo else function)
 
-    def clear(self) -> None:
-        """Empty both memos (the module-level constant tables stay built)."""
-        self._texts.cache_clear()
-        self._pairs.cache_clear()
-        self.last_align = ()
-
     def sizes(self) -> dict[str, int]:
         """Entries held per kind, ``texts`` and ``pairs`` (both 0 for the memo-less form)."""
         return {"texts": self._texts.cache_info().currsize,

@@ -39,12 +39,11 @@ HAVE = frozenset({"has", "have", "had", "having"})  # -> "have"
 LEADING_FILLERS = frozenset({"be", "have", "also", "who", "whose", "which", "that", "it", "then",
                              "later", "once", "currently", "formerly", "originally", "still"})
 TRAILING_FILLERS = frozenset({"be", "have"})
-# words that do not make two relation texts differ (relation veto)
-FUNCTION_WORDS = frozenset({"be", "have", "the", "a", "an", "in", "on", "at", "of", "by", "to",
-                            "from", "with", "for", "into", "as", "under", "after", "before"})
 # an object starting with one of these may complete the relation ("directed | by Y")
 PREPOSITIONS = frozenset({"in", "on", "at", "of", "by", "to", "from", "with", "for", "into",
                           "as", "under", "after", "before"})
+# words that do not make two relation texts differ (relation veto)
+FUNCTION_WORDS = PREPOSITIONS | ARTICLES | {"be", "have"}
 
 # Negation cues: words counted as one cue each; SILENT words neither cue nor stay; a contraction
 # counts as a cue and leaves its verb; NEGATED_WORDS count as a cue and leave their stem;

@@ -143,7 +143,6 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
                   for name, value in result.metrics.items()
                   if name.startswith("time_") and name.endswith("_s")],
         "config": _config_rows(config), "retrieved": config.facts == "retrieved",
-        "success": config.success,
         "settings": config,
         "warnings": result.warnings[:10], "warnings_left": max(0, len(result.warnings) - 10),
         "skipped": sorted(result.skipped.items()),
