@@ -72,6 +72,7 @@ _CHAT = re.compile(r"\s*(?:<\|im_start\|>|<\|begin_of_text\|>|<\|start_header_id
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assistant<\|end_header_id\|>\n*|"
                         r"<start_of_turn>model\n?")
 _TURN_END = re.compile(r"</(?:search|assert|answer|tool_call)\s*>|<\|end_of_query\|>", re.IGNORECASE)
+_ENDING = re.compile(rf"(?:{_TURN_END.pattern})\Z", re.IGNORECASE)
 # chat-template text between turns (role markers, decoded with or without their special tokens)
 _TEMPLATE = re.compile(r"(?:\s|<\|(?:im_start|im_end|eot_id|endoftext|start_header_id|end_header_id)\|>|"
                        r"<(?:start|end)_of_turn>|\b(?:system|user|assistant|tool|model)\b)*")
@@ -122,8 +123,8 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
     observation)``: a turn ends at a closing ``</search>``, ``</assert>``, ``</answer>``,
     ``</tool_call>`` or R1-Searcher's ``<|end_of_query|>``, or where the environment's text
     starts; chat-template text between turns is none. A retrieved block (of any layout of
-    :data:`LAYOUTS`) is the observation of the first turn since the last block (parallel tool
-    calls get one each), else None; a block never closed ends where the next turn opens a tag and
+    :data:`LAYOUTS`) is the observation of the first turn since the last block that ends as the
+    turn before it does (parallel tool calls get one each), else None; a block never closed ends where the next turn opens a tag and
     keeps its opening tag, so :func:`split_passages` knows it is cut. Search-R1's :data:`INVALID`
     notice, bare or in a block, is no observation; whitespace between turns and a block before
     the first turn are the environment's."""
@@ -131,7 +132,7 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
     # a text that starts with a prompt through a chat template: its tags are not turns
     start = _ASSISTANT.search(response) if _CHAT.match(response) else None
     at = start.end() if start else 0
-    free = 0  # the first turn no block has followed yet (parallel tool calls: one block each)
+    free = 0  # the first turn no block has followed yet (parallel tool calls get one block each)
     for env in _rules(ALL).env.finditer(response, at):
         before = len(turns)
         _add_turns(turns, response[at:env.start()])
@@ -139,12 +140,19 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
         at, body = env.end(), env.group("body")
         content = body if body is not None else env.group("open") and env.group("open") + env["cut"]
         if turns and content and not re.fullmatch(_NOTICE, content.strip(), re.DOTALL):
-            k = min(free, len(turns) - 1)
+            end = _end(turns[-1][0])  # to the first turn since that ends as the last one does
+            k = next((i for i in range(free, len(turns)) if _end(turns[i][0]) == end), len(turns) - 1)
             turns[k][1], free = content if turns[k][1] is None else f"{turns[k][1]}\n---\n{content}", k + 1
         else:
             free = len(turns)
     _add_turns(turns, response[at:])
     return [(text, observation) for text, observation in turns]
+
+
+def _end(text: str) -> str:
+    """The tag a turn ends at, lower-cased; "" for none."""
+    match = _ENDING.search(text)
+    return match.group().lower() if match else ""
 
 
 def _add_turns(turns: list[list[Any]], text: str) -> None:

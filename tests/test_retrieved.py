@@ -233,22 +233,20 @@ def test_a_search_agent_scored_as_asserting_gets_one_warning_naming_facts_retrie
 
 
 def test_a_block_after_a_turn_that_is_no_search_is_counted_and_warned(caplog):
-    """A block answers the first turn since the last block: prose between a search and its block
-    leaves the block the search's (the prose an invalid action); a second block after a served
-    search and prose stays with that invalid action, unread: counted (``observations_unread``)
-    and warned."""
-    block = '<information>Doc 1(Title: "{0}") {0} is the capital of France.</information>'
-    response = ("<search>capital of France</search>\nLet me read.\n" + block.format("Paris")
-                + "\nOne more.\n" + block.format("Lyon") + "\n\n<answer>Paris</answer>")
+    """Prose between a search and its block is a turn of its own: an invalid action holding the
+    block, which is not read; counted (``observations_unread``) and warned, and with no passage
+    left in the step, warned again."""
+    response = ("<search>capital of France</search>\nLet me read.\n<information>Doc 1(Title: \"Paris\") "
+                "Paris is the capital of France.</information>\n\n<answer>Paris</answer>")
     rows = [{"uid": "q", "question": "Capital?", "golden_answers": ["Paris"], "rollout_id": rid,
              "response": response} for rid in ("a", "b")]
     with caplog.at_level("WARNING", logger="factutil"):
         result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
-    assert [a.action for a in result.actions] == ["search", "invalid", "invalid", "answer"] * 2
-    assert result.metrics["observations_unread"] == 2.0
-    assert [c.members for c in result.clusters] == [[["Paris", "", "Paris is the capital of France."]]]
+    assert [a.action for a in result.actions] == ["search", "invalid", "answer"] * 2
+    assert result.metrics["observations_unread"] == 2.0 and result.clusters == []
     said = [r.getMessage() for r in caplog.records]
     assert any("2 followed a turn read as no search" in m for m in said)
+    assert any("no search brought a passage" in m for m in said)
 
 
 @pytest.mark.parametrize("between, after", [

@@ -144,6 +144,24 @@ def test_parallel_tool_calls_get_one_tool_response_each():
             for t, o in turns] == [("search", ["A"]), ("search", ["B"]), ("answer", None)]
 
 
+def test_a_block_answers_the_first_unanswered_turn_that_ends_as_the_last_one():
+    """Asserts get no block (FactAgent's protocol): a block after asserts and a search is the
+    search's. A <search> turn verl never ran, then a tool call: the block is the tool call's."""
+    def titles(response: str) -> list:
+        return [(parse_action(t).action, [p.title for p in split_passages(o).passages] if o else None)
+                for t, o in split_turns(response)]
+
+    block = '<information>Doc 1(Title: "{0}") {0} text</information>'
+    facts = ('<search>a</search>\n' + block.format("A") + '<assert>[["x", "y", "z"]]</assert>'
+             '<assert>[["u", "v", "w"]]</assert><search>b</search>\n' + block.format("B"))
+    assert titles(facts) == [("search", ["A"]), ("assert", None), ("assert", None), ("search", ["B"])]
+    tool = ('<search>capital of Germany</search>\n<tool_call>{"name": "search", "arguments": '
+            '{"query_list": ["capital of France"]}}</tool_call>\nuser\n<tool_response>'
+            + json.dumps({"result": 'Doc 1 (Title: "Paris")\nParis text'}) + "</tool_response>")
+    assert titles(tool) == [("search", None), ("search", ["Paris"])]
+    assert parse_action(split_turns(tool)[1][0]).query == "capital of France"
+
+
 def test_a_tool_call_of_another_tool_or_with_no_query_is_an_invalid_action():
     calls = {'{"name": "calculator", "arguments": {"expression": "1+1"}}': "tool call that is no search",
              '{"name": "search", "arguments": {"query_list": []}}': "tool call that is no search",
