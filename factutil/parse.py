@@ -22,6 +22,7 @@ __all__ = ["MAX_DEPTH", "ParsedAction", "parse_action"]
 
 ParsedAction = SearchAction | AssertAction | AnswerAction | InvalidAction
 
+_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 _BULLET = re.compile(r"^(?:[-*\u2022]|\d{1,3}[.)])\s+")
 
 
@@ -89,8 +90,9 @@ def _evaluate(text: str, item: Item, observation: str | None) -> ParsedAction:
         content = text[item.inner[0] : item.inner[1]]
         if item.name == "search":
             return _search(content, observation)
-        if item.name == "answer":
-            return AnswerAction(answer=content.strip())
+        if item.name == "answer":  # ReSearch's "<answer>The final answer is \\boxed{X}</answer>": X
+            boxed = _BOXED.findall(content)
+            return AnswerAction(answer=(boxed[-1] if boxed else content).strip())
         if item.name == "tool_call":
             return _tool_call(load(content.strip()), observation)
         return _assert(_tag_triples(content))

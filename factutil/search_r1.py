@@ -17,8 +17,9 @@ INVALID = (
     "<answer> and </answer>. Let me try again."
 )
 """Search-R1's feedback to a turn that neither searches nor answers."""
-NO_PASSAGES = re.compile(r"\s*(?:No documents found\.|Search failed:)")
-"""What factutil's retrieval client writes when a search retrieved no passage."""
+NO_PASSAGES = re.compile(r"\s*(?:No documents found\.|Search failed:|No search results found\.|Search error:|"
+                         r"Search request failed|Error processing search results:|Unknown API state|Error: )")
+"""What factutil's retrieval client and verl's search tool write when a search retrieved no passage."""
 HEADERS = {
     # Doc 1(Title: "A") text | Doc 1 (Title: A)\ntext | Doc 1(docid: D, Title: T) text | Doc 1: text;
     # a title ends at the first ")" before a space or the line's end ("Paris (film)" stays whole)
@@ -68,9 +69,12 @@ def _rules(layouts: tuple[str, ...]) -> _Rules:
                    for name, pattern in HEADERS.items() if name in names], close, re.compile(opening), env)
 
 
-_CHAT = re.compile(r"\s*(?:<\|im_start\|>|<\|begin_of_text\|>|<\|start_header_id\|>|<start_of_turn>)")
+# a prompt through a chat template (after padding or <bos>; or its role names alone, decoded
+# without special tokens), and the header its first assistant turn starts after
+_CHAT = re.compile(r"(?:\s|<bos>|<pad>|<\|endoftext\|>)*(?:<\|im_start\|>|<\|begin_of_text\|>|"
+                   r"<\|start_header_id\|>|<start_of_turn>|(?:system|user)\n)")
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assistant<\|end_header_id\|>\n*|"
-                        r"<start_of_turn>model\n?")
+                        r"<start_of_turn>model\n?|(?<=\n)(?:assistant|model)\n+")
 _TURN_END = re.compile(r"</(?:search|assert|answer|tool_call)\s*>|<\|end_of_query\|>", re.IGNORECASE)
 _ENDING = re.compile(rf"(?:{_TURN_END.pattern})\Z", re.IGNORECASE)
 # chat-template text between turns (role markers, decoded with or without their special tokens)
@@ -78,6 +82,7 @@ _TEMPLATE = re.compile(r"(?:\s|<\|(?:im_start|im_end|eot_id|endoftext|start_head
                        r"<(?:start|end)_of_turn>|\b(?:system|user|assistant|tool|model)\b)*")
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
+_BARE_QUOTE = re.compile(r'(?<!\\)((?:\\\\)*)"')  # a quote whose backslash a cut took: text
 _CUT_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
 
 
@@ -140,19 +145,13 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
         at, body = env.end(), env.group("body")
         content = body if body is not None else env.group("open") and env.group("open") + env["cut"]
         if turns and content and not re.fullmatch(_NOTICE, content.strip(), re.DOTALL):
-            end = _end(turns[-1][0])  # to the first turn since that ends as the last one does
-            k = next((i for i in range(free, len(turns)) if _end(turns[i][0]) == end), len(turns) - 1)
+            ends = [m.group().lower() if (m := _ENDING.search(t)) else "" for t, _ in turns[free:]]
+            k = free + ends.index(ends[-1]) if ends else len(turns) - 1  # the first ending as the last
             turns[k][1], free = content if turns[k][1] is None else f"{turns[k][1]}\n---\n{content}", k + 1
         else:
             free = len(turns)
     _add_turns(turns, response[at:])
     return [(text, observation) for text, observation in turns]
-
-
-def _end(text: str) -> str:
-    """The tag a turn ends at, lower-cased; "" for none."""
-    match = _ENDING.search(text)
-    return match.group().lower() if match else ""
 
 
 def _add_turns(turns: list[list[Any]], text: str) -> None:
@@ -179,7 +178,9 @@ def split_passages(observation: str, layouts: tuple[str, ...] = ALL) -> Passages
     closed = next((close for close in rules.close.values() if text.endswith(close)), None)
     text = text[: len(text) - len(closed)].strip() if closed else text
     whole = not opened or closed is not None
-    if NO_PASSAGES.match(text) or not text:
+    partial = None if whole else _PARTIAL_DOC.search(text)  # cut inside the next passage's header
+    text, whole = (text[: partial.start()], True) if partial else (text, whole)
+    if not text:
         return Passages([])
     verl = _VERL.fullmatch(text)
     if verl:  # the text is a JSON string, perhaps cut in the middle and at its end
@@ -198,7 +199,7 @@ def split_passages(observation: str, layouts: tuple[str, ...] = ALL) -> Passages
         if found is not None:
             return _kept(*found, whole)
     passages, headed = _text_passages(text, rules)
-    return _kept(passages, 0, whole, unsplit=not headed and len(passages) == 1)
+    return _kept(passages, int(bool(partial)), whole, unsplit=not headed and len(passages) == 1)
 
 
 def _kept(passages: list[Passage], cut: int, whole: bool, unsplit: bool = False) -> Passages:
@@ -212,6 +213,8 @@ def _text_passages(text: str, rules: _Rules) -> tuple[list[Passage], bool]:
     """The passages of a text, and whether passage headers (else blank lines) split it."""
     passages, headed = [], False
     for part in re.split(r"\n[ \t]*-{3,}[ \t]*\n", text):
+        if NO_PASSAGES.match(part):  # a failed or empty search's message
+            continue
         found = _headed(part, rules.headers)
         headed = headed or found is not None
         passages += found if found is not None else [
@@ -298,6 +301,6 @@ def _json_passages(text: str, rules: _Rules) -> tuple[list[Passage], int] | None
 def _unescape(piece: str) -> str:
     """A piece of a JSON string's body as text (an escape the cut split is dropped)."""
     try:
-        return json.loads('"' + _CUT_ESCAPE.sub(r"\1", piece) + '"', strict=False)
+        return json.loads('"' + _BARE_QUOTE.sub(r'\1\\"', _CUT_ESCAPE.sub(r"\1", piece)) + '"', strict=False)
     except ValueError:
         return piece

@@ -20,7 +20,7 @@ from factutil import FactUtilConfig, InputError, compute_process_advantages
 from factutil.cli import app
 from factutil.parse import parse_action
 from factutil.passages import passage_key, passage_parts
-from factutil.search_r1 import INVALID, split_passages, split_turns
+from factutil.search_r1 import INVALID, TRUNCATED, Passage, split_passages, split_turns
 
 DATA = Path(__file__).resolve().parent / "data"
 CORPUS = {doc["title"]: doc["text"] for doc in json.loads(
@@ -276,13 +276,58 @@ def test_turns_of_a_whole_response():
     assert len(split_turns(row["response"])) == 3
     for template in ("<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
                      ("<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
-                      "<|start_header_id|>assistant<|end_header_id|>\n\n")):
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+                     "<bos><start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n",  # Gemma
+                     "<|endoftext|>" * 3 + "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",  # padded
+                     # decoded without special tokens: role names alone (Qwen, Llama 3, Gemma)
+                     "system\nYou are a helpful assistant.\nuser\n{}\nassistant\n",
+                     "system\n\nCutting Knowledge Date: December 2023\n\nuser\n\n{}\nassistant\n\n",
+                     "user\n{}\nmodel\n"):
         whole = template.format(row["prompt"]) + row["response"]
         assert split_turns(whole) == split_turns(row["response"])
     # a response that holds later chat turns (an agent whose feedback is a user turn) keeps its first
     chat = '<search>q</search><|im_end|>\n<|im_start|>assistant\n<answer>a</answer>'
     assert [text for text, _ in split_turns(chat)] == ["<search>q</search>",
                                                       "<|im_end|>\n<|im_start|>assistant\n<answer>a</answer>"]
+
+
+@pytest.mark.parametrize("message", [
+    "Search error: HTTPConnectionPool(host='127.0.0.1', port=8000): Read timed out.",
+    "Search request failed or timed out after retries.", "No search results found.",
+    "Unknown API state (no response and no error message).",
+    "Error processing search results: 'document'",
+    "Error: 'query_list' is missing, empty, or not a list in parameters."])
+def test_verl_search_tool_messages_are_no_passages(message):
+    """verl's search tool answers a failed or empty search with a message in its result: no
+    passage, alone or as one query's part beside another's passages."""
+    assert split_passages(json.dumps({"result": message})) == ([], False, 0, 0)
+    both = json.dumps({"result": f'Doc 1 (Title: "A")\na text\n---\n{message}'})
+    assert [p.title for p in split_passages(both).passages] == ["A"]
+
+
+def test_a_block_cut_inside_a_header_keeps_the_passages_before_it():
+    """Search-R1 cuts an observation to its token budget, closing tag and all: cut inside the next
+    passage's header, every passage before it is whole (one passage cut, counted)."""
+    block = '<information>Doc 1(Title: "Paris") Paris is the capital of France.\nDoc 2(Title: "Lyon") Lyon.'
+    for end in ("\nD", "\nDoc 2", '\nDoc 2(Title: "Ly'):
+        cut = block[: block.index("\nDoc 2")] + end
+        assert split_passages(cut) == ([Passage("", "Paris", "Paris is the capital of France.")], False, 1, 0)
+
+
+def test_a_verl_tail_that_starts_at_a_cut_escape_keeps_its_whole_passages():
+    """verl's middle cut can leave the tail starting at an escaped quote whose backslash was cut
+    off: the tail's cut passage is dropped, the whole ones after it kept."""
+    whole = json.dumps({"result": 'Doc 1 (Title: "A")\na\n\nDoc 2 (Title: "Lyon")\nLyon\n\n'
+                                  'Doc 3 (Title: "Nice")\nNice is on the coast.'})
+    cut = whole[:12] + TRUNCATED + whole[whole.index('"Lyon') :]  # the tail: "Lyon\")...
+    assert split_passages(cut) == ([Passage("", "Nice", "Nice is on the coast.")], False, 1, 0)
+
+
+def test_research_boxed_answers_are_their_boxed_text():
+    """ReSearch's agents answer "<answer>The final answer is \\[ \\boxed{X} \\]</answer>": X."""
+    assert parse_action(r"<answer> The final answer is \[ \boxed{Paris} \] </answer>").answer == "Paris"
+    assert parse_action(r"<answer>\boxed{a {b} c}</answer>").answer == "a {b} c"
+    assert parse_action("<answer> Paris </answer>").answer == "Paris"
 
 
 def test_r1_searcher_documents_as_its_agent_wrote_them():
