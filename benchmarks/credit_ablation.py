@@ -29,7 +29,8 @@ numbers for every run and every evaluation).
 The blocks ``reader-<start>/<trainer>`` train another agent, the *reader*
 (:mod:`benchmarks.credit_reader`): Search-R1-style, it searches and answers from the passages
 retrieved, asserting nothing, so ``facts="retrieved"`` is its natural mode. It sees the same
-features with the same start weights (the assert features stay 0). Its outcome-only arm is scored
+features with the same start weights (the assert features stay 0) and two of its own, the facts
+that offered each entity query (``OFFER_FEATURES``: ``prompted`` weighs them 1 and 2, ``cold`` 0). Its outcome-only arm is scored
 with ``facts="retrieved"`` (:meth:`RunSpec.agent_config`); its default arm keeps
 ``facts="asserted"``, under which every answer of an agent that asserts nothing is from an empty
 store (R = 0): that arm trains on penalties alone. Not in the default ``--blocks``.
@@ -66,9 +67,7 @@ import numpy as np
 import scipy.stats
 
 from benchmarks.credit_env import (
-    FEATURES,
     LABELS,
-    N_FEATURES,
     Episode,
     Question,
     World,
@@ -180,8 +179,9 @@ QUICK_RUNS = ("outcome_only", "default", "paper")
 # The untrained policy, a "prompted" prior: hand-set weights of magnitude 1–2 with the sign an
 # instruction-following model would have (search the question, then the entity just found; assert
 # facts that share words with the question or the store; do not repeat a search or answer from an
-# empty store; answer more as turns run out). Every other weight starts at 0. ``cold`` keeps only
-# the format and answer-timing terms (a policy that barely knows the task).
+# empty store; answer more as turns run out; the reader: search the entity that a fact links to
+# the question or an earlier query, by a relation the question names). Every other weight starts
+# at 0. ``cold`` keeps only the format and answer-timing terms (a policy that barely knows the task).
 START_WEIGHTS = {
     "prompted": {
         "is_answer": -2.0, "is_invalid": -1.5, "search_question": 2.0,
@@ -189,16 +189,19 @@ START_WEIGHTS = {
         "assert_links_store": 1.0, "assert_entities_stored": -2.0,
         "assert_relation_in_question": 2.0, "answer_store_empty": -2.0, "answer_store_size": 2.0,
         "answer_turn": 2.0, "answer_last_relation_in_question": 2.0,
+        "search_offer_relation_in_question": 1.0, "search_offer_links_searched": 2.0,
     },
     "cold": {"is_answer": -1.5, "is_invalid": -1.5, "answer_turn": 3.0},
 }
 
 
-def initial_weights(start: str = "prompted") -> np.ndarray:
-    """``w`` before training (float64, N_FEATURES)."""
-    w = np.zeros(N_FEATURES)
+def initial_weights(start: str = "prompted", agent: str = "asserter") -> np.ndarray:
+    """``w`` before training (float64, one weight per feature of ``agent``'s policy)."""
+    features = AGENTS[agent].features
+    w = np.zeros(len(features))
     for name, value in START_WEIGHTS[start].items():
-        w[FEATURES.index(name)] = value
+        if name in features:
+            w[features.index(name)] = value
     return w
 
 
@@ -241,7 +244,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class Decision:
     """One sampled action: the features of every option, the chosen index, its log-probability."""
 
-    x: np.ndarray  # (n, N_FEATURES)
+    x: np.ndarray  # (n, d): d features of the agent's policy
     chosen: int
     logp: float
     label: str  # credit_env.label of the chosen action (hidden from the policy)
@@ -276,7 +279,7 @@ class Batch:
 
     def __init__(self, decisions: Sequence[Decision], advantages: np.ndarray):
         n_max = max(d.x.shape[0] for d in decisions)
-        self.x = np.zeros((len(decisions), n_max, N_FEATURES))
+        self.x = np.zeros((len(decisions), n_max, decisions[0].x.shape[1]))
         self.mask = np.zeros((len(decisions), n_max), dtype=bool)
         for t, d in enumerate(decisions):
             self.x[t, : d.x.shape[0]] = d.x
@@ -390,8 +393,8 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
     """
     config = run.agent_config(settings.agent, group_size=G, embedding_backend=settings.backend)
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    w = initial_weights(settings.start)
-    adam = Adam(N_FEATURES, settings.lr)
+    w = initial_weights(settings.start, settings.agent)
+    adam = Adam(len(w), settings.lr)
     order_rng = np.random.default_rng([seed, 0])
     action_rng = np.random.default_rng([seed, 1])
     order: list[int] = []
@@ -974,7 +977,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": {settings.block: asdict(settings) for _, _, settings in jobs},
         "runs": [asdict(r) for r in runs], "seeds": seeds, "target_em": args.target_em,
         "questions": {"train": len(train), "heldout": len(heldout), "dropped": dropped},
-        "initial_weights": START_WEIGHTS, "features": list(FEATURES),
+        "initial_weights": START_WEIGHTS,
+        "features": {agent: list(episode.features) for agent, episode in AGENTS.items()},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "workers": workers},
         "wall_s": wall, "results": results,

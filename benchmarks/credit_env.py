@@ -434,7 +434,12 @@ FEATURES = (
     "answer_store_empty", "answer_store_size", "answer_turn", "answer_last_relation_in_question",
 )
 N_FEATURES = len(FEATURES)
-_F = {name: index for index, name in enumerate(FEATURES)}
+# The reader's policy sees FEATURES and, of each entity query, the facts that offered it:
+# the best relation_match of their relation with the question, and the best share of their other
+# entity's words found in the question or an earlier query (the entity a fact links to what was
+# asked). The asserting agent's policy does not (its asserts see relation and links already).
+OFFER_FEATURES = ("search_offer_relation_in_question", "search_offer_links_searched")
+_F = {name: index for index, name in enumerate(FEATURES + OFFER_FEATURES)}
 
 
 @dataclass
@@ -461,6 +466,8 @@ class Episode:
     wording_of: dict[str, Wording] = field(default_factory=dict)  # fact key -> drawn wording
     observations: list[list[tuple[Wording, int]]] = field(default_factory=list)  # every search's offers
     retrieved: list[str] = field(default_factory=list)  # paragraph ids of every search, in order
+
+    features = FEATURES  # what the policy sees of an action (the columns of action_features)
 
     @property
     def done(self) -> bool:
@@ -490,6 +497,11 @@ class Episode:
     def entity_sources(self) -> list[Wording]:
         """The wordings whose entities may be searched, latest first: the store's."""
         return self.store[::-1]
+
+    def entity_offers(self) -> dict[str, list[tuple[str, str]]]:
+        """Folded entity -> (relation, other entity) of each fact that offered it as a query, for
+        :data:`OFFER_FEATURES`; none for the asserting agent, whose policy does not see them."""
+        return {}
 
     def assertable(self) -> list[tuple[Wording, int]]:
         """The wordings an assert may take, with their paragraph rank: the latest observation's."""
@@ -532,17 +544,20 @@ def choices(world: World, episode: Episode) -> list[Choice]:
 
 
 def action_features(episode: Episode, options: Sequence[Choice]) -> np.ndarray:
-    """float64 (n, N_FEATURES): what the policy sees of each available action (text only)."""
+    """float64 (n, len(episode.features)): what the policy sees of each available action (text
+    only)."""
     question = episode.question
     qwords = question.words
     stored = episode.store_entities()
     latest = episode.latest_entities()
     searched = {fold_key(q) for q in episode.searched}
+    offers = episode.entity_offers()
+    known = qwords.union(*(tokens(q) for q in episode.searched))
 
     def link(entity: frozenset[str]) -> float:
         return max((jaccard(entity, other) for other in stored), default=0.0)
 
-    x = np.zeros((len(options), N_FEATURES))
+    x = np.zeros((len(options), len(episode.features)))
     for i, option in enumerate(options):
         if option.kind == SEARCH:
             x[i, _F["is_search"]] = 1.0
@@ -554,6 +569,12 @@ def action_features(episode: Episode, options: Sequence[Choice]) -> np.ndarray:
                 inside = containment(words, qwords)
                 x[i, _F["search_entity_in_question"]] = inside
                 x[i, _F["search_latest_entity"]] = float(key in latest and inside < 0.5)
+                facts = offers.get(key)
+                if facts:
+                    x[i, _F["search_offer_relation_in_question"]] = max(
+                        relation_match(relation, qwords) for relation, _ in facts)
+                    x[i, _F["search_offer_links_searched"]] = max(
+                        containment(tokens(other), known) for _, other in facts)
             x[i, _F["search_repeated"]] = float(key in searched)
         elif option.kind == ASSERT:
             w = option.wording

@@ -19,9 +19,14 @@ search's observation, and the shaping of a passage lands on the search that firs
   its own).
 * **invalid** — as the asserting agent's.
 
-The policy sees the same features (:data:`benchmarks.credit_env.FEATURES`, shared names, shared
-start weights): the search features as they are, with "the entities just found" those of the
-latest observation's facts; for answer, ``answer_store_empty`` (nothing retrieved yet),
+The policy sees the asserting agent's features (:data:`benchmarks.credit_env.FEATURES`, shared
+names, shared start weights) and two of its own, :data:`benchmarks.credit_env.OFFER_FEATURES`:
+of each entity query, the facts that offered it, by the best relation_match of their relation with
+the question and the best share of their other entity's words found in the question or an earlier
+query — what a reader of the passages sees when it picks the entity that the passage links to
+what it asked about (the bridge entity) over one a passage merely mentions (an entity of a
+distractor fact, whose features are otherwise the same). The search features as they are, with
+"the entities just found" those of the latest observation's facts; for answer, ``answer_store_empty`` (nothing retrieved yet),
 ``answer_store_size`` (distinct paragraphs retrieved, capped at 4, / 4), ``answer_turn``, and
 ``answer_last_relation_in_question`` (the best relation_match with the question of a fact the
 latest observation offers). The assert features stay 0.
@@ -31,6 +36,8 @@ from __future__ import annotations
 
 from benchmarks.credit_env import (
     EMPTY_ANSWER,
+    FEATURES,
+    OFFER_FEATURES,
     Episode,
     Wording,
     fold_key,
@@ -41,6 +48,8 @@ from benchmarks.credit_env import (
 class ReaderEpisode(Episode):
     """An :class:`benchmarks.credit_env.Episode` of the reader: its store stays empty; what it
     reads is ``observations`` (each search's offers) and ``retrieved`` (paragraph ids)."""
+
+    features = FEATURES + OFFER_FEATURES
 
     def evidence(self) -> int:
         """The number of distinct paragraphs retrieved so far."""
@@ -58,6 +67,14 @@ class ReaderEpisode(Episode):
     def entity_sources(self) -> list[Wording]:
         """Every offered wording, latest observation first, each in the order offered."""
         return [w for offers in reversed(self.observations) for w, _ in offers]
+
+    def entity_offers(self) -> dict[str, list[tuple[str, str]]]:
+        """Folded entity -> (relation, other entity) of every offered wording that names it."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for w in self.entity_sources():
+            for entity, other in ((w.subject, w.object), (w.object, w.subject)):
+                out.setdefault(fold_key(entity), []).append((w.relation, other))
+        return out
 
     def assertable(self) -> list[tuple[Wording, int]]:
         """None: the reader asserts nothing."""

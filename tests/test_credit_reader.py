@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 
-from benchmarks.credit_ablation import RUNS, Settings, play, success, train_run
+from benchmarks.credit_ablation import RUNS, Settings, initial_weights, play, success, train_run
 from benchmarks.credit_env import (
     ANSWER,
     ASSERT,
@@ -28,9 +28,11 @@ from benchmarks.credit_env import (
     FEATURES,
     INVALID,
     MAX_ENTITY_QUERIES,
+    OFFER_FEATURES,
     SEARCH,
     TOPK,
     Choice,
+    Episode,
     World,
     action_features,
     choices,
@@ -119,9 +121,23 @@ def test_a_scripted_reader_rollout_and_what_factutil_reads_of_it():
     assert ioan[FEATURES.index("search_latest_entity")] == 0.0
     assert ioan[FEATURES.index("search_entity_in_question")] == 0.5
     assert not x[:, [FEATURES.index(f) for f in FEATURES if f.startswith("assert_")]].any()
+    # The facts that offered each entity: the question's words are {father, stefan, i, nenitescu,
+    # born}, and so are the words searched so far (the question). Ioan S. Nenițescu is offered by
+    # (Ștefan I. Nenițescu, father, Ioan S. Nenițescu), whose other entity is all the question's,
+    # and by (Ioan S. Nenițescu, place of birth, Galați); Ștefan I. Nenițescu by the first only
+    # (other entity: one word in two); Hyman B. Samuels and St Louis by the hard negative, place
+    # of birth ("born" in the question), its other entity none of the question's words.
+    relation, links = (len(FEATURES) + OFFER_FEATURES.index(f) for f in OFFER_FEATURES)
+    assert x.shape == (len(options), len(FEATURES) + 2)
+    assert [x[i, relation] for i in range(5)] == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert [x[i, links] for i in range(5)] == [0.0, 0.5, 1.0, 0.0, 0.0]
 
     step(world, episode, Choice(SEARCH, query="Ioan S. Nenițescu"))  # 4739, 4738, 1284
     assert episode.read_answer() == "Galați"
+    # Galați's fact links it to the query just searched ({ioan, nenitescu}: all its words).
+    options = choices(world, episode)
+    galati = next(i for i, o in enumerate(options) if o.kind == SEARCH and o.query == "Galați")
+    assert action_features(episode, options)[galati, links] == 1.0
     step(world, episode, Choice(ANSWER))
     assert episode.answer == "Galați" and success(episode) == 1.0
     assert episode.evidence() == 4  # 4738, 4739, 1650, 1284
@@ -143,6 +159,18 @@ def test_a_scripted_reader_rollout_and_what_factutil_reads_of_it():
     assert asserted.rollouts[0].empty_store_answer and asserted.rollouts[0].outcome_reward == 0.0
 
 
+def test_only_the_readers_policy_sees_the_offer_features():
+    world, question, written = _setup()
+    asserter = Episode(question, random.Random(0), wording_of=dict(written))
+    step(world, asserter, Choice(SEARCH, query=question.question))
+    assert action_features(asserter, choices(world, asserter)).shape[1] == len(FEATURES)
+    assert ReaderEpisode.features == FEATURES + OFFER_FEATURES
+    prompted = initial_weights("prompted", "reader")
+    assert prompted[:len(FEATURES)].tolist() == initial_weights("prompted").tolist()
+    assert prompted[len(FEATURES):].tolist() == [1.0, 2.0]  # relation in question, links
+    assert not initial_weights("cold", "reader")[len(FEATURES):].any()
+
+
 def test_the_reader_outcome_only_arm_scores_the_answer():
     runs = {run.name: run for run in RUNS}
     assert runs["outcome_only"].agent_config("reader").facts == "retrieved"
@@ -157,7 +185,7 @@ def test_a_reader_block_trains_two_iterations():
     settings = Settings(iterations=2, batch=3, eval_every=2, eval_samples=1, start="cold",
                         agent="reader")
     assert settings.block == "reader-cold/plain"
-    episode, decisions = play(world, train[0], np.zeros(len(FEATURES)),
+    episode, decisions = play(world, train[0], np.zeros(len(ReaderEpisode.features)),
                               np.random.default_rng(0), random.Random(0), "reader")
     assert isinstance(episode, ReaderEpisode) and not episode.store
     assert len(decisions) == len(episode.actions)
