@@ -181,7 +181,8 @@ QUICK_RUNS = ("outcome_only", "default", "paper")
 # facts that share words with the question or the store; do not repeat a search or answer from an
 # empty store; answer more as turns run out; the reader: search the entity that a fact links to
 # the question or an earlier query, by a relation the question names). Every other weight starts
-# at 0. ``cold`` keeps only the format and answer-timing terms (a policy that barely knows the task).
+# at 0. ``cold`` keeps only the format and answer-timing terms (a policy that barely knows the
+# task).
 START_WEIGHTS = {
     "prompted": {
         "is_answer": -2.0, "is_invalid": -1.5, "search_question": 2.0,

@@ -26,10 +26,11 @@ the question and the best share of their other entity's words found in the quest
 query — what a reader of the passages sees when it picks the entity that the passage links to
 what it asked about (the bridge entity) over one a passage merely mentions (an entity of a
 distractor fact, whose features are otherwise the same). The search features as they are, with
-"the entities just found" those of the latest observation's facts; for answer, ``answer_store_empty`` (nothing retrieved yet),
-``answer_store_size`` (distinct paragraphs retrieved, capped at 4, / 4), ``answer_turn``, and
-``answer_last_relation_in_question`` (the best relation_match with the question of a fact the
-latest observation offers). The assert features stay 0.
+"the entities just found" those of the latest observation's facts; for answer,
+``answer_store_empty`` (nothing retrieved yet), ``answer_store_size`` (distinct paragraphs
+retrieved, capped at 4, / 4), ``answer_turn``, and ``answer_last_relation_in_question`` (the best
+relation_match with the question of a fact the latest observation offers). The assert features
+stay 0.
 """
 
 from __future__ import annotations
