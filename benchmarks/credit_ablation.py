@@ -26,6 +26,15 @@ have the same EM is dropped and more questions are drawn). Every ``--eval-every`
 policy plays ``--eval-samples`` sampled rollouts of each held-out question (the same random
 numbers for every run and every evaluation).
 
+The blocks ``reader-<start>/<trainer>`` train another agent, the *reader*
+(:mod:`benchmarks.credit_reader`): Search-R1-style, it searches and answers from the passages
+retrieved, asserting nothing, so ``facts="retrieved"`` is its natural mode. It sees the same
+features with the same start weights (the assert features stay 0) and two of its own, the facts
+that offered each entity query (``OFFER_FEATURES``: ``prompted`` weighs them 1 and 2, ``cold`` 0). Its outcome-only arm is scored
+with ``facts="retrieved"`` (:meth:`RunSpec.agent_config`); its default arm keeps
+``facts="asserted"``, under which every answer of an agent that asserts nothing is from an empty
+store (R = 0): that arm trains on penalties alone. Not in the default ``--blocks``.
+
 Reported per block and run: held-out EM over iterations (table, and a PNG plot), iterations until
 held-out EM first reaches ``--target-em``, final EM (mean of the last 3 evaluations) with its
 spread over seeds, mean EM over the run with its paired difference to outcome-only, recall of gold
@@ -58,9 +67,7 @@ import numpy as np
 import scipy.stats
 
 from benchmarks.credit_env import (
-    FEATURES,
     LABELS,
-    N_FEATURES,
     Episode,
     Question,
     World,
@@ -74,6 +81,7 @@ from benchmarks.credit_env import (
     split_questions,
     step,
 )
+from benchmarks.credit_reader import ReaderEpisode
 from factutil import FactUtilConfig, Triple, compute_process_advantages
 from factutil.cluster import make_clusterer
 from factutil.metrics import qa_scores
@@ -94,8 +102,16 @@ BLOCKS = {
                          "dropped, batch refilled)",
     "cold/plain": "cold start; GRPO, every group kept",
     "cold/filtered": "cold start; GRPO + dynamic sampling",
+    "reader-prompted/plain": "the reader (Search-R1-style, asserts nothing), prompted start; "
+                             "GRPO, every group kept",
+    "reader-prompted/filtered": "the reader, prompted start; GRPO + dynamic sampling",
+    "reader-cold/plain": "the reader, cold start; GRPO, every group kept",
+    "reader-cold/filtered": "the reader, cold start; GRPO + dynamic sampling",
 }
-DEFAULT_BLOCKS = tuple(BLOCKS)
+DEFAULT_BLOCKS = tuple(b for b in BLOCKS if not b.startswith("reader-"))
+# The agent of a block: the asserting agent, or with the prefix "reader-" the reader
+# (benchmarks.credit_reader), whose episodes read the passages retrieved.
+AGENTS = {"asserter": Episode, "reader": ReaderEpisode}
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,17 @@ class RunSpec:
     def config(self, **fields) -> FactUtilConfig:
         """The library config of this arm; every field it does not name keeps the library default."""
         return FactUtilConfig(**self.fields, **fields)
+
+    def agent_config(self, agent: str, **fields) -> FactUtilConfig:
+        """:meth:`config` for ``agent``'s rollouts. The reader asserts nothing, so under
+        ``facts="asserted"`` every answer of its is from an empty store and R = 0 (docs/method.md
+        §1); an outcome-only arm (Ω = 0, no ``facts`` of its own) scores a reader's rollouts with
+        ``facts="retrieved"``, under which R is the answer's score (§9) and, Ω being 0, nothing
+        else changes. Every other arm keeps its fields (the default arm then trains on penalties
+        alone: that is what the library's defaults do with an agent that asserts nothing)."""
+        if agent == "reader" and self.omega == 0 and "facts" not in self.fields:
+            fields = {"facts": "retrieved", **fields}
+        return self.config(**fields)
 
     @property
     def omega(self) -> float:
@@ -152,8 +179,10 @@ QUICK_RUNS = ("outcome_only", "default", "paper")
 # The untrained policy, a "prompted" prior: hand-set weights of magnitude 1–2 with the sign an
 # instruction-following model would have (search the question, then the entity just found; assert
 # facts that share words with the question or the store; do not repeat a search or answer from an
-# empty store; answer more as turns run out). Every other weight starts at 0. ``cold`` keeps only
-# the format and answer-timing terms (a policy that barely knows the task).
+# empty store; answer more as turns run out; the reader: search the entity that a fact links to
+# the question or an earlier query, by a relation the question names). Every other weight starts
+# at 0. ``cold`` keeps only the format and answer-timing terms (a policy that barely knows the
+# task).
 START_WEIGHTS = {
     "prompted": {
         "is_answer": -2.0, "is_invalid": -1.5, "search_question": 2.0,
@@ -161,16 +190,19 @@ START_WEIGHTS = {
         "assert_links_store": 1.0, "assert_entities_stored": -2.0,
         "assert_relation_in_question": 2.0, "answer_store_empty": -2.0, "answer_store_size": 2.0,
         "answer_turn": 2.0, "answer_last_relation_in_question": 2.0,
+        "search_offer_relation_in_question": 1.0, "search_offer_links_searched": 2.0,
     },
     "cold": {"is_answer": -1.5, "is_invalid": -1.5, "answer_turn": 3.0},
 }
 
 
-def initial_weights(start: str = "prompted") -> np.ndarray:
-    """``w`` before training (float64, N_FEATURES)."""
-    w = np.zeros(N_FEATURES)
+def initial_weights(start: str = "prompted", agent: str = "asserter") -> np.ndarray:
+    """``w`` before training (float64, one weight per feature of ``agent``'s policy)."""
+    features = AGENTS[agent].features
+    w = np.zeros(len(features))
     for name, value in START_WEIGHTS[start].items():
-        w[FEATURES.index(name)] = value
+        if name in features:
+            w[features.index(name)] = value
     return w
 
 
@@ -191,10 +223,12 @@ class Settings:
     start: str = "prompted"
     filter_groups: bool = False
     eval_seed: int = 20260611
+    agent: str = "asserter"  # a key of AGENTS
 
     @property
     def block(self) -> str:
-        return f"{self.start}/{'filtered' if self.filter_groups else 'plain'}"
+        prefix = "reader-" if self.agent == "reader" else ""
+        return f"{prefix}{self.start}/{'filtered' if self.filter_groups else 'plain'}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,16 +245,16 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class Decision:
     """One sampled action: the features of every option, the chosen index, its log-probability."""
 
-    x: np.ndarray  # (n, N_FEATURES)
+    x: np.ndarray  # (n, d): d features of the agent's policy
     chosen: int
     logp: float
     label: str  # credit_env.label of the chosen action (hidden from the policy)
 
 
 def play(world: World, question: Question, w: np.ndarray, rng: np.random.Generator,
-         episode_rng: random.Random) -> tuple[Episode, list[Decision]]:
-    """One rollout of ``question`` under the policy ``w``."""
-    episode = Episode(question, episode_rng)
+         episode_rng: random.Random, agent: str = "asserter") -> tuple[Episode, list[Decision]]:
+    """One rollout of ``question`` under the policy ``w`` by ``agent`` (a key of :data:`AGENTS`)."""
+    episode = AGENTS[agent](question, episode_rng)
     decisions = []
     while not episode.done:
         options = choices(world, episode)
@@ -246,7 +280,7 @@ class Batch:
 
     def __init__(self, decisions: Sequence[Decision], advantages: np.ndarray):
         n_max = max(d.x.shape[0] for d in decisions)
-        self.x = np.zeros((len(decisions), n_max, N_FEATURES))
+        self.x = np.zeros((len(decisions), n_max, decisions[0].x.shape[1]))
         self.mask = np.zeros((len(decisions), n_max), dtype=bool)
         for t, d in enumerate(decisions):
             self.x[t, : d.x.shape[0]] = d.x
@@ -300,19 +334,17 @@ class Adam:
 
 
 def evaluate(world: World, questions: Sequence[Question], w: np.ndarray, samples: int,
-             seed: int) -> dict[str, float]:
+             seed: int, agent: str = "asserter") -> dict[str, float]:
     """Sampled rollouts of every held-out question; the random numbers depend only on ``seed``."""
     em, recall, passages, actions, answered = [], [], [], [], []
     for index, question in enumerate(questions):
         for k in range(samples):
             rng = np.random.default_rng([seed, index, k])
-            episode, _ = play(world, question, w, rng, random.Random(_seed("eval", seed, index, k)))
-            score = 0.0
-            if episode.answer is not None and episode.store:
-                score = qa_scores(episode.answer, list(question.answers))[0]
-            em.append(score)
+            episode, _ = play(world, question, w, rng, random.Random(_seed("eval", seed, index, k)),
+                              agent)
+            em.append(success(episode))
             recall.append(episode.gold_recall())
-            passages.append(gold_passage_recall(world, episode))
+            passages.append(gold_passage_recall(episode))
             actions.append(len(episode.actions))
             answered.append(episode.answer is not None)
     return {"em": float(np.mean(em)), "recall": float(np.mean(recall)),
@@ -321,8 +353,9 @@ def evaluate(world: World, questions: Sequence[Question], w: np.ndarray, samples
 
 
 def success(episode: Episode) -> float:
-    """y of docs/method.md §3 with ``success="em"``: EM of the answer, 0 without one or from an empty store."""
-    if episode.answer is None or not episode.store:
+    """y of docs/method.md §3 with ``success="em"``: EM of the answer, 0 without one or with
+    nothing to read (an empty store; the reader: nothing retrieved)."""
+    if episode.answer is None or not episode.evidence():
         return 0.0
     return qa_scores(episode.answer, list(episode.question.answers))[0]
 
@@ -359,15 +392,15 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
     whose rollouts all have the same success y is dropped before advantages are computed and more
     questions are drawn, up to ``FILTER_MAX_DRAWS`` × batch, until the batch is full.
     """
-    config = run.config(group_size=G, embedding_backend=settings.backend)
+    config = run.agent_config(settings.agent, group_size=G, embedding_backend=settings.backend)
     clusterer = clusterer if clusterer is not None else make_clusterer(config)
-    w = initial_weights(settings.start)
-    adam = Adam(N_FEATURES, settings.lr)
+    w = initial_weights(settings.start, settings.agent)
+    adam = Adam(len(w), settings.lr)
     order_rng = np.random.default_rng([seed, 0])
     action_rng = np.random.default_rng([seed, 1])
     order: list[int] = []
     records = [{"iteration": 0, "heldout": evaluate(world, heldout, w, settings.eval_samples,
-                                                    settings.eval_seed)}]
+                                                    settings.eval_seed, settings.agent)}]
     for iteration in range(1, settings.iterations + 1):
         clock = time.perf_counter()
         items, decisions, owner, kept, drawn = [], [], [], [], []
@@ -381,7 +414,8 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
             group = []
             for g in range(G):
                 episode_rng = random.Random(_seed("train", seed, iteration, draws, g))
-                group.append((g, *play(world, question, w, action_rng, episode_rng)))
+                group.append((g, *play(world, question, w, action_rng, episode_rng,
+                                       settings.agent)))
             draws += 1
             drawn.extend(episode for _, episode, _ in group)
             ys = [success(episode) for _, episode, _ in group]
@@ -429,7 +463,7 @@ def train_run(world: World, train: Sequence[Question], heldout: Sequence[Questio
                       factutil_share=factutil_s / (rollout_s + factutil_s + update_s))
         if iteration % settings.eval_every == 0 or iteration == settings.iterations:
             record["heldout"] = evaluate(world, heldout, w, settings.eval_samples,
-                                         settings.eval_seed)
+                                         settings.eval_seed, settings.agent)
         records.append(record)
     return {"run": run.name, "block": settings.block, "seed": seed, "records": records,
             "weights": w.tolist()}
@@ -465,7 +499,7 @@ def _job(args: tuple[RunSpec, int, Settings]) -> dict:
     started = time.perf_counter()
     out = train_run(world, train, heldout, run, seed, settings)
     out["wall_s"] = time.perf_counter() - started
-    print(f"  {settings.block:<17} {run.name:<15} seed {seed}: final held-out EM "
+    print(f"  {settings.block:<24} {run.name:<15} seed {seed}: final held-out EM "
           f"{out['records'][-1]['heldout']['em']:.3f} ({out['wall_s']:.0f} s)", flush=True)
     return out
 
@@ -868,7 +902,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated start/trainer blocks, each runs every run: "
                              f"{', '.join(BLOCKS)} (default {', '.join(DEFAULT_BLOCKS)}); start "
                              "'prompted' is a hand-set prior, 'cold' barely knows the task; "
-                             "'filtered' is dynamic sampling")
+                             "'filtered' is dynamic sampling; a 'reader-' block trains the reader "
+                             "(benchmarks/credit_reader.py: Search-R1-style, asserts nothing)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="worker processes (default: CPU count; quick: 1)")
     parser.add_argument("--backend", default="minilm", choices=("minilm", "minilm-int8", "static"),
@@ -910,12 +945,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = []
     for block in (b for b in BLOCKS if b in blocks):
         start, trainer = block.split("/")
+        agent = "reader" if start.startswith("reader-") else "asserter"
         settings = Settings(
             iterations=args.iterations or (3 if quick else Settings.iterations),
             batch=args.batch or (4 if quick else Settings.batch),
             eval_every=args.eval_every or (3 if quick else Settings.eval_every),
             eval_samples=args.eval_samples or (1 if quick else Settings.eval_samples),
-            lr=args.lr, backend=args.backend, start=start, filter_groups=trainer == "filtered")
+            lr=args.lr, backend=args.backend, start=start.removeprefix("reader-"),
+            filter_groups=trainer == "filtered", agent=agent)
         jobs += [(run, seed, settings) for seed in seeds for run in runs]
     workers = max(1, min(args.jobs or (1 if quick else os.cpu_count() or 1), len(jobs)))
 
@@ -941,7 +978,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": {settings.block: asdict(settings) for _, _, settings in jobs},
         "runs": [asdict(r) for r in runs], "seeds": seeds, "target_em": args.target_em,
         "questions": {"train": len(train), "heldout": len(heldout), "dropped": dropped},
-        "initial_weights": START_WEIGHTS, "features": list(FEATURES),
+        "initial_weights": START_WEIGHTS,
+        "features": {agent: list(episode.features) for agent, episode in AGENTS.items()},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "workers": workers},
         "wall_s": wall, "results": results,
@@ -992,6 +1030,9 @@ def _merge(paths: Sequence[Path], out: Path, target_em: float, compact_results: 
                                  "is already in an earlier file")
             seen.add(key)
             results.append(compact(result) if compact_results else result)
+    for report in reports:  # results written before the reader existed are the asserter's
+        for settings in report["settings"].values():
+            settings.setdefault("agent", "asserter")
     for report in reports[1:]:
         for block, settings in report["settings"].items():
             known = reports[0]["settings"].setdefault(block, settings)

@@ -23,6 +23,17 @@ actions — and sees only the question, its fact store and the latest observatio
   chain's last fact is in the store and no same-relation distractor was asserted after it.
 * **invalid** — a truncated JSON action; ``factutil.parse`` reads it as a format error.
 
+A second agent, the **reader** (:class:`benchmarks.credit_reader.ReaderEpisode`), acts as
+Search-R1 does: ``search``, ``answer``, ``invalid``, no assert. Its entity queries are the
+entities (subject or object, as offered) of the facts its retrieved paragraphs offered, latest
+observation first, each top paragraph first. Its **answer** reads the retrieved passages: the
+object of the first fact of the asked relation (the chain's last) met reading the observations
+from the latest backwards, each in the order offered (top paragraph first, a paragraph's own
+facts before its distractors), else the object of the latest observation's first fact, else
+"unknown" (nothing retrieved). So it is right exactly when the chain's last fact's paragraph was
+retrieved and no observation after it, nor a paragraph ranked above it in its own, offered a
+same-relation distractor.
+
 The policy sees each available action through :func:`action_features` (text only: token overlap
 with the question and the store, the paragraph's rank, a repeated query …), never the gold labels.
 
@@ -423,7 +434,12 @@ FEATURES = (
     "answer_store_empty", "answer_store_size", "answer_turn", "answer_last_relation_in_question",
 )
 N_FEATURES = len(FEATURES)
-_F = {name: index for index, name in enumerate(FEATURES)}
+# The reader's policy sees FEATURES and, of each entity query, the facts that offered it:
+# the best relation_match of their relation with the question, and the best share of their other
+# entity's words found in the question or an earlier query (the entity a fact links to what was
+# asked). The asserting agent's policy does not (its asserts see relation and links already).
+OFFER_FEATURES = ("search_offer_relation_in_question", "search_offer_links_searched")
+_F = {name: index for index, name in enumerate(FEATURES + OFFER_FEATURES)}
 
 
 @dataclass
@@ -448,6 +464,10 @@ class Episode:
     actions: list[dict] = field(default_factory=list)  # docs/method.md §8 action items
     answer: str | None = None
     wording_of: dict[str, Wording] = field(default_factory=dict)  # fact key -> drawn wording
+    observations: list[list[tuple[Wording, int]]] = field(default_factory=list)  # every search's offers
+    retrieved: list[str] = field(default_factory=list)  # paragraph ids of every search, in order
+
+    features = FEATURES  # what the policy sees of an action (the columns of action_features)
 
     @property
     def done(self) -> bool:
@@ -455,6 +475,41 @@ class Episode:
 
     def store_entities(self) -> list[frozenset[str]]:
         return [tokens(part) for w in self.store for part in (w.subject, w.object)]
+
+    # What the agent's answer reads and what its policy sees of it. The asserting agent reads its
+    # store; ``benchmarks.credit_reader.ReaderEpisode`` (an agent that asserts nothing) overrides
+    # these to read the passages its searches retrieved.
+
+    def evidence(self) -> int:
+        """How much the answer has to read: the number of facts in the store."""
+        return len(self.store)
+
+    def latest_entities(self) -> set[str]:
+        """Folded subject and object of the latest fact stored (the entities just found)."""
+        if not self.store:
+            return set()
+        return {fold_key(self.store[-1].subject), fold_key(self.store[-1].object)}
+
+    def answer_relation(self) -> float:
+        """relation_match of the latest stored fact's relation with the question (0: none)."""
+        return relation_match(self.store[-1].relation, self.question.words) if self.store else 0.0
+
+    def entity_sources(self) -> list[Wording]:
+        """The wordings whose entities may be searched, latest first: the store's."""
+        return self.store[::-1]
+
+    def entity_offers(self) -> dict[str, list[tuple[str, str]]]:
+        """Folded entity -> (relation, other entity) of each fact that offered it as a query, for
+        :data:`OFFER_FEATURES`; none for the asserting agent, whose policy does not see them."""
+        return {}
+
+    def assertable(self) -> list[tuple[Wording, int]]:
+        """The wordings an assert may take, with their paragraph rank: the latest observation's."""
+        return self.offered
+
+    def read_answer(self) -> str:
+        """The answer the agent gives now (:func:`answer_from_store`)."""
+        return answer_from_store(self)
 
     def gold_recall(self) -> float:
         """Share of the question's gold facts present in the store (any wording)."""
@@ -473,33 +528,36 @@ class Episode:
 
 
 def choices(world: World, episode: Episode) -> list[Choice]:
-    """The actions available now, in a fixed order: searches, asserts, answer, invalid."""
+    """The actions available now, in a fixed order: searches (the question, then the entities of
+    ``episode.entity_sources()``), asserts (``episode.assertable()``), answer, invalid."""
     out = [Choice(SEARCH, query=episode.question.question)]
     seen = {fold_key(episode.question.question)}
-    for wording in reversed(episode.store):
+    for wording in episode.entity_sources():
         for entity in (wording.subject, wording.object):
             key = fold_key(entity)
             if key and key not in seen and len(out) <= MAX_ENTITY_QUERIES:
                 seen.add(key)
                 out.append(Choice(SEARCH, query=entity.strip()))
-    out += [Choice(ASSERT, wording=w, rank=rank) for w, rank in episode.offered]
+    out += [Choice(ASSERT, wording=w, rank=rank) for w, rank in episode.assertable()]
     out += [Choice(ANSWER), Choice(INVALID)]
     return out
 
 
 def action_features(episode: Episode, options: Sequence[Choice]) -> np.ndarray:
-    """float64 (n, N_FEATURES): what the policy sees of each available action (text only)."""
+    """float64 (n, len(episode.features)): what the policy sees of each available action (text
+    only)."""
     question = episode.question
     qwords = question.words
     stored = episode.store_entities()
-    latest = ({fold_key(episode.store[-1].subject), fold_key(episode.store[-1].object)}
-              if episode.store else set())
+    latest = episode.latest_entities()
     searched = {fold_key(q) for q in episode.searched}
+    offers = episode.entity_offers()
+    known = qwords.union(*(tokens(q) for q in episode.searched))
 
     def link(entity: frozenset[str]) -> float:
         return max((jaccard(entity, other) for other in stored), default=0.0)
 
-    x = np.zeros((len(options), N_FEATURES))
+    x = np.zeros((len(options), len(episode.features)))
     for i, option in enumerate(options):
         if option.kind == SEARCH:
             x[i, _F["is_search"]] = 1.0
@@ -511,6 +569,12 @@ def action_features(episode: Episode, options: Sequence[Choice]) -> np.ndarray:
                 inside = containment(words, qwords)
                 x[i, _F["search_entity_in_question"]] = inside
                 x[i, _F["search_latest_entity"]] = float(key in latest and inside < 0.5)
+                facts = offers.get(key)
+                if facts:
+                    x[i, _F["search_offer_relation_in_question"]] = max(
+                        relation_match(relation, qwords) for relation, _ in facts)
+                    x[i, _F["search_offer_links_searched"]] = max(
+                        containment(tokens(other), known) for _, other in facts)
             x[i, _F["search_repeated"]] = float(key in searched)
         elif option.kind == ASSERT:
             w = option.wording
@@ -525,13 +589,11 @@ def action_features(episode: Episode, options: Sequence[Choice]) -> np.ndarray:
             x[i, _F["assert_paragraph_rank"]] = 1.0 / option.rank
         elif option.kind == ANSWER:
             x[i, _F["is_answer"]] = 1.0
-            x[i, _F["answer_store_empty"]] = float(not episode.store)
-            x[i, _F["answer_store_size"]] = min(len(episode.store), 4) / 4
+            evidence = episode.evidence()
+            x[i, _F["answer_store_empty"]] = float(not evidence)
+            x[i, _F["answer_store_size"]] = min(evidence, 4) / 4
             x[i, _F["answer_turn"]] = len(episode.actions) / MAX_ACTIONS
-            if episode.store:
-                last = episode.store[-1]
-                x[i, _F["answer_last_relation_in_question"]] = relation_match(last.relation,
-                                                                              qwords)
+            x[i, _F["answer_last_relation_in_question"]] = episode.answer_relation()
         else:
             x[i, _F["is_invalid"]] = 1.0
     return x
@@ -584,24 +646,24 @@ def step(world: World, episode: Episode, option: Choice) -> None:
         for wording, rank in offered:
             unique.setdefault(tuple(wording.triple), (wording, rank))
         episode.offered = list(unique.values())
+        episode.observations.append(episode.offered)
+        episode.retrieved.extend(doc_ids)
         episode.actions.append({"action": SEARCH, "query": option.query,
                                 "observation": world.observation(question.corpus, doc_ids)})
     elif option.kind == ASSERT:
         episode.store.append(option.wording)
         episode.actions.append({"action": ASSERT, "triples": [option.wording.triple]})
     elif option.kind == ANSWER:
-        episode.answer = answer_from_store(episode)
+        episode.answer = episode.read_answer()
         episode.actions.append({"action": ANSWER, "answer": episode.answer})
     else:
         episode.actions.append({"raw": INVALID_TEXT + question.question[:40]})
 
 
-def gold_passage_recall(world: World, episode: Episode) -> float:
+def gold_passage_recall(episode: Episode) -> float:
     """Share of the question's supporting paragraphs that the rollout's searches retrieved."""
-    question = episode.question
-    gold = {fact.support for fact in question.facts}
-    found = {doc for query in episode.searched for doc in world.search(question.corpus, query)}
-    return len(gold & found) / len(gold)
+    gold = {fact.support for fact in episode.question.facts}
+    return len(gold & set(episode.retrieved)) / len(gold)
 
 
 def search_r1_response(world: World, episode: Episode) -> str:
