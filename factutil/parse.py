@@ -191,10 +191,10 @@ def _from_mapping(value: dict[Any, Any], observation: str | None) -> ParsedActio
 
 
 def _tool_call(value: Any, observation: str | None) -> SearchAction:
-    """verl's search tool call ``{"name": "search", "arguments": {"query_list": [q, ...]}}`` (or one
-    ``"query"``): one search, its queries joined by ``"; "``; a call of another tool is invalid."""
+    """verl's search tool call ``{"name": "search", "arguments": {"query_list": [q, ...]}}``: one
+    search, its queries joined by ``"; "``; a call verl's tool refuses (another tool, no query list) is invalid."""
     arguments = value.get("arguments") if isinstance(value, dict) and value.get("name") == "search" else None
-    queries = arguments.get("query_list", [arguments.get("query")]) if isinstance(arguments, dict) else None
+    queries = arguments.get("query_list") if isinstance(arguments, dict) else None
     if not isinstance(queries, list) or not queries or not all(_is_text(q) for q in queries):
         raise Rejected(f"tool call that is no search with a query list: {short(value, 40)}")
     return _search("; ".join(q.strip() for q in queries), observation)

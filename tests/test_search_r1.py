@@ -167,11 +167,12 @@ def test_a_tool_call_of_another_tool_or_with_no_query_is_an_invalid_action():
              '{"name": "search", "arguments": {"query_list": []}}': "tool call that is no search",
              '{"name": "search", "arguments": {"query_list": [3]}}': "tool call that is no search",
              '{"name": "search", "arguments": {"query_list": ["  "]}}': "search with an empty query",
+             '{"name": "search", "arguments": {"query": "x"}}': "tool call that is no search",  # verl: an error
              '{"name": "search", "arguments": {"query": "x"': "malformed JSON"}
     for call, reason in calls.items():
         action = parse_action(f"<tool_call>{call}</tool_call>")
         assert action.action == "invalid" and action.reason.startswith(reason), (call, action)
-    assert parse_action('<tool_call>{"name": "search", "arguments": {"query": " x "}}</tool_call>').query == "x"
+    assert parse_action('<tool_call>{"name": "search", "arguments": {"query_list": [" x "]}}</tool_call>').query == "x"
 
 
 def test_a_passage_is_one_fact_whatever_its_layout_rank_or_neighbour():
