@@ -190,7 +190,7 @@ def test_load_corpus_forms_and_errors(tmp_path: Path):
     ]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"title": "A", "text": "a"}\n{"title": 3}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: a document needs"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: a retrieved document must be an object"):
         load_corpus(bad)
     empty = tmp_path / "empty.json"
     empty.write_text("[]")

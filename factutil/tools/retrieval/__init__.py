@@ -4,6 +4,7 @@
 ``server`` is not re-exported: it needs the ``retrieval`` extra (fastapi, uvicorn), a client not.
 """
 
+from factutil.search_r1 import split_contents
 from factutil.tools.retrieval.client import (
     Passage,
     RetrievalClient,
@@ -17,7 +18,6 @@ from factutil.tools.retrieval.corpus import (
     BM25Retriever,
     Document,
     load_corpus,
-    split_contents,
 )
 
 __all__ = [

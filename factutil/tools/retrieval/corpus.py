@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factutil.search_r1 import split_contents
+from factutil.search_r1 import document_passage
 
 DEFAULT_TOPK = 3
 """Passages per query when a request (server) or a client gives none (Search-R1's ``--topk``)."""
@@ -38,19 +38,15 @@ class Document:
 
 
 def _document_from(item: Any, index: int, where: str) -> Document:
-    if not isinstance(item, Mapping):
-        # A malformed corpus line is a data error like the others (ValueError), not a caller's bug.
-        kind = type(item).__name__
-        raise ValueError(  # noqa: TRY004
-            f"{where}: expected an object with title/text or contents, got {kind}")
-    doc_id = str(item.get("id", item.get("_id", index)))
-    if isinstance(item.get("text"), str) and ("title" in item or "contents" not in item):
-        return Document(doc_id, str(item.get("title", "")), item["text"])
-    contents = item.get("contents")
-    if isinstance(contents, str):
-        title, text = split_contents(contents)
-        return Document(doc_id, title, text)
-    raise ValueError(f"{where}: a document needs a string 'text' (with 'title') or 'contents'")
+    """A corpus item as a :class:`Document`: read as a retrieved document is
+    (:func:`factutil.search_r1.document_passage`), its id ``id`` or ``_id``, else ``index``."""
+    try:
+        if not isinstance(item, Mapping):
+            raise ValueError(f"expected an object with title/text or contents, got {type(item).__name__}")  # noqa: TRY004
+        passage = document_passage(item)
+    except ValueError as error:  # a malformed corpus line is a data error, named by its place
+        raise ValueError(f"{where}: {error}") from None
+    return Document(str(item.get("id", item.get("_id", index))), passage.title, passage.text)
 
 
 def load_corpus(path: str | Path) -> list[Document]:
