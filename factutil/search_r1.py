@@ -182,6 +182,10 @@ def split_passages(observation: str, layouts: tuple[str, ...] = ALL) -> Passages
     text, whole = (text[: partial.start()], True) if partial else (text, whole)
     if not text:
         return Passages([])
+    if text.startswith("(truncated)..."):  # verl's tool kept its answer's end (truncate side "right")
+        text = '{"result": "' + TRUNCATED + text[14:]
+    elif text.startswith('{"result"') and text.endswith("...(truncated)"):  # or its start ("left")
+        text = text[:-14] + TRUNCATED + '"}'
     verl = _VERL.fullmatch(text)
     if verl:  # the text is a JSON string, perhaps cut in the middle and at its end
         head, cut_mark, tail = verl.group(1).partition(TRUNCATED)

@@ -324,6 +324,22 @@ def test_a_verl_tail_that_starts_at_a_cut_escape_keeps_its_whole_passages():
     assert split_passages(cut) == ([Passage("", "Nice", "Nice is on the coast.")], False, 1, 0)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_verl_cuts_at_either_end_keep_the_whole_passages(side):
+    """verl's tool with ``tool_response_truncate_side`` left keeps the start (``text[:n] +
+    "...(truncated)"``), right the end (``"(truncated)..." + text[-n:]``): the whole passages on
+    the kept side stay, the one the cut went through is dropped (one cut)."""
+    whole = json.dumps({"result": 'Doc 1 (Title: "Paris")\nParis text\n\nDoc 2 (Title: "Lyon")\nLyon '
+                                  'text\n\nDoc 3 (Title: "Nice")\nNice text'})
+    at = whole.index("Lyon te")
+    cut = whole[:at] + "...(truncated)" if side == "left" else "(truncated)..." + whole[at:]
+    kept = ["Paris"] if side == "left" else ["Nice"]
+    found = split_passages(f"<tool_response>\n{cut}\n</tool_response>")
+    assert ([p.title for p in found.passages], found.cut, found.unsplit) == (kept, 1, False)
+    backslash = whole[: whole.index("Nice") - 1] + "...(truncated)"  # cut right after a backslash
+    assert [p.title for p in split_passages(backslash).passages] == ["Paris", "Lyon"]
+
+
 def test_research_boxed_answers_are_their_boxed_text():
     """ReSearch's agents answer "<answer>The final answer is \\[ \\boxed{X} \\]</answer>": X."""
     assert parse_action(r"<answer> The final answer is \[ \boxed{Paris} \] </answer>").answer == "Paris"
