@@ -129,10 +129,10 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
     ``</tool_call>`` or R1-Searcher's ``<|end_of_query|>``, or where the environment's text
     starts; chat-template text between turns is none. A retrieved block (of any layout of
     :data:`LAYOUTS`) is the observation of the first turn since the last block that ends as the
-    turn before it does (parallel tool calls get one each), else None; a block never closed ends where the next turn opens a tag and
-    keeps its opening tag, so :func:`split_passages` knows it is cut. Search-R1's :data:`INVALID`
-    notice, bare or in a block, is no observation; whitespace between turns and a block before
-    the first turn are the environment's."""
+    turn before it does (parallel tool calls get one each), else None; a block never closed ends
+    where the next turn opens a tag and keeps its opening tag, so :func:`split_passages` knows it
+    is cut. Search-R1's :data:`INVALID` notice, bare or in a block, is no observation; whitespace
+    between turns and a block before the first turn are the environment's."""
     turns: list[list[Any]] = []
     # a text that starts with a prompt through a chat template: its tags are not turns
     start = _ASSISTANT.search(response) if _CHAT.match(response) else None
