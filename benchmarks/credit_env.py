@@ -551,8 +551,8 @@ def action_features(episode: Episode, options: Sequence[Choice]) -> np.ndarray:
     stored = episode.store_entities()
     latest = episode.latest_entities()
     searched = {fold_key(q) for q in episode.searched}
-    offers = episode.entity_offers()
-    known = qwords.union(*(tokens(q) for q in episode.searched))
+    offers = episode.entity_offers()  # empty for the asserting agent: nothing more to read
+    known = qwords.union(*(tokens(q) for q in episode.searched)) if offers else qwords
 
     def link(entity: frozenset[str]) -> float:
         return max((jaccard(entity, other) for other in stored), default=0.0)
