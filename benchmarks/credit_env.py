@@ -23,16 +23,9 @@ actions — and sees only the question, its fact store and the latest observatio
   chain's last fact is in the store and no same-relation distractor was asserted after it.
 * **invalid** — a truncated JSON action; ``factutil.parse`` reads it as a format error.
 
-A second agent, the **reader** (:class:`benchmarks.credit_reader.ReaderEpisode`), acts as
-Search-R1 does: ``search``, ``answer``, ``invalid``, no assert. Its entity queries are the
-entities (subject or object, as offered) of the facts its retrieved paragraphs offered, latest
-observation first, each top paragraph first. Its **answer** reads the retrieved passages: the
-object of the first fact of the asked relation (the chain's last) met reading the observations
-from the latest backwards, each in the order offered (top paragraph first, a paragraph's own
-facts before its distractors), else the object of the latest observation's first fact, else
-"unknown" (nothing retrieved). So it is right exactly when the chain's last fact's paragraph was
-retrieved and no observation after it, nor a paragraph ranked above it in its own, offered a
-same-relation distractor.
+A second agent, the **reader** (:class:`benchmarks.credit_reader.ReaderEpisode`, whose module
+says how it searches and answers), acts as Search-R1 does: ``search``, ``answer``, ``invalid``,
+no assert; it answers from the passages its searches retrieved.
 
 The policy sees each available action through :func:`action_features` (text only: token overlap
 with the question and the store, the paragraph's rank, a repeated query …), never the gold labels.
