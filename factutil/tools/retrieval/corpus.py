@@ -40,11 +40,11 @@ class Document:
 def _document_from(item: Any, index: int, where: str) -> Document:
     """A corpus item as a :class:`Document`: read as a retrieved document is
     (:func:`factutil.search_r1.document_passage`), its id ``id`` or ``_id``, else ``index``."""
+    if not isinstance(item, Mapping):  # a malformed corpus line is a data error, named by its place
+        raise ValueError(f"{where}: expected an object with title/text or contents, got {type(item).__name__}")  # noqa: TRY004
     try:
-        if not isinstance(item, Mapping):
-            raise ValueError(f"expected an object with title/text or contents, got {type(item).__name__}")  # noqa: TRY004
         passage = document_passage(item)
-    except ValueError as error:  # a malformed corpus line is a data error, named by its place
+    except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
     return Document(str(item.get("id", item.get("_id", index))), passage.title, passage.text)
 
