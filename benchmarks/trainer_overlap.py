@@ -14,10 +14,13 @@ as verl deals a batch out), each shipping a fact once; made beforehand, not time
 round and mode (``score_early`` on, then off; a fresh clusterer each time, so no memo carries
 over), the batch is written to TransferQueue, the trainer's old-log-prob step runs with verl's
 actor workers replaced by a wait of ``--old-log-prob-s`` seconds (the driver waits on the actors
-there), then the advantage step (``_compute_advantage``: verl's GRPO, then factutil) is timed.
-The old-log-prob step's time beyond the wait is what starting the early thread adds there.
+there), then the advantage step (``_compute_advantage``: factutil's, with verl's GRPO only where
+a row keeps it) is timed. The old-log-prob step's time beyond the wait is what starting the early
+thread adds there. Each round first times verl's own advantage step on the same batch (its GRPO
+alone, what ``trainer_mode=sync`` runs).
 
-Prints, per mode, the median wall seconds of the advantage step, factutil's part of it
+Prints, per mode, the median wall seconds of the advantage step, verl's own step, the time the
+factutil trainer adds ÷ verl's own step (per round, then the median), factutil's part of its step
 (``factutil/time_trainer_ms``), how long it still waited for the early thread
 (``factutil/time_wait_ms``), and whether both modes wrote the same advantages (bit for bit).
 ``--driver-threads 1`` gives the process the one thread verl's driver actor has.
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     import ray
     import transfer_queue as tq
     from omegaconf import OmegaConf
-    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
@@ -157,7 +160,14 @@ def main(argv: list[str] | None = None) -> dict:
         runs: dict[bool, list[dict]] = {True: [], False: []}
         tags = [{"status": "success", "seq_len": 8 + len(f["responses"]),
                  "response_len": len(f["responses"])} for f in fields]
+        verl_own: list[float] = []
         for _ in range(args.rounds):
+            # verl's own advantage step (its GRPO alone, as trainer_mode=sync runs it) on the batch
+            meta = tq.kv_batch_put(keys=keys, partition_id="train",
+                                   fields=list_of_dict_to_tensordict(fields), tags=tags)
+            start = time.perf_counter()
+            PPOTrainerSync._compute_advantage(trainers[True], meta, {})
+            verl_own.append(time.perf_counter() - start)
             for early, trainer in trainers.items():
                 # a new run's clusterer: nothing memoised from the round before
                 trainer.factutil_step = TrainerStep(trainer.factutil_config)
@@ -174,6 +184,8 @@ def main(argv: list[str] | None = None) -> dict:
                 written[early] = b"".join(t.numpy().tobytes() for t in data["advantages"].unbind())
                 runs[early].append({
                     "advantage_step_s": seconds,
+                    "verl_own_s": verl_own[-1],
+                    "added_over_verl_own": (seconds - verl_own[-1]) / verl_own[-1],
                     "old_log_prob_extra_s": old_log_prob_extra_s,
                     "factutil_s": metrics["factutil/time_trainer_ms"] / 1000.0,
                     "wait_s": metrics.get("factutil/time_wait_ms", 0.0) / 1000.0,
@@ -192,14 +204,16 @@ def main(argv: list[str] | None = None) -> dict:
                         f"{args.driver_threads or 'all'} (seconds, median of {args.rounds})",
                   header_style="bold")
     for column in ("score_early", "old-log-prob step beyond the wait", "advantage step",
-                   "of which factutil", "waited for the thread", "scoring itself",
-                   "early result used", "groups fallen back"):
+                   "verl's own step", "added ÷ verl's own", "of which factutil",
+                   "waited for the thread", "scoring itself", "early result used",
+                   "groups fallen back"):
         table.add_column(column, justify="right")
     for early in (True, False):
         median = {name: statistics.median(run[name] for run in runs[early]) for name in runs[early][0]}
         report["modes"]["on" if early else "off"] = {"median": median, "runs": runs[early]}
         table.add_row("on" if early else "off", f"{median['old_log_prob_extra_s']:.3f}",
-                      f"{median['advantage_step_s']:.3f}",
+                      f"{median['advantage_step_s']:.3f}", f"{median['verl_own_s']:.3f}",
+                      f"{median['added_over_verl_own']:+.2f}",
                       f"{median['factutil_s']:.3f}", f"{median['wait_s']:.3f}",
                       f"{median['score_s']:.3f}", f"{median['early_used']:.0f}",
                       f"{median['groups_fallback']:.0f}")

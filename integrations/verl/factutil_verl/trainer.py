@@ -2,10 +2,11 @@
 
 Select it with ``trainer.v1.trainer_mode=factutil`` (and ``algorithm.adv_estimator=grpo``). It is
 :class:`verl.trainer.ppo.v1.PPOTrainerSync` with one override, :meth:`FactUtilTrainer._compute_advantage`:
-verl computes its own GRPO advantages first (KL-in-reward and rollout correction included), then
 the rows of each group are rebuilt into factutil rollouts, scored by
 :func:`factutil.compute_process_advantages` and written back as ``advantages`` and ``returns``.
-Groups that cannot be scored keep verl's GRPO values (see :mod:`factutil_verl.advantage`).
+Groups that cannot be scored keep verl's GRPO values (see :mod:`factutil_verl.advantage`). verl's
+own advantage step runs first when it changes more than the advantages (KL in the reward, rollout
+correction), else only when a row keeps its values: factutil overwrites every other row.
 
 The run's clusterer, early scoring, report writer and step metrics are
 :class:`factutil.integration.TrainerStep`'s. With ``algorithm.factutil.score_early`` (default on)
@@ -174,19 +175,37 @@ class FactUtilTrainer(PPOTrainerSync):
                                  "scores the batch")
         return super()._compute_old_log_prob(batch, metrics)
 
-    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """verl's GRPO advantages, then FactAgent's for every group that can be scored.
+    def _verl_first(self, batch: KVBatchMeta) -> bool:
+        """Whether verl's own advantage step must run before factutil's: it changes more than
+        ``advantages`` and ``returns`` (KL in the reward: the rewards; rollout correction, which
+        verl applies when the batch has ``rollout_log_probs``: the mask and its weights and
+        metrics), or the batch's fields are unknown."""
+        algorithm = self.config.algorithm
+        correction = algorithm.get("rollout_correction", None)
+        return bool(algorithm.use_kl_in_reward) or (
+            correction is not None and not correction.get("bypass_mode", False)
+            and (batch.fields is None or "rollout_log_probs" in batch.fields))
 
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """FactAgent's advantages for every group that can be scored, verl's GRPO for the rest.
+
+        verl's own advantage step (its GRPO values, KL in the reward, rollout correction) runs
+        first when it changes more than the advantages (:meth:`_verl_first`); otherwise only when
+        a row keeps its values (padding, a group fallen back, a failure), since factutil
+        overwrites every other row.
         Reads ``uid``, ``response_mask``, the reward (``rm_scores``, or ``token_level_rewards``
-        with ``use_kl_in_reward``), ``extra_fields`` and, when a row keeps them (padding, a
-        fallback group), verl's ``advantages`` from TransferQueue;
+        with ``use_kl_in_reward``), ``extra_fields`` and, when a row keeps them, verl's
+        ``advantages`` from TransferQueue;
         writes ``advantages`` and ``returns`` (equal, as verl's GRPO does) and adds ``factutil/*``
-        metrics. A batch scored early (``score_early``) is used when its inputs are unchanged.
+        metrics (``time_trainer_ms``: factutil's part, verl's step left out). A batch scored early
+        (``score_early``) is used when its inputs are unchanged.
         Any failure keeps verl's values for the whole batch and sets
         ``factutil/batch_fallback`` to 1. Every ``report_every``-th step hands the scored batch
         to the report writer, which returns at once.
         """
-        batch = super()._compute_advantage(batch, metrics)
+        verl_done = self._verl_first(batch)
+        if verl_done:
+            batch = super()._compute_advantage(batch, metrics)
         started = time.perf_counter()
         step, result, failed = self.factutil_step, None, False
         try:
@@ -194,6 +213,10 @@ class FactUtilTrainer(PPOTrainerSync):
             scored = step.take([inputs.key()], lambda: self._factutil_score(batch))
             grpo = None
             if grpo_rows(scored, inputs.uids, inputs.is_padding).any():  # else not read at all
+                if not verl_done:
+                    verl_started = time.perf_counter()
+                    batch, verl_done = super()._compute_advantage(batch, metrics), True
+                    started += time.perf_counter() - verl_started
                 grpo = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                        select_fields=["advantages"]).to_padded_tensor()["advantages"]
             advantages = with_grpo_fallback(scored, grpo, inputs.uids, inputs.is_padding)
@@ -207,6 +230,10 @@ class FactUtilTrainer(PPOTrainerSync):
         except Exception:
             logger.exception("factutil: the batch keeps verl's GRPO advantages")
             failed = True
+        if failed and not verl_done:
+            verl_started = time.perf_counter()
+            batch = super()._compute_advantage(batch, metrics)
+            started += time.perf_counter() - verl_started
         metrics.update(step.finish(result, started, failed=failed,
                                    step=getattr(self, "global_steps", None)))
         return batch

@@ -119,9 +119,6 @@ def test_a_batch_without_extra_fields_keeps_verls_grpo(
     advantage step (rows without extra fields: the read fails, the whole batch keeps GRPO) or
     early (rows whose extra fields hold no factutil key: every group falls back, and verl's GRPO
     values are read for their rows)."""
-    from verl.protocol import DataProto
-    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
-
     seen: list = []
     _fake_old_log_prob(monkeypatch, seen)
     trainer = make_trainer(verl_config)
@@ -145,15 +142,7 @@ def test_a_batch_without_extra_fields_keeps_verls_grpo(
         assert seen == [True] and metrics["factutil/score_early_used"] == 1.0
         assert metrics["factutil/groups_fallback"] == 30.0
 
-    grpo = compute_advantage_for_multi_trajectories(
-        DataProto.from_dict(
-            tensors={"response_mask": rows.response_mask, "token_level_rewards": rows.rm_scores},
-            non_tensors={"uid": np.array(rows.uids, dtype=object)},
-        ),
-        batch_keys=rows.keys,
-        adv_estimator="grpo",
-        num_repeat=6,
-    ).batch["advantages"]
+    grpo = _verl_grpo(rows)
     for row, tokens in enumerate(read_advantages(meta)):
         assert torch.isfinite(tokens).all()
         torch.testing.assert_close(tokens, grpo[row, : tokens.shape[0]].float())
@@ -436,3 +425,100 @@ def test_span_layout_rows_with_facts_retrieved_are_credited_on_each_search_throu
         for (s, e), value in zip(spans, want):
             np.testing.assert_allclose(tokens[s:e].numpy(), value, rtol=0, atol=1e-6)
         assert not tokens[~mask.bool()].any()  # the information tokens carry nothing
+
+
+def _verl_grpo(rows: Rows) -> torch.Tensor:
+    """verl's own GRPO advantages of ``rows`` (B, T), as its advantage step computes them."""
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    return compute_advantage_for_multi_trajectories(
+        DataProto.from_dict(
+            tensors={"response_mask": rows.response_mask, "token_level_rewards": rows.rm_scores},
+            non_tensors={"uid": np.array(rows.uids, dtype=object)},
+        ),
+        batch_keys=rows.keys, adv_estimator="grpo", num_repeat=6,
+    ).batch["advantages"]
+
+
+def test_verls_own_step_runs_only_when_a_row_keeps_its_values(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """Every group scored -> verl's advantage step is not run (factutil overwrites every row);
+    one group without factutil's fields -> it runs once, and that group's rows get its GRPO
+    values while every other row keeps the core's."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    calls: list = []
+    real = PPOTrainerSync._compute_advantage
+
+    def counting(self, batch, metrics):
+        calls.append(list(batch.keys))
+        return real(self, batch, metrics)
+
+    monkeypatch.setattr(PPOTrainerSync, "_compute_advantage", counting)
+    trainer = make_trainer(verl_config)
+    expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
+    meta, metrics = put_rows(sample_rows, "train"), {}
+    trainer._compute_advantage(meta, metrics)
+    assert calls == [] and metrics["factutil/groups_scored"] == 30.0
+    _assert_advantages_are_the_cores(meta, sample_rows, expected)
+
+    first = sample_rows.uids[0]
+    rows = Rows(**{**sample_rows.__dict__, "extra_fields": [
+        {"other_loop": row} if uid == first else extra
+        for row, (uid, extra) in enumerate(zip(sample_rows.uids, sample_rows.extra_fields))]})
+    meta, metrics = put_rows(rows, "train"), {}
+    trainer._compute_advantage(meta, metrics)
+    assert calls == [list(meta.keys)] and metrics["factutil/groups_fallback"] == 1.0
+    grpo, advantages = _verl_grpo(rows), read_advantages(meta)
+    kept = [row for row, uid in enumerate(rows.uids) if uid == first]
+    assert kept and any(grpo[row].abs().sum() > 0 for row in kept)
+    for row in kept:
+        torch.testing.assert_close(advantages[row], grpo[row, : advantages[row].shape[0]].float())
+    for record in expected.actions:
+        if record.uid != first:
+            row = sample_rows.row_of_action[(record.uid, record.rollout_id, record.step)]
+            np.testing.assert_allclose(advantages[row].numpy(), record.advantage, rtol=1e-6,
+                                       atol=1e-6)
+
+
+def test_verls_step_runs_first_with_kl_in_the_reward_or_rollout_log_probs(verl_config):
+    from transfer_queue import KVBatchMeta
+
+    fields = ["uid", "response_mask", "rm_scores"]
+    plain = KVBatchMeta(keys=["a_0_0"], tags=[{}], fields=fields)
+    corrected = KVBatchMeta(keys=["a_0_0"], tags=[{}], fields=[*fields, "rollout_log_probs"])
+    unknown = KVBatchMeta(keys=["a_0_0"], tags=[{}], fields=None)
+    trainer = make_trainer(verl_config)
+    assert not trainer._verl_first(plain)
+    assert trainer._verl_first(corrected) and trainer._verl_first(unknown)
+    assert make_trainer(verl_config, "algorithm.use_kl_in_reward=true")._verl_first(plain)
+    bypass = make_trainer(verl_config, "algorithm.rollout_correction.bypass_mode=true")
+    assert not bypass._verl_first(corrected)
+
+
+def test_verls_own_step_writes_only_advantages_and_returns_on_such_a_batch(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """What leaving verl's step out relies on: with no KL in the reward and no rollout log-probs,
+    it writes ``advantages`` and ``returns`` (its GRPO) and nothing else, so factutil's write of
+    every row leaves nothing of it behind (a verl that writes more fails here)."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    written: list[set] = []
+    real_put = tq.kv_batch_put
+
+    def recording_put(*args, **kwargs):
+        written.append(set(kwargs["fields"].keys()))
+        return real_put(*args, **kwargs)
+
+    trainer = make_trainer(verl_config)
+    meta = put_rows(sample_rows, "train")
+    assert not trainer._verl_first(meta)
+    monkeypatch.setattr(tq, "kv_batch_put", recording_put)
+    PPOTrainerSync._compute_advantage(trainer, meta, {})
+    assert written == [{"advantages", "returns"}]
+    grpo, advantages = _verl_grpo(sample_rows), read_advantages(meta)
+    for row, tokens in enumerate(advantages):
+        torch.testing.assert_close(tokens, grpo[row, : tokens.shape[0]].float())
