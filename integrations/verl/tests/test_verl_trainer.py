@@ -522,3 +522,40 @@ def test_verls_own_step_writes_only_advantages_and_returns_on_such_a_batch(
     grpo, advantages = _verl_grpo(sample_rows), read_advantages(meta)
     for row, tokens in enumerate(advantages):
         torch.testing.assert_close(tokens, grpo[row, : tokens.shape[0]].float())
+
+
+def test_with_rollout_log_probs_verls_step_runs_first_and_nothing_of_it_is_lost(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """A batch with rollout log-probs (verl's rollout correction, on by default) -> verl's own
+    step runs first, once, and its ``rollout_corr/*`` metrics reach the step's metrics; every
+    row still gets the core's advantages (the early score is used: the mask verl writes back is
+    the same)."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    calls: list = []
+    real = PPOTrainerSync._compute_advantage
+
+    def counting(self, batch, metrics):
+        calls.append(list(batch.keys))
+        return real(self, batch, metrics)
+
+    monkeypatch.setattr(PPOTrainerSync, "_compute_advantage", counting)
+    seen: list = []
+    _fake_old_log_prob(monkeypatch, seen)
+    trainer = make_trainer(verl_config)
+    meta = put_rows(sample_rows, "train")
+    lengths = [int(sample_rows.response_mask[row].sum()) for row in range(len(meta.keys))]
+    meta = tq.kv_batch_put(keys=meta.keys, partition_id="train", fields=list_of_dict_to_tensordict(
+        [{"rollout_log_probs": torch.full((n,), -1.0), "old_log_probs": torch.full((n,), -1.1)}
+         for n in lengths]))
+    assert trainer._verl_first(meta)
+    metrics: dict[str, float] = {}
+    meta = trainer._compute_old_log_prob(meta, metrics)
+    trainer._compute_advantage(meta, metrics)
+    assert calls == [list(meta.keys)] and seen == [True]
+    assert any(key.startswith("rollout_corr/") for key in metrics), sorted(metrics)
+    assert metrics["factutil/score_early_used"] == 1.0 and metrics["factutil/batch_fallback"] == 0.0
+    expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
+    _assert_advantages_are_the_cores(meta, sample_rows, expected)
