@@ -63,8 +63,9 @@ class _Inputs:
     keys: list[str]
     uids: list[str]
     extra_fields: list[Any]
-    response_mask: Any  # (B, T) padded tensor
+    response_mask: Any  # (B, T) padded tensor: the mask the actions are placed on
     rewards: Any  # (B, T) padded tensor
+    trained_mask: Any  # (B, T) padded tensor: the mask now in TransferQueue
     is_padding: list[bool]
     nested_mask: Any  # TransferQueue's jagged response_mask, for writing back
 
@@ -116,10 +117,12 @@ class FactUtilTrainer(PPOTrainerSync):
     def _reward_field(self) -> str:
         return "token_level_rewards" if self.config.algorithm.use_kl_in_reward else "rm_scores"
 
-    def _factutil_inputs(self, batch: KVBatchMeta, extra: bool = True) -> _Inputs:
+    def _factutil_inputs(self, batch: KVBatchMeta, extra: bool = True,
+                         layout: Any = None) -> _Inputs:
         """The batch's scoring inputs from TransferQueue; without ``extra`` the rows' extra fields
         (the actions and their workers' work, most of what is read) are left out
-        (``extra_fields`` is then empty)."""
+        (``extra_fields`` is then empty). ``layout``: the (B, T) mask to place the actions on,
+        read before verl's rollout correction rejected tokens (None: the mask read now)."""
         reward_field = self._reward_field()
         fields = ["uid", "response_mask", reward_field] + (["extra_fields"] if extra else [])
         data = tq.kv_batch_get(
@@ -134,17 +137,19 @@ class FactUtilTrainer(PPOTrainerSync):
         tags = list(batch.tags) if batch.tags else [{}] * len(batch.keys)
         inputs = _Inputs(
             keys=list(batch.keys), uids=uids, extra_fields=extra_fields,
-            response_mask=padded["response_mask"], rewards=padded[reward_field],
+            response_mask=padded["response_mask"] if layout is None else layout,
+            rewards=padded[reward_field], trained_mask=padded["response_mask"],
             is_padding=[bool(tag.get("is_padding", False)) for tag in tags],
             nested_mask=nested_mask,
         )
         return inputs
 
-    def _factutil_score(self, batch: KVBatchMeta, read: list | None = None) -> FactAgentAdvantages:
+    def _factutil_score(self, batch: KVBatchMeta, read: list | None = None,
+                        layout: Any = None) -> FactAgentAdvantages:
         """The batch read from TransferQueue (its client is thread-safe) and scored without
         verl's GRPO values (:func:`with_grpo_fallback` adds them); ``read`` gets the key
-        (:meth:`_Inputs.key`) of the rows it read."""
-        inputs = self._factutil_inputs(batch)
+        (:meth:`_Inputs.key`) of the rows it read; ``layout`` as in :meth:`_factutil_inputs`."""
+        inputs = self._factutil_inputs(batch, layout=layout)
         if read is not None:
             read.append(inputs.key())
         step = self.factutil_step
@@ -196,21 +201,28 @@ class FactUtilTrainer(PPOTrainerSync):
         Reads ``uid``, ``response_mask``, the reward (``rm_scores``, or ``token_level_rewards``
         with ``use_kl_in_reward``), ``extra_fields`` and, when a row keeps them, verl's
         ``advantages`` from TransferQueue;
-        writes ``advantages`` and ``returns`` (equal, as verl's GRPO does) and adds ``factutil/*``
-        metrics (``time_trainer_ms``: factutil's part, verl's step left out). A batch scored early
+        writes ``advantages`` and ``returns`` (equal, as verl's GRPO does; the actions placed on
+        the mask the loop wrote, 0 wherever verl's rejection sampling zeroed it) and adds
+        ``factutil/*`` metrics (``time_trainer_ms``: factutil's part, verl's step left out). A
+        batch scored early
         (``score_early``) is used when its inputs are unchanged.
         Any failure keeps verl's values for the whole batch and sets
         ``factutil/batch_fallback`` to 1. Every ``report_every``-th step hands the scored batch
         to the report writer, which returns at once.
         """
-        verl_done = self._verl_first(batch)
+        verl_done, layout = self._verl_first(batch), None
         if verl_done:
+            # Rejection sampling may zero tokens of the mask: the actions are placed on the mask
+            # the loop wrote, and verl's new mask then applies to every row, as in verl's GRPO.
+            layout = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                     select_fields=["response_mask"]).to_padded_tensor()
+            layout = layout["response_mask"]
             batch = super()._compute_advantage(batch, metrics)
         started = time.perf_counter()
         step, result, failed = self.factutil_step, None, False
         try:
-            inputs = self._factutil_inputs(batch, extra=False)
-            scored = step.take([inputs.key()], lambda: self._factutil_score(batch))
+            inputs = self._factutil_inputs(batch, extra=False, layout=layout)
+            scored = step.take([inputs.key()], lambda: self._factutil_score(batch, layout=layout))
             grpo = None
             if grpo_rows(scored, inputs.uids, inputs.is_padding).any():  # else not read at all
                 if not verl_done:
@@ -219,7 +231,8 @@ class FactUtilTrainer(PPOTrainerSync):
                     started += time.perf_counter() - verl_started
                 grpo = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                        select_fields=["advantages"]).to_padded_tensor()["advantages"]
-            advantages = with_grpo_fallback(scored, grpo, inputs.uids, inputs.is_padding)
+            advantages = (with_grpo_fallback(scored, grpo, inputs.uids, inputs.is_padding)
+                          * inputs.trained_mask.to(torch.float32))
             nested = response_to_nested(advantages, inputs.nested_mask)
             fields = TensorDict(
                 {"advantages": nested, "returns": nested.clone()}, batch_size=len(batch.keys)

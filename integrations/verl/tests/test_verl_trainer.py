@@ -331,11 +331,11 @@ def test_a_failed_early_scoring_is_done_again_at_the_advantage_step(
     trainer, metrics = make_trainer(verl_config), {}
     real, calls = trainer._factutil_score, []
 
-    def failing_once(batch, *read):
+    def failing_once(batch, *read, **options):
         calls.append(batch)
         if len(calls) == 1:
             raise RuntimeError("scoring failed in the thread")
-        return real(batch, *read)
+        return real(batch, *read, **options)
 
     monkeypatch.setattr(trainer, "_factutil_score", failing_once)
     meta = put_rows(sample_rows, "train")
@@ -356,6 +356,20 @@ def test_no_early_scoring_with_kl_in_the_reward(verl_config, monkeypatch):
     assert seen == [None]
 
 
+P1 = "Doc 1 (Title: Xawery Żuławski) Xawery Żuławski is a Polish film director."
+P3 = "Doc 1 (Title: Polish-Russian War) Polish-Russian War is a 2009 Polish film."
+
+
+def _search(query: str, observation: str) -> dict:
+    return {"kind": "search", "query": query, "triples": None, "answer": None, "error": None,
+            "observation": observation}
+
+
+def _answer(text: str) -> dict:
+    return {"kind": "answer", "query": None, "triples": None, "answer": text, "error": None,
+            "observation": None}
+
+
 def test_span_layout_rows_with_facts_retrieved_are_credited_on_each_search_through_the_trainer(
     transfer_queue, verl_config
 ):
@@ -367,26 +381,15 @@ def test_span_layout_rows_with_facts_retrieved_are_credited_on_each_search_throu
     A_out + 0.5 tanh(u), rollout 0's second search (P1 again) and every answer A_out."""
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    p1 = "Doc 1 (Title: Xawery Żuławski) Xawery Żuławski is a Polish film director."
-    p3 = "Doc 1 (Title: Polish-Russian War) Polish-Russian War is a 2009 Polish film."
-
-    def search(query: str, observation: str) -> dict:
-        return {"kind": "search", "query": query, "triples": None, "answer": None, "error": None,
-                "observation": observation}
-
-    def answer(text: str) -> dict:
-        return {"kind": "answer", "query": None, "triples": None, "answer": text, "error": None,
-                "observation": None}
-
     rows = []
     for k in range(6):
         right = k < 3
-        actions = [search(f"query {k}", p1 if right else p3)]
+        actions = [_search(f"query {k}", P1 if right else P3)]
         spans = [[0, 4]]
         if k == 0:  # a second search, then the answer; 5 information tokens after each search
-            actions.append(search("another query", p1))
+            actions.append(_search("another query", P1))
             spans.append([9, 12])
-        actions.append(answer("Małgorzata Braunek" if right else "Paris"))
+        actions.append(_answer("Małgorzata Braunek" if right else "Paris"))
         start = spans[-1][1] + 5
         spans.append([start, start + 3])
         length = spans[-1][1]
@@ -559,3 +562,188 @@ def test_with_rollout_log_probs_verls_step_runs_first_and_nothing_of_it_is_lost(
     assert metrics["factutil/score_early_used"] == 1.0 and metrics["factutil/batch_fallback"] == 0.0
     expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
     _assert_advantages_are_the_cores(meta, sample_rows, expected)
+
+
+def test_a_rollout_rejected_by_verls_rollout_correction_keeps_its_group_scored(
+    transfer_queue, verl_config
+):
+    """verl's rejection sampling (``rollout_rs=seq_max_k2``, threshold 0.5) zeroes the mask of
+    rollout 5 (log-ratio 2 on every token: k2 = 2). Span layout without ``spans`` (a search run
+    and an answer run per row): the turns are placed on the mask the loop wrote, then verl's mask
+    applies, as verl's GRPO does. By hand (as the span-layout test above): a right search gets
+    A_out + 0.5 tanh(0.375), a wrong one -(A_out + 0.5 tanh(0.375)), answers +-A_out with
+    A_out = 0.5 / (sqrt(0.3) + 1e-6); rollout 5 gets 0 on every token."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    mask = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1])
+    fields = []
+    for k in range(6):
+        right = k < 3
+        fields.append({
+            "uid": "rejected", "responses": torch.arange(12), "response_mask": mask.clone(),
+            "rm_scores": torch.tensor([0.0] * 11 + [float(right)]),
+            "rollout_log_probs": torch.full((12,), -3.0 if k == 5 else -1.0),
+            "old_log_probs": torch.full((12,), -1.0),
+            "extra_fields": {"factutil": {
+                "trajectory_id": f"rejected_{k}", "question": "Who?",
+                "golden_answers": ["Małgorzata Braunek"],
+                "actions": [_search(f"query {k}", P1 if right else P3),
+                            _answer("Małgorzata Braunek" if right else "Paris")]}},
+        })
+    meta = tq.kv_batch_put(keys=[f"rejected_{k}_0" for k in range(6)], partition_id="rs",
+                           fields=list_of_dict_to_tensordict(fields), tags=[{}] * 6)
+    trainer = make_trainer(verl_config, "+algorithm.factutil.facts=retrieved",
+                           "+algorithm.factutil.score_early=false",
+                           "algorithm.rollout_correction.rollout_rs=seq_max_k2",
+                           "algorithm.rollout_correction.rollout_rs_threshold=0.5")
+    assert trainer._verl_first(meta)
+    metrics: dict[str, float] = {}
+    trainer._compute_advantage(meta, metrics)
+
+    assert metrics["factutil/groups_fallback"] == 0.0 and metrics["factutil/batch_fallback"] == 0.0
+    kept = tq.kv_batch_get(keys=meta.keys, partition_id="rs", select_fields=["response_mask"])
+    assert [bool(m.any()) for m in kept["response_mask"].unbind()] == [True] * 5 + [False]
+    a_out = 0.5 / (np.sqrt(0.3) + 1e-6)
+    search = a_out + 0.5 * np.tanh(0.375)
+    for k, tokens in enumerate(read_advantages(meta)):
+        sign = 1.0 if k < 3 else -1.0
+        want = [sign * search] * 4 + [0.0] * 5 + [sign * a_out] * 3
+        np.testing.assert_allclose(tokens.numpy(), [0.0] * 12 if k == 5 else want, atol=1e-6)
+
+
+def _renamed(rows: Rows, prefix: str) -> Rows:
+    """``rows`` under fresh keys and uids (nothing of an earlier test is read back)."""
+    return Rows(**{**rows.__dict__, "keys": [prefix + key for key in rows.keys],
+                   "uids": [prefix + uid for uid in rows.uids],
+                   "row_of_action": {(prefix + uid, rid, step): row
+                                     for (uid, rid, step), row in rows.row_of_action.items()}})
+
+
+def _core_of(rows: Rows, prefix: str, rewards: dict | None = None):
+    """The core's advantages of the sample's rollouts, uids under ``prefix`` (:func:`_renamed`);
+    ``rewards``: (uid, rollout_id) -> R replaces the computed outcome reward."""
+    lines = [{**line, "uid": prefix + line["uid"]} for line in rows.lines]
+    if rewards is not None:
+        lines = [{**line, "reward": rewards[(line["uid"], line["rollout_id"])]} for line in lines]
+    return compute_process_advantages(lines, FactUtilConfig(mode="exact"))
+
+
+def _put_fields(meta, of_row):
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    return tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id,
+                           fields=list_of_dict_to_tensordict([of_row(r) for r in range(len(meta))]))
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_verls_padding_rows_keep_verls_values_and_every_real_row_the_cores(
+    transfer_queue, sample_rows, verl_config, monkeypatch, early
+):
+    """verl's own upsampling (:func:`upsample_batch_to_divisible_size`: copies of the first row,
+    extra fields included, under a fresh uid, tagged ``is_padding``) -> the padding rows keep
+    verl's GRPO (0: one all-zero group, empty mask) and every real row gets the core's."""
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+
+    _fake_old_log_prob(monkeypatch, [])
+    rows = _renamed(sample_rows, f"pad{int(early)}")
+    trainer = make_trainer(verl_config, f"+algorithm.factutil.score_early={str(early).lower()}")
+    meta = upsample_batch_to_divisible_size(put_rows(rows, "train"), len(rows.keys) + 3, 0)
+    padding = [tag.get("is_padding", False) for tag in meta.tags]
+    assert padding == [False] * len(rows.keys) + [True] * 3
+    metrics: dict[str, float] = {}
+    meta = trainer._compute_old_log_prob(meta, metrics)
+    trainer._compute_advantage(meta, metrics)
+    assert metrics["factutil/batch_fallback"] == 0.0 and metrics["factutil/groups_fallback"] == 0.0
+    assert metrics["factutil/score_early_used"] == float(early)
+    advantages = read_advantages(meta)
+    assert all(not tokens.any() for tokens in advantages[len(rows.keys):])
+    _assert_advantages_are_the_cores(meta, rows, _core_of(rows, f"pad{int(early)}"))
+
+
+def test_kl_in_the_reward_end_to_end_scores_verls_token_level_rewards(
+    transfer_queue, sample_rows, verl_config
+):
+    """``use_kl_in_reward``: verl's step applies the KL penalty first (old - ref log-prob = 0.5 on
+    every token, beta = kl_coef = 0.001), and each rollout's outcome reward is its last row's
+    score minus 0.001 * 0.5 * that row's length: the core's advantages with those rewards."""
+    rows = _renamed(sample_rows, "kl")
+    trainer = make_trainer(verl_config, "algorithm.use_kl_in_reward=true",
+                           "algorithm.kl_ctrl.kl_coef=0.001")
+    lengths = [int(rows.response_mask[row].sum()) for row in range(len(rows.keys))]
+    meta = _put_fields(put_rows(rows, "train"), lambda r: {
+        "old_log_probs": torch.full((lengths[r],), -1.0),
+        "ref_log_prob": torch.full((lengths[r],), -1.5)})
+    metrics: dict[str, float] = {}
+    trainer._compute_advantage(meta, metrics)
+    assert metrics["factutil/batch_fallback"] == 0.0 and "actor/reward_kl_penalty" in metrics
+    rewards = {}
+    for line in rows.lines:
+        uid = "kl" + line["uid"]
+        last = rows.row_of_action[(uid, line["rollout_id"], len(line["actions"]) - 1)]
+        rewards[(uid, line["rollout_id"])] = (float(rows.rm_scores[last].sum())
+                                              - 0.001 * 0.5 * lengths[last])
+    expected = _core_of(rows, "kl", rewards)
+    plain = _core_of(rows, "kl")
+    assert max(abs(a.advantage - b.advantage) for a, b in zip(expected.actions, plain.actions)) > 1e-3
+    advantages = read_advantages(meta)
+    for record in expected.actions:
+        row = rows.row_of_action[(record.uid, record.rollout_id, record.step)]
+        np.testing.assert_allclose(advantages[row].numpy(), record.advantage, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_rejected_by_verls_rollout_correction_get_0_and_verls_weights_are_kept(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """verl's rejection sampling (``seq_max_k2`` 0.5) rejects every 7th row (log-ratio 2) and its
+    token IS weights are on: rejected rows get 0, every other row the core's; verl's new mask,
+    its ``rollout_is_weights`` and ``rollout_corr/*`` metrics are kept, and the early score (on
+    the mask the loop wrote) is used."""
+    _fake_old_log_prob(monkeypatch, [])
+    rows = _renamed(sample_rows, "rs")
+    trainer = make_trainer(verl_config, "algorithm.rollout_correction.rollout_rs=seq_max_k2",
+                           "algorithm.rollout_correction.rollout_rs_threshold=0.5",
+                           "algorithm.rollout_correction.rollout_is=token")
+    lengths = [int(rows.response_mask[row].sum()) for row in range(len(rows.keys))]
+    rejected = set(range(0, len(rows.keys), 7))
+    meta = _put_fields(put_rows(rows, "train"), lambda r: {
+        "rollout_log_probs": torch.full((lengths[r],), -3.0 if r in rejected else -1.0),
+        "old_log_probs": torch.full((lengths[r],), -1.0)})
+    metrics: dict[str, float] = {}
+    meta = trainer._compute_old_log_prob(meta, metrics)
+    trainer._compute_advantage(meta, metrics)
+    assert metrics["factutil/score_early_used"] == 1.0 and metrics["factutil/batch_fallback"] == 0.0
+    assert any(key.startswith("rollout_corr/") for key in metrics)
+    kept = tq.kv_batch_get(keys=meta.keys, partition_id="train",
+                           select_fields=["response_mask", "rollout_is_weights"])
+    assert [bool(m.any()) for m in kept["response_mask"].unbind()] == [
+        row not in rejected for row in range(len(rows.keys))]
+    advantages = read_advantages(meta)
+    for record in _core_of(rows, "rs").actions:
+        row = rows.row_of_action[(record.uid, record.rollout_id, record.step)]
+        want = 0.0 if row in rejected else record.advantage
+        np.testing.assert_allclose(advantages[row].numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_failed_write_after_verls_step_was_left_out_gives_the_whole_batch_verls_grpo(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """Every group scored (verl's step left out), then factutil's write fails -> verl's step
+    runs and every row has its GRPO values (none unwritten), ``batch_fallback`` 1."""
+    rows = _renamed(sample_rows, "put")
+    trainer = make_trainer(verl_config)
+    meta = put_rows(rows, "train")
+    real_put, failed = tq.kv_batch_put, []
+
+    def failing_once(*args, **kwargs):
+        if kwargs["fields"].get("advantages", None) is not None and not failed:
+            failed.append(True)
+            raise RuntimeError("the put failed")
+        return real_put(*args, **kwargs)
+
+    monkeypatch.setattr(tq, "kv_batch_put", failing_once)
+    metrics: dict[str, float] = {}
+    trainer._compute_advantage(meta, metrics)
+    assert failed and metrics["factutil/batch_fallback"] == 1.0
+    grpo = _verl_grpo(rows)
+    for row, tokens in enumerate(read_advantages(meta)):
+        torch.testing.assert_close(tokens, grpo[row, : tokens.shape[0]].float())
