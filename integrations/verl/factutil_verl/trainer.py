@@ -191,6 +191,11 @@ class FactUtilTrainer(PPOTrainerSync):
             correction is not None and not correction.get("bypass_mode", False)
             and (batch.fields is None or "rollout_log_probs" in batch.fields))
 
+    def _verl_step(self, batch: KVBatchMeta, metrics: dict) -> tuple[KVBatchMeta, float]:
+        """verl's own advantage step, and its seconds (left out of factutil's time)."""
+        started = time.perf_counter()
+        return super()._compute_advantage(batch, metrics), time.perf_counter() - started
+
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """FactAgent's advantages for every group that can be scored, verl's GRPO for the rest.
 
@@ -210,6 +215,7 @@ class FactUtilTrainer(PPOTrainerSync):
         ``factutil/batch_fallback`` to 1. Every ``report_every``-th step hands the scored batch
         to the report writer, which returns at once.
         """
+        started = time.perf_counter()
         verl_done, layout = self._verl_first(batch), None
         if verl_done:
             # Rejection sampling may zero tokens of the mask: the actions are placed on the mask
@@ -217,8 +223,8 @@ class FactUtilTrainer(PPOTrainerSync):
             layout = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                      select_fields=["response_mask"]).to_padded_tensor()
             layout = layout["response_mask"]
-            batch = super()._compute_advantage(batch, metrics)
-        started = time.perf_counter()
+            batch, seconds = self._verl_step(batch, metrics)
+            started += seconds
         step, result, failed = self.factutil_step, None, False
         try:
             inputs = self._factutil_inputs(batch, extra=False, layout=layout)
@@ -226,9 +232,8 @@ class FactUtilTrainer(PPOTrainerSync):
             grpo = None
             if grpo_rows(scored, inputs.uids, inputs.is_padding).any():  # else not read at all
                 if not verl_done:
-                    verl_started = time.perf_counter()
-                    batch, verl_done = super()._compute_advantage(batch, metrics), True
-                    started += time.perf_counter() - verl_started
+                    (batch, seconds), verl_done = self._verl_step(batch, metrics), True
+                    started += seconds
                 grpo = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                        select_fields=["advantages"]).to_padded_tensor()["advantages"]
             advantages = (with_grpo_fallback(scored, grpo, inputs.uids, inputs.is_padding)
@@ -244,9 +249,8 @@ class FactUtilTrainer(PPOTrainerSync):
             logger.exception("factutil: the batch keeps verl's GRPO advantages")
             failed = True
         if failed and not verl_done:
-            verl_started = time.perf_counter()
-            batch = super()._compute_advantage(batch, metrics)
-            started += time.perf_counter() - verl_started
+            batch, seconds = self._verl_step(batch, metrics)
+            started += seconds
         metrics.update(step.finish(result, started, failed=failed,
                                    step=getattr(self, "global_steps", None)))
         return batch
