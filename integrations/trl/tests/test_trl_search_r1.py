@@ -107,9 +107,10 @@ def test_one_episode_tokens_mask_spans_and_payload(byte_tokenizer, retrieval_url
     completion, mask = out["completion_ids"][0], out["env_mask"][0]
     observation = client(retrieval_url).search(GOOD).observation
     texts = [f"I will look it up. <search>{GOOD}</search>", block(observation),
-             "x" * 64, f"\n{NOTICE}\n", f"<answer>{GOLD}</answer>"]  # cut at its stop string
+             "x" * 64, f"\n{NOTICE}\n", f"<answer>{GOLD}</answer>",  # cut at its stop string
+             tok.decode([tok.eos_token_id])]  # the episode's end, outside the loss
     assert tok.decode(completion) == "".join(texts)
-    model = [1, 0, 1, 0, 1]
+    model = [1, 0, 1, 0, 1, 0]
     want = [m for text, m in zip(texts, model)
             for _ in tok.encode(text, add_special_tokens=False)]
     assert mask == want
@@ -192,7 +193,8 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
     trainer = Recording(
         model=tiny_model(tok, 0),
         reward_funcs=[factagent_reward],
-        args=grpo_args(tmp_path, per_device_train_batch_size=4, max_steps=1),
+        args=grpo_args(tmp_path, per_device_train_batch_size=4, max_steps=1,
+                       mask_truncated_completions=True),  # answered episodes are not truncated
         train_dataset=Dataset.from_list([{"prompt": QUESTION, "golden_answers": [GOLD]}] * 4),
         processing_class=tok,
         rollout_func=SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, scripts)),
@@ -222,6 +224,7 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
         search_credit = process[("q", f"r{i}")][0]
         assert (search_credit > 0) if i in good else (search_credit < 0)
         mask = output["completion_mask"][i] * output["tool_mask"][i]
+        assert int(mask.sum()) == sum(end - start for start, end in spans[i])  # the model's tokens
         want = np.full(completions.shape[1], float(seen["trl"][i]), dtype=np.float32)
         for (start, end), value in zip(spans[i], process[("q", f"r{i}")]):
             for t in range(start, end):
@@ -229,3 +232,48 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
                     want[t] = np.float32(seen["trl"][i]) + np.float32(0.5 * value)
         np.testing.assert_allclose(output["advantages"][i].numpy(), want, rtol=1e-6, atol=1e-7)
     assert torch.isfinite(output["advantages"]).all()
+
+
+def test_an_episode_that_ends_by_its_protocol_is_no_truncated_completion_for_trl(
+    byte_tokenizer, retrieval_url
+):
+    """TRL calls a completion truncated when its last token is no end of turn (nor pad), and
+    ``mask_truncated_completions`` drops it from the loss. A turn cut at ``</answer>`` ends no
+    turn, so an episode ended by an answer or by the turn limit closes with the end-of-turn token,
+    outside the loss (``env_mask`` 0, no span); one cut by the completion budget stays open."""
+    tok = byte_tokenizer
+    eos = tok.eos_token_id
+    for turns, max_turns in (([f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>"], 8),
+                             ([f"<search>{GOOD}</search>"] * 2, 2)):
+        out = SearchR1Rollout(client(retrieval_url), max_turns=max_turns,
+                              generate=Scripts(tok, [turns]))([QUESTION], trainer_stub(tok))
+        completion, mask = out["completion_ids"][0], out["env_mask"][0]
+        assert completion[-1] == eos and mask[-1] == 0
+        assert completion.count(eos) == 1 and out["factutil"][0]["spans"][-1][1] == len(completion) - 1
+    turn = f"<search>{GOOD}</search>"
+    out = SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, [[turn] * 3]))(
+        [QUESTION], trainer_stub(tok, limit=len(tok.encode(turn)) + 5))
+    assert len(out["completion_ids"][0]) == len(tok.encode(turn)) + 5
+    assert eos not in out["completion_ids"][0]
+
+
+def test_a_search_block_cut_by_the_completion_budget_credits_only_the_passages_shown(
+    byte_tokenizer, retrieval_url
+):
+    """The model saw the block up to ``max_completion_length``: the search's observation is that
+    part (a cut passage is no fact, docs/method.md §9), none when no passage text shows."""
+    from factutil.search_r1 import split_passages
+
+    tok = byte_tokenizer
+    wide = RetrievalClient(retrieval_url, topk=2, max_observation_chars=3000)
+    full = wide.search(GOOD).observation
+    first, second = split_passages(full).passages
+    turn = f"<search>{GOOD}</search>"
+    shown = f"\n\n<information>{full[: full.index(second.title) + 40]}"  # into the second
+    for visible, want in ((shown, [first]), ("\n\n<inform", [])):
+        limit = len(tok.encode(turn + visible))
+        out = SearchR1Rollout(wide, generate=Scripts(tok, [[turn, f"<answer>{GOLD}</answer>"]]))(
+            [QUESTION], trainer_stub(tok, limit=limit))
+        assert tok.decode(out["completion_ids"][0]) == turn + visible
+        observation = out["factutil"][0]["actions"][0].get("observation")
+        assert (split_passages(observation).passages if observation else []) == want
