@@ -265,6 +265,8 @@ class FactAgentRollout:
                         reply = [tokenizer.eos_token_id, *reply]  # close a turn cut at its budget
                     if limit is not None and len(episode.completion) + len(reply) >= limit:
                         episode.done = True  # no room left for another action
+                        if "observation" in episode.actions[-1]:  # nor for the reply: unseen
+                            episode.actions[-1]["observation"] = None
                         continue
                     episode.add_reply(reply)
         return {

@@ -146,6 +146,8 @@ def test_the_completion_never_exceeds_max_completion_length(byte_tokenizer, retr
     assert len(completion) <= 120
     # the first action fits; the search reply does not leave room for another action
     assert len(out["factutil"][0]["actions"]) == 1 and len(script.texts) == 2
+    # the model never saw that reply: under facts="retrieved" its passages are none of the rollout's
+    assert out["factutil"][0]["actions"][0]["observation"] is None
 
 
 def test_a_failed_search_is_fed_back_as_its_observation(byte_tokenizer):
