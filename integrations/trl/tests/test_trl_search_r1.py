@@ -277,3 +277,69 @@ def test_a_search_block_cut_by_the_completion_budget_credits_only_the_passages_s
         assert tok.decode(out["completion_ids"][0]) == turn + visible
         observation = out["factutil"][0]["actions"][0].get("observation")
         assert (split_passages(observation).passages if observation else []) == want
+
+
+def test_a_group_whose_spans_run_past_its_completion_keeps_trls_advantages(
+    byte_tokenizer, retrieval_url, tmp_path, caplog
+):
+    """A rollout_func that counts spans over prompt + completion (a payload that does not fit its
+    row) would put each action's credit on other tokens, or clip it away: the group keeps TRL's
+    advantages, with the metric and one warning; the other group is scored."""
+    import logging
+
+    from datasets import Dataset
+
+    from factutil_trl import FactUtilGRPOTrainer
+
+    tok = byte_tokenizer
+    other = "Who was the director of the film Polish-Russian War?"
+    scripts = ([[f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>"]] * 2
+               + [[f"<search>{BAD}</search>", "<answer>Paris</answer>"]] * 2) * 2
+    inner = SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, scripts))
+
+    def shifted(prompts, trainer):
+        out = inner(prompts, trainer)
+        for prompt, ids, payload in zip(prompts, out["prompt_ids"], out["factutil"]):
+            if prompt == other:  # counted over the prompt too: the search's span falls on
+                # the retrieved block, the answer's past the completion
+                payload["spans"] = [[s + len(ids), e + len(ids)] for s, e in payload["spans"]]
+        return out
+
+    seen: dict[str, Any] = {}
+
+    class Recording(FactUtilGRPOTrainer):
+        def _add_process_advantages(self, inputs, output):
+            seen["trl"] = output["advantages"].clone()
+            super()._add_process_advantages(inputs, output)
+            seen["rows"], seen["output"] = [dict(row) for row in inputs], dict(output)
+
+    trainer = Recording(
+        model=tiny_model(tok, 0), reward_funcs=[factagent_reward],
+        args=grpo_args(tmp_path, per_device_train_batch_size=8, max_steps=1),
+        train_dataset=Dataset.from_list([{"prompt": q, "golden_answers": [GOLD]}
+                                         for q in (QUESTION, other)]),
+        processing_class=tok, rollout_func=shifted,
+        factutil_config={"mode": "exact", "facts": "retrieved", "omega": 0.5},
+    )
+    with caplog.at_level(logging.WARNING, logger="factutil_trl"):
+        trainer.train()
+    advantages, trl = seen["output"]["advantages"], seen["trl"]
+    for i, row in enumerate(seen["rows"]):
+        kept = torch.equal(advantages[i], trl[i].expand(advantages.shape[1]))
+        assert kept == (row["prompt"] == other)
+    entry = next(e for e in trainer.state.log_history if "loss" in e)
+    assert entry["factutil/groups_fallback"] == 1.0 and entry["factutil/groups_scored"] == 1.0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "factutil_trl"]
+    assert len(warnings) == 1 and "span" in warnings[0]
+
+
+def test_misfit_names_a_span_past_the_completion_or_on_environment_tokens_only():
+    from factutil_trl.trainer import _misfit
+
+    env = np.array([1, 1, 1, 0, 0, 0, 1, 1])  # the model wrote tokens 0-2 and 6-7
+    assert _misfit([[0, 3], [6, 8]], 8, env) is None
+    assert _misfit([[0, 3], [3, 3]], 8, env) is None  # an empty span holds nothing to misplace
+    assert "ends past its 8-token completion" in _misfit([[0, 3], [6, 9]], 8, env)
+    assert "[3, 6) holds no token the model wrote" in _misfit([[0, 3], [3, 6]], 8, env)
+    assert _misfit([[0, 3], [3, 6]], 8, None) is None  # no env_mask: nothing to check against
+    assert _misfit([[0, 30]], 0, None) is None  # a row out of the loss is not checked
