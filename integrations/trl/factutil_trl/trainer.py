@@ -220,7 +220,8 @@ def _rollout(row: int, group: int, payload: Any, golds: Any, reward: float) -> d
     Unscorable."""
     if not isinstance(payload, Mapping):
         raise Unscorable(
-            f"row {row} has no {PAYLOAD_KEY!r} payload (is the rollout_func FactAgentRollout?)"
+            f"row {row} has no {PAYLOAD_KEY!r} payload (is the rollout_func FactAgentRollout or "
+            "SearchR1Rollout?)"
         )
     actions = payload.get("actions")
     if not isinstance(actions, list):
