@@ -343,3 +343,66 @@ def test_misfit_names_a_span_past_the_completion_or_on_environment_tokens_only()
     assert "[3, 6) holds no token the model wrote" in _misfit([[0, 3], [3, 6]], 8, env)
     assert _misfit([[0, 3], [3, 6]], 8, None) is None  # no env_mask: nothing to check against
     assert _misfit([[0, 30]], 0, None) is None  # a row out of the loss is not checked
+
+
+def test_a_groups_credit_does_not_depend_on_the_groups_that_share_its_batch(
+    byte_tokenizer, retrieval_url, tmp_path
+):
+    """The same question with the same episodes, alone in its batch and then beside another
+    group: each of its completions gets the same tokens and the same Ω·A_proc on them."""
+    from datasets import Dataset
+
+    from factutil_trl import FactUtilGRPOTrainer
+
+    tok = byte_tokenizer
+    other = "Who is the mother of the director of film Polish-Russian War?"
+    scripts = {
+        QUESTION: [[f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>"]] * 2
+        + [[f"<search>{BAD}</search>", "<answer>Paris</answer>"]] * 2,
+        other: [[f"<search>{BAD}</search>", f"<answer>{GOLD}</answer>"],
+                [f"<search>{GOOD}</search>", "<answer>Paris</answer>"]] * 2,
+    }
+
+    def by_question(trainer, contexts, budget):
+        out: list[Any] = [None] * len(contexts)
+        for question, generate in policies.items():
+            rows = [k for k, c in enumerate(contexts) if question in tok.decode(c)]
+            for k, ids in zip(rows, generate(trainer, [contexts[k] for k in rows], budget)):
+                out[k] = ids
+        return out
+
+    def credit(questions: list[str]) -> dict[str, list[float]]:
+        """Per completion text of QUESTION: its tokens' advantage minus TRL's."""
+        seen: dict[str, Any] = {}
+
+        class Recording(FactUtilGRPOTrainer):
+            def _add_process_advantages(self, inputs, output):
+                trl = output["advantages"].clone()
+                super()._add_process_advantages(inputs, output)
+                seen.update(rows=[dict(r) for r in inputs], output=dict(output), trl=trl)
+
+        Recording(
+            model=tiny_model(tok, 0), reward_funcs=[factagent_reward],
+            args=grpo_args(tmp_path / str(len(questions)), max_steps=1,
+                           per_device_train_batch_size=4 * len(questions)),
+            train_dataset=Dataset.from_list([{"prompt": q, "golden_answers": [GOLD]}
+                                             for q in questions]),
+            processing_class=tok, rollout_func=SearchR1Rollout(client(retrieval_url),
+                                                               generate=by_question),
+            factutil_config={"mode": "exact", "facts": "retrieved", "omega": 0.5,
+                             "process_norm": "group"},  # normalised: where a batch could leak in
+        ).train()
+        output, found = seen["output"], {}
+        for i, row in enumerate(seen["rows"]):
+            if row["prompt"] == QUESTION:
+                n = int(output["completion_mask"][i].sum())
+                text = tok.decode(output["completion_ids"][i, :n].tolist())
+                found[text] = (output["advantages"][i, :n] - seen["trl"][i]).tolist()
+        return found
+
+    policies = {q: Scripts(tok, s) for q, s in scripts.items()}
+    alone = credit([QUESTION])
+    policies = {q: Scripts(tok, s) for q, s in scripts.items()}
+    shared = credit([other, QUESTION])
+    assert len(alone) == 2 and alone == shared
+    assert any(abs(value) > 0.01 for values in alone.values() for value in values)
