@@ -139,11 +139,8 @@ class SearchR1Rollout:
                     turn, episode = future.result(), episodes[i]
                     episode.record(turn)
                     room = None if limit is None else limit - len(episode.completion)
-                    if episode.done:
-                        # a turn cut at its stop string ends no turn: close the episode, or TRL
-                        # takes it for a truncated completion (mask_truncated_completions)
-                        if room != 0 and episode.completion[-1] not in stops:
-                            episode.add_reply([tokenizer.eos_token_id])
+                    if episode.done:  # a turn cut at its stop string ends no turn
+                        episode.close(tokenizer.eos_token_id, stops, limit)
                         continue
                     block = tokenizer.encode(turn.feedback, add_special_tokens=False)
                     if room is not None and len(block) > room:
