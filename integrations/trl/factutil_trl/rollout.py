@@ -259,12 +259,15 @@ class FactAgentRollout:
                     turn = future.result()
                     episode.record(turn, agents[i].store)
                     if episode.done:
+                        episode.close(tokenizer.eos_token_id, stops, limit)
                         continue
                     reply = next_turn_ids(tokenizer, turn.feedback)
                     if not episode.completion or episode.completion[-1] not in stops:
                         reply = [tokenizer.eos_token_id, *reply]  # close a turn cut at its budget
                     if limit is not None and len(episode.completion) + len(reply) >= limit:
                         episode.done = True  # no room left for another action
+                        if "observation" in episode.actions[-1]:  # nor for the reply: unseen
+                            episode.actions[-1]["observation"] = None
                         continue
                     episode.add_reply(reply)
         return {
@@ -303,6 +306,14 @@ class Episode:
         """Append the environment's tokens (``env_mask`` 0: no loss falls on them)."""
         self.completion += ids
         self.mask += [0] * len(ids)
+
+    def close(self, eos: int, stops: set[int], limit: int | None) -> None:
+        """End the finished episode with ``eos`` (``env_mask`` 0) unless its last turn ended with
+        one of ``stops`` or no room is left under ``limit``: TRL takes a completion whose last
+        token ends no turn for one cut by ``max_completion_length`` (mask_truncated_completions)."""
+        if self.completion and self.completion[-1] not in stops and (
+                limit is None or len(self.completion) < limit):
+            self.add_reply([eos])
 
     def record(self, turn: Turn, store: Sequence[Any] | None = None) -> None:
         """The turn read by the agent (:class:`factutil.tools.agent.Turn`): its action in the

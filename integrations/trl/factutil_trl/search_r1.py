@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from factutil.schema import FactUtilConfig
-from factutil.search_r1 import STOP
+from factutil.search_r1 import LAYOUTS, STOP
 from factutil.tools.agent import Retriever, SearchR1Episode
 
 from factutil_trl.rollout import (
@@ -58,6 +58,15 @@ def cut_at_stop(ids: Sequence[int], tokenizer: Any, stops: Sequence[str]) -> lis
         middle = (low + high) // 2
         low, high = (low, middle) if stopped(middle) else (middle + 1, high)
     return ids[:low]
+
+
+def shown_observation(action: dict[str, Any], block: str) -> None:
+    """Keep of a search's observation (``action``, a payload item, in place) what the model saw of
+    its block, cut by the completion budget: from the opening tag on, without the closing one, so
+    the cut passage is no fact (docs/method.md §9); none when the tag itself was cut."""
+    if action.get("observation") is not None:
+        start = block.find(LAYOUTS["search_r1"][0])
+        action["observation"] = block[start:] if start >= 0 else None
 
 
 class SearchR1Rollout:
@@ -103,6 +112,7 @@ class SearchR1Rollout:
         """Roll out one episode per prompt; returns what :class:`factutil_trl.FactAgentRollout`
         returns (``prompt_ids``, ``completion_ids``, ``logprobs`` None, ``env_mask``, payloads)."""
         tokenizer = trainer.processing_class
+        stops = set(trainer.eos_token_ids)
         limit = trainer.max_completion_length
         prompt_ids = [
             list(tokenizer.apply_chat_template(messages_of(prompt), add_generation_prompt=True,
@@ -128,10 +138,16 @@ class SearchR1Rollout:
                 for i, future in turns.items():
                     turn, episode = future.result(), episodes[i]
                     episode.record(turn)
-                    if not episode.done:
-                        block = tokenizer.encode(turn.feedback, add_special_tokens=False)
-                        episode.add_reply(block if limit is None else
-                                          block[: limit - len(episode.completion)])
+                    room = None if limit is None else limit - len(episode.completion)
+                    if episode.done:  # a turn cut at its stop string ends no turn
+                        episode.close(tokenizer.eos_token_id, stops, limit)
+                        continue
+                    block = tokenizer.encode(turn.feedback, add_special_tokens=False)
+                    if room is not None and len(block) > room:
+                        block = block[:room]
+                        shown_observation(episode.actions[-1],
+                                          tokenizer.decode(block, skip_special_tokens=True))
+                    episode.add_reply(block)
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": [e.completion for e in episodes],

@@ -175,6 +175,10 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             return advantages, batch
         offset = self.accelerator.process_index * local
         token_mask = mask.detach().cpu().numpy()
+        # each row's length (0 for a row mask_truncated_completions took out of the loss)
+        lengths = output["completion_mask"].sum(dim=1).tolist()
+        model = output.get("tool_mask")
+        model = None if model is None else model.detach().cpu().numpy()
         for i in range(local):
             row = offset + i
             group = row // size
@@ -183,6 +187,10 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             process = values.get((str(group), str(row)))
             if process is None:
                 fallback[group] = f"row {row} was not scored"
+                continue
+            misfit = _misfit(payloads[row]["spans"], lengths[i], None if model is None else model[i])
+            if misfit is not None:
+                fallback[group] = f"row {row}: {misfit}"
                 continue
             delta = scatter_to_spans(
                 config.omega * process, payloads[row]["spans"], width, response_mask=token_mask[i]
@@ -195,12 +203,25 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         return advantages, batch
 
 
+def _misfit(spans: list[list[int]], length: int, model: Any) -> str | None:
+    """Why a row's action spans do not fit its completion of ``length`` tokens (0: a row out of
+    the loss, not checked), or None: one ends past it, or holds no token the model wrote
+    (``model``: the row's ``env_mask``, None without one): a payload counted otherwise."""
+    for start, end in spans if length else ():
+        if end > length:
+            return f"span [{start}, {end}) ends past its {length}-token completion"
+        if model is not None and end > start and not model[start:end].any():
+            return f"span [{start}, {end}) holds no token the model wrote (env_mask 0)"
+    return None
+
+
 def _rollout(row: int, group: int, payload: Any, golds: Any, reward: float) -> dict[str, Any]:
     """One row as a docs/method.md §8 rollout (uid = its group, rollout_id = its row); raises
     Unscorable."""
     if not isinstance(payload, Mapping):
         raise Unscorable(
-            f"row {row} has no {PAYLOAD_KEY!r} payload (is the rollout_func FactAgentRollout?)"
+            f"row {row} has no {PAYLOAD_KEY!r} payload (is the rollout_func FactAgentRollout or "
+            "SearchR1Rollout?)"
         )
     actions = payload.get("actions")
     if not isinstance(actions, list):

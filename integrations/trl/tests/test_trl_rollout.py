@@ -146,6 +146,8 @@ def test_the_completion_never_exceeds_max_completion_length(byte_tokenizer, retr
     assert len(completion) <= 120
     # the first action fits; the search reply does not leave room for another action
     assert len(out["factutil"][0]["actions"]) == 1 and len(script.texts) == 2
+    # the model never saw that reply: under facts="retrieved" its passages are none of the rollout's
+    assert out["factutil"][0]["actions"][0]["observation"] is None
 
 
 def test_a_failed_search_is_fed_back_as_its_observation(byte_tokenizer):
@@ -215,3 +217,22 @@ def test_left_pad_by_hand():
     input_ids, attention = left_pad([[5, 6, 7], [9]], pad=0)
     assert input_ids.tolist() == [[5, 6, 7], [0, 0, 9]]
     assert attention.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_an_episode_ended_by_an_answer_or_max_turns_closes_its_cut_turn(
+    byte_tokenizer, retrieval_url
+):
+    """TRL takes a completion whose last token is no end of turn for one cut by
+    max_completion_length (mask_truncated_completions drops it): a last turn cut at
+    max_action_tokens is closed as every earlier one is, with env_mask 0."""
+    tok = byte_tokenizer
+    rambling = ANSWER + " and that is all I know about it."
+    budget = len(tok.encode(ANSWER, add_special_tokens=False)) + 6
+    for texts, options, kind in (([rambling], {"max_action_tokens": budget}, "answer"),
+                                 ([SEARCH], {"max_action_tokens": 20, "max_turns": 1}, "invalid")):
+        out, _ = roll(tok, retrieval_url, texts, **options)
+        assert [a["action"] for a in out["factutil"][0]["actions"]] == [kind]
+        completion, mask = out["completion_ids"][0], out["env_mask"][0]
+        start, end = out["factutil"][0]["spans"][-1]
+        assert end - start == options["max_action_tokens"] and tok.eos_token_id not in completion[:end]
+        assert completion[end:] == [tok.eos_token_id] and mask[end:] == [0]

@@ -107,9 +107,10 @@ def test_one_episode_tokens_mask_spans_and_payload(byte_tokenizer, retrieval_url
     completion, mask = out["completion_ids"][0], out["env_mask"][0]
     observation = client(retrieval_url).search(GOOD).observation
     texts = [f"I will look it up. <search>{GOOD}</search>", block(observation),
-             "x" * 64, f"\n{NOTICE}\n", f"<answer>{GOLD}</answer>"]  # cut at its stop string
+             "x" * 64, f"\n{NOTICE}\n", f"<answer>{GOLD}</answer>",  # cut at its stop string
+             tok.decode([tok.eos_token_id])]  # the episode's end, outside the loss
     assert tok.decode(completion) == "".join(texts)
-    model = [1, 0, 1, 0, 1]
+    model = [1, 0, 1, 0, 1, 0]
     want = [m for text, m in zip(texts, model)
             for _ in tok.encode(text, add_special_tokens=False)]
     assert mask == want
@@ -192,7 +193,8 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
     trainer = Recording(
         model=tiny_model(tok, 0),
         reward_funcs=[factagent_reward],
-        args=grpo_args(tmp_path, per_device_train_batch_size=4, max_steps=1),
+        args=grpo_args(tmp_path, per_device_train_batch_size=4, max_steps=1,
+                       mask_truncated_completions=True),  # answered episodes are not truncated
         train_dataset=Dataset.from_list([{"prompt": QUESTION, "golden_answers": [GOLD]}] * 4),
         processing_class=tok,
         rollout_func=SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, scripts)),
@@ -222,6 +224,7 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
         search_credit = process[("q", f"r{i}")][0]
         assert (search_credit > 0) if i in good else (search_credit < 0)
         mask = output["completion_mask"][i] * output["tool_mask"][i]
+        assert int(mask.sum()) == sum(end - start for start, end in spans[i])  # the model's tokens
         want = np.full(completions.shape[1], float(seen["trl"][i]), dtype=np.float32)
         for (start, end), value in zip(spans[i], process[("q", f"r{i}")]):
             for t in range(start, end):
@@ -229,3 +232,177 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
                     want[t] = np.float32(seen["trl"][i]) + np.float32(0.5 * value)
         np.testing.assert_allclose(output["advantages"][i].numpy(), want, rtol=1e-6, atol=1e-7)
     assert torch.isfinite(output["advantages"]).all()
+
+
+def test_an_episode_that_ends_by_its_protocol_is_no_truncated_completion_for_trl(
+    byte_tokenizer, retrieval_url
+):
+    """TRL calls a completion truncated when its last token is no end of turn (nor pad), and
+    ``mask_truncated_completions`` drops it from the loss. A turn cut at ``</answer>`` ends no
+    turn, so an episode ended by an answer or by the turn limit closes with the end-of-turn token,
+    outside the loss (``env_mask`` 0, no span); one cut by the completion budget stays open."""
+    tok = byte_tokenizer
+    eos = tok.eos_token_id
+    for turns, max_turns in (([f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>"], 8),
+                             ([f"<search>{GOOD}</search>"] * 2, 2)):
+        out = SearchR1Rollout(client(retrieval_url), max_turns=max_turns,
+                              generate=Scripts(tok, [turns]))([QUESTION], trainer_stub(tok))
+        completion, mask = out["completion_ids"][0], out["env_mask"][0]
+        assert completion[-1] == eos and mask[-1] == 0
+        assert completion.count(eos) == 1 and out["factutil"][0]["spans"][-1][1] == len(completion) - 1
+    turn = f"<search>{GOOD}</search>"
+    out = SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, [[turn] * 3]))(
+        [QUESTION], trainer_stub(tok, limit=len(tok.encode(turn)) + 5))
+    assert len(out["completion_ids"][0]) == len(tok.encode(turn)) + 5
+    assert eos not in out["completion_ids"][0]
+
+
+def test_a_search_block_cut_by_the_completion_budget_credits_only_the_passages_shown(
+    byte_tokenizer, retrieval_url
+):
+    """The model saw the block up to ``max_completion_length``: the search's observation is that
+    part (a cut passage is no fact, docs/method.md §9), none when no passage text shows."""
+    from factutil.search_r1 import split_passages
+
+    tok = byte_tokenizer
+    wide = RetrievalClient(retrieval_url, topk=2, max_observation_chars=3000)
+    full = wide.search(GOOD).observation
+    first, second = split_passages(full).passages
+    turn = f"<search>{GOOD}</search>"
+    shown = f"\n\n<information>{full[: full.index(second.title) + 40]}"  # into the second
+    for visible, want in ((shown, [first]), ("\n\n<inform", [])):
+        limit = len(tok.encode(turn + visible))
+        out = SearchR1Rollout(wide, generate=Scripts(tok, [[turn, f"<answer>{GOLD}</answer>"]]))(
+            [QUESTION], trainer_stub(tok, limit=limit))
+        assert tok.decode(out["completion_ids"][0]) == turn + visible
+        observation = out["factutil"][0]["actions"][0].get("observation")
+        assert (split_passages(observation).passages if observation else []) == want
+
+
+def test_a_group_whose_spans_run_past_its_completion_keeps_trls_advantages(
+    byte_tokenizer, retrieval_url, tmp_path, caplog
+):
+    """A rollout_func that counts spans over prompt + completion (a payload that does not fit its
+    row) would put each action's credit on other tokens, or clip it away: the group keeps TRL's
+    advantages, with the metric and one warning; the other group is scored."""
+    import logging
+
+    from datasets import Dataset
+
+    from factutil_trl import FactUtilGRPOTrainer
+
+    tok = byte_tokenizer
+    other = "Who was the director of the film Polish-Russian War?"
+    scripts = ([[f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>"]] * 2
+               + [[f"<search>{BAD}</search>", "<answer>Paris</answer>"]] * 2) * 2
+    inner = SearchR1Rollout(client(retrieval_url), generate=Scripts(tok, scripts))
+
+    def shifted(prompts, trainer):
+        out = inner(prompts, trainer)
+        for prompt, ids, payload in zip(prompts, out["prompt_ids"], out["factutil"]):
+            if prompt == other:  # counted over the prompt too: the search's span falls on
+                # the retrieved block, the answer's past the completion
+                payload["spans"] = [[s + len(ids), e + len(ids)] for s, e in payload["spans"]]
+        return out
+
+    seen: dict[str, Any] = {}
+
+    class Recording(FactUtilGRPOTrainer):
+        def _add_process_advantages(self, inputs, output):
+            seen["trl"] = output["advantages"].clone()
+            super()._add_process_advantages(inputs, output)
+            seen["rows"], seen["output"] = [dict(row) for row in inputs], dict(output)
+
+    trainer = Recording(
+        model=tiny_model(tok, 0), reward_funcs=[factagent_reward],
+        args=grpo_args(tmp_path, per_device_train_batch_size=8, max_steps=1),
+        train_dataset=Dataset.from_list([{"prompt": q, "golden_answers": [GOLD]}
+                                         for q in (QUESTION, other)]),
+        processing_class=tok, rollout_func=shifted,
+        factutil_config={"mode": "exact", "facts": "retrieved", "omega": 0.5},
+    )
+    with caplog.at_level(logging.WARNING, logger="factutil_trl"):
+        trainer.train()
+    advantages, trl = seen["output"]["advantages"], seen["trl"]
+    for i, row in enumerate(seen["rows"]):
+        kept = torch.equal(advantages[i], trl[i].expand(advantages.shape[1]))
+        assert kept == (row["prompt"] == other)
+    entry = next(e for e in trainer.state.log_history if "loss" in e)
+    assert entry["factutil/groups_fallback"] == 1.0 and entry["factutil/groups_scored"] == 1.0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "factutil_trl"]
+    assert len(warnings) == 1 and "span" in warnings[0]
+
+
+def test_misfit_names_a_span_past_the_completion_or_on_environment_tokens_only():
+    from factutil_trl.trainer import _misfit
+
+    env = np.array([1, 1, 1, 0, 0, 0, 1, 1])  # the model wrote tokens 0-2 and 6-7
+    assert _misfit([[0, 3], [6, 8]], 8, env) is None
+    assert _misfit([[0, 3], [3, 3]], 8, env) is None  # an empty span holds nothing to misplace
+    assert "ends past its 8-token completion" in _misfit([[0, 3], [6, 9]], 8, env)
+    assert "[3, 6) holds no token the model wrote" in _misfit([[0, 3], [3, 6]], 8, env)
+    assert _misfit([[0, 3], [3, 6]], 8, None) is None  # no env_mask: nothing to check against
+    assert _misfit([[0, 30]], 0, None) is None  # a row out of the loss is not checked
+
+
+def test_a_groups_credit_does_not_depend_on_the_groups_that_share_its_batch(
+    byte_tokenizer, retrieval_url, tmp_path
+):
+    """The same question with the same episodes, alone in its batch and then beside another
+    group: each of its completions gets the same tokens and the same Ω·A_proc on them."""
+    from datasets import Dataset
+
+    from factutil_trl import FactUtilGRPOTrainer
+
+    tok = byte_tokenizer
+    other = "Who is the mother of the director of film Polish-Russian War?"
+    scripts = {
+        QUESTION: [[f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>"]] * 2
+        + [[f"<search>{BAD}</search>", "<answer>Paris</answer>"]] * 2,
+        other: [[f"<search>{BAD}</search>", f"<answer>{GOLD}</answer>"],
+                [f"<search>{GOOD}</search>", "<answer>Paris</answer>"]] * 2,
+    }
+
+    def by_question(trainer, contexts, budget):
+        out: list[Any] = [None] * len(contexts)
+        for question, generate in policies.items():
+            rows = [k for k, c in enumerate(contexts) if question in tok.decode(c)]
+            for k, ids in zip(rows, generate(trainer, [contexts[k] for k in rows], budget)):
+                out[k] = ids
+        return out
+
+    def credit(questions: list[str]) -> dict[str, list[float]]:
+        """Per completion text of QUESTION: its tokens' advantage minus TRL's."""
+        seen: dict[str, Any] = {}
+
+        class Recording(FactUtilGRPOTrainer):
+            def _add_process_advantages(self, inputs, output):
+                trl = output["advantages"].clone()
+                super()._add_process_advantages(inputs, output)
+                seen.update(rows=[dict(r) for r in inputs], output=dict(output), trl=trl)
+
+        Recording(
+            model=tiny_model(tok, 0), reward_funcs=[factagent_reward],
+            args=grpo_args(tmp_path / str(len(questions)), max_steps=1,
+                           per_device_train_batch_size=4 * len(questions)),
+            train_dataset=Dataset.from_list([{"prompt": q, "golden_answers": [GOLD]}
+                                             for q in questions]),
+            processing_class=tok, rollout_func=SearchR1Rollout(client(retrieval_url),
+                                                               generate=by_question),
+            factutil_config={"mode": "exact", "facts": "retrieved", "omega": 0.5,
+                             "process_norm": "group"},  # normalised: where a batch could leak in
+        ).train()
+        output, found = seen["output"], {}
+        for i, row in enumerate(seen["rows"]):
+            if row["prompt"] == QUESTION:
+                n = int(output["completion_mask"][i].sum())
+                text = tok.decode(output["completion_ids"][i, :n].tolist())
+                found[text] = (output["advantages"][i, :n] - seen["trl"][i]).tolist()
+        return found
+
+    policies = {q: Scripts(tok, s) for q, s in scripts.items()}
+    alone = credit([QUESTION])
+    policies = {q: Scripts(tok, s) for q, s in scripts.items()}
+    shared = credit([other, QUESTION])
+    assert len(alone) == 2 and alone == shared
+    assert any(abs(value) > 0.01 for values in alone.values() for value in values)
