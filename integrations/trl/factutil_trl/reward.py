@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from factutil.metrics import golden_answers_from, outcome_reward
+from factutil.metrics import GOLD_KEYS, golden_answers_from, outcome_reward
 
 from factutil_trl.rollout import PAYLOAD_KEY
 
@@ -21,7 +21,9 @@ def factagent_reward(
     Pass it as ``GRPOTrainer(reward_funcs=[factagent_reward], ...)``. TRL calls it with every
     dataset column and every extra key of the ``rollout_func``: ``factutil`` is the payload of
     :class:`factutil_trl.FactAgentRollout` and ``golden_answers`` the dataset column (per row, a
-    list of strings, one string, or any form :func:`factutil.metrics.golden_answers_from` reads).
+    list of strings, one string, or any form :func:`factutil.metrics.golden_answers_from` reads);
+    without it, the first of the columns ``answers``, ``target``, ``answer``
+    (:data:`factutil.metrics.GOLD_KEYS`, the rule of every adapter).
     The rule is :func:`factutil.metrics.outcome_reward`, the one the other adapters apply.
 
     Returns:
@@ -29,12 +31,16 @@ def factagent_reward(
         payload, so another rollout function's completions are never scored 0 by mistake.
 
     Raises:
-        ValueError: no ``golden_answers`` column, or a row whose gold answers are empty or blank
-            (the message names the row and the value).
+        ValueError: no gold answers column, or a row whose gold answers are empty or blank
+            (the message names the column, the row and the value).
     """
     payloads = list(factutil) if factutil is not None else [None] * len(completions)
-    if golden_answers is None:
-        raise ValueError("factagent_reward needs a 'golden_answers' dataset column")
+    columns = {GOLD_KEYS[0]: golden_answers, **{key: kwargs.get(key) for key in GOLD_KEYS[1:]}}
+    column = next((key for key, value in columns.items() if value is not None), None)
+    if column is None:
+        raise ValueError(f"factagent_reward needs a gold answers dataset column, one of "
+                         f"{list(GOLD_KEYS)}")
+    golden_answers = columns[column]
     rewards: list[float | None] = []
     for row, (payload, golds) in enumerate(zip(payloads, golden_answers, strict=True)):
         if not isinstance(payload, Mapping):
@@ -44,7 +50,7 @@ def factagent_reward(
         try:
             outcome = outcome_reward(payload.get("answer"), answers, payload.get("store_size"))
         except (TypeError, ValueError) as error:
-            raise ValueError(f"golden_answers[{row}]: {error} (got {golds!r})"[:300]) from error
+            raise ValueError(f"{column}[{row}]: {error} (got {golds!r})"[:300]) from error
         rewards.append(outcome.score)
     return rewards
 

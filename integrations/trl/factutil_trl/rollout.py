@@ -44,10 +44,12 @@ first end-of-turn token, which it keeps)."""
 
 
 def question_of(prompt: Any) -> str:
-    """The question of a TRL prompt: the string itself, or the last user message's content.
+    """The question of a TRL prompt: the string itself, or the last user message's content (its
+    text blocks joined by newlines when the content is a list of typed blocks,
+    ``[{"type": "text", "text": ...}, ...]``).
 
     Raises:
-        ValueError: a conversational prompt without a user message, or another type.
+        ValueError: a conversational prompt without a user message with text, or another type.
     """
     if isinstance(prompt, str):
         return prompt
@@ -55,6 +57,10 @@ def question_of(prompt: Any) -> str:
         for message in reversed(list(prompt)):
             if isinstance(message, dict) and message.get("role") == "user":
                 content = message.get("content")
+                if isinstance(content, list):  # typed blocks: their text
+                    content = "\n".join(block["text"] for block in content if isinstance(block, dict)
+                                        and block.get("type") == "text"
+                                        and isinstance(block.get("text"), str)) or None
                 if isinstance(content, str):
                     return content
     raise ValueError(

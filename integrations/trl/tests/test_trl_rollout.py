@@ -185,6 +185,12 @@ def test_question_of_prompts():
     assert question_of(messages) == "Q?"
     with pytest.raises(ValueError, match="user message"):
         question_of([{"role": "system", "content": "s"}])
+    typed = [{"role": "user", "content": [{"type": "image"},
+                                          {"type": "text", "text": "Who directed"},
+                                          {"type": "text", "text": "Jaws?"}]}]
+    assert question_of(typed) == "Who directed\nJaws?"
+    with pytest.raises(ValueError, match="user message"):
+        question_of([{"role": "user", "content": [{"type": "image"}]}])
 
 
 def test_factagent_reward_is_the_answers_f1_and_zero_from_an_empty_store():
@@ -208,8 +214,25 @@ def test_factagent_reward_names_a_bad_gold_answer():
             factutil=[{"answer": "a", "store_size": 1}] * 2,
             golden_answers=[["a"], []],
         )
-    with pytest.raises(ValueError, match="'golden_answers' dataset column"):
+    with pytest.raises(ValueError, match="gold answers dataset column, one of"):
         factagent_reward(completions=[""], factutil=[{"answer": "a", "store_size": 1}])
+    with pytest.raises(ValueError, match=r"answer\[0\]"):  # the column it read is named
+        factagent_reward(completions=[""], factutil=[{"answer": "a", "store_size": 1}],
+                         answer=[" "])
+
+
+def test_factagent_reward_reads_the_gold_answers_of_another_column():
+    """A dataset whose gold answers are in ``answer`` (HotpotQA, NQ) or ``target`` (Search-R1)
+    is scored as under ``golden_answers``: F1 1, 2/3 and 0 by hand; ``golden_answers`` first."""
+    payloads = [{"answer": "Xawery Żuławski", "store_size": 1},
+                {"answer": "Xawery", "store_size": 1}, {"answer": "Paris", "store_size": 1}]
+    golds = ["Xawery Żuławski", "Xawery Żuławski", "Rome"]
+    for column in ("answer", "target", "answers"):
+        rewards = factagent_reward(completions=[""] * 3, factutil=payloads, **{column: golds})
+        assert rewards[0] == 1.0 and rewards[1] == pytest.approx(2 / 3) and rewards[2] == 0.0
+    first = factagent_reward(completions=[""] * 3, factutil=payloads, answer=["Paris"] * 3,
+                             golden_answers=golds)
+    assert first[2] == 0.0 and first[0] == 1.0
 
 
 def test_left_pad_by_hand():

@@ -328,3 +328,29 @@ def test_a_bad_config_fails_before_trl_builds_anything():
         FactUtilGRPOTrainer(model=None, factutil_config={"omega": -1.0})
     with pytest.raises(ConfigError, match="omegaa"):
         FactUtilGRPOTrainer(model=None, factutil_config={"omegaa": 1.0})
+
+
+def test_gold_answers_in_an_answer_column_train_as_under_golden_answers(
+    byte_tokenizer, retrieval_url, tmp_path, groups
+):
+    """A dataset whose gold answers are its ``answer`` column (HotpotQA's, NQ's) is scored, every
+    group, and trains exactly as the same data under ``golden_answers``: the reward function and
+    the trainer read the first gold column of ``factutil.metrics.GOLD_KEYS``."""
+    from datasets import Dataset
+
+    from factutil_trl import FactUtilGRPOTrainer
+
+    cls = type("RecordingTrainer", (Recording, FactUtilGRPOTrainer), {})
+    runs = []
+    for column in ("golden_answers", "answer"):
+        trainer = make_trainer(cls, byte_tokenizer, retrieval_url, tmp_path / column, groups,
+                               factutil_config={**EXACT, "omega": OMEGA}, max_steps=1)
+        trainer.train_dataset = Dataset.from_list(
+            [{"prompt": g["question"], column: g["golden_answers"]} for g in groups])
+        trainer.train()
+        runs.append(trainer)
+    assert "answer" in runs[1].rows[0][0] and "golden_answers" not in runs[1].rows[0][0]
+    entry = next(e for e in runs[1].state.log_history if "loss" in e)
+    assert entry["factutil/groups_scored"] == 2.0 and entry["factutil/groups_fallback"] == 0.0
+    assert torch.equal(runs[0].outputs[0]["advantages"], runs[1].outputs[0]["advantages"])
+    assert runs[1].outputs[0]["advantages"].abs().sum() > 0
