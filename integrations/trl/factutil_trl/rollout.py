@@ -178,6 +178,49 @@ def next_turn_ids(tokenizer: Any, content: str) -> list[int]:
     return list(full[len(prefix) :])
 
 
+def roll_out(rollout: Any, trainer: Any, prompt_ids: list[list[int]], episodes: list[Episode],
+             agents: list[Any]) -> dict[str, list[Any]]:
+    """The turn loop of a rollout function (:class:`FactAgentRollout`,
+    :class:`factutil_trl.SearchR1Rollout`): every unfinished episode's turn generated in one
+    batch within its budget (``max_action_tokens``, what ``max_completion_length`` leaves), cut by
+    ``rollout.cut``, read by its agent (searches in ``rollout.search_threads`` threads), then
+    closed when it ends the episode (:meth:`Episode.close`) or answered by ``rollout.reply``.
+
+    Returns:
+        ``{"prompt_ids", "completion_ids", "logprobs": None, "env_mask", "factutil"}``, one entry
+        per episode.
+    """
+    tokenizer, limit = trainer.processing_class, trainer.max_completion_length
+    with ThreadPoolExecutor(max_workers=rollout.search_threads) as pool:
+        while True:
+            budgets = {i: rollout.max_action_tokens if limit is None else
+                       min(rollout.max_action_tokens, limit - len(e.completion))
+                       for i, e in enumerate(episodes) if not e.done}
+            active = [i for i, budget in budgets.items() if budget > 0]
+            if not active:
+                break
+            new_tokens = rollout.generate(trainer, [prompt_ids[i] + episodes[i].completion
+                                                    for i in active],
+                                          max(budgets[i] for i in active))
+            turns = {i: pool.submit(agents[i].step, episodes[i].add_turn(
+                         rollout.cut(list(ids)[: budgets[i]], tokenizer), tokenizer))
+                     for i, ids in zip(active, new_tokens)}
+            for i, future in turns.items():
+                turn, episode = future.result(), episodes[i]
+                episode.record(turn, getattr(agents[i], "store", None))
+                if episode.done:
+                    episode.close(tokenizer.eos_token_id, set(trainer.eos_token_ids), limit)
+                else:
+                    rollout.reply(episode, turn, trainer)
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": [e.completion for e in episodes],
+        "logprobs": None,
+        "env_mask": [e.mask for e in episodes],
+        PAYLOAD_KEY: [e.payload() for e in episodes],
+    }
+
+
 class FactAgentRollout:
     """A TRL ``rollout_func``: one multi-turn FactAgent episode per prompt (docs/method.md §1).
 
@@ -222,6 +265,26 @@ class FactAgentRollout:
         self.search_threads = search_threads
         check_counts(self)
 
+    def cut(self, ids: list[int], tokenizer: Any) -> list[int]:
+        """A turn's new tokens as the turn (the generator stops at the end-of-turn token)."""
+        return ids
+
+    def reply(self, episode: Episode, turn: Turn, trainer: Any) -> None:
+        """The environment's reply to an unfinished turn as a user turn (``env_mask`` 0), after
+        an end-of-turn token where the turn was cut at its budget; none, and the episode ends,
+        when it leaves no room for another action (a search's observation is then dropped: the
+        model never read it)."""
+        tokenizer, limit = trainer.processing_class, trainer.max_completion_length
+        reply = next_turn_ids(tokenizer, turn.feedback)
+        if not episode.completion or episode.completion[-1] not in set(trainer.eos_token_ids):
+            reply = [tokenizer.eos_token_id, *reply]  # close a turn cut at its budget
+        if limit is not None and len(episode.completion) + len(reply) >= limit:
+            episode.done = True  # no room left for another action
+            if "observation" in episode.actions[-1]:  # nor for the reply: unseen
+                episode.actions[-1]["observation"] = None
+            return
+        episode.add_reply(reply)
+
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """Roll out one episode per prompt.
 
@@ -236,8 +299,6 @@ class FactAgentRollout:
             entry per prompt: ``env_mask`` is 1 on the model's tokens and 0 on the environment's.
         """
         tokenizer = trainer.processing_class
-        stops = set(trainer.eos_token_ids)
-        limit = trainer.max_completion_length
         episodes = [Episode(question_of(prompt)) for prompt in prompts]
         agents = [FactAgentEpisode(e.question, self.retriever, self.max_turns, self.triple_template)
                   for e in episodes]
@@ -247,42 +308,7 @@ class FactAgentRollout:
                                                return_dict=False))
             for agent in agents
         ]
-        with ThreadPoolExecutor(max_workers=self.search_threads) as pool:
-            while True:
-                budgets = {i: self.max_action_tokens if limit is None else
-                           min(self.max_action_tokens, limit - len(e.completion))
-                           for i, e in enumerate(episodes) if not e.done}
-                active = [i for i, budget in budgets.items() if budget > 0]
-                if not active:
-                    break
-                new_tokens = self.generate(trainer, [prompt_ids[i] + episodes[i].completion
-                                                     for i in active],
-                                           max(budgets[i] for i in active))
-                turns = {i: pool.submit(agents[i].step, episodes[i].add_turn(
-                             list(ids)[: budgets[i]], tokenizer)) for i, ids in zip(active, new_tokens)}
-                for i, future in turns.items():
-                    episode = episodes[i]
-                    turn = future.result()
-                    episode.record(turn, agents[i].store)
-                    if episode.done:
-                        episode.close(tokenizer.eos_token_id, stops, limit)
-                        continue
-                    reply = next_turn_ids(tokenizer, turn.feedback)
-                    if not episode.completion or episode.completion[-1] not in stops:
-                        reply = [tokenizer.eos_token_id, *reply]  # close a turn cut at its budget
-                    if limit is not None and len(episode.completion) + len(reply) >= limit:
-                        episode.done = True  # no room left for another action
-                        if "observation" in episode.actions[-1]:  # nor for the reply: unseen
-                            episode.actions[-1]["observation"] = None
-                        continue
-                    episode.add_reply(reply)
-        return {
-            "prompt_ids": prompt_ids,
-            "completion_ids": [e.completion for e in episodes],
-            "logprobs": None,
-            "env_mask": [e.mask for e in episodes],
-            PAYLOAD_KEY: [e.payload() for e in episodes],
-        }
+        return roll_out(self, trainer, prompt_ids, episodes, agents)
 
 
 class Episode:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from factutil.schema import FactUtilConfig
@@ -28,11 +27,11 @@ from factutil.search_r1 import LAYOUTS, STOP
 from factutil.tools.agent import Retriever, SearchR1Episode
 
 from factutil_trl.rollout import (
-    PAYLOAD_KEY,
     Episode,
     Generate,
     check_counts,
     question_of,
+    roll_out,
     transformers_generate,
 )
 
@@ -108,12 +107,25 @@ class SearchR1Rollout:
         self.search_threads = search_threads
         check_counts(self)
 
+    def cut(self, ids: list[int], tokenizer: Any) -> list[int]:
+        """A turn's new tokens up to its first stop string (:func:`cut_at_stop`)."""
+        return cut_at_stop(ids, tokenizer, self.stop)
+
+    def reply(self, episode: Episode, turn: Any, trainer: Any) -> None:
+        """The retrieved block (or the notice) after an unfinished turn, ``env_mask`` 0, cut by
+        what ``max_completion_length`` leaves; a search then keeps as observation only what
+        was shown (:func:`shown_observation`)."""
+        tokenizer, limit = trainer.processing_class, trainer.max_completion_length
+        block = tokenizer.encode(turn.feedback, add_special_tokens=False)
+        if limit is not None and len(block) > limit - len(episode.completion):
+            block = block[: limit - len(episode.completion)]
+            shown_observation(episode.actions[-1], tokenizer.decode(block, skip_special_tokens=True))
+        episode.add_reply(block)
+
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """Roll out one episode per prompt; returns what :class:`factutil_trl.FactAgentRollout`
         returns (``prompt_ids``, ``completion_ids``, ``logprobs`` None, ``env_mask``, payloads)."""
         tokenizer = trainer.processing_class
-        stops = set(trainer.eos_token_ids)
-        limit = trainer.max_completion_length
         prompt_ids = [
             list(tokenizer.apply_chat_template(messages_of(prompt), add_generation_prompt=True,
                                                tokenize=True, return_dict=False))
@@ -121,37 +133,4 @@ class SearchR1Rollout:
         ]
         episodes = [Episode(question_of(prompt)) for prompt in prompts]
         agents = [SearchR1Episode(self.retriever, self.max_turns) for _ in prompts]
-        with ThreadPoolExecutor(max_workers=self.search_threads) as pool:
-            while True:
-                budgets = {i: self.max_action_tokens if limit is None else
-                           min(self.max_action_tokens, limit - len(e.completion))
-                           for i, e in enumerate(episodes) if not e.done}
-                active = [i for i, budget in budgets.items() if budget > 0]
-                if not active:
-                    break
-                new_tokens = self.generate(trainer, [prompt_ids[i] + episodes[i].completion
-                                                     for i in active],
-                                           max(budgets[i] for i in active))
-                turns = {i: pool.submit(agents[i].step, episodes[i].add_turn(
-                             cut_at_stop(list(ids)[: budgets[i]], tokenizer, self.stop), tokenizer))
-                         for i, ids in zip(active, new_tokens)}
-                for i, future in turns.items():
-                    turn, episode = future.result(), episodes[i]
-                    episode.record(turn)
-                    room = None if limit is None else limit - len(episode.completion)
-                    if episode.done:  # a turn cut at its stop string ends no turn
-                        episode.close(tokenizer.eos_token_id, stops, limit)
-                        continue
-                    block = tokenizer.encode(turn.feedback, add_special_tokens=False)
-                    if room is not None and len(block) > room:
-                        block = block[:room]
-                        shown_observation(episode.actions[-1],
-                                          tokenizer.decode(block, skip_special_tokens=True))
-                    episode.add_reply(block)
-        return {
-            "prompt_ids": prompt_ids,
-            "completion_ids": [e.completion for e in episodes],
-            "logprobs": None,
-            "env_mask": [e.mask for e in episodes],
-            PAYLOAD_KEY: [e.payload() for e in episodes],
-        }
+        return roll_out(self, trainer, prompt_ids, episodes, agents)
