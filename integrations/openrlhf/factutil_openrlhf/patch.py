@@ -415,8 +415,10 @@ def patch_experience_maker(module: Any) -> None:
     def compute_advantages_and_returns(self, experiences):
         present = [PAYLOAD_KEY in experience.info for experience in experiences]
         payloads = [experience.info.pop(PAYLOAD_KEY, None) for experience in experiences]
-        # the agent's rewards: OpenRLHF's length penalties replace info["reward"] in the call
-        rewards = [experience.info.get("reward") for experience in experiences]
+        # the agent's rewards: OpenRLHF's length penalties change them in the call (in place
+        # where info["reward"] is the rewards tensor itself, as a reward model's is)
+        rewards = [reward.clone() if isinstance(reward := experience.info.get("reward"), torch.Tensor)
+                   else reward for experience in experiences]
         result = original(self, experiences)
         if any(present):
             same = (
