@@ -61,7 +61,6 @@ class _Episode:
         from factutil.search_r1 import split_passages, split_turns
 
         row = action_row(parse_action(action_text))
-        calls = [parse_action(text) for text, _ in split_turns(action_text)]
         if row.get("action") == "search" and not row.get("observation"):
             # what the search retrieved: the agent's own word when it gives one, else the
             # retrieved block its feedback starts with (facts="retrieved" reads it)
@@ -69,6 +68,7 @@ class _Episode:
             turns = split_turns(action_text + feedback)
             observation = (result["factutil_observation"] if "factutil_observation" in result
                            else turns[-1][1] if turns else None)
+            calls = [parse_action(text) for text, _ in split_turns(action_text)]
             if len(calls) > 1 and all(call.action == "search" for call in calls) and (
                     "factutil_observation" not in result):
                 # parallel tool calls: one span, so one search holding every reply's passages
