@@ -181,14 +181,14 @@ def outcome_reward(
     return Outcome(float(score), float(em), float(f1), answered=answered, empty_store=empty)
 
 
-GOLD_KEYS = ("golden_answers", "answers", "target", "answer")  # looked up in this order
+GOLD_KEYS = ("golden_answers", "answers", "target", "answer", "ground_truth")  # in this order
 
 
 def golden_answers_from(value: Any) -> list[str]:
     """The gold answers (list[str]) a trainer's per-prompt value holds: every adapter's rule.
     A string (one answer, or a JSON list ``'["Paris", "paris"]'``), a list, tuple or array
     (flattened), a mapping with one of :data:`GOLD_KEYS` (the first present; Search-R1's
-    ``{"target": [...]}``) or a number; blanks, None and booleans are dropped. An empty result
+    ``{"ground_truth": {"target": [...]}}``) or a number; blanks, None and booleans are dropped. An empty result
     means nothing usable: callers skip or raise, never score it."""
     if isinstance(value, Mapping):
         for key in GOLD_KEYS:

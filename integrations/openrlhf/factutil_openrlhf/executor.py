@@ -48,7 +48,8 @@ _episode: contextvars.ContextVar[_Episode | None] = contextvars.ContextVar(
 class _Episode:
     """What one ``execute`` call saw: parsed actions, spans, step rewards."""
 
-    def __init__(self) -> None:
+    def __init__(self, layouts: tuple[str, ...]) -> None:
+        self.layouts = layouts  # the config's: how a reply splits into passages
         self.actions: list[dict[str, Any]] = []
         self.spans: list[list[int]] = []
         self.step_rewards: list[float] = []
@@ -57,7 +58,7 @@ class _Episode:
     def record_step(self, action_text: str, result: dict[str, Any], reward: str) -> dict[str, Any]:
         from factutil.integration import action_row
         from factutil.parse import parse_action
-        from factutil.search_r1 import split_turns
+        from factutil.search_r1 import split_passages, split_turns
 
         row = action_row(parse_action(action_text))
         if row.get("action") == "search" and not row.get("observation"):
@@ -67,7 +68,14 @@ class _Episode:
             turns = split_turns(action_text + feedback)
             observation = (result["factutil_observation"] if "factutil_observation" in result
                            else turns[-1][1] if turns else None)
-            if observation:
+            calls = [parse_action(text) for text, _ in split_turns(action_text)]
+            if len(calls) > 1 and all(call.action == "search" for call in calls) and (
+                    "factutil_observation" not in result):
+                # parallel tool calls: one span, so one search holding every reply's passages
+                row = {"action": "search", "query": "; ".join(call.query for call in calls),
+                       "passages": [passage._asdict() for _, reply in turns[:len(calls)] if reply
+                                    for passage in split_passages(reply, self.layouts).passages]}
+            elif observation:
                 row["observation"] = observation
         self.actions.append(row)
         rewards = result.get("rewards")
@@ -197,8 +205,21 @@ def make_executor(
 
         def __init__(self):
             super().__init__(recording)
+            self._factutil_config: Any = None
             self._factutil_preparer: Any = None
             self._factutil_prepare = prepare
+
+        def factutil_config(self) -> Any:
+            """The run's ``FactUtilConfig`` as the engine reads it (once); None when it cannot
+            be read here (one warning: the trainer's step then does the samples' work)."""
+            if self._factutil_config is None:
+                try:
+                    self._factutil_config = as_config(requested_config())
+                except ValueError:  # SettingsError, ConfigError
+                    logger.warning("factutil: no config in the engine; the samples' work is "
+                                   "left to the trainer", exc_info=True)
+                    self._factutil_config, self._factutil_prepare = False, False
+            return self._factutil_config or None
 
         def factutil_preparer(self) -> Any:
             """The engine's :class:`factutil.preparer.FactPreparer`; None when it ships none
@@ -206,12 +227,8 @@ def make_executor(
             if self._factutil_preparer is None and self._factutil_prepare is not False:
                 from factutil.preparer import FactPreparer, prepares_in_workers
 
-                try:
-                    config = as_config(requested_config())
-                except ValueError:  # SettingsError, ConfigError
-                    logger.warning("factutil: no config in the engine; the samples' work is "
-                                   "left to the trainer", exc_info=True)
-                    self._factutil_prepare = False
+                config = self.factutil_config()
+                if config is None:
                     return None
                 if self._factutil_prepare is None:
                     self._factutil_prepare = prepares_in_workers(config)
@@ -226,7 +243,10 @@ def make_executor(
                 sampling_params = copy.deepcopy(sampling_params)
                 sampling_params.stop = list(stop)
                 sampling_params.include_stop_str_in_output = True
-            episode = _Episode()
+            from factutil.search_r1 import ALL
+
+            config = self.factutil_config()
+            episode = _Episode(ALL if config is None else tuple(config.layouts))
             token = _episode.set(episode)
             try:
                 response = await super().execute(

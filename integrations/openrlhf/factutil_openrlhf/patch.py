@@ -97,7 +97,8 @@ class ProcessAdvantagePatch:
             if all(payload is None for payload in payloads):
                 return
             n = int(maker.strategy.args.rollout.n_samples_per_prompt)
-            rows, groups = _collect_rows(experiences, payloads, n)
+            rewards = [experience.info.get("reward") for experience in experiences]
+            rows, groups = _collect_rows(experiences, payloads, rewards, n)
             if any(row["reward"] is None for row in rows.values()):
                 return
             self.step.start(_rows_key(rows), lambda: self._score_groups(rows, groups))
@@ -118,7 +119,8 @@ class ProcessAdvantagePatch:
             work=work,
         )
 
-    def add_process_advantages(self, maker: Any, experiences: Sequence[Any], payloads: list[Any]) -> None:
+    def add_process_advantages(self, maker: Any, experiences: Sequence[Any], payloads: list[Any],
+                               rewards: list[Any]) -> None:
         """Add omega * A_proc on each action's tokens of ``experiences`` (in place). Never raises.
 
         Args:
@@ -129,6 +131,8 @@ class ProcessAdvantagePatch:
                 ``index`` (B,), ``prompts``/``labels`` (B,), ``info`` of (B,) tensors.
             payloads: per experience, the popped ``info["factutil"]`` list (B payload dicts or
                 None), or None when that experience had none.
+            rewards: per experience, its ``info["reward"]`` (B,) as the agent gave it, read
+                before OpenRLHF's length penalties rewrite it (the early score read the same).
 
         A group whose rows lack a valid payload, that fails the core's validation, whose call
         raises, or whose spans do not fit keeps OpenRLHF's advantages: its rows get
@@ -142,7 +146,7 @@ class ProcessAdvantagePatch:
         result = failure = None
         # Never crash training for the process term: any failure keeps OpenRLHF's advantages.
         try:
-            rows, groups, batch, deltas = self._score(maker, experiences, payloads)
+            rows, groups, batch, deltas = self._score(maker, experiences, payloads, rewards)
         except Exception as error:
             logger.exception("factutil: process advantages failed; OpenRLHF's advantages kept")
             for values in stats["factutil/skipped"]:
@@ -179,7 +183,8 @@ class ProcessAdvantagePatch:
             for key, value in metrics.items():
                 experience.info[key] = torch.full((rows_of,), value, dtype=torch.float32)
 
-    def _score(self, maker: Any, experiences: Sequence[Any], payloads: list[Any]) -> tuple[
+    def _score(self, maker: Any, experiences: Sequence[Any], payloads: list[Any],
+               rewards: list[Any]) -> tuple[
         dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]],
         BatchScore[int], dict[tuple[int, int], np.ndarray],
     ]:
@@ -196,7 +201,7 @@ class ProcessAdvantagePatch:
                 "batch; omega * A_proc is added after that whitening, so its scale is relative "
                 "to unit-variance advantages (group_norm, rloo or dr_grpo keep GRPO's scale)",
             )
-        rows, groups = _collect_rows(experiences, payloads, n)
+        rows, groups = _collect_rows(experiences, payloads, rewards, n)
         batch = self.step.take(_rows_key(rows), lambda: self._score_groups(rows, groups))
         deltas = {}
         if batch.result is not None:
@@ -212,10 +217,11 @@ def _rows_key(rows: dict[tuple[int, int], dict[str, Any]]) -> tuple[Any, ...]:
 
 
 def _collect_rows(
-    experiences: Sequence[Any], payloads: list[Any], n: int
+    experiences: Sequence[Any], payloads: list[Any], rewards: list[Any], n: int
 ) -> tuple[dict[tuple[int, int], dict[str, Any]], dict[int, list[tuple[int, int]]]]:
-    """Rows keyed by (experience, row) with their sample index, payload, prompt, label, reward;
-    and the rows of each GRPO group (``index // n``), in sample-index order."""
+    """Rows keyed by (experience, row) with their sample index, payload, prompt, label, reward
+    (``rewards[i]``: experience i's (B,) rewards); and the rows of each GRPO group
+    (``index // n``), in sample-index order."""
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     groups: dict[int, list[tuple[int, int]]] = {}
     for i, experience in enumerate(experiences):
@@ -227,12 +233,12 @@ def _collect_rows(
         payload_list = payloads[i]
         if not isinstance(payload_list, list) or len(payload_list) != batch:
             payload_list = [None] * batch
-        rewards = experience.info.get("reward")
+        given = rewards[i]
         for r in range(batch):
             sample = int(index[r])
             reward = None
-            if isinstance(rewards, torch.Tensor) and rewards.numel() == batch:
-                reward = float(rewards[r])
+            if isinstance(given, torch.Tensor) and given.numel() == batch:
+                reward = float(given[r])
             rows[(i, r)] = {
                 "index": sample,
                 "payload": payload_list[r],
@@ -409,6 +415,10 @@ def patch_experience_maker(module: Any) -> None:
     def compute_advantages_and_returns(self, experiences):
         present = [PAYLOAD_KEY in experience.info for experience in experiences]
         payloads = [experience.info.pop(PAYLOAD_KEY, None) for experience in experiences]
+        # the agent's rewards: OpenRLHF's length penalties change them in the call (in place
+        # where info["reward"] is the rewards tensor itself, as a reward model's is)
+        rewards = [reward.clone() if isinstance(reward := experience.info.get("reward"), torch.Tensor)
+                   else reward for experience in experiences]
         result = original(self, experiences)
         if any(present):
             same = (
@@ -417,7 +427,7 @@ def patch_experience_maker(module: Any) -> None:
                 and all(a is b for a, b in zip(result, experiences))
             )
             if same:
-                active().add_process_advantages(self, result, payloads)
+                active().add_process_advantages(self, result, payloads, rewards)
             else:
                 logger.warning(
                     "factutil: compute_advantages_and_returns returned other experiences than it "

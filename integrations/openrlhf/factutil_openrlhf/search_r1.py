@@ -60,7 +60,11 @@ class SearchR1Instance(AgentInstanceBase):
         self.episode = SearchR1Episode(retriever_from_env(), config_from_env().max_turns)
 
     async def reset(self, states: dict, **kwargs: Any) -> dict:
+        """Raises ValueError: the sample's label holds no gold answer (named)."""
         self.golden_answers = golden_answers_from_label(states.get("label"))
+        if not self.golden_answers:
+            raise ValueError(f"label {states.get('label')!r:.200} holds no gold answer (see "
+                             "--data.label_key; Search-R1's data: reward_model)")
         return {"observation": states["observation"]}
 
     async def step(self, state_dict: dict, **kwargs: Any) -> dict:

@@ -408,3 +408,43 @@ def test_make_experience_starts_the_scoring(openrlhf, episodes, monkeypatch):
     with pytest.raises(Stopped):
         maker.make_experience(batches)
     assert calls == [(maker, batches)]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("penalty", [{"stop_properly_penalty_coef": -0.5},
+                                     {"overlong_buffer_len": 200, "overlong_penalty_factor": 1.0}])
+def test_length_penalties_keep_the_early_score_and_the_agents_reward(openrlhf, episodes, penalty, shared, caplog):
+    """OpenRLHF's length penalties (ProRL's stop-properly, DAPO's overlong) rewrite
+    ``info["reward"]`` inside compute_advantages_and_returns, after the early score read it: the
+    batch is the same, so the early score is used (no warning), and the term is the core's on
+    the agent's own rewards (the answers' F1, as the sample's environment gave them), also where
+    ``rewards`` and ``info["reward"]`` are one tensor (``shared``: a reward model's, which the
+    penalties change in place). ``success="reward"``: the term depends on those rewards."""
+    from factutil_openrlhf import patch
+
+    config = FactUtilConfig(omega=0.5, success="reward", **EXACT)
+    patch.configure(config)
+    maker = make_maker(openrlhf, episodes)
+    for name, value in penalty.items():
+        setattr(maker.args.reward, name, value)
+    maker.args.rollout.max_new_tokens = 400  # DAPO: longer than 200 tokens costs reward
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    for batch in batches if shared else ():
+        batch.rewards = batch.info["reward"]
+    plain = copy.deepcopy(batches)
+    for batch in plain:
+        batch.info.pop("factutil")
+    original = getattr(openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns, patch.PATCHED)
+    plain = original(maker, plain)
+    raw = torch.cat([batch.info["reward"] for batch in batches])
+    assert not torch.equal(torch.cat([batch.info["reward"] for batch in plain]), raw)  # penalised
+    patch.active().start_early(maker, batches)
+    with caplog.at_level(logging.WARNING, logger="factutil.openrlhf"):
+        patched = maker.compute_advantages_and_returns(batches)
+    assert "changed after it was scored early" not in caplog.text
+    deltas = expected_delta(episodes, config)
+    for before, after in zip(plain, patched):
+        assert bool((after.info["factutil/score_early_used"] == 1).all())
+        for row, index in enumerate(after.index):
+            width = after.advantages.shape[1]
+            assert torch.equal(after.advantages[row], before.advantages[row] + torch.from_numpy(deltas[index][:width]))

@@ -43,13 +43,16 @@ class Recording(ScriptedEngine):
         return await super().generate(prompt_token_ids, sampling_params, multi_modal_data)
 
 
-def episode(agent, texts):
+LABEL = json.dumps([GOLD], ensure_ascii=False)
+
+
+def episode(agent, texts, label=LABEL):
     tokenizer = ToyTokenizer()
     engine = Recording(texts, tokenizer)
     params = _SamplingParams(max_tokens=None, logprobs=None)
     response = asyncio.run(agent.AgentExecutor().execute(
         prompt=f"Answer with <search> and <answer>. Question: {QUESTION}\n",
-        label=json.dumps([GOLD], ensure_ascii=False), sampling_params=params, max_length=4096,
+        label=label, sampling_params=params, max_length=4096,
         hf_tokenizer=tokenizer, llm_engine=engine))
     assert not hasattr(params, "stop")  # the caller's parameters are left as they were
     return response, engine, tokenizer
@@ -92,6 +95,16 @@ def test_a_search_that_fails_carries_no_observation(agent, monkeypatch):
     response, _, tokenizer = episode(agent, [f"<search>{GOOD}</search>", "<answer>x</answer>"])
     assert "<information>Search failed" in tokenizer.decode(response["observation_tokens"])
     assert response["factutil"]["actions"][0].get("observation") is None
+
+
+def test_search_r1_data_labels_score_and_a_label_without_gold_is_named(agent):
+    """Search-R1's parquet gives its gold in reward_model (``--data.label_key reward_model``);
+    a label holding no answer stops the episode at its start, naming the label."""
+    label = {"style": "rule", "ground_truth": {"target": [GOLD]}}
+    response, _, _ = episode(agent, [f"<answer>{GOLD}</answer>"], label=label)
+    assert response["reward"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"label \{'style': 'rule'\} holds no gold answer"):
+        episode(agent, [f"<answer>{GOLD}</answer>"], label={"style": "rule"})
 
 
 def test_a_bad_topk_is_refused_naming_the_variable(agent):

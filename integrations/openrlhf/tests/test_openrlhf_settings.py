@@ -44,6 +44,8 @@ def test_bad_settings_name_the_variable(environ, message):
         (["A", " ", None, 3], ["A", "3"]),
         ({"target": ["x"]}, ["x"]),
         ({"golden_answers": "y"}, ["y"]),
+        # Search-R1's parquet: --data.label_key reward_model
+        ({"style": "rule", "ground_truth": {"target": ["Paris", "paris"]}}, ["Paris", "paris"]),
         (1990, ["1990"]),
         ("", []),
         (None, []),

@@ -1,0 +1,132 @@
+"""Parallel tool calls: one OpenRLHF generation holding several verl-style search calls.
+
+OpenRLHF gives a generation one token span, so its calls are one factutil action; every passage
+its tool replies hold must reach the credit (``facts="retrieved"``), not only the last call's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from openrlhf_testkit import ScriptedEngine, ToyTokenizer, _SamplingParams, make_args
+
+from factutil import FactUtilConfig, compute_process_advantages
+
+KEY = ("Key House Mirror", "Key House Mirror is a 1923 film directed by Ewald Andre Dupont.")
+COHN = ("Count Cohn", "Count Cohn is a 1917 film directed by Carl Wilhelm.")
+CATS = ("Cats", "Cats are small mammals.")
+TEMPLATE = "<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _call(query):
+    return json.dumps({"name": "search", "arguments": {"query_list": [query]}}).join(["<tool_call>", "</tool_call>"])
+
+
+def _reply(passage):  # verl's search tool: {"result": 'Doc 1 (Title: "T")\ntext\n\n'}
+    return "<tool_response>" + json.dumps({"result": f'Doc 1 (Title: "{passage[0]}")\n{passage[1]}\n\n'}) + "</tool_response>"
+
+
+def _search(*calls):
+    """One generation of several calls, answered by one tool reply per call."""
+    text = "\n".join(_call(query) for query, _ in calls)
+    return text, TEMPLATE.format("\n".join(_reply(passage) for _, passage in calls)), 0.0, False
+
+
+def _answer(text, reward):
+    return f"<answer>{text}</answer>", "", reward, True
+
+
+PLAN = [  # n = 4 samples of one prompt: (the first generation's calls, the answer, its reward)
+    ([("Key House Mirror director", KEY), ("cats", CATS)], "Key House Mirror", 1.0),
+    ([("cats", CATS)], "Count Cohn", 0.0),
+    ([("Count Cohn director", COHN), ("Key House Mirror director", KEY)], "Key House Mirror", 1.0),
+    ([("Count Cohn director", COHN)], "Count Cohn", 0.0),
+]
+GROUP = [[_search(*calls), _answer(answer, reward)] for calls, answer, reward in PLAN]
+
+
+def _instance_cls():
+    from openrlhf.utils.agent import AgentInstanceBase
+
+    class Replay(AgentInstanceBase):
+        def __init__(self, *args, **kwargs):
+            self.turns, self.at = None, 0
+
+        async def reset(self, states, **kwargs):
+            self.turns = GROUP[int(states["label"])]
+            return {"observation": states["observation"]}
+
+        async def step(self, state_dict, **kwargs):
+            _, feedback, reward, done = self.turns[self.at]
+            self.at += 1
+            return {"rewards": torch.tensor(reward), "environment_feedback": feedback, "done": done}
+
+    return Replay
+
+
+def _run(openrlhf, config):
+    from factutil_openrlhf import make_executor, patch
+
+    tokenizer = ToyTokenizer()
+    executor = make_executor(_instance_cls())()
+
+    async def episode(k):
+        engine = ScriptedEngine([turn[0] for turn in GROUP[k]], tokenizer)
+        return await executor.execute("Which film has the younger director?\n", str(k),
+                                      _SamplingParams(max_tokens=None, logprobs=None), 4096, tokenizer, engine)
+
+    async def main():
+        return await asyncio.gather(*(episode(k) for k in range(len(GROUP))))
+
+    responses = asyncio.run(main())
+    for response in responses:  # the gold answer: the label only picks the script here
+        response["label"] = json.dumps(["Key House Mirror"])
+    patch.configure(config)
+    maker = openrlhf.experience_maker.RemoteExperienceMaker(
+        None, None, None, None, SimpleNamespace(value=0.0),
+        SimpleNamespace(args=make_args(n=len(GROUP), micro_batch_size=3)), tokenizer)
+    generator = openrlhf.samples_generator.SamplesGenerator.__new__(openrlhf.samples_generator.SamplesGenerator)
+    batches = maker.split_rollout_samples(
+        [generator._process_response_into_experience(response, max_len=4096) for response in responses])
+    for batch in batches:
+        batch.kl = torch.zeros_like(batch.action_mask, dtype=torch.float32)
+    original = getattr(openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns, patch.PATCHED)
+    before = {int(i): a.clone() for b in original(maker, [_copy(b) for b in batches]) for i, a in zip(b.index, b.advantages)}
+    after = maker.compute_advantages_and_returns(batches)
+    return responses, {int(i): a - before[int(i)] for b in after for i, a in zip(b.index, b.advantages)}
+
+
+def _copy(batch):
+    import copy
+
+    twin = copy.deepcopy(batch)
+    twin.info.pop("factutil")
+    return twin
+
+
+def test_every_reply_of_parallel_calls_reaches_the_credit(openrlhf):
+    config = FactUtilConfig(omega=0.5, mode="exact", facts="retrieved")
+    responses, deltas = _run(openrlhf, config)
+    # Independent reference: the core on hand-built rollouts, a generation's calls one search
+    # listing every passage its replies hold.
+    rollouts = []
+    for k, (calls, answer, reward) in enumerate(PLAN):
+        search = {"action": "search", "query": "; ".join(query for query, _ in calls),
+                  "passages": [{"title": title, "text": text} for _, (title, text) in calls]}
+        rollouts.append({"uid": "0", "question": "q", "golden_answers": ["Key House Mirror"], "rollout_id": str(k),
+                         "actions": [search, {"action": "answer", "answer": answer}], "reward": reward})
+    result = compute_process_advantages(rollouts, config)
+    want = {}
+    for record in result.actions:
+        want.setdefault(int(record.rollout_id), []).append(0.5 * record.process_advantage)
+    for k, response in enumerate(responses):
+        got = [deltas[k][start - 1].item() for start, _ in response["action_ranges"]]
+        assert got == pytest.approx(want[k], abs=1e-6), k  # float32 advantages
+    # By hand: KEY came to both successful samples only (utility > 0); COHN and CATS each to
+    # one success and one failure, as often as the group succeeds (utility 0).
+    first = [deltas[k][response["action_ranges"][0][0] - 1].item() for k, response in enumerate(responses)]
+    assert first[0] > 0 and first[2] > 0 and first[1] == 0 and first[3] == 0
