@@ -22,7 +22,7 @@ def factagent_reward(
     dataset column and every extra key of the ``rollout_func``: ``factutil`` is the payload of
     :class:`factutil_trl.FactAgentRollout` and ``golden_answers`` the dataset column (per row, a
     list of strings, one string, or any form :func:`factutil.metrics.golden_answers_from` reads);
-    without it, the first of the columns ``answers``, ``target``, ``answer``
+    without it, the first of the columns ``answers``, ``target``, ``answer``, ``ground_truth``
     (:data:`factutil.metrics.GOLD_KEYS`, the rule of every adapter).
     The rule is :func:`factutil.metrics.outcome_reward`, the one the other adapters apply.
 
