@@ -82,6 +82,20 @@ def trainer_stub(tokenizer: Any, limit: int | None = 4096) -> SimpleNamespace:
                            max_completion_length=limit)
 
 
+def recording_trainer(seen: dict[str, Any]) -> type:
+    """``FactUtilGRPOTrainer`` that puts into ``seen`` TRL's own advantages (``"trl"``), the
+    batch's rows and the step's output."""
+    from factutil_trl import FactUtilGRPOTrainer
+
+    class Recording(FactUtilGRPOTrainer):
+        def _add_process_advantages(self, inputs, output):
+            seen["trl"] = output["advantages"].clone()
+            super()._add_process_advantages(inputs, output)
+            seen["rows"], seen["output"] = [dict(row) for row in inputs], dict(output)
+
+    return Recording
+
+
 def test_cut_at_stop_keeps_the_stop_string_and_nothing_after(byte_tokenizer):
     tok = byte_tokenizer
     ids = tok.encode("a <search>q</search> <information>made up", add_special_tokens=False)
@@ -176,7 +190,6 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
     the good searches and negative on the others, and lands on the search's tokens only."""
     from datasets import Dataset
 
-    from factutil_trl import FactUtilGRPOTrainer
 
     tok = byte_tokenizer
     scripts = [[f"<search>{GOOD}</search>", f"<answer>{GOLD}</answer>{EOS}"]] * 2 + \
@@ -184,11 +197,7 @@ def test_trainer_credits_the_searches_that_retrieved_the_successful_rollouts_pas
     config = {"mode": "exact", "facts": "retrieved", "omega": 0.5}
     seen: dict[str, Any] = {}
 
-    class Recording(FactUtilGRPOTrainer):
-        def _add_process_advantages(self, inputs, output):
-            seen["trl"] = output["advantages"].clone()
-            super()._add_process_advantages(inputs, output)
-            seen["rows"], seen["output"] = [dict(row) for row in inputs], dict(output)
+    Recording = recording_trainer(seen)
 
     trainer = Recording(
         model=tiny_model(tok, 0),
@@ -289,7 +298,6 @@ def test_a_group_whose_spans_run_past_its_completion_keeps_trls_advantages(
 
     from datasets import Dataset
 
-    from factutil_trl import FactUtilGRPOTrainer
 
     tok = byte_tokenizer
     other = "Who was the director of the film Polish-Russian War?"
@@ -307,11 +315,7 @@ def test_a_group_whose_spans_run_past_its_completion_keeps_trls_advantages(
 
     seen: dict[str, Any] = {}
 
-    class Recording(FactUtilGRPOTrainer):
-        def _add_process_advantages(self, inputs, output):
-            seen["trl"] = output["advantages"].clone()
-            super()._add_process_advantages(inputs, output)
-            seen["rows"], seen["output"] = [dict(row) for row in inputs], dict(output)
+    Recording = recording_trainer(seen)
 
     trainer = Recording(
         model=tiny_model(tok, 0), reward_funcs=[factagent_reward],

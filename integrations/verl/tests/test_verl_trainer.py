@@ -444,12 +444,8 @@ def _verl_grpo(rows: Rows) -> torch.Tensor:
     ).batch["advantages"]
 
 
-def test_verls_own_step_runs_only_when_a_row_keeps_its_values(
-    transfer_queue, sample_rows, verl_config, monkeypatch
-):
-    """Every group scored -> verl's advantage step is not run (factutil overwrites every row);
-    one group without factutil's fields -> it runs once, and that group's rows get its GRPO
-    values while every other row keeps the core's."""
+def _count_verl_steps(monkeypatch) -> list:
+    """The keys of every batch verl's own advantage step runs on, from now on."""
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
     calls: list = []
@@ -460,6 +456,17 @@ def test_verls_own_step_runs_only_when_a_row_keeps_its_values(
         return real(self, batch, metrics)
 
     monkeypatch.setattr(PPOTrainerSync, "_compute_advantage", counting)
+    return calls
+
+
+def test_verls_own_step_runs_only_when_a_row_keeps_its_values(
+    transfer_queue, sample_rows, verl_config, monkeypatch
+):
+    """Every group scored -> verl's advantage step is not run (factutil overwrites every row);
+    one group without factutil's fields -> it runs once, and that group's rows get its GRPO
+    values while every other row keeps the core's."""
+
+    calls = _count_verl_steps(monkeypatch)
     trainer = make_trainer(verl_config)
     expected = compute_process_advantages(SAMPLE, FactUtilConfig(mode="exact"))
     meta, metrics = put_rows(sample_rows, "train"), {}
@@ -534,17 +541,9 @@ def test_with_rollout_log_probs_verls_step_runs_first_and_nothing_of_it_is_lost(
     step runs first, once, and its ``rollout_corr/*`` metrics reach the step's metrics; every
     row still gets the core's advantages (the early score is used: the mask verl writes back is
     the same)."""
-    from verl.trainer.ppo.v1 import PPOTrainerSync
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    calls: list = []
-    real = PPOTrainerSync._compute_advantage
-
-    def counting(self, batch, metrics):
-        calls.append(list(batch.keys))
-        return real(self, batch, metrics)
-
-    monkeypatch.setattr(PPOTrainerSync, "_compute_advantage", counting)
+    calls = _count_verl_steps(monkeypatch)
     seen: list = []
     _fake_old_log_prob(monkeypatch, seen)
     trainer = make_trainer(verl_config)
