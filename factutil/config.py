@@ -185,7 +185,7 @@ class FactUtilConfig(BaseModel):
     prepare_in_workers: bool | None = Field(
         None,
         description="Trainers: make the per-fact work (texts, embeddings, filter analyses) in the "
-        "rollout workers, for the step's clusterer caches; None: on in semantic mode only.",
+        "rollout workers, for the step's clusterer caches; None: on for semantic, asserted facts.",
     )
     score_early: bool = Field(
         True,

@@ -23,11 +23,11 @@ WORK_KEY = "work"
 
 
 def prepares_in_workers(config: FactUtilConfig) -> bool:
-    """``config.prepare_in_workers``; None: in semantic mode only (exact mode has nothing to
-    ship)."""
+    """``config.prepare_in_workers``; None: in semantic mode with asserted facts only (exact mode
+    has nothing to ship; the work is asserted facts', so under ``facts="retrieved"`` none)."""
     if config.prepare_in_workers is not None:
         return bool(config.prepare_in_workers)
-    return config.mode == "semantic"
+    return config.mode == "semantic" and config.facts == "asserted"
 
 
 class FactPreparer:

@@ -207,6 +207,9 @@ def test_prepares_in_workers_follows_the_mode_unless_the_config_says():
     assert prepares_in_workers(EXACT) is False  # nothing to embed or analyse
     assert prepares_in_workers(EXACT.model_copy(update={"prepare_in_workers": True})) is True
     assert prepares_in_workers(FactUtilConfig(prepare_in_workers=False)) is False
+    # the work is asserted facts': under retrieved passages the workers would ship nothing
+    assert prepares_in_workers(FactUtilConfig(facts="retrieved")) is False
+    assert prepares_in_workers(FactUtilConfig(facts="retrieved", prepare_in_workers=True)) is True
 
 
 def test_the_preparer_ships_each_fact_once_and_never_fails_the_worker(caplog):

@@ -14,7 +14,7 @@ response under ``"factutil"`` (see :data:`factutil_openrlhf.settings.PAYLOAD_KEY
 or ``{"version": 1, "error": "..."}`` when the recorded spans disagree with ``action_ranges``
 (that sample's group then keeps OpenRLHF's advantages).
 
-With ``prepare_in_workers`` (default: on in semantic mode) the executor also makes the episode's
+With ``prepare_in_workers`` (default: on in semantic mode with asserted facts) the executor also makes the episode's
 per-fact work here, inside the vLLM engine actor, once the episode ends (its facts' embeddings
 on the engine's GPU when it has one, for the facts this engine has not shipped before:
 :class:`factutil.preparer.FactPreparer`) and adds it to the payload as ``"work"``: the base64

@@ -16,7 +16,7 @@ verl hands the trainer one row per *sample*. Two layouts are read:
   explicit spans that run past the row or leave model tokens outside them cannot be placed
   unambiguously, so the group falls back (counted in ``factutil/groups_fallback_turns`` too).
 
-With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) a trajectory's
+With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode with asserted facts) a trajectory's
 last row may also hold ``work``: the per-fact work its agent-loop worker made
 (:class:`factutil.preparer.FactPreparer`: a work item, :mod:`factutil.workers`, of the facts
 that worker had not shipped before). The batch's items go to the core (``work=``), which checks

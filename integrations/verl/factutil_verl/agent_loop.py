@@ -15,7 +15,7 @@ action's tokens, and ``extra_fields["factutil"]`` carries ``trajectory_id``, ``s
 ``store_size`` (before the action) and ``retrieval_error``. Register name: ``factagent``; options
 come from the agent-loop YAML (:class:`factutil_verl.config.FactAgentLoopConfig`).
 
-With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode) the loop also makes
+With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode with asserted facts) the loop also makes
 the rollout's per-fact work in this worker once the rollout ends (its facts' embeddings on the
 worker's GPU when it has one, for the facts this worker has not shipped before:
 :class:`factutil.preparer.FactPreparer`) and puts the work item (:mod:`factutil.workers`) in the
