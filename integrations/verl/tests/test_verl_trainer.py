@@ -149,11 +149,11 @@ def test_a_batch_without_extra_fields_keeps_verls_grpo(
     assert metrics["factutil/batch_fallback"] == float(not early)
 
 
-def _assert_advantages_are_the_cores(meta, sample_rows, expected) -> None:
+def _assert_advantages_are_the_cores(meta, sample_rows, expected, tol: float = 1e-6) -> None:
     advantages = read_advantages(meta)
     for record in expected.actions:
         row = sample_rows.row_of_action[(record.uid, record.rollout_id, record.step)]
-        np.testing.assert_allclose(advantages[row].numpy(), record.advantage, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(advantages[row].numpy(), record.advantage, rtol=tol, atol=tol)
 
 
 def test_report_every_writes_that_steps_report_into_the_run_folder(
@@ -684,10 +684,7 @@ def test_kl_in_the_reward_end_to_end_scores_verls_token_level_rewards(
     expected = _core_of(rows, "kl", rewards)
     plain = _core_of(rows, "kl")
     assert max(abs(a.advantage - b.advantage) for a, b in zip(expected.actions, plain.actions)) > 1e-3
-    advantages = read_advantages(meta)
-    for record in expected.actions:
-        row = rows.row_of_action[(record.uid, record.rollout_id, record.step)]
-        np.testing.assert_allclose(advantages[row].numpy(), record.advantage, rtol=1e-5, atol=1e-5)
+    _assert_advantages_are_the_cores(meta, rows, expected, tol=1e-5)
 
 
 def test_rows_rejected_by_verls_rollout_correction_get_0_and_verls_weights_are_kept(
