@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "GOLD_KEYS", "UNICODE_FOLDS", "Outcome", "golden_answers_from",
+    "GOLD_KEYS", "UNICODE_FOLDS", "Outcome", "gold_key", "golden_answers_from",
     "golds_normalized_empty", "normalize_answer", "outcome", "outcome_reward", "qa_scores",
 ]
 
@@ -184,17 +184,19 @@ def outcome_reward(
 GOLD_KEYS = ("golden_answers", "answers", "target", "answer", "ground_truth")  # in this order
 
 
+def gold_key(row: Mapping[str, Any]) -> str | None:
+    """The first of :data:`GOLD_KEYS` whose value in ``row`` is not None (None: no such key)."""
+    return next((key for key in GOLD_KEYS if row.get(key) is not None), None)
+
+
 def golden_answers_from(value: Any) -> list[str]:
     """The gold answers (list[str]) a trainer's per-prompt value holds: every adapter's rule.
     A string (one answer, or a JSON list ``'["Paris", "paris"]'``), a list, tuple or array
-    (flattened), a mapping with one of :data:`GOLD_KEYS` (the first present; Search-R1's
-    ``{"ground_truth": {"target": [...]}}``) or a number; blanks, None and booleans are dropped. An empty result
+    (flattened), a mapping (its :func:`gold_key`'s value: Search-R1's ``{"ground_truth":
+    {"target": [...]}}``) or a number; blanks, None and booleans are dropped. An empty result
     means nothing usable: callers skip or raise, never score it."""
     if isinstance(value, Mapping):
-        for key in GOLD_KEYS:
-            if key in value:
-                return golden_answers_from(value[key])
-        return []
+        return golden_answers_from(value[key]) if (key := gold_key(value)) else []
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):

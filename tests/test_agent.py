@@ -92,5 +92,8 @@ def test_gold_answers_from_any_trainer_value():
     assert golden_answers_from({"target": ["t"], "golden_answers": ["g"]}) == ["g"]
     assert golden_answers_from({"answer": "a"}) == ["a"]
     assert golden_answers_from({"other": "a"}) == []
+    # the first key whose value is not None: a merged dataset's None column is no gold
+    assert golden_answers_from({"golden_answers": None, "answer": "a"}) == ["a"]
+    assert golden_answers_from({"golden_answers": None}) == []
     assert golden_answers_from(1990) == ["1990"]
     assert golden_answers_from(None) == golden_answers_from(False) == golden_answers_from("  ") == []

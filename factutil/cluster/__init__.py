@@ -6,7 +6,6 @@ from factutil.cluster.semantic import Given, SemanticClusterer
 from factutil.facts import (
     DEFAULT_TEMPLATE,
     Fact,
-    distinct_facts,
     fact_text,
     normalize_fact_text,
     representatives,
@@ -17,6 +16,5 @@ from factutil.linkage import candidate_pairs, canonical_labels, constrained_link
 __all__ = [
     "DEFAULT_TEMPLATE", "Clusterer", "ExactClusterer", "Fact", "Given", "SemanticClusterer",
     "candidate_pairs", "canonical_labels", "cluster_triples", "constrained_linkage",
-    "distinct_facts", "fact_text", "make_clusterer", "normalize_fact_text", "representatives",
-    "triple_text",
+    "fact_text", "make_clusterer", "normalize_fact_text", "representatives", "triple_text",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from factutil.metrics import GOLD_KEYS, golden_answers_from, outcome_reward
+from factutil.metrics import GOLD_KEYS, gold_key, golden_answers_from, outcome_reward
 
 from factutil_trl.rollout import PAYLOAD_KEY
 
@@ -20,10 +20,10 @@ def factagent_reward(
 
     Pass it as ``GRPOTrainer(reward_funcs=[factagent_reward], ...)``. TRL calls it with every
     dataset column and every extra key of the ``rollout_func``: ``factutil`` is the payload of
-    :class:`factutil_trl.FactAgentRollout` and ``golden_answers`` the dataset column (per row, a
-    list of strings, one string, or any form :func:`factutil.metrics.golden_answers_from` reads);
-    without it, the first of the columns ``answers``, ``target``, ``answer``, ``ground_truth``
-    (:data:`factutil.metrics.GOLD_KEYS`, the rule of every adapter).
+    :class:`factutil_trl.FactAgentRollout`. A row's gold answers are its first column of
+    ``golden_answers``, ``answers``, ``target``, ``answer``, ``ground_truth`` that is not None
+    (:func:`factutil.metrics.gold_key`, the rule of every adapter): a list of strings, one
+    string, or any form :func:`factutil.metrics.golden_answers_from` reads.
     The rule is :func:`factutil.metrics.outcome_reward`, the one the other adapters apply.
 
     Returns:
@@ -36,16 +36,18 @@ def factagent_reward(
     """
     payloads = list(factutil) if factutil is not None else [None] * len(completions)
     columns = {GOLD_KEYS[0]: golden_answers, **{key: kwargs.get(key) for key in GOLD_KEYS[1:]}}
-    column = next((key for key, value in columns.items() if value is not None), None)
-    if column is None:
+    columns = {key: value for key, value in columns.items() if value is not None}
+    if not columns:
         raise ValueError(f"factagent_reward needs a gold answers dataset column, one of "
                          f"{list(GOLD_KEYS)}")
-    golden_answers = columns[column]
     rewards: list[float | None] = []
-    for row, (payload, golds) in enumerate(zip(payloads, golden_answers, strict=True)):
+    for row, (payload, *values) in enumerate(zip(payloads, *columns.values(), strict=True)):
         if not isinstance(payload, Mapping):
             rewards.append(None)
             continue
+        values = dict(zip(columns, values))  # the row's gold: its column of gold_key
+        column = gold_key(values) or next(iter(columns))
+        golds = values[column]
         answers = golden_answers_from(golds)
         try:
             outcome = outcome_reward(payload.get("answer"), answers, payload.get("store_size"))

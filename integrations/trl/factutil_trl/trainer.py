@@ -43,7 +43,7 @@ from factutil.integration import (
     trainer_rollout,
     warn_fallback,
 )
-from factutil.metrics import GOLD_KEYS
+from factutil.metrics import gold_key
 from trl import GRPOTrainer
 
 from factutil_trl.rollout import PAYLOAD_KEY
@@ -145,9 +145,8 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             )
         # The groups TRL normalised span processes: score the whole batch in every process.
         payloads = gather_object([row.get(PAYLOAD_KEY) for row in inputs])
-        # each question's gold answers: its first column of GOLD_KEYS (every adapter's rule)
-        golds = gather_object([next((row[key] for key in GOLD_KEYS if row.get(key) is not None),
-                                    None) for row in inputs])
+        # each question's gold answers: its column of gold_key (every adapter's rule)
+        golds = gather_object([row[key] if (key := gold_key(row)) else None for row in inputs])
         rewards = self._factutil_rewards
         if rewards is None or rewards.shape[0] != len(payloads):
             raise ValueError("TRL's rewards of this batch were not seen")

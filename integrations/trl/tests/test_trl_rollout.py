@@ -235,6 +235,17 @@ def test_factagent_reward_reads_the_gold_answers_of_another_column():
     assert first[2] == 0.0 and first[0] == 1.0
 
 
+def test_factagent_reward_takes_each_rows_first_gold_that_is_not_none():
+    """A dataset merged from two sources: ``golden_answers`` None on some rows, ``answer`` there.
+    Each row reads its own first gold column that holds a value, as the trainer does: F1 by hand
+    (1; 1/2: "Paris" against "Paris France"; 0 against "Rome")."""
+    payloads = [{"answer": "Paris", "store_size": 1}] * 3
+    rewards = factagent_reward(completions=[""] * 3, factutil=payloads,
+                               golden_answers=[["Paris"], None, None],
+                               answer=["Rome", "Paris France", "Rome"])
+    assert rewards == [1.0, pytest.approx(2 * 0.5 * 1 / 1.5), 0.0]
+
+
 def test_left_pad_by_hand():
     """Shorter rows get the pad id in front and a 0 mask there; 1 on each row's own tokens."""
     input_ids, attention = left_pad([[5, 6, 7], [9]], pad=0)
