@@ -112,8 +112,7 @@ def rollout_columns(
                 normalized = queries[query] = normalize_fact_text(query)
             if normalized in seen:
                 repeated.append(t)
-            else:
-                seen.add(normalized)
+            seen.add(normalized)
         elif kind == "answer":
             answer = action["answer"]
             empty_store_answer = store_empty
@@ -137,9 +136,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     template, max_turns, fold = config.triple_template, config.max_turns, config.fold_unicode
     retrieved = config.facts == "retrieved"
     dropped = [0, 0, 0, 0]
-    # Per rollout: answer, empty-store answer, em, f1, R, y, effective and all actions, triple
-    # occurrences and repeated searches.
-    per_rollout: list[tuple] = []
+    per_rollout: list[tuple] = []  # unpacked by name below
     kinds: list[int] = []
     occurrence_step: list[int] = []
     occurrence_fact: list[int] = []

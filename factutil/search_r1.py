@@ -60,11 +60,11 @@ def _rules(layouts: tuple[str, ...]) -> _Rules:
     """The patterns of the named layouts (headers in :data:`HEADERS` order)."""
     close = {LAYOUTS[name][0]: LAYOUTS[name][1] for name in layouts}
     names = {LAYOUTS[name][2] for name in layouts}
-    opening = "|".join(re.escape(tag) for tag in close)
-    env = re.compile(  # a retrieved block (a cut one runs to the next turn), or the notice
-        rf"(?P<open>{opening})(?:(?P<body>(?:(?!{opening}).)*?)"
-        rf"(?:{'|'.join(map(re.escape, close.values()))})|(?P<cut>.*?)"
-        rf"(?=(?i:<(?:think|search|assert|answer|tool_call)\s*>)|{opening}|\Z))|{_NOTICE}", re.DOTALL)
+    opening = "(?:" + "|".join(re.escape(tag) for tag in close) + ")"
+    env = re.compile(  # a block's body, a cut block (tag and text to the next turn), the notice
+        rf"{opening}(?P<body>(?:(?!{opening}).)*?)(?:{'|'.join(map(re.escape, close.values()))})|"
+        rf"(?P<cut>{opening}.*?)(?=(?i:<(?:think|search|assert|answer|tool_call)\s*>)|{opening}|\Z)"
+        rf"|{_NOTICE}", re.DOTALL)
     return _Rules([re.compile(rf"^[ \t]*{pattern}[ \t]*", re.MULTILINE)
                    for name, pattern in HEADERS.items() if name in names], close, re.compile(opening), env)
 
@@ -95,12 +95,11 @@ class Passage(NamedTuple):
 
 
 class Passages(NamedTuple):
-    """The passages of one observation; ``unsplit``: no layout split it (one passage then);
-    ``cut``, ``empty``: passages dropped, as the text was cut inside them, or as they hold no
-    visible character."""
+    """The passages of one observation; ``unsplit``: no layout split it (one passage; of several
+    blocks: how many); ``cut``, ``empty``: passages dropped as cut inside, or with no visible character."""
 
     passages: list[Passage]
-    unsplit: bool = False
+    unsplit: int = 0
     cut: int = 0
     empty: int = 0
 
@@ -134,7 +133,6 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
     is cut. Search-R1's :data:`INVALID` notice, bare or in a block, is no observation; whitespace
     between turns and a block before the first turn are the environment's."""
     turns: list[list[Any]] = []
-    # a text that starts with a prompt through a chat template: its tags are not turns
     start = _ASSISTANT.search(response) if _CHAT.match(response) else None
     at = start.end() if start else 0
     free = 0  # the first turn no block has followed yet (parallel tool calls get one block each)
@@ -142,8 +140,7 @@ def split_turns(response: str) -> list[tuple[str, str | None]]:
         before = len(turns)
         _add_turns(turns, response[at:env.start()])
         free = before if len(turns) > before else free
-        at, body = env.end(), env.group("body")
-        content = body if body is not None else env.group("open") and env.group("open") + env["cut"]
+        at, content = env.end(), env.lastgroup and env[env.lastgroup]
         if turns and content and not re.fullmatch(_NOTICE, content.strip(), re.DOTALL):
             ends = [m.group().lower() if (m := _ENDING.search(t)) else "" for t, _ in turns[free:]]
             k = free + ends.index(ends[-1]) if ends else len(turns) - 1  # the first ending as the last
@@ -170,13 +167,19 @@ def split_passages(observation: str, layouts: tuple[str, ...] = ALL) -> Passages
     middle at :data:`TRUNCATED`); a text split at ``---`` lines (one part per query), then at the
     passage headers of the ``layouts``, else at blank lines. A passage the text was cut inside is
     dropped (``cut``), as is one with no visible character (``empty``); a text no layout splits is
-    one passage (``unsplit``); factutil's "No documents found." and "Search failed: ..." hold none."""
+    one passage (``unsplit``); factutil's "No documents found." and "Search failed: ..." hold none.
+    Several blocks (parallel tool calls' replies): each as :func:`split_turns` reads it, counts summed."""
     rules = _rules(layouts)
     text = observation.strip()
     opened = rules.open.match(text)
     text = text[opened.end():] if opened else text
     closed = next((close for close in rules.close.values() if text.endswith(close)), None)
     text = text[: len(text) - len(closed)].strip() if closed else text
+    blocks = [env[env.lastgroup] for env in _rules(ALL).env.finditer(observation) if env.lastgroup
+              ] if "<" in text and any(tag in text for tag in _rules(ALL).close) else []
+    if len(blocks) > 1:  # another block opens inside: each block alone (it holds one at most)
+        parts = [split_passages(block, layouts) for block in blocks]
+        return Passages([p for part in parts for p in part.passages], *map(sum, list(zip(*parts))[1:]))
     whole = not opened or closed is not None
     partial = None if whole else _PARTIAL_DOC.search(text)  # cut inside the next passage's header
     text, whole = (text[: partial.start()], True) if partial else (text, whole)

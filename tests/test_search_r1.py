@@ -144,6 +144,21 @@ def test_parallel_tool_calls_get_one_tool_response_each():
             for t, o in turns] == [("search", ["A"]), ("search", ["B"]), ("answer", None)]
 
 
+def test_a_text_of_several_blocks_is_read_block_by_block():
+    """The replies of parallel tool calls as one observation (the blocks with the chat template
+    between them): each block is split as it would be alone, its drops counted. By hand: the
+    first reply holds A and a passage its JSON string is cut inside (cut 1), the second a blank
+    passage and B (empty 1), the third no header (unsplit 1, one passage)."""
+    cut = json.dumps({"result": 'Doc 1 (Title: "A")\nA text\n\nDoc 2 (Title: "C")\nC te'})[:-2]
+    blank = json.dumps({"result": 'Doc 1 (Title: "")\n \n\nDoc 2 (Title: "B")\nB text'})
+    text = (f"<|im_end|>\n<|im_start|>user\n<tool_response>{cut}</tool_response>\n<tool_response>{blank}"
+            "</tool_response>\n<information>plain words</information><|im_end|>\n<|im_start|>assistant\n")
+    found = split_passages(text)
+    assert [(p.title, p.text) for p in found.passages] == [("A", "A text"), ("B", "B text"), ("", "plain words")]
+    assert (found.unsplit, found.cut, found.empty) == (1, 1, 1)
+    assert split_passages(text, ("search_r1",)).passages == found.passages  # the verl JSON is read whatever the layouts
+
+
 def test_a_block_answers_the_first_unanswered_turn_that_ends_as_the_last_one():
     """Asserts get no block (FactAgent's protocol): a block after asserts and a search is the
     search's. A <search> turn verl never ran, then a tool call: the block is the tool call's."""

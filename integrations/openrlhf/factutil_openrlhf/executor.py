@@ -48,8 +48,7 @@ _episode: contextvars.ContextVar[_Episode | None] = contextvars.ContextVar(
 class _Episode:
     """What one ``execute`` call saw: parsed actions, spans, step rewards."""
 
-    def __init__(self, layouts: tuple[str, ...]) -> None:
-        self.layouts = layouts  # the config's: how a reply splits into passages
+    def __init__(self) -> None:
         self.actions: list[dict[str, Any]] = []
         self.spans: list[list[int]] = []
         self.step_rewards: list[float] = []
@@ -58,7 +57,7 @@ class _Episode:
     def record_step(self, action_text: str, result: dict[str, Any], reward: str) -> dict[str, Any]:
         from factutil.integration import action_row
         from factutil.parse import parse_action
-        from factutil.search_r1 import split_passages, split_turns
+        from factutil.search_r1 import split_turns
 
         row = action_row(parse_action(action_text))
         if row.get("action") == "search" and not row.get("observation"):
@@ -71,11 +70,12 @@ class _Episode:
             calls = [parse_action(text) for text, _ in split_turns(action_text)]
             if len(calls) > 1 and all(call.action == "search" for call in calls) and (
                     "factutil_observation" not in result):
-                # parallel tool calls: one span, so one search holding every reply's passages
-                row = {"action": "search", "query": "; ".join(call.query for call in calls),
-                       "passages": [passage._asdict() for _, reply in turns[:len(calls)] if reply
-                                    for passage in split_passages(reply, self.layouts).passages]}
-            elif observation:
+                # parallel tool calls: one span, so one search of every call's query, observing
+                # every reply (the core reads a text of several blocks block by block)
+                row["query"] = "; ".join(call.query for call in calls)
+                replies = [reply for _, reply in turns[:len(calls)] if reply]
+                observation = feedback if len(replies) > 1 else next(iter(replies), None)
+            if observation:
                 row["observation"] = observation
         self.actions.append(row)
         rewards = result.get("rewards")
@@ -243,10 +243,7 @@ def make_executor(
                 sampling_params = copy.deepcopy(sampling_params)
                 sampling_params.stop = list(stop)
                 sampling_params.include_stop_str_in_output = True
-            from factutil.search_r1 import ALL
-
-            config = self.factutil_config()
-            episode = _Episode(ALL if config is None else tuple(config.layouts))
+            episode = _Episode()
             token = _episode.set(episode)
             try:
                 response = await super().execute(

@@ -118,9 +118,7 @@ def test_make_executor_rejects_a_non_instance_class(openrlhf):
 def test_payload_reports_spans_that_disagree_with_action_ranges():
     from factutil_openrlhf.executor import _Episode
 
-    from factutil.search_r1 import ALL
-
-    episode = _Episode(ALL)
+    episode = _Episode()
     episode.spans = [[3, 5]]
     episode.actions = [{"action": "answer", "answer": "x"}]
     assert "differ" in episode.payload([(3, 6)])["error"]

@@ -1,7 +1,9 @@
 """Parallel tool calls: one OpenRLHF generation holding several verl-style search calls.
 
 OpenRLHF gives a generation one token span, so its calls are one factutil action; every passage
-its tool replies hold must reach the credit (``facts="retrieved"``), not only the last call's.
+its tool replies hold must reach the credit (``facts="retrieved"``), not only the last call's,
+its dropped passages are counted as a single search's are, and each of its queries counts in
+the repeated-search check.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ def _call(query):
 
 
 def _reply(passage):  # verl's search tool: {"result": 'Doc 1 (Title: "T")\ntext\n\n'}
-    return "<tool_response>" + json.dumps({"result": f'Doc 1 (Title: "{passage[0]}")\n{passage[1]}\n\n'}) + "</tool_response>"
+    return _tool_response(f'Doc 1 (Title: "{passage[0]}")\n{passage[1]}\n\n')
+
+
+def _tool_response(result, cut=False):  # cut: the JSON string never ends
+    text = json.dumps({"result": result})
+    return "<tool_response>" + (text[:-2] if cut else text) + "</tool_response>"
 
 
 def _search(*calls):
@@ -49,7 +56,7 @@ PLAN = [  # n = 4 samples of one prompt: (the first generation's calls, the answ
 GROUP = [[_search(*calls), _answer(answer, reward)] for calls, answer, reward in PLAN]
 
 
-def _instance_cls():
+def _instance_cls(group):
     from openrlhf.utils.agent import AgentInstanceBase
 
     class Replay(AgentInstanceBase):
@@ -57,7 +64,7 @@ def _instance_cls():
             self.turns, self.at = None, 0
 
         async def reset(self, states, **kwargs):
-            self.turns = GROUP[int(states["label"])]
+            self.turns = group[int(states["label"])]
             return {"observation": states["observation"]}
 
         async def step(self, state_dict, **kwargs):
@@ -68,19 +75,21 @@ def _instance_cls():
     return Replay
 
 
-def _run(openrlhf, config):
+def _run(openrlhf, config, group=GROUP):
+    """The group's episodes through the executor and the patched advantage step: the responses,
+    each sample's omega * A_proc per token, and the step's factutil metrics."""
     from factutil_openrlhf import make_executor, patch
 
     tokenizer = ToyTokenizer()
-    executor = make_executor(_instance_cls())()
+    executor = make_executor(_instance_cls(group))()
 
     async def episode(k):
-        engine = ScriptedEngine([turn[0] for turn in GROUP[k]], tokenizer)
+        engine = ScriptedEngine([turn[0] for turn in group[k]], tokenizer)
         return await executor.execute("Which film has the younger director?\n", str(k),
                                       _SamplingParams(max_tokens=None, logprobs=None), 4096, tokenizer, engine)
 
     async def main():
-        return await asyncio.gather(*(episode(k) for k in range(len(GROUP))))
+        return await asyncio.gather(*(episode(k) for k in range(len(group))))
 
     responses = asyncio.run(main())
     for response in responses:  # the gold answer: the label only picks the script here
@@ -88,7 +97,7 @@ def _run(openrlhf, config):
     patch.configure(config)
     maker = openrlhf.experience_maker.RemoteExperienceMaker(
         None, None, None, None, SimpleNamespace(value=0.0),
-        SimpleNamespace(args=make_args(n=len(GROUP), micro_batch_size=3)), tokenizer)
+        SimpleNamespace(args=make_args(n=len(group), micro_batch_size=3)), tokenizer)
     generator = openrlhf.samples_generator.SamplesGenerator.__new__(openrlhf.samples_generator.SamplesGenerator)
     batches = maker.split_rollout_samples(
         [generator._process_response_into_experience(response, max_len=4096) for response in responses])
@@ -97,7 +106,8 @@ def _run(openrlhf, config):
     original = getattr(openrlhf.experience_maker.RemoteExperienceMaker.compute_advantages_and_returns, patch.PATCHED)
     before = {int(i): a.clone() for b in original(maker, [_copy(b) for b in batches]) for i, a in zip(b.index, b.advantages)}
     after = maker.compute_advantages_and_returns(batches)
-    return responses, {int(i): a - before[int(i)] for b in after for i, a in zip(b.index, b.advantages)}
+    metrics = {key: value[0].item() for key, value in after[0].info.items() if key.startswith("factutil/")}
+    return responses, {int(i): a - before[int(i)] for b in after for i, a in zip(b.index, b.advantages)}, metrics
 
 
 def _copy(batch):
@@ -110,7 +120,7 @@ def _copy(batch):
 
 def test_every_reply_of_parallel_calls_reaches_the_credit(openrlhf):
     config = FactUtilConfig(omega=0.5, mode="exact", facts="retrieved")
-    responses, deltas = _run(openrlhf, config)
+    responses, deltas, _ = _run(openrlhf, config)
     # Independent reference: the core on hand-built rollouts, a generation's calls one search
     # listing every passage its replies hold.
     rollouts = []
@@ -130,3 +140,43 @@ def test_every_reply_of_parallel_calls_reaches_the_credit(openrlhf):
     # one success and one failure, as often as the group succeeds (utility 0).
     first = [deltas[k][response["action_ranges"][0][0] - 1].item() for k, response in enumerate(responses)]
     assert first[0] > 0 and first[2] > 0 and first[1] == 0 and first[3] == 0
+
+
+# Replies whose passages are dropped (docs/method.md §9). A verl tool reply cut inside its second
+# passage (the JSON string never ends: cut 1) and one whose first passage is blank (empty 1); a
+# Search-R1 <information> block no header splits (unsplit 1) and one cut inside its second
+# passage (no closing tag: cut 1).
+CUT_REPLY = _tool_response(f'Doc 1 (Title: "{KEY[0]}")\n{KEY[1]}\n\nDoc 2 (Title: "{COHN[0]}")\nCount Co', cut=True)
+EMPTY_REPLY = _tool_response(f'Doc 1 (Title: "")\n \n\nDoc 2 (Title: "{CATS[0]}")\n{CATS[1]}\n\n')
+UNSPLIT_BLOCK = f"\n\n<information>{CATS[1]}</information>\n\n"
+CUT_BLOCK = f"\n\n<information>Doc 1(Title: {KEY[0]}) {KEY[1]}\nDoc 2(Title: {COHN[0]}) Count Co"
+CALLS = [  # per sample: (the generation's calls, the feedback of a generation holding them all)
+    ([_call("Key House Mirror director"), _call("cats")], TEMPLATE.format(f"{CUT_REPLY}\n{EMPTY_REPLY}")),
+    (["<search>cats</search>", "<search>Key House Mirror director</search>"], UNSPLIT_BLOCK + CUT_BLOCK),
+]
+SINGLE = [  # the feedback of each call made alone
+    [TEMPLATE.format(CUT_REPLY), TEMPLATE.format(EMPTY_REPLY)], [UNSPLIT_BLOCK, CUT_BLOCK],
+]
+
+
+def _drops(metrics):
+    return {name: metrics[f"factutil/{name}"]
+            for name in ("observations_unsplit", "passages_cut", "passages_empty", "observations_unread")}
+
+
+def test_passages_dropped_inside_parallel_calls_are_counted_as_single_searches_are(openrlhf, caplog):
+    config = FactUtilConfig(omega=0.5, mode="exact", facts="retrieved")
+    parallel = [[("\n".join(calls), feedback, 0.0, False), _answer("Key House Mirror", 1.0 - k)]
+                for k, (calls, feedback) in enumerate(CALLS)]
+    single = [[(call, feedback, 0.0, False) for call, feedback in zip(calls, SINGLE[k])]
+              + [_answer("Key House Mirror", 1.0 - k)] for k, (calls, _) in enumerate(CALLS)]
+    # By hand: the tool replies drop one cut and one empty passage, the <information> blocks are
+    # one unsplit text and drop one cut passage; no block follows a turn that is no search.
+    want = {"observations_unsplit": 1.0, "passages_cut": 2.0, "passages_empty": 1.0, "observations_unread": 0.0}
+    for group in (parallel, single):
+        caplog.clear()
+        responses, _, metrics = _run(openrlhf, config, group)
+        assert [len(response["factutil"]["actions"]) for response in responses] == [len(g) for g in group]
+        assert _drops(metrics) == want
+        assert "1 matched no passage layout and count as one passage each; 2 passage(s) cut short and 1 " \
+            "empty dropped" in caplog.text  # the core's one warning of the step
