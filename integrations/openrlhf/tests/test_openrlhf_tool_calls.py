@@ -2,8 +2,7 @@
 
 OpenRLHF gives a generation one token span, so its calls are one factutil action; every passage
 its tool replies hold must reach the credit (``facts="retrieved"``), not only the last call's,
-its dropped passages are counted as a single search's are, and each of its queries counts in
-the repeated-search check.
+and its dropped passages are counted as a single search's are.
 """
 
 from __future__ import annotations
