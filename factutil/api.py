@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from factutil.advantages import process_advantages, segment_normalize, total_advantages
+from factutil.advantages import segment_normalize, total_advantages
 from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
 from factutil.columns import prepare
 from factutil.config import FactUtilConfig, as_config, clustering_fields, config_from_values
@@ -228,11 +228,10 @@ def _compute(
     reward = np.asarray(prep.reward, dtype=np.float64)
     a_out = segment_normalize(reward, prep.rollout_starts, config.norm_eps, config.norm_by_std)
     process_reward = parts.process_reward[action_row, action_step]
+    a_proc = process_reward  # process_norm="none": the process reward itself (Eq. 14)
     if config.process_norm == "group":
         a_proc = segment_normalize(process_reward, starts[prep.rollout_starts] if rows else starts,
                                    config.norm_eps, True)
-    else:
-        a_proc = process_advantages(process_reward, eps=config.norm_eps, mode=config.process_norm)
     total = total_advantages(a_out, a_proc, action_row, omega=config.omega)
     offsets = np.concatenate([[0], np.cumsum(prep.totals)]).astype(np.int64)
     position = offsets[:-1][action_row] + action_step
@@ -284,7 +283,6 @@ def _compute(
         "actions_invalid": float(np.count_nonzero(prep.kinds == INVALID)),
         "answers_empty_store": float(sum(prep.empty_store_answer)),
         "rollouts_unanswered": float(sum(answer is None for answer in prep.answers)),
-        "groups_single_rollout": float(sum(len(g.rollouts) == 1 for g in batch)),
         "clusters": float(len(utilities)),
         "clusters_per_group": len(utilities) / len(batch) if batch else 0.0,
         "utility_mean": _mean(utilities),
@@ -313,11 +311,16 @@ def _compute(
                  f"{unread} followed a turn read as no search (an invalid action) and were not read")
     if metrics["answers_empty_store"] and not len(prep.occurrence_fact):  # no fact in the step
         warn(_NO_FACTS[config.facts].format(int(metrics["answers_empty_store"])))
-    gathered = [group.uid for group in batch if group.gathered]
-    metrics["groups_gathered"] = float(len(gathered))
-    if gathered:
-        warn(f"{len(gathered)} group(s) (first: uid {gathered[0]!r}) had rollouts given apart: results "
-             "are group by group, not in input order; match them by rollout_keys or per_rollout()")
+    for name, uids, what in (  # one warning each per step, however many groups
+        ("groups_gathered", [g.uid for g in batch if g.gathered], ("had rollouts given apart: "
+         "results are group by group, not in input order; match them by rollout_keys or "
+         "per_rollout()")),
+        ("groups_single_rollout", [g.uid for g in batch if len(g.rollouts) == 1],
+         "had one rollout: outcome advantage 0 (no baseline)"),
+    ):
+        metrics[name] = float(len(uids))
+        if uids:
+            warn(f"{len(uids)} group(s) (first: uid {uids[0]!r}) {what}")
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value

@@ -156,8 +156,6 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     for group in batch:
         rollouts = group.rollouts
         size = len(rollouts)
-        if size == 1:
-            warn(f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
         if config.group_size is not None and size != config.group_size:
             warn(f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
         rollout_starts.append(row)

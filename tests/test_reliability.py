@@ -123,6 +123,19 @@ def test_empty_group_is_a_validation_error_naming_rollouts():
         Group.from_rollouts([])
 
 
+def test_groups_of_one_rollout_give_one_warning_per_step(caplog):
+    """Evaluation files hold one rollout per question: 3 such groups beside a group of 2 give one
+    warning naming the count (3) and the first (uid 'a'), not one line per group."""
+    rows = [row("a-0", "a"), row("b-0", "b"), row("p-0", "p"), row("p-1", "p", [SEARCH, WRONG]),
+            row("c-0", "c")]
+    with caplog.at_level("WARNING", logger="factutil"):
+        result = compute_process_advantages(rows, EXACT)
+    expected = "3 group(s) (first: uid 'a') had one rollout: outcome advantage 0 (no baseline)"
+    assert result.warnings == [expected] and caplog.messages == [expected]
+    assert result.metrics["groups_single_rollout"] == 3.0
+    assert [r.outcome_advantage for r in result.rollouts if r.uid != "p"] == [0.0, 0.0, 0.0]
+
+
 def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
     """G = 1 -> A_out = 0 exactly, warning "has one rollout"; under the paper's prior the process
     rewards (0.2F, 0.8F, 0) with F = tanh(-0.25) are the process advantages, and under
@@ -132,7 +145,8 @@ def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
         0.0, 0.0, 0.0]
     result = compute_process_advantages([row()], FactUtilConfig(mode="exact", preset="paper"))
     assert [r.outcome_advantage for r in result.rollouts] == [0.0]
-    assert result.warnings == ["group 'q' has one rollout: outcome advantage 0 (no baseline)"]
+    assert result.warnings == [
+        "1 group(s) (first: uid 'q') had one rollout: outcome advantage 0 (no baseline)"]
     assert result.metrics["groups_single_rollout"] == 1.0
     # p-bar = 1, u = (1 + .5) / (1 + 1) - 1 = -0.25; shaping tanh(-0.25) split 0.2 / 0.8.
     f = math.tanh(-0.25)

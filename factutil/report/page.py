@@ -11,7 +11,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -99,7 +99,6 @@ class ReportInputs:
     gold: Mapping[str, Sequence[Sequence[str]]] | None = None
     max_groups: int | None = DEFAULT_MAX_GROUPS
     uids: Sequence[str] | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None,
@@ -130,7 +129,7 @@ def report_context(result: ProcessAdvantages, inputs: ReportInputs | None = None
             progress(1)
 
     auc = evidence_auc(labels, utilities) if labels is not None else None
-    notes, figures = list(inputs.notes), {}
+    notes, figures = [], {}
     if missing := plots.matplotlib_missing():
         notes.append(missing)
     else:
