@@ -73,21 +73,6 @@ def segment_normalize(
     return out
 
 
-def process_advantages(
-    process_rewards: np.ndarray, eps: float = 1e-6, mode: str = "none"
-) -> np.ndarray:
-    """Process advantage, float64 (N,), of the N actions of one group (docs/method.md §5): under
-    ``mode="group"`` :func:`group_normalize` of the rewards, under ``"none"`` the rewards."""
-    if mode == "group":
-        return group_normalize(process_rewards, eps=eps, by_std=True)
-    if mode == "none":
-        values = np.asarray(process_rewards, dtype=np.float64)
-        if not np.all(np.isfinite(values)):
-            raise ValueError(f"process_rewards must be finite, got {values.tolist()}")
-        return values.copy()
-    raise ValueError(f"process_norm must be 'group' or 'none', got {mode!r}")
-
-
 def total_advantages(
     outcome_advantage: np.ndarray,
     process_advantage: np.ndarray,

@@ -87,6 +87,8 @@ def error_messages(
         if item["type"] == "union_tag_not_found":  # pydantic: "Unable to extract tag using ..."
             message = ("missing field `action` (one of search, assert, answer, invalid), "
                        "or `raw` model output to parse")
+        if item["type"] == "missing" and item["loc"][-1:] == ("actions",):  # a rollout's
+            message = "Field required: the actions, or the whole text as `response`"
         if item["type"] == "extra_forbidden" and len(item["loc"]) == 1 and known:
             message = unknown_field_message(item["loc"][0], known)
         elif item["type"] not in ("missing", "value_error", UNKNOWN_FIELD) and "input" in item:

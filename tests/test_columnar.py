@@ -20,7 +20,6 @@ from benchmarks.workloads import build_workload
 from factutil import FactUtilConfig, compute_process_advantages
 from factutil.advantages import (
     group_normalize,
-    process_advantages,
     segment_normalize,
     total_advantages,
 )
@@ -36,7 +35,12 @@ from factutil.metrics import qa_scores
 from factutil.schema import AnswerAction, AssertAction, Rollout, SearchAction, group_rollouts
 from factutil.shaping import KIND_CODES
 from tests.conftest import CharGramEmbedder
-from tests.reference import cluster_utilities, outcome_advantages, rollout_process_rewards
+from tests.reference import (
+    cluster_utilities,
+    outcome_advantages,
+    process_advantages,
+    rollout_process_rewards,
+)
 from tests.test_properties import batches, config_fields
 
 SAMPLE = "examples/data/2wiki_rollouts.jsonl"

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from factutil import FactUtilConfig, Group, InputError, Rollout, Triple, compute_process_advantages
 from factutil.advantages import (
     group_normalize,
-    process_advantages,
     total_advantages,
 )
 from factutil.cluster import (
@@ -38,6 +37,7 @@ from factutil.utility import PriorRiskWarning
 from tests.reference import (
     cluster_utilities,
     outcome_advantages,
+    process_advantages,
     rollout_process_rewards,
     store_potentials,
 )

@@ -359,7 +359,10 @@ def test_misspelt_rollouts_key_is_an_unknown_key_with_did_you_mean(tmp_path):
     assert one_rollout(row(rolouts=[]))["rollout_id"] == "q-0"
     no_actions = {k: v for k, v in row(rollout=1).items() if k != "actions"}
     error = refused([no_actions], "actions: Field required")
-    assert str(error) == "groups[0] (uid 'q', rollout_id 'q-0'): actions: Field required"
+    assert str(error) == ("groups[0] (uid 'q', rollout_id 'q-0'): actions: Field required: the "
+                          "actions, or the whole text as `response`")  # the other input form named
+    misspelt = {**no_actions, "respons": "<answer>Paris</answer>"}  # kept as metadata: no response
+    assert str(refused([misspelt], "actions: Field required")).endswith("as `response`")
 
 
 def test_cli_score_names_a_misspelt_rollouts_key(tmp_path):
