@@ -367,6 +367,14 @@ def test_load_gold_accepts_both_layouts_and_names_bad_entries(tmp_path):
     path.write_text(json.dumps({"q1": {"gold": [["a", "b", "c"], ["a", " "]]}}), encoding="utf-8")
     with pytest.raises(GoldError, match=r"gold.json: 'q1': gold\[1\]: expected 3 non-blank strings"):
         load_gold(path)
+    path.write_text(json.dumps({"q1": {"evidences": [["a", "b", "c"]]}}), encoding="utf-8")
+    with pytest.raises(GoldError) as caught:  # an object whose triples sit under another key
+        load_gold(path)
+    assert str(caught.value).endswith(
+        "gold.json: 'q1': gold: expected a list of triples, got no `gold` key (keys ['evidences'])")
+    path.write_text(json.dumps({"q1": {"gold": "a b c"}}), encoding="utf-8")
+    with pytest.raises(GoldError, match=r"'q1': gold: expected a list of triples, got 'a b c'"):
+        load_gold(path)
     path.write_text("[1]", encoding="utf-8")
     with pytest.raises(GoldError, match="expected a JSON object keyed by uid, got list"):
         load_gold(path)

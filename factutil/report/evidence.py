@@ -42,8 +42,9 @@ def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
         triples = entry.get("gold") if isinstance(entry, Mapping) else entry
         where = "gold" if isinstance(entry, Mapping) else "(value)"
         if not isinstance(triples, list):
-            raise GoldError(f"{name}: {uid!r}: {where}: expected a list of triples, got "
-                            f"{short(triples)}")
+            got = short(triples) if triples is not None or where != "gold" else (
+                f"no `gold` key (keys {short(list(entry))})")
+            raise GoldError(f"{name}: {uid!r}: {where}: expected a list of triples, got {got}")
         for k, triple in enumerate(triples):
             if not (isinstance(triple, list) and len(triple) == 3
                     and all(isinstance(part, str) and part.strip() for part in triple)):
