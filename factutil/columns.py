@@ -150,6 +150,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     ignored_kinds: list[int] = []
     reasons: dict[int, str] = {}
     golds_empty = 0
+    said: dict[str, list[str]] = {}  # kind -> the warning of each item: one warning a kind
     first_action = 0  # input index of the rollout's first action
     fact_count = 0
     row = 0
@@ -157,7 +158,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         rollouts = group.rollouts
         size = len(rollouts)
         if config.group_size is not None and size != config.group_size:
-            warn(f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
+            said.setdefault("size", []).append(
+                f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")
         rollout_starts.append(row)
         ids = [rollout["rollout_id"] for rollout in rollouts]
         by_id = sorted(range(size), key=ids.__getitem__)
@@ -165,7 +167,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         golds = group.golden_answers
         for gold in golds_normalized_empty(golds, fold):
             golds_empty += 1
-            warn(
+            said.setdefault("gold", []).append(
                 f"group {group.uid!r}: gold answer {gold!r} normalises to nothing (lower case, no "
                 "punctuation, no a/an/the): no answer can match it, so it scores 0 against every "
                 "answer"
@@ -185,7 +187,7 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
             ignored_kinds.extend(columns.ignored_kinds)
             if columns.ignored_kinds:
                 lost = columns.answer is None and KIND_CODES["answer"] in columns.ignored_kinds
-                warn(
+                said.setdefault(f"ignored {lost}", []).append(
                     f"group {group.uid!r} rollout {rollout['rollout_id']!r}: "
                     f"{len(columns.ignored_kinds)} action(s) after the answer or beyond "
                     f"max_turns={max_turns} ignored{', its answer among them: unanswered, R = 0' if lost else ''}"
@@ -217,6 +219,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         # a passage as a triple: its title, an empty relation, its text (docs/method.md §9)
         facts_per_group.append([Fact(parts[i][0], "", parts[i][2]) if retrieved else Fact._make(parts[i])
                                 for i in chosen])
+    for items in said.values():  # the first item's, and how many more
+        warn(items[0] + (f" (and {len(items) - 1} more like it in this step)" if items[1:] else ""))
     (answers, empty_store, em_list, f1_list, rewards, successes, lengths, totals, occurrences,
      repeats) = map(list, zip(*per_rollout)) if per_rollout else ([] for _ in range(10))
     return Prepared(

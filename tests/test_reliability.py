@@ -365,6 +365,26 @@ def test_actions_after_the_answer_are_ignored_rows_with_zeros_and_one_warning():
     assert result.metrics["actions_ignored"] == 2.0 and result.advantages[2:4].tolist() == [0, 0]
 
 
+def test_items_of_one_kind_give_one_warning_per_step_however_many():
+    """Three rollouts with actions after their answer, and two groups of a size other than
+    group_size: one warning each kind, the first item named and how many more; a rollout whose
+    ignored actions hold its answer is another kind (its R is 0)."""
+    late = [SEARCH, RIGHT, SEARCH]
+    rows = [row(f"q-{k}", actions=late) for k in range(3)] + [
+        row("p-0", uid="p", actions=late), row("p-1", uid="p"),
+        row("r-0", uid="r", actions=[SEARCH, ASSERT, SEARCH, RIGHT])]
+    result = compute_process_advantages(rows, FactUtilConfig(mode="exact", group_size=3,
+                                                             max_turns=3))
+    assert result.warnings[:3] == [  # in the order each kind first came
+        ("group 'q' rollout 'q-0': 1 action(s) after the answer or beyond max_turns=3 ignored "
+        "(and 3 more like it in this step)"),
+        "group 'p' has 2 rollouts, group_size is 3 (and 1 more like it in this step)",
+        ("group 'r' rollout 'r-0': 1 action(s) after the answer or beyond max_turns=3 ignored, its "
+        "answer among them: unanswered, R = 0")]
+    assert result.metrics["actions_ignored"] == 5.0
+    assert result.metrics["warnings"] == len(result.warnings)
+
+
 def test_actions_beyond_max_turns_are_ignored_so_a_late_answer_does_not_count():
     """max_turns=2 with search, assert, answer -> the answer is ignored: unanswered, R = 0, and
     the warning says so."""
@@ -1349,10 +1369,10 @@ def test_commas_and_suffixes_that_name_the_same_entity_still_agree(a, b, same_ke
 
 def test_gold_answers_that_normalise_to_nothing_warn_once_each_and_keep_the_squad_score(tmp_path):
     """Gold answers "The The" and "A" (SQuAD normalisation drops a/an/the: nothing is left) ->
-    the SQuAD-compatible score is kept (the answer "The The" earns EM 0, F1 0), one warning per
-    such gold answer and group however many rollouts answer, ``metrics["golds_normalized_empty"]``
-    counts them, and the CLI summary names them. A gold that keeps a token ("The Smiths") warns
-    nothing."""
+    the SQuAD-compatible score is kept (the answer "The The" earns EM 0, F1 0), one warning in
+    the step naming the first such gold answer and how many more (2: "A", and group p's "the"),
+    however many rollouts answer; ``metrics["golds_normalized_empty"]`` counts them, and the CLI
+    summary names them. A gold that keeps a token ("The Smiths") warns nothing."""
     golds = ["The The", "A", "The Smiths"]
     rows = [row("q-0", golden_answers=golds, actions=[SEARCH, ASSERT, {"action": "answer",
                                                                      "answer": "The The"}]),
@@ -1365,10 +1385,9 @@ def test_gold_answers_that_normalise_to_nothing_warn_once_each_and_keep_the_squa
                                                        (1.0, 1.0)]
     empty = [w for w in result.warnings if "normalises to nothing" in w]
     assert empty == [
-        f"group {uid!r}: gold answer {gold!r} normalises to nothing (lower case, no punctuation, "
-        "no a/an/the): no answer can match it, so it scores 0 against every answer"
-        for uid, gold in (("q", "The The"), ("q", "A"), ("p", "the"))
-    ]
+        ("group 'q': gold answer 'The The' normalises to nothing (lower case, no punctuation, "
+        "no a/an/the): no answer can match it, so it scores 0 against every answer (and 2 more "
+        "like it in this step)")]
     assert result.metrics["golds_normalized_empty"] == 3.0
     path = write_lines(tmp_path / "in.jsonl", [json.dumps(line) for line in rows])
     done = CliRunner().invoke(app, ["score", str(path), "-o", str(tmp_path / "out.jsonl"),
