@@ -62,11 +62,11 @@ class _Episode:
         row = action_row(parse_action(action_text))
         if row.get("action") == "search" and not row.get("observation"):
             # what the search retrieved: the agent's own word when it gives one, else the
-            # retrieved block its feedback starts with (facts="retrieved" reads it)
+            # retrieved block of its feedback (facts="retrieved" reads it), whatever follows it
             feedback = str(result.get("environment_feedback") or "")
             turns = split_turns(action_text + feedback)
             observation = (result["factutil_observation"] if "factutil_observation" in result
-                           else turns[-1][1] if turns else None)
+                           else next((seen for _, seen in turns if seen), None))
             calls = [parse_action(text) for text, _ in split_turns(action_text)]
             if len(calls) > 1 and all(call.action == "search" for call in calls) and (
                     "factutil_observation" not in result):

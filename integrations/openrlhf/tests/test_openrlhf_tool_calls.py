@@ -141,6 +141,32 @@ def test_every_reply_of_parallel_calls_reaches_the_credit(openrlhf):
     assert first[0] > 0 and first[2] > 0 and first[1] == 0 and first[3] == 0
 
 
+def test_a_reply_with_text_after_its_block_keeps_the_searchs_passages(openrlhf):
+    """An agent whose feedback adds its own words after the retrieved block (Search-R1's block,
+    then "Search again or answer."): the search still observes the block, so its passages reach
+    the credit; the reference is the core on rollouts listing them."""
+    config = FactUtilConfig(omega=0.5, mode="exact", facts="retrieved")
+    plan = [(KEY, "Key House Mirror", 1.0), (COHN, "Count Cohn", 0.0), (KEY, "Key House Mirror", 1.0),
+            (CATS, "Count Cohn", 0.0)]
+    group = [[(f"<search>{title} director</search>",
+               f'\n\n<information>Doc 1(Title: "{title}") {text}</information>\n\nSearch again or answer.\n',
+               0.0, False), _answer(answer, reward)] for (title, text), answer, reward in plan]
+    responses, deltas, _ = _run(openrlhf, config, group)
+    assert all(r["factutil"]["actions"][0]["observation"].startswith("Doc 1(Title: ") for r in responses)
+    rollouts = [{"uid": "0", "question": "q", "golden_answers": ["Key House Mirror"], "rollout_id": str(k),
+                 "actions": [{"action": "search", "query": f"{title} director",
+                              "passages": [{"title": title, "text": text}]},
+                             {"action": "answer", "answer": answer}], "reward": reward}
+                for k, ((title, text), answer, reward) in enumerate(plan)]
+    want = {}
+    for record in compute_process_advantages(rollouts, config).actions:
+        want.setdefault(int(record.rollout_id), []).append(0.5 * record.process_advantage)
+    for k, response in enumerate(responses):
+        got = [deltas[k][start - 1].item() for start, _ in response["action_ranges"]]
+        assert got == pytest.approx(want[k], abs=1e-6), k
+    assert deltas[0][responses[0]["action_ranges"][0][0] - 1].item() > 0  # KEY: both successes
+
+
 # Replies whose passages are dropped (docs/method.md §9). A verl tool reply cut inside its second
 # passage (the JSON string never ends: cut 1) and one whose first passage is blank (empty 1); a
 # Search-R1 <information> block no header splits (unsplit 1) and one cut inside its second
