@@ -313,6 +313,7 @@ def report(
                          f"uids (e.g. {result.groups[0].uid!r}): no cluster is marked gold",
                          markup=False)
         inputs = ReportInputs(source=str(input), gold=gold_triples, max_groups=max_groups, uids=uid)
+        created = not output.parent.exists()  # said after writing, as score says it
         try:
             shown = len(select_groups(result, max_groups, uid))
             task = progress.add_task(f"writing {output.name}", total=shown)
@@ -321,6 +322,8 @@ def report(
             _fail(f"--uid: {error}")
         except OSError as error:
             _fail(f"{output}: cannot write: {error.strerror or error}")
+    if created:
+        console.print(f"created folder {output.parent}", markup=False, highlight=False)
     console.print(f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB): {shown} of "
                   f"{len(result.groups)} questions in full", markup=False, highlight=False,
                   soft_wrap=True)

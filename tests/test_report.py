@@ -429,10 +429,11 @@ def test_cli_report_writes_the_page(worked_file, tmp_path):
     done = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact", "--set", "preset=paper")
     assert done.returncode == 0, done.stderr
     assert f"wrote {target}" in done.stdout and "2 of 2 questions in full" in done.stdout
+    assert f"created folder {target.parent}" in done.stdout.replace("\n", "")  # as score says it
     assert_tables_match_the_worked_example(target.read_text(encoding="utf-8"))
     one = _factutil("report", str(worked_file), "-o", str(target), "--set", "mode=exact", "--set", "preset=paper",
                     "--uid", "q2")
-    assert one.returncode == 0 and "1 of 2 questions" in one.stdout
+    assert one.returncode == 0 and "1 of 2 questions" in one.stdout and "created folder" not in one.stdout
     assert {uid for uid, _ in read_tables(target.read_text(encoding="utf-8")).clusters} == {"q2"}
 
 
