@@ -84,6 +84,7 @@ _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
 _BARE_QUOTE = re.compile(r'(?<!\\)((?:\\\\)*)"')  # a quote whose backslash a cut took: text
 _CUT_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
+_R1_TITLE = re.compile(r'"?Title:[ \t]*(.*?)[ \t]+Text:[ \t]*|([^\n]*?\S)[ \t]{3,}')  # R1-Searcher's
 
 
 class Passage(NamedTuple):
@@ -245,6 +246,8 @@ def _headed(text: str, headers: list[re.Pattern[str]]) -> list[Passage] | None:
             title, body = (match.groupdict().get("title") or "").strip().strip('"').strip(), body.strip()
             if not title and re.match(r'"[^"\n]*"[ \t]*\n', body):  # Doc 1: "Title"\ntext
                 title, body = split_contents(body)
+            elif match.groupdict().get("rank3") and (r1 := _R1_TITLE.match(body)):  # (1)T   text
+                title, body = (r1[1] if r1[1] is not None else r1[2]).strip(), body[r1.end():]
             passages.append(Passage((match.groupdict().get("id") or "").strip(), title, body))
         if passages:
             return passages

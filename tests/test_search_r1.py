@@ -364,11 +364,23 @@ def test_research_boxed_answers_are_their_boxed_text():
 
 def test_r1_searcher_documents_as_its_agent_wrote_them():
     """A real R1-Searcher trajectory's retrieved block (tests/data/r1searcher_documents.txt):
-    five passages numbered (1)..(5)."""
+    five passages numbered (1)..(5), each ``(k)Title   text`` (three spaces after the title), as
+    its 2Wiki and Bamboogle rollouts write them; its HotpotQA rollouts write ``(k)Title: T Text:
+    text`` (the lines below are two of shared/data's, cut short)."""
     block = (DATA / "r1searcher_documents.txt").read_text(encoding="utf-8")
     found = split_passages(block)
     assert len(found.passages) == 5 and not found.unsplit and not found.cut
-    assert found.passages[0].text.startswith("Filippo Strozzi the Elder")
+    assert [p.title for p in found.passages] == ["Filippo Strozzi the Elder", "Barbara Strozzi",
+                                                 "Strozzi family", "Leone Strozzi", "Ercole Strozzi"]
+    assert found.passages[0].text.startswith("- Lorenzo (1482–1549), who founded")
+    hotpot = ("<|begin_of_documents|>\n(1)Title: Irish Home Rule movement Text:  The Irish Home Rule "
+              "movement was a movement.\n(2)\"Title: Mad City (film) Text:  Mad City is a 1997 film."
+              "\n<|end_of_documents|>")
+    assert [tuple(p)[1:] for p in split_passages(hotpot).passages] == [
+        ("Irish Home Rule movement", "The Irish Home Rule movement was a movement."),
+        ("Mad City (film)", "Mad City is a 1997 film.")]
+    # other numbered headers keep their text whole: three spaces are no title there
+    assert split_passages("[1] a   b\n[2] c").passages[0][1:] == ("", "a   b")
 
 
 def test_r1_searcher_queries_are_searches_and_their_blocks_their_passages():
