@@ -233,10 +233,13 @@ class _Slow(BaseHTTPRequestHandler):
         type(self).hits += 1
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         time.sleep(self.delay)
-        self.send_response(self.status)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
+        try:
+            self.send_response(self.status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+        except (BrokenPipeError, ConnectionResetError):  # the client timed out first, as meant
+            pass
 
 
 def _serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, str]:
