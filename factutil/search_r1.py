@@ -176,10 +176,11 @@ def split_passages(observation: str, layouts: tuple[str, ...] = ALL) -> Passages
     text = text[opened.end():] if opened else text
     closed = next((close for close in rules.close.values() if text.endswith(close)), None)
     text = text[: len(text) - len(closed)].strip() if closed else text
-    blocks = [env[env.lastgroup] for env in _rules(ALL).env.finditer(observation) if env.lastgroup
-              ] if "<" in text and any(tag in text for tag in _rules(ALL).close) else []
-    if len(blocks) > 1:  # another block opens inside: each block alone (it holds one at most)
-        parts = [split_passages(block, layouts) for block in blocks]
+    envs = [*_rules(ALL).env.finditer(observation)] if "<" in text and any(
+        tag in text for tag in _rules(ALL).close) else []  # a tag in a passage's text is text:
+    if len(envs) > 1 and envs[0].lastgroup == "body" and _TEMPLATE.fullmatch(observation, 0, envs[0].start()):
+        # blocks only where the text opens with a closed block; each block alone (one at most)
+        parts = [split_passages(env[env.lastgroup], layouts) for env in envs if env.lastgroup]
         return Passages([p for part in parts for p in part.passages], *map(sum, list(zip(*parts))[1:]))
     whole = not opened or closed is not None
     partial = None if whole else _PARTIAL_DOC.search(text)  # cut inside the next passage's header

@@ -159,6 +159,19 @@ def test_a_text_of_several_blocks_is_read_block_by_block():
     assert split_passages(text, ("search_r1",)).passages == found.passages  # the verl JSON is read whatever the layouts
 
 
+def test_a_tag_inside_a_passages_text_is_text():
+    """A block whose passage quotes a block's tag, or a text holding a closed pair of them, is one
+    block: its passages are the headers' (as the same text without the tag gives), none cut."""
+    for text in [('<information>Doc 1(Title: "HTML") The tag <result> wraps.\nDoc 2(Title: "B") B text'
+                 "</information>"), 'Doc 1(Title: "HTML") The tag <result>x</result> wraps.\nDoc 2(Title: "B") B text',
+                 "<tool_response>" + json.dumps({"result": 'Doc 1 (Title: "HTML")\nThe tag <result> wraps.'
+                                                          '\n\nDoc 2 (Title: "B")\nB text'}) + "</tool_response>"]:
+        found = split_passages(text)
+        assert [p.title for p in found.passages] == ["HTML", "B"], text
+        assert found.passages[0].text.startswith("The tag <result>") and found.passages[1].text == "B text"
+        assert (found.unsplit, found.cut, found.empty) == (0, 0, 0)
+
+
 def test_a_block_answers_the_first_unanswered_turn_that_ends_as_the_last_one():
     """Asserts get no block (FactAgent's protocol): a block after asserts and a search is the
     search's. A <search> turn verl never ran, then a tool call: the block is the tool call's."""
