@@ -372,6 +372,10 @@ def test_load_gold_accepts_both_layouts_and_names_bad_entries(tmp_path):
         load_gold(path)
     assert str(caught.value).endswith(
         "gold.json: 'q1': gold: expected a list of triples, got no `gold` key (keys ['evidences'])")
+    path.write_text(json.dumps({"q1": {"gold": None}}), encoding="utf-8")  # a key, its value null
+    with pytest.raises(GoldError) as caught:
+        load_gold(path)
+    assert str(caught.value).endswith("'q1': gold: expected a list of triples, got None")
     path.write_text(json.dumps({"q1": {"gold": "a b c"}}), encoding="utf-8")
     with pytest.raises(GoldError, match=r"'q1': gold: expected a list of triples, got 'a b c'"):
         load_gold(path)

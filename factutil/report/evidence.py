@@ -42,7 +42,7 @@ def load_gold(path: str | os.PathLike) -> dict[str, list[list[str]]]:
         triples = entry.get("gold") if isinstance(entry, Mapping) else entry
         where = "gold" if isinstance(entry, Mapping) else "(value)"
         if not isinstance(triples, list):
-            got = short(triples) if triples is not None or where != "gold" else (
+            got = short(triples) if where != "gold" or "gold" in entry else (
                 f"no `gold` key (keys {short(list(entry))})")
             raise GoldError(f"{name}: {uid!r}: {where}: expected a list of triples, got {got}")
         for k, triple in enumerate(triples):
