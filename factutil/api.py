@@ -311,16 +311,8 @@ def _compute(
                  f"{unread} followed a turn read as no search (an invalid action) and were not read")
     if metrics["answers_empty_store"] and not len(prep.occurrence_fact):  # no fact in the step
         warn(_NO_FACTS[config.facts].format(int(metrics["answers_empty_store"])))
-    for name, uids, what in (  # one warning each per step, however many groups
-        ("groups_gathered", [g.uid for g in batch if g.gathered], ("had rollouts given apart: "
-         "results are group by group, not in input order; match them by rollout_keys or "
-         "per_rollout()")),
-        ("groups_single_rollout", [g.uid for g in batch if len(g.rollouts) == 1],
-         "had one rollout: outcome advantage 0 (no baseline)"),
-    ):
-        metrics[name] = float(len(uids))
-        if uids:
-            warn(f"{len(uids)} group(s) (first: uid {uids[0]!r}) {what}")
+    metrics["groups_gathered"] = float(sum(group.gathered for group in batch))
+    metrics["groups_single_rollout"] = float(sum(len(group.rollouts) == 1 for group in batch))
     metrics["golds_normalized_empty"] = float(prep.golds_normalized_empty)
     metrics["groups_skipped"] = float(len(skipped))
     metrics.update({f"cluster_{name}": value

@@ -157,6 +157,13 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
     for group in batch:
         rollouts = group.rollouts
         size = len(rollouts)
+        if size == 1:
+            said.setdefault("single", []).append(
+                f"group {group.uid!r} has one rollout: outcome advantage 0 (no baseline)")
+        if group.gathered:
+            said.setdefault("gathered", []).append(
+                f"group {group.uid!r} had rollouts given apart: results are group by group, not in "
+                "input order; match them by rollout_keys or per_rollout()")
         if config.group_size is not None and size != config.group_size:
             said.setdefault("size", []).append(
                 f"group {group.uid!r} has {size} rollouts, group_size is {config.group_size}")

@@ -503,7 +503,8 @@ def test_rollouts_given_apart_are_gathered_with_a_count_and_one_warning(tmp_path
     assert given_apart.rollout_keys == [("q1", "0"), ("q1", "1"), ("q2", "0"), ("q2", "1")]
     assert given_apart.metrics["groups_gathered"] == 2.0 and together.metrics["groups_gathered"] == 0.0
     said = [r.getMessage() for r in caplog.records if "given apart" in r.getMessage()]
-    assert len(said) == 1 and "uid 'q1'" in said[0] and together.warnings == []
+    assert len(said) == 1 and said[0].startswith("group 'q1' had rollouts given apart")
+    assert said[0].endswith("(and 1 more like it in this step)") and together.warnings == []
     apart, whole = given_apart.per_rollout(), together.per_rollout()
     assert all((apart[key] == whole[key]).all() for key in whole)
     path = tmp_path / "interleaved.jsonl"  # a file is read group by group too

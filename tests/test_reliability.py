@@ -125,12 +125,13 @@ def test_empty_group_is_a_validation_error_naming_rollouts():
 
 def test_groups_of_one_rollout_give_one_warning_per_step(caplog):
     """Evaluation files hold one rollout per question: 3 such groups beside a group of 2 give one
-    warning naming the count (3) and the first (uid 'a'), not one line per group."""
+    warning naming the first (uid 'a') and how many more (2), not one line per group."""
     rows = [row("a-0", "a"), row("b-0", "b"), row("p-0", "p"), row("p-1", "p", [SEARCH, WRONG]),
             row("c-0", "c")]
     with caplog.at_level("WARNING", logger="factutil"):
         result = compute_process_advantages(rows, EXACT)
-    expected = "3 group(s) (first: uid 'a') had one rollout: outcome advantage 0 (no baseline)"
+    expected = ("group 'a' has one rollout: outcome advantage 0 (no baseline) (and 2 more like it "
+                "in this step)")
     assert result.warnings == [expected] and caplog.messages == [expected]
     assert result.metrics["groups_single_rollout"] == 3.0
     assert [r.outcome_advantage for r in result.rollouts if r.uid != "p"] == [0.0, 0.0, 0.0]
@@ -145,8 +146,7 @@ def test_group_of_one_rollout_has_zero_outcome_advantage_and_a_warning():
         0.0, 0.0, 0.0]
     result = compute_process_advantages([row()], FactUtilConfig(mode="exact", preset="paper"))
     assert [r.outcome_advantage for r in result.rollouts] == [0.0]
-    assert result.warnings == [
-        "1 group(s) (first: uid 'q') had one rollout: outcome advantage 0 (no baseline)"]
+    assert result.warnings == ["group 'q' has one rollout: outcome advantage 0 (no baseline)"]
     assert result.metrics["groups_single_rollout"] == 1.0
     # p-bar = 1, u = (1 + .5) / (1 + 1) - 1 = -0.25; shaping tanh(-0.25) split 0.2 / 0.8.
     f = math.tanh(-0.25)
@@ -375,10 +375,11 @@ def test_items_of_one_kind_give_one_warning_per_step_however_many():
         row("r-0", uid="r", actions=[SEARCH, ASSERT, SEARCH, RIGHT])]
     result = compute_process_advantages(rows, FactUtilConfig(mode="exact", group_size=3,
                                                              max_turns=3))
-    assert result.warnings[:3] == [  # in the order each kind first came
+    assert result.warnings[:4] == [  # in the order each kind first came
         ("group 'q' rollout 'q-0': 1 action(s) after the answer or beyond max_turns=3 ignored "
         "(and 3 more like it in this step)"),
         "group 'p' has 2 rollouts, group_size is 3 (and 1 more like it in this step)",
+        "group 'r' has one rollout: outcome advantage 0 (no baseline)",
         ("group 'r' rollout 'r-0': 1 action(s) after the answer or beyond max_turns=3 ignored, its "
         "answer among them: unanswered, R = 0")]
     assert result.metrics["actions_ignored"] == 5.0
