@@ -18,7 +18,12 @@ each step, so both start cold); ``minilm`` (the same with MiniLM: minutes per st
 checkout made once, untimed, as two rollout workers' :class:`factutil.preparer.FactPreparer`
 make it: the trainer driver's step; checkouts that have :mod:`factutil.workers` only); ``warm`` (``static`` through one clusterer kept across steps, its memos
 filled by the untimed warm-up step: the issue's 'warm step' row, the driver doing everything with
-every vector, analysis and checked pair known). ``--before-modes`` runs another mode on the before
+every vector, analysis and checked pair known). Three modes time the driver's clusterer as a
+trainer keeps it, its model loaded and every fact of the step new to it, given the shipped work:
+``kept`` (it analyses every fact itself, as the step does), ``analysed`` (every analysis given
+free: the floor of any design that ships analyses) and ``checked`` (the design not taken: each
+fact's analysis shipped as JSON beside the work, checked on the driver by a strict schema in
+pydantic's core and rebuilt, timed; built in this script only). ``--before-modes`` runs another mode on the before
 checkout in each pair (a comma list as long as ``--modes``): ``--before <checkout of e7caa28>
 --modes shipped --before-modes warm`` times today's driver given the workers' work against the warm step
 of the code whose timings set issue 16's targets, on the same machine at the same moments, so the
@@ -88,6 +93,68 @@ def shipped_mb():
     return sum(len(pickle.dumps(item, protocol=5)) for item in shipped_work()) / 2**20
 
 
+def fresh_clusterer():
+    # a clusterer new to every fact of the step, its model loaded: the trainer driver's kept
+    # clusterer meeting a step of new questions (its embedder is the warm one's, so no model load)
+    from factutil.cluster import SemanticClusterer
+    return SemanticClusterer(configs["shipped"], embedder=warm_clusterer().embedder)
+
+
+def warm_clusterer():
+    global warm
+    if warm is None:
+        from factutil.cluster import SemanticClusterer
+        warm = SemanticClusterer(configs["warm"])
+        compute_process_advantages(rows, configs["warm"], clusterer=warm)
+    return warm
+
+
+analyses = None
+
+
+def shipped_analyses():
+    # the design not taken, for its measurement only: each fact's filter analysis shipped as
+    # JSON beside the work, checked on the driver by a strict schema (pydantic's core), then
+    # rebuilt; made once here (untimed), as the workers would
+    global analyses
+    if analyses is None:
+        parts = [tuple(p.decode() for p in three) for item in shipped_work() for three in item["parts"]]
+        from factutil.filters import FilterCache, analyze
+        cache = FilterCache()
+        analyses = (parts, json.dumps([
+            [f.subject_key, f.object_key, f.relation_id, f.inverse, f.negated,
+             [list(q) for q in f.quantities], f.relation_key, f.symmetric, list(f.negation_cues),
+             sorted(f.words)] for f in (analyze(*p, cache=cache) for p in parts)]).encode())
+    return analyses
+
+
+def checked_clusterer():
+    # (timed) the shipped analyses checked and put into a fresh clusterer's fact memo
+    from itertools import count
+    from pydantic import ConfigDict, TypeAdapter
+    from factutil.cluster.memo import FactRecord
+    from factutil.facts import fact_text
+    from factutil.filters import FactFeatures
+    from factutil.filters.entities import plain_key
+    schema = TypeAdapter(list[tuple[str, str, str | None, bool, bool, list[list[str | int | float]],
+                                    str, bool, list[str], list[str]]], config=ConfigDict(strict=True))
+    parts, wire = shipped_analyses()
+    clusterer = fresh_clusterer()
+    serials = count()
+    template = configs["shipped"].triple_template
+    for (s, r, o), (sk, ok, rid, inv, neg, qs, rk, sym, cues, words) in zip(
+            parts, schema.validate_json(wire)):
+        quantities = tuple(map(tuple, qs))
+        key = (rk, plain_key(sk), plain_key(ok), neg,
+               tuple(q[:4] if q[1] == "qty" else q for q in quantities))
+        features = FactFeatures(s, r, o, sk, ok, rid, inv, neg, quantities, key, rk, sym,
+                                tuple(cues), frozenset(words))
+        clusterer.memo.records[(s, r, o)] = FactRecord(
+            fact_text(s, r, o, template), features, hash(key), next(serials))
+    clusterer.memo._serials = serials
+    return clusterer
+
+
 print(json.dumps({"ready": os.path.dirname(factutil.__file__)}), flush=True)
 result = None
 for line in sys.stdin:
@@ -96,6 +163,17 @@ for line in sys.stdin:
     clusterer = {}
     if mode == "shipped":
         clusterer = {"work": shipped_work()}
+    if mode in ("kept", "analysed", "checked"):
+        clusterer = {"work": shipped_work()}
+        if mode == "checked":
+            shipped_analyses()
+        elif mode == "analysed":  # every analysis given free: the floor of any shipped analysis
+            kept = fresh_clusterer()
+            for key, record in warm_clusterer().memo.records.items():
+                kept.memo.records[key] = record._replace(truncated=None)
+            clusterer["clusterer"] = kept
+        else:
+            clusterer["clusterer"] = fresh_clusterer()
     if mode == "warm":  # one clusterer for every step: the first (untimed) one fills its memos
         if warm is None:
             from factutil.cluster import SemanticClusterer
@@ -104,11 +182,15 @@ for line in sys.stdin:
     elif hasattr(filters, "clear_caches"):  # a version whose filters memoise at module level
         filters.clear_caches()
     start, cpu = time.perf_counter(), time.process_time()
-    result = compute_process_advantages(rows, configs[mode], **clusterer)
+    if mode == "checked":
+        clusterer["clusterer"] = checked_clusterer()
+    result = compute_process_advantages(rows, configs.get(mode, configs["shipped"]), **clusterer)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     digest = hashlib.sha256(result.advantages.tobytes()).hexdigest()
     stages = {k: v for k, v in result.metrics.items() if k.startswith("time_")}
     extra = {"shipped_mb": shipped_mb()} if mode == "shipped" else {}
+    if mode == "checked":
+        extra["analyses_mb"] = len(shipped_analyses()[1]) / 2**20
     print(json.dumps({"seconds": seconds, "cpu": cpu, "digest": digest, "stages": stages, **extra}),
           flush=True)
 """
@@ -167,7 +249,7 @@ def run_cells(checkouts: dict[str, Path], cells: list[tuple[str, str]], size: st
             "times": [step["seconds"] for step in steps],
             "stage_medians_s": {key: statistics.median(step["stages"][key] for step in steps)
                                 for key in steps[0]["stages"]},
-            **({"shipped_mb": steps[0]["shipped_mb"]} if "shipped_mb" in steps[0] else {}),
+            **{key: steps[0][key] for key in ("shipped_mb", "analyses_mb") if key in steps[0]},
         }
     return figures
 
@@ -187,6 +269,8 @@ def main_cells(args: argparse.Namespace) -> int:
     for cell, row in figures["cells"].items():
         stages = row["stage_medians_s"]
         shipped = f"{row['shipped_mb']:.2f}" if "shipped_mb" in row else ""
+        if "analyses_mb" in row:
+            shipped = f"+{row['analyses_mb']:.2f} (analyses)"
         print(f"| {cell} | {row['package']} | {row['median_s']:.3f} | {row['cpu_median_s']:.3f} | "
               f"{stages.get('time_load_s', 0):.3f} | {stages.get('time_cluster_s', 0):.3f} | "
               f"{shipped} |")
@@ -214,7 +298,8 @@ def main() -> int:
     parser.add_argument("--after", type=Path, default=ROOT, help="checkout of the newer (default: here)")
     parser.add_argument("--size", default="L", choices=["S", "M", "L"])
     parser.add_argument("--modes", default="exact,static",
-                        help="comma list of exact, static, minilm, shipped, warm")
+                        help="comma list of exact, static, minilm, shipped, warm, kept, "
+                             "analysed, checked")
     parser.add_argument("--backend", default="static", choices=("static", "minilm"),
                         help="the embedding backend of the static, shipped and warm modes "
                              "(minilm: each checkout's first step or shipped rows embed every "
