@@ -7,6 +7,7 @@ search-agent papers report; docs/method.md §1 "Answer metrics" has the cases th
 from __future__ import annotations
 
 import json
+import math
 import re
 import string
 import unicodedata
@@ -185,15 +186,20 @@ GOLD_KEYS = ("golden_answers", "answers", "target", "answer", "ground_truth")  #
 
 
 def gold_key(row: Mapping[str, Any]) -> str | None:
-    """The first of :data:`GOLD_KEYS` whose value in ``row`` is not None (None: no such key)."""
-    return next((key for key in GOLD_KEYS if row.get(key) is not None), None)
+    """The first of :data:`GOLD_KEYS` whose value in ``row`` is given: not None, nor a float NaN
+    (pandas' missing value). None: no such key."""
+    return next((key for key in GOLD_KEYS if not _missing(row.get(key))), None)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or isinstance(value, float) and math.isnan(value)
 
 
 def golden_answers_from(value: Any) -> list[str]:
     """The gold answers (list[str]) a trainer's per-prompt value holds: every adapter's rule.
     A string (one answer, or a JSON list ``'["Paris", "paris"]'``), a list, tuple or array
     (flattened), a mapping (its :func:`gold_key`'s value: Search-R1's ``{"ground_truth":
-    {"target": [...]}}``) or a number; blanks, None and booleans are dropped. An empty result
+    {"target": [...]}}``) or a number; blanks, None, NaN and booleans are dropped. An empty result
     means nothing usable: callers skip or raise, never score it."""
     if isinstance(value, Mapping):
         return golden_answers_from(value[key]) if (key := gold_key(value)) else []
@@ -208,6 +214,6 @@ def golden_answers_from(value: Any) -> list[str]:
         value = value.tolist()
     if isinstance(value, (list, tuple)):
         return [answer for item in value for answer in golden_answers_from(item)]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not _missing(value):
         return [str(value)]
     return []

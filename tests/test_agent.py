@@ -80,7 +80,7 @@ def test_a_turn_shows_the_question_the_store_and_the_latest_result_only():
 
 def test_gold_answers_from_any_trainer_value():
     """One rule for verl's ground_truth, OpenRLHF's label and a dataset column: strings, JSON-list
-    strings, lists/arrays (flattened), mappings by key order, numbers; blanks, None, bools dropped."""
+    strings, lists/arrays (flattened), mappings by key order, numbers; blanks, None, NaN, bools dropped."""
     import numpy as np
 
     assert golden_answers_from("Paris") == ["Paris"]
@@ -97,3 +97,8 @@ def test_gold_answers_from_any_trainer_value():
     assert golden_answers_from({"golden_answers": None}) == []
     assert golden_answers_from(1990) == ["1990"]
     assert golden_answers_from(None) == golden_answers_from(False) == golden_answers_from("  ") == []
+    # pandas writes a missing value as NaN (numpy's float64 too): no gold, never the answer "nan"
+    assert golden_answers_from(float("nan")) == golden_answers_from(np.float64("nan")) == []
+    assert golden_answers_from({"golden_answers": float("nan"), "answer": "a"}) == ["a"]
+    assert golden_answers_from(["b", float("nan")]) == ["b"]
+    assert golden_answers_from(2.5) == ["2.5"]
