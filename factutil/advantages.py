@@ -9,22 +9,15 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) -> np.ndarray:
-    """(x - mean) / (std + eps) of float ``values`` (n,), or x - mean when ``by_std`` is False.
-    Sample std (ddof = 1, as ``torch.std`` in verl and OpenRLHF); float64 (n,), all zeros when
-    n == 1 or every value is equal; ValueError for a non-finite value. One segment of
-    :func:`segment_normalize`."""
-    values = np.asarray(values, dtype=np.float64)
-    return segment_normalize(values, np.zeros(1 if values.size else 0, dtype=np.int64), eps, by_std)
-
-
 def segment_normalize(
     values: np.ndarray, starts: np.ndarray, eps: float = 1e-6, by_std: bool = True
 ) -> np.ndarray:
-    """:func:`group_normalize` over every segment of ``values`` (n,) at once (docs/method.md §5).
-    Segment k is ``values[starts[k]:starts[k + 1]]`` (``starts``: int (k,), rising from 0). Sums
-    are exact (``math.fsum``), so no result depends on order; values above 2**500 are scaled by a
-    power of two first. ValueError for a non-finite value (naming its segment) or bad ``starts``."""
+    """(x - mean) / (std + eps) over each segment of float ``values`` (n,) at once, or x - mean when
+    ``by_std`` is False (docs/method.md §5). Sample std (ddof = 1, as ``torch.std`` in verl and
+    OpenRLHF); float64 (n,), zeros for a segment of one value or of equal values. Segment k is
+    ``values[starts[k]:starts[k + 1]]`` (``starts``: int (k,), rising from 0). Sums are exact
+    (``math.fsum``), so no result depends on order; values above 2**500 are scaled by a power of
+    two first. ValueError for a non-finite value (naming its segment) or bad ``starts``."""
     values = np.asarray(values, dtype=np.float64)
     starts = np.asarray(starts, dtype=np.int64)
     n = values.size
