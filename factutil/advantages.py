@@ -9,22 +9,15 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) -> np.ndarray:
-    """(x - mean) / (std + eps) of float ``values`` (n,), or x - mean when ``by_std`` is False.
-    Sample std (ddof = 1, as ``torch.std`` in verl and OpenRLHF); float64 (n,), all zeros when
-    n == 1 or every value is equal; ValueError for a non-finite value. One segment of
-    :func:`segment_normalize`."""
-    values = np.asarray(values, dtype=np.float64)
-    return segment_normalize(values, np.zeros(1 if values.size else 0, dtype=np.int64), eps, by_std)
-
-
 def segment_normalize(
     values: np.ndarray, starts: np.ndarray, eps: float = 1e-6, by_std: bool = True
 ) -> np.ndarray:
-    """:func:`group_normalize` over every segment of ``values`` (n,) at once (docs/method.md §5).
-    Segment k is ``values[starts[k]:starts[k + 1]]`` (``starts``: int (k,), rising from 0). Sums
-    are exact (``math.fsum``), so no result depends on order; values above 2**500 are scaled by a
-    power of two first. ValueError for a non-finite value (naming its segment) or bad ``starts``."""
+    """(x - mean) / (std + eps) over each segment of float ``values`` (n,) at once, or x - mean when
+    ``by_std`` is False (docs/method.md §5). Sample std (ddof = 1, as ``torch.std`` in verl and
+    OpenRLHF); float64 (n,), zeros for a segment of one value or of equal values. Segment k is
+    ``values[starts[k]:starts[k + 1]]`` (``starts``: int (k,), rising from 0). Sums are exact
+    (``math.fsum``), so no result depends on order; values above 2**500 are scaled by a power of
+    two first. ValueError for a non-finite value (naming its segment) or bad ``starts``."""
     values = np.asarray(values, dtype=np.float64)
     starts = np.asarray(starts, dtype=np.int64)
     n = values.size
@@ -88,22 +81,12 @@ def total_advantages(
     return outcome + omega * np.asarray(process_advantage, dtype=np.float64)
 
 
-def mask_spans(response_mask: np.ndarray) -> np.ndarray:
-    """The ``[start, end)`` runs of 1s of a (T,) response mask, int64 (R, 2), in order; ValueError
-    for a mask that is not 1-D (a flattened (B, T) mask would give runs across rows)."""
-    mask = _one_row(response_mask)
-    edges = np.diff(np.concatenate(([False], mask, [False])).astype(np.int8))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
-    return np.stack([starts, ends], axis=1).astype(np.int64)
-
-
 def scatter_to_spans(
     values: np.ndarray, spans: np.ndarray, length: int, response_mask: np.ndarray | None = None
 ) -> np.ndarray:
     """Put each action's value on every token of its span: float32 (``length``,), 0 elsewhere.
-    ``values``: float (n,); ``spans``: int (n, 2) ``[start, end)`` (OpenRLHF's ``action_ranges``
-    or :func:`mask_spans`), clipped to the row; tokens where ``response_mask`` (T,) is 0 get 0.
+    ``values``: float (n,); ``spans``: int (n, 2) ``[start, end)`` (OpenRLHF's ``action_ranges``),
+    clipped to the row; tokens where ``response_mask`` (T,) is 0 get 0.
     ValueError when values and spans differ in count, or a span is reversed or overlaps another."""
     values = np.asarray(values, dtype=np.float64).reshape(-1)
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
@@ -127,19 +110,6 @@ def scatter_to_spans(
     return out
 
 
-def scatter_to_turns(values: np.ndarray, response_mask: np.ndarray) -> np.ndarray:
-    """Span layout: the k-th run of 1s of ``response_mask`` (T,) gets ``values[k]``; float32 (T,).
-    ValueError unless the mask is 1-D with exactly one run per action: with fewer, the owner of
-    each token cannot be recovered (give spans to :func:`scatter_to_spans`)."""
-    values = np.asarray(values, dtype=np.float64).reshape(-1)
-    mask = _one_row(response_mask).reshape(1, -1)
-    tokens, turns = scatter_rows_to_turns([values], mask)
-    problem = turns_problem(int(turns[0]), len(values))
-    if problem is not None:
-        raise ValueError(problem)
-    return tokens[0]
-
-
 def turns_problem(turns: int, actions: int) -> str | None:
     """Why ``turns`` runs of 1s cannot stand for ``actions`` actions (None when they can)."""
     if turns > actions:
@@ -152,19 +122,13 @@ def turns_problem(turns: int, actions: int) -> str | None:
     return None
 
 
-def _one_row(response_mask: np.ndarray) -> np.ndarray:
-    mask = np.asarray(response_mask)
-    if mask.ndim != 1:
-        raise ValueError(f"response_mask must be 1-D (T,), got shape {mask.shape}")
-    return mask.astype(bool)
-
-
 def scatter_rows_to_turns(
     values: Sequence[np.ndarray], response_mask: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`scatter_to_turns` of R rows, ``response_mask`` (R, T), in one vectorised pass:
-    (float32 (R, T) tokens, int64 (R,) turns); the caller checks each row's turns with
-    :func:`turns_problem` (turns beyond the values get 0)."""
+    """Span layout, R rows in one vectorised pass: the k-th run of 1s of row r of
+    ``response_mask`` (R, T) gets ``values[r][k]``. Returns (float32 (R, T) tokens, int64 (R,)
+    turns); the caller checks each row's turns with :func:`turns_problem` (turns beyond the
+    values get 0; with fewer turns than actions, give spans to :func:`scatter_to_spans`)."""
     mask = np.asarray(response_mask, dtype=bool)
     if mask.ndim != 2 or mask.shape[0] != len(values):
         raise ValueError(f"response_mask must be (R, T) with R = {len(values)}, got {mask.shape}")

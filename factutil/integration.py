@@ -21,13 +21,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from factutil import api
-from factutil.advantages import (
-    mask_spans,
-    scatter_rows_to_turns,
-    scatter_to_spans,
-    scatter_to_turns,
-    turns_problem,
-)
+from factutil.advantages import scatter_rows_to_turns, scatter_to_spans, turns_problem
 from factutil.cluster import Clusterer, make_clusterer
 from factutil.config import FactUtilConfig
 from factutil.errors import number_value, short
@@ -37,9 +31,9 @@ from factutil.report.writer import FOLDER, ReportWriter
 from factutil.result import ProcessAdvantages
 
 __all__ = ["FIXED_ACTION_KEYS", "BatchScore", "TrainerStep", "Unscorable", "action_row",
-           "batch_metrics", "checked_spans", "fixed_key_row", "golden_answers_from", "mask_spans",
-           "row_of_fixed_keys", "scatter_rows_to_turns", "scatter_to_spans", "scatter_to_turns",
-           "score_batch", "trainer_rollout", "turns_problem", "warn_fallback"]
+           "batch_metrics", "checked_spans", "fixed_key_row", "golden_answers_from",
+           "row_of_fixed_keys", "scatter_rows_to_turns", "scatter_to_spans", "score_batch",
+           "trainer_rollout", "turns_problem", "warn_fallback"]
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")

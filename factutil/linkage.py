@@ -9,17 +9,21 @@ from itertools import product
 import numpy as np
 
 
-def batch_linkage(
+def constrained_linkage(
     n: int,
     edges: np.ndarray,
     similarity: np.ndarray,
     veto: Callable[[int, int], str | None],
     starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """:func:`constrained_linkage` of several contiguous groups at once (its one implementation).
-    ``starts``: int64 (G,), each group's first fact, rising from 0; None = one group. Edges never
-    cross groups and go in the order (group, -similarity, i, j), so each group gets what it would
-    get alone."""
+    """Single linkage under cannot-link constraints, with no transitive leak (docs/method.md §2.5).
+    Edges (int64 (E, 2), i < j, with float ``similarity`` (E,)) are taken from the most to the
+    least similar, ties by (i, j); an edge joins two clusters unless ``veto(i, j)`` (i < j)
+    separates a member of one from a member of the other. Unlike connected components it never
+    leaks through a chain A~B~C; unlike complete linkage it keeps chains of paraphrases
+    (docs/decisions.md). ``starts``: int64 (G,), each group's first fact, rising from 0 (None:
+    one group); edges never cross groups, so each group gets what it would get alone. Returns
+    (canonical labels int64 (n,), counts ``merges``, ``refused`` and ``veto_checks``)."""
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     similarity = np.asarray(similarity, dtype=np.float64)
     if starts is None or len(starts) == 0:
@@ -57,7 +61,7 @@ def batch_linkage(
 
 def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Renumber int ``labels`` (n,) within each contiguous group (``starts`` as
-    :func:`batch_linkage`) by first appearance, int64 (n,): with facts in sorted text order,
+    :func:`constrained_linkage`) by first appearance, int64 (n,): with facts in sorted text order,
     clusters are numbered by their smallest member text, every clusterer's rule (§2)."""
     labels = np.asarray(labels).reshape(-1)
     n = len(labels)
@@ -75,19 +79,6 @@ def canonical_labels(labels: np.ndarray, starts: np.ndarray | None = None) -> np
     smallest[order] = order[opens][np.cumsum(opens) - 1]
     opened = np.cumsum(smallest == index) - 1
     return (opened[smallest] - opened[starts[group_of]]).astype(np.int64)
-
-
-def constrained_linkage(
-    n: int, edges: np.ndarray, similarity: np.ndarray, veto: Callable[[int, int], str | None]
-) -> tuple[np.ndarray, dict[str, int]]:
-    """Single linkage under cannot-link constraints, with no transitive leak (docs/method.md §2.5).
-    Edges (int64 (E, 2), i < j, with float ``similarity`` (E,)) are taken from the most to the
-    least similar, ties by (i, j); an edge joins two clusters unless ``veto(i, j)`` (i < j)
-    separates a member of one from a member of the other. Unlike connected components it never
-    leaks through a chain A~B~C; unlike complete linkage it keeps chains of paraphrases
-    (docs/decisions.md). Returns (canonical labels int64 (n,), counts ``merges``, ``refused``
-    and ``veto_checks``)."""
-    return batch_linkage(n, edges, similarity, veto)
 
 
 def _exact_similarity(

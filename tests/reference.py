@@ -14,9 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from factutil.advantages import group_normalize
+from factutil.advantages import segment_normalize
 from factutil.shaping import ProcessRewards, action_gains, potentials, process_rewards
 from factutil.utility import Prior, UtilityFrom, batch_utilities, success_rate
+
+
+def group_normalize(values: np.ndarray, eps: float = 1e-6, by_std: bool = True) -> np.ndarray:
+    """:func:`~factutil.advantages.segment_normalize` of one group: float64 (n,)."""
+    values = np.asarray(values, dtype=np.float64)
+    return segment_normalize(values, np.zeros(1 if values.size else 0, dtype=np.int64), eps, by_std)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from factutil.cluster import (
 from factutil.cluster.keys import add_key_edges
 from factutil.embed import EmbeddingCache, embed_unique
 from factutil.filters import FILTERS, analyze
-from factutil.linkage import _exact_similarity, batch_linkage, dense_pairs
+from factutil.linkage import _exact_similarity, dense_pairs
 from factutil.schema import FactUtilConfig, Triple
 
 from .conftest import CharGramEmbedder
@@ -299,7 +299,7 @@ def test_batched_linkage_equals_the_reference_per_group():
     def veto(i, j):
         return "x" if (i, j) in vetoed else None
 
-    labels, counts = batch_linkage(n, edges[shuffle], sims[shuffle], veto, starts)
+    labels, counts = constrained_linkage(n, edges[shuffle], sims[shuffle], veto, starts)
     expected_counts = {"merges": 0, "refused": 0, "veto_checks": 0}
     for start, size in zip(starts.tolist(), sizes.tolist()):
         inside = (edges[:, 0] >= start) & (edges[:, 0] < start + size)

@@ -18,11 +18,7 @@ from hypothesis import strategies as st
 
 from benchmarks.workloads import build_workload
 from factutil import FactUtilConfig, compute_process_advantages
-from factutil.advantages import (
-    group_normalize,
-    segment_normalize,
-    total_advantages,
-)
+from factutil.advantages import segment_normalize, total_advantages
 from factutil.cluster import (
     ExactClusterer,
     SemanticClusterer,
@@ -37,6 +33,7 @@ from factutil.shaping import KIND_CODES
 from tests.conftest import CharGramEmbedder
 from tests.reference import (
     cluster_utilities,
+    group_normalize,
     outcome_advantages,
     process_advantages,
     rollout_process_rewards,

@@ -10,10 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from factutil import FactUtilConfig, Group, InputError, Rollout, Triple, compute_process_advantages
-from factutil.advantages import (
-    group_normalize,
-    total_advantages,
-)
+from factutil.advantages import total_advantages
 from factutil.cluster import (
     ExactClusterer,
     SemanticClusterer,
@@ -36,6 +33,7 @@ from factutil.shaping import (
 from factutil.utility import PriorRiskWarning
 from tests.reference import (
     cluster_utilities,
+    group_normalize,
     outcome_advantages,
     process_advantages,
     rollout_process_rewards,

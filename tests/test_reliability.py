@@ -13,7 +13,6 @@ import copy
 import json
 import math
 import random
-import re
 import warnings
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from factutil import (
     Triple,
     compute_process_advantages,
 )
-from factutil.advantages import mask_spans, scatter_to_turns
+from factutil.advantages import scatter_rows_to_turns, turns_problem
 from factutil.cli import app
 from factutil.cluster import SemanticClusterer, candidate_pairs
 from factutil.config import ConfigError, config_from_values, load_yaml, setting_value
@@ -1215,26 +1214,17 @@ def test_cli_knn_over_near_identical_facts_exits_0(tmp_path, minilm):
     ([1, 1, 0, 0, 1, 1, 1, 1], [0.1, 0.2, 0.3]),  # assert and answer with no observation between
     ([1, 1, 1, 1, 1, 0, 0, 0], [0.1, 0.2]),  # rLLM #575: A0 5, observation 4, A1 5, cut at 8
 ])
-def test_turns_that_mask_runs_cannot_recover_raise_instead_of_being_guessed(mask, values):
+def test_turns_that_mask_runs_cannot_recover_are_a_problem_not_a_guess(mask, values):
     """Span layout, fewer runs of 1s than actions (two actions in one run, or a truncated row)
-    -> ValueError naming both counts: the turns cannot be recovered from the mask, so no value
+    -> a problem naming both counts: the turns cannot be recovered from the mask, so no value
     lands on another action's tokens and none is dropped silently (the verl adapter then falls
     back to outcome-only, see integrations/verl/tests/test_verl_advantage.py)."""
-    turns = 1 + int(np.count_nonzero(np.diff(mask) == 1))
-    with pytest.raises(ValueError, match=f"response_mask has {turns} turns for {len(values)} "
-                                         "actions: the turn boundaries cannot be recovered"):
-        scatter_to_turns(np.array(values), np.array(mask))
-
-
-@pytest.mark.parametrize("shape", [(2, 4), (1, 4), (), (2, 2, 2)])
-def test_mask_spans_rejects_anything_but_one_row(shape):
-    """``mask_spans`` / ``scatter_to_turns`` of a mask that is not (T,) -> ValueError naming the
-    shape (a (B, T) mask flattened would give spans that cross rows)."""
-    mask = np.ones(shape, dtype=np.int64)
-    for call in (lambda: mask_spans(mask), lambda: scatter_to_turns(np.ones(1), mask)):
-        with pytest.raises(ValueError, match=rf"response_mask must be 1-D \(T,\), got shape "
-                                             rf"{re.escape(str(shape))}"):
-            call()
+    runs = 1 + int(np.count_nonzero(np.diff(mask) == 1))
+    _, turns = scatter_rows_to_turns([np.array(values)], np.array([mask]))
+    assert turns.tolist() == [runs]
+    assert turns_problem(runs, len(values)) == (
+        f"response_mask has {runs} turns for {len(values)} actions: the turn boundaries cannot be "
+        "recovered")
 
 
 FUJI = ["Mount Fuji | located in | Japan", "Mount Fuji | is located in | Japan"]

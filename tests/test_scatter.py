@@ -5,42 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from factutil.advantages import (
-    mask_spans,
-    scatter_rows_to_turns,
-    scatter_to_spans,
-    scatter_to_turns,
-)
-
-
-def test_mask_spans_finds_each_run():
-    mask = np.array([1, 1, 0, 0, 1, 0, 1, 1, 1, 0])
-    assert mask_spans(mask).tolist() == [[0, 2], [4, 5], [6, 9]]
-    assert mask_spans(np.zeros(4)).tolist() == []
-    assert mask_spans(np.ones(3, dtype=bool)).tolist() == [[0, 3]]
-
-
-def test_scatter_to_turns_by_hand():
-    mask = np.array([1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0])
-    out = scatter_to_turns(np.array([0.5, -1.0, 2.0]), mask)
-    assert out.tolist() == [0.5, 0.5, 0, 0, -1.0, 0, 2.0, 2.0, 2.0, 0, 0]
-    assert out.dtype == np.float32
+from factutil.advantages import scatter_rows_to_turns, scatter_to_spans, turns_problem
 
 
 def test_truncated_row_with_fewer_turns_than_actions_is_an_error_not_a_guess():
     # Three actions, but the sequence was cut inside the second turn: two runs remain, and the
     # mask cannot tell a cut row from two actions sharing a run.
-    mask = np.array([1, 1, 0, 0, 1])
-    with pytest.raises(ValueError, match="2 turns for 3 actions: the turn boundaries cannot"):
-        scatter_to_turns(np.array([0.25, -0.75, 9.0]), mask)
+    _, turns = scatter_rows_to_turns([np.array([0.25, -0.75, 9.0])], np.array([[1, 1, 0, 0, 1]]))
+    assert turns.tolist() == [2]
+    assert "2 turns for 3 actions: the turn boundaries cannot" in turns_problem(2, 3)
     # With explicit spans the cut is known: the second action keeps its one remaining token.
     out = scatter_to_spans(np.array([0.25, -0.75, 9.0]), np.array([[0, 2], [4, 7], [9, 11]]), 5)
     assert out.tolist() == [0.25, 0.25, 0, 0, -0.75]
 
 
 def test_more_turns_than_actions_is_an_error():
-    with pytest.raises(ValueError, match="2 turns but only 1 actions"):
-        scatter_to_turns(np.array([1.0]), np.array([1, 0, 1]))
+    assert turns_problem(2, 1) == "response_mask has 2 turns but only 1 actions are listed"
+    assert turns_problem(3, 3) is None
 
 
 def test_scatter_to_spans_clips_and_masks():
@@ -65,7 +46,7 @@ def test_scatter_rows_to_turns_fills_each_row_and_reports_its_turns():
         [0.0, 3.0, 3.0, 0.0, 0.0, 0.0],  # the second value has no turn: dropped
         [7.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # two turns beyond its one value get 0
     ]
-    with pytest.raises(ValueError, match="turns but only 1 actions"):
-        scatter_to_turns(values[2], mask[2])
+    assert turns_problem(int(turns[2]), len(values[2])) == (
+        "response_mask has 3 turns but only 1 actions are listed")
     with pytest.raises(ValueError, match=r"must be \(R, T\) with R = 2"):
         scatter_rows_to_turns(values[:2], mask)

@@ -34,7 +34,7 @@ def add_key_edges(
     """Add an edge of similarity 1.0 from the first fact of a group with a key to each later one
     with an equal key, unless already a candidate (docs/method.md §2.3). ``edges``: int64 (E, 2),
     i < j; ``sims``: float64 (E,); ``keys``: n hashable keys of contiguous groups (``starts`` as
-    :func:`~factutil.linkage.batch_linkage`), ``hashes`` theirs if known. Returns (edges, sims,
+    :func:`~factutil.linkage.constrained_linkage`), ``hashes`` theirs if known. Returns (edges, sims,
     number added), the added edges last."""
     n = len(keys)
     if n < 2:

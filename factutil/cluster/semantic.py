@@ -17,7 +17,7 @@ from factutil.config import FactUtilConfig
 from factutil.embed import Embedder, EmbeddingCache, config_embedder, embed_unique, truncated_texts
 from factutil.facts import Fact, fact_parts, fact_text
 from factutil.filters import FILTERS, FilterCache, alike, analyze
-from factutil.linkage import batch_linkage, candidate_pairs, dense_pairs
+from factutil.linkage import candidate_pairs, constrained_linkage, dense_pairs
 
 __all__ = ["Given", "SemanticClusterer"]
 
@@ -218,7 +218,7 @@ class SemanticClusterer:
         # 4-5. Vetoes on demand and constrained linkage (docs/method.md §2.4–§2.5).
         clock = time.perf_counter()
         veto, vetoes = self._veto(features, serials, texts, truncated)
-        labels, linkage = batch_linkage(n, edges, sims, veto, starts)
+        labels, linkage = constrained_linkage(n, edges, sims, veto, starts)
         ends = (starts + sizes).tolist()
         per_group = [labels[start:end] for start, end in zip(starts.tolist(), ends)]
         timings["linkage"] = time.perf_counter() - clock

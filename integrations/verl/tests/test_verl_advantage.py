@@ -405,7 +405,7 @@ def test_span_layout_explicit_spans_that_do_not_fit_fall_back(spans, reason):
 
 
 def test_span_rows_scattered_at_once_equal_each_turn_span_filled_row_by_row():
-    from factutil.advantages import mask_spans, scatter_to_spans
+    from factutil.advantages import scatter_to_spans
 
     from factutil_verl.advantage import _Plan, _turn_tokens
 
@@ -429,7 +429,8 @@ def test_span_rows_scattered_at_once_equal_each_turn_span_filled_row_by_row():
         if row in (1, 5, 6):
             assert got is None
         else:
-            spans = mask_spans(mask[row])
+            edges = np.diff(np.concatenate(([0], mask[row], [0])).astype(np.int8))
+            spans = np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)], axis=1)
             want = scatter_to_spans(values[(f"g{row % 3}", f"t{row}")][: len(spans)], spans, 40)
             assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
 
