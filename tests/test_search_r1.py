@@ -456,3 +456,17 @@ def test_the_layouts_read_are_configuration():
                          ("research,research", "repeats a name")):
         with pytest.raises(ValueError, match=message):
             FactUtilConfig(layouts=bad)
+
+
+def test_a_cut_r1_searcher_block_ends_where_the_next_query_opens():
+    """An R1-Searcher documents block never closed ends at the next ``<|begin_of_query|>``, as a
+    Search-R1 block ends at the next tag: the next search is a turn of its own, with its block."""
+    response = ("<|begin_of_query|> q1<|end_of_query|>\n\n<|begin_of_documents|>\n(1)Alpha   alpha text\n"
+                "(2)Beta   beta te\n\n<|begin_of_query|> q2<|end_of_query|>\n\n<|begin_of_documents|>\n"
+                "(1)Gamma   gamma text\n<|end_of_documents|>\n\n<answer> X </answer>")
+    turns = split_turns(response)
+    assert [parse_action(text, observation).action for text, observation in turns] == [
+        "search", "search", "answer"]
+    # q1: Alpha whole, Beta cut by the missing closing tag; q2: Gamma
+    assert split_passages(turns[0][1]) == ([Passage("", "Alpha", "alpha text")], False, 1, 0)
+    assert split_passages(turns[1][1]) == ([Passage("", "Gamma", "gamma text")], False, 0, 0)
