@@ -63,7 +63,7 @@ def _rules(layouts: tuple[str, ...]) -> _Rules:
     opening = "(?:" + "|".join(re.escape(tag) for tag in close) + ")"
     env = re.compile(  # a block's body, a cut block (tag and text to the next turn), the notice
         rf"{opening}(?P<body>(?:(?!{opening}).)*?)(?:{'|'.join(map(re.escape, close.values()))})|"
-        rf"(?P<cut>{opening}.*?)(?=(?i:<(?:think|search|assert|answer|tool_call)\s*>)|{opening}|\Z)"
+        rf"(?P<cut>{opening}.*?)(?=(?i:<(?:think|search|assert|answer|tool_call|\|begin_of_query\|)\s*>)|{opening}|\Z)"
         rf"|{_NOTICE}", re.DOTALL)
     return _Rules([re.compile(rf"^[ \t]*{pattern}[ \t]*", re.MULTILINE)
                    for name, pattern in HEADERS.items() if name in names], close, re.compile(opening), env)
