@@ -470,3 +470,15 @@ def test_a_cut_r1_searcher_block_ends_where_the_next_query_opens():
     # q1: Alpha whole, Beta cut by the missing closing tag; q2: Gamma
     assert split_passages(turns[0][1]) == ([Passage("", "Alpha", "alpha text")], False, 1, 0)
     assert split_passages(turns[1][1]) == ([Passage("", "Gamma", "gamma text")], False, 0, 0)
+
+
+def test_a_quoted_title_with_words_after_a_parenthesis_stays_whole():
+    """A quoted title runs to its closing quote: the 2Wiki paragraph "Fort Nelson (Parker Lake)
+    Water Aerodrome" keeps its whole title under Search-R1's header, and is the same fact as the
+    retrieval server's JSON gives."""
+    title = "Fort Nelson (Parker Lake) Water Aerodrome"
+    text = CORPUS[title]
+    found = split_passages(f'<information>Doc 1(Title: "{title}") {text}\nDoc 2(Title: "B") b</information>')
+    assert found.passages == [Passage("", title, text), Passage("", "B", "b")]
+    served = split_passages(json.dumps({"result": [[{"document": {"id": "", "contents": f'"{title}"\n{text}'}}]]}))
+    assert passage_key(passage_parts(found.passages[0])) == passage_key(passage_parts(served.passages[0]))
