@@ -482,3 +482,13 @@ def test_a_quoted_title_with_words_after_a_parenthesis_stays_whole():
     assert found.passages == [Passage("", title, text), Passage("", "B", "b")]
     served = split_passages(json.dumps({"result": [[{"document": {"id": "", "contents": f'"{title}"\n{text}'}}]]}))
     assert passage_key(passage_parts(found.passages[0])) == passage_key(passage_parts(served.passages[0]))
+
+
+@pytest.mark.parametrize("end", ["<|eot_id|><|end_of_text|>", "<|end_of_text|>", "</s>", "<end_of_turn>\n<eos>",
+                                 "<eos><pad><pad>"])
+def test_end_and_pad_tokens_after_the_answer_are_no_turn(end):
+    """A response decoded with its special tokens ends with the model's end of turn and padding
+    (Llama 3, Llama 2 / Mistral, Gemma): the template's text, not an invalid action."""
+    response = "<search> q </search>\n\n<information>Doc 1(Title: \"A\") a</information>\n\n<answer> a </answer>"
+    assert [text for text, _ in split_turns(response + end)] == [
+        "<search> q </search>", "\n\n<answer> a </answer>"]
