@@ -77,9 +77,9 @@ _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assist
                         r"<start_of_turn>model\n?|(?<=\n)(?:assistant|model)\n+")
 _TURN_END = re.compile(r"</(?:search|assert|answer|tool_call)\s*>|<\|end_of_query\|>", re.IGNORECASE)
 _ENDING = re.compile(rf"(?:{_TURN_END.pattern})\Z", re.IGNORECASE)
-# chat-template text between turns (role markers, decoded with or without their special tokens)
-_TEMPLATE = re.compile(r"(?:\s|<\|(?:im_start|im_end|eot_id|endoftext|start_header_id|end_header_id)\|>|"
-                       r"<(?:start|end)_of_turn>|\b(?:system|user|assistant|tool|model)\b)*")
+# chat-template text between turns (role markers, end and pad tokens; with or without the special tokens)
+_TEMPLATE = re.compile(r"(?:\s|<\|(?:im_start|im_end|eot_id|endoftext|(?:begin|end)_of_text|start_header_id|"
+                       r"end_header_id)\|>|<(?:start|end)_of_turn>|</s>|<(?:eos|pad)>|\b(?:system|user|assistant|tool|model)\b)*")
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
 _BARE_QUOTE = re.compile(r'(?<!\\)((?:\\\\)*)"')  # a quote whose backslash a cut took: text
