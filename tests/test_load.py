@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from pydantic import ValidationError
@@ -271,6 +272,21 @@ def test_raw_actions_unknown_keys_and_metadata():
     refused([row(metadata="x")], "metadata: Input should be a valid dictionary")
     refused([row(metadata="x", step=7)], "metadata: Input should be a valid dictionary")
     refused([row(metadata={5: 1})], "metadata.5.[key]")
+
+
+def test_rows_read_back_from_arrow_with_null_keys_are_the_same_rollouts():
+    """Rollouts stored in a datasets/parquet table come back with every action key of the column,
+    null where an item had none (``"action": None`` on a raw item): read as the rows given."""
+    rows = [row(actions=[{"raw": '<search> capital of France </search>', "observation": "Paris."},
+                         ASSERT, RIGHT]),
+            row("q-1", actions=[{"raw": "<answer> Lyon </answer>"}])]
+    back = pa.Table.from_pylist(rows).to_pylist()
+    assert back[1]["actions"][0]["action"] is None and back[1]["actions"][0]["triples"] is None
+    (group,), _ = load_groups(back)
+    assert [[a["action"] for a in r["actions"]] for r in group.rollouts] == [
+        ["search", "assert", "answer"], ["answer"]]
+    assert group.rollouts[0]["actions"][0]["query"] == "capital of France"
+    assert group.rollouts[1]["actions"][0]["answer"] == "Lyon"
 
 
 def test_deeply_nested_unknown_keys():
