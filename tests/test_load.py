@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
@@ -461,6 +462,18 @@ def test_paths_non_group_items_and_iterators(tmp_path):
     groups, _ = load_groups(r for r in SAMPLE_ROWS)
     assert [rows_group(g) for g in groups] == [rows_group(g) for g in load_groups(SAMPLE_ROWS)[0]]
 
+
+
+def test_a_table_given_whole_is_refused_with_its_rows_named():
+    """A pandas DataFrame iterates its column names: the error names the item and its value, and
+    asks for the table's rows as dicts (a Series row likewise)."""
+    frame = pd.DataFrame([row()])
+    with pytest.raises(TypeError) as caught:
+        load_groups(frame)
+    assert "groups[0]: groups must hold Group, Rollout or dict items, got str 'uid'" in str(caught.value)
+    assert "to_dict('records')" in str(caught.value)
+    with pytest.raises(TypeError, match=r"groups\[0\]: .* got Series"):
+        load_groups([series for _, series in frame.iterrows()])
 
 def test_dict_errors_name_the_position_like_file_errors():
     """Bad dicts -> InputError, one line per problem, ``groups[i] (uid, rollout_id): field:
