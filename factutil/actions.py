@@ -127,7 +127,7 @@ class PassageItem(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str | int | None = None
-    title: str = ""
+    title: str | None = None
     text: str | None = None
     contents: str | None = None
 

@@ -96,8 +96,8 @@ def _pending(groups: Iterable[Any]) -> list[tuple[str, Any, Any]]:
                 pending.append((key, None, loose.setdefault(key, [])))
             loose[key].append((position, item))
         else:
-            raise TypeError("groups must hold Group, Rollout or dict items, got "
-                            f"{type(item).__name__}")
+            raise TypeError(f"groups[{position}]: groups must hold Group, Rollout or dict items, got "
+                            f"{type(item).__name__} {short(item, 40)} (a table: df.to_dict('records'))")
     return pending
 
 

@@ -53,7 +53,7 @@ def coerce_action(item: Any) -> Any:
     a ``raw`` item is parsed (:func:`factutil.parse.parse_action`; one turn with no observation
     given reads the retrieved block after it); an ``assert`` with no triple or an empty part, or a
     search with a blank query, is invalid."""
-    if isinstance(item, dict) and "action" not in item and "raw" in item:
+    if isinstance(item, dict) and item.get("action") is None and "raw" in item:  # null: a table column
         item = RawAction.model_validate(item)
     if isinstance(item, RawAction):
         turns = split_turns(item.raw) if item.observation is None else []
@@ -126,7 +126,7 @@ class Rollout(BaseModel):
         if not isinstance(value, list):
             return value
         first = value[0] if len(value) == 1 else None  # one raw item: the whole response
-        if isinstance(first, dict) and "action" not in first:
+        if isinstance(first, dict) and first.get("action") is None:
             raw = first.get("raw") if first.get("observation") is None else None
             first = RawAction(raw=raw) if isinstance(raw, str) else None
         if isinstance(first, RawAction) and first.observation is None and split_turns(first.raw):

@@ -22,9 +22,9 @@ NO_PASSAGES = re.compile(r"\s*(?:No documents found\.|Search failed:|No search r
 """What factutil's retrieval client and verl's search tool write when a search retrieved no passage."""
 HEADERS = {
     # Doc 1(Title: "A") text | Doc 1 (Title: A)\ntext | Doc 1(docid: D, Title: T) text | Doc 1: text;
-    # a title ends at the first ")" before a space or the line's end ("Paris (film)" stays whole)
+    # a title ends at its closing quote, else at the first ")" before a space or the line's end
     "doc": r"Doc[ \t]*(?P<rank>\d+)[ \t]*(?:\((?:docid:[ \t]*(?P<id>[^,)\n]*?)[ \t]*,[ \t]*)?"
-           r"Title:[ \t]*(?P<title>[^\n]*?)\)(?=\s|$)|:)",
+           r"Title:[ \t]*(?P<title>\"[^\n]*?\"|[^\n]*?)\)(?=\s|$)|:)",
     # [1] text | 1. text | 1) text | (1)text (R1-Searcher)
     "numbered": r"(?:\[(?P<rank>\d{1,3})\]|(?P<rank2>\d{1,3})[.)](?=[ \t])|\((?P<rank3>\d{1,3})\))",
 }
@@ -63,7 +63,7 @@ def _rules(layouts: tuple[str, ...]) -> _Rules:
     opening = "(?:" + "|".join(re.escape(tag) for tag in close) + ")"
     env = re.compile(  # a block's body, a cut block (tag and text to the next turn), the notice
         rf"{opening}(?P<body>(?:(?!{opening}).)*?)(?:{'|'.join(map(re.escape, close.values()))})|"
-        rf"(?P<cut>{opening}.*?)(?=(?i:<(?:think|search|assert|answer|tool_call)\s*>)|{opening}|\Z)"
+        rf"(?P<cut>{opening}.*?)(?=(?i:<(?:think|search|assert|answer|tool_call|\|begin_of_query\|)\s*>)|{opening}|\Z)"
         rf"|{_NOTICE}", re.DOTALL)
     return _Rules([re.compile(rf"^[ \t]*{pattern}[ \t]*", re.MULTILINE)
                    for name, pattern in HEADERS.items() if name in names], close, re.compile(opening), env)
@@ -77,9 +77,9 @@ _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n?|<\|start_header_id\|>assist
                         r"<start_of_turn>model\n?|(?<=\n)(?:assistant|model)\n+")
 _TURN_END = re.compile(r"</(?:search|assert|answer|tool_call)\s*>|<\|end_of_query\|>", re.IGNORECASE)
 _ENDING = re.compile(rf"(?:{_TURN_END.pattern})\Z", re.IGNORECASE)
-# chat-template text between turns (role markers, decoded with or without their special tokens)
-_TEMPLATE = re.compile(r"(?:\s|<\|(?:im_start|im_end|eot_id|endoftext|start_header_id|end_header_id)\|>|"
-                       r"<(?:start|end)_of_turn>|\b(?:system|user|assistant|tool|model)\b)*")
+# chat-template text between turns (role markers, end and pad tokens; with or without the special tokens)
+_TEMPLATE = re.compile(r"(?:\s|<\|(?:im_start|im_end|eot_id|endoftext|(?:begin|end)_of_text|start_header_id|"
+                       r"end_header_id)\|>|<(?:start|end)_of_turn>|</s>|<(?:eos|pad)>|\b(?:system|user|assistant|tool|model)\b)*")
 _VERL = re.compile(r'\{\s*"result"\s*:\s*"(.*?)(?:("\s*}\s*)|\Z)', re.DOTALL)
 _PARTIAL_DOC = re.compile(r"\n[ \t]*D(?:o(?:c(?:[ \t]*\d+(?:[ \t]*\([^\n)]*)?)?)?)?[ \t]*\Z")
 _BARE_QUOTE = re.compile(r'(?<!\\)((?:\\\\)*)"')  # a quote whose backslash a cut took: text

@@ -101,7 +101,7 @@ def make_work(triples: Iterable[Sequence[str]], config: FactUtilConfig | Mapping
     if own is not None and clustering_fields(own) != clustering_fields(config):
         raise ValueError("make_work: the clusterer was built for another clustering config")
     parts = sorted({_triple(triple, index) for index, triple in enumerate(triples)})
-    encoded = np.char.encode(np.array(parts, dtype=str).reshape(-1, 3), "utf-8")
+    encoded = np.char.encode(np.array(parts, dtype=str).reshape(-1, 3), "utf-8", "surrogatepass")
     if config.mode == "exact":
         return {"fit": fit_key(config, ""), "device": "cpu", "parts": encoded,
                 "vectors": np.zeros((len(parts), 0), np.float32),
@@ -249,16 +249,13 @@ def _content(items: Sequence[tuple], dims: int) -> tuple[Given, list[bool], list
     reasons = {int(owner[row]): f"vector {row - sum(sizes[:owner[row]])} is not a finite unit "
                f"vector" for row in np.flatnonzero(~(np.abs(norms - 1.0) <= 1e-3))[::-1]}
     encoded = np.concatenate([fields[2] for fields in items]).tolist()
-    try:
-        parts = [(s.decode(), r.decode(), o.decode()) for s, r, o in encoded]
-    except UnicodeDecodeError:  # find the items, and read the others' parts
-        parts = []
-        for row, three in enumerate(encoded):
-            try:
-                parts.append(tuple(part.decode() for part in three))
-            except UnicodeDecodeError as error:
-                reasons.setdefault(int(owner[row]), f"parts are not UTF-8 ({error})")
-                parts.append(("", "", ""))
+    parts = []  # a lone surrogate (a JSON escape cut short) is text the step reads too
+    for row, three in enumerate(encoded):
+        try:
+            parts.append(tuple(part.decode("utf-8", "surrogatepass") for part in three))
+        except UnicodeDecodeError as error:
+            reasons.setdefault(int(owner[row]), f"parts are not UTF-8 ({error})")
+            parts.append(("", "", ""))
     for row, (s, r, o) in enumerate(parts):
         if not (s.strip() and r.strip() and o.strip()):
             reasons.setdefault(int(owner[row]), "a part is blank")

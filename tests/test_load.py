@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 import torch
 from pydantic import ValidationError
@@ -273,6 +275,21 @@ def test_raw_actions_unknown_keys_and_metadata():
     refused([row(metadata={5: 1})], "metadata.5.[key]")
 
 
+def test_rows_read_back_from_arrow_with_null_keys_are_the_same_rollouts():
+    """Rollouts stored in a datasets/parquet table come back with every action key of the column,
+    null where an item had none (``"action": None`` on a raw item): read as the rows given."""
+    rows = [row(actions=[{"raw": '<search> capital of France </search>', "observation": "Paris."},
+                         ASSERT, RIGHT]),
+            row("q-1", actions=[{"raw": "<answer> Lyon </answer>"}])]
+    back = pa.Table.from_pylist(rows).to_pylist()
+    assert back[1]["actions"][0]["action"] is None and back[1]["actions"][0]["triples"] is None
+    (group,), _ = load_groups(back)
+    assert [[a["action"] for a in r["actions"]] for r in group.rollouts] == [
+        ["search", "assert", "answer"], ["answer"]]
+    assert group.rollouts[0]["actions"][0]["query"] == "capital of France"
+    assert group.rollouts[1]["actions"][0]["answer"] == "Lyon"
+
+
 def test_deeply_nested_unknown_keys():
     """A 100,000-deep list under an unknown key of a rollout and of an action -> accepted, the
     assert (no triple) invalid."""
@@ -445,6 +462,18 @@ def test_paths_non_group_items_and_iterators(tmp_path):
     groups, _ = load_groups(r for r in SAMPLE_ROWS)
     assert [rows_group(g) for g in groups] == [rows_group(g) for g in load_groups(SAMPLE_ROWS)[0]]
 
+
+
+def test_a_table_given_whole_is_refused_with_its_rows_named():
+    """A pandas DataFrame iterates its column names: the error names the item and its value, and
+    asks for the table's rows as dicts (a Series row likewise)."""
+    frame = pd.DataFrame([row()])
+    with pytest.raises(TypeError) as caught:
+        load_groups(frame)
+    assert "groups[0]: groups must hold Group, Rollout or dict items, got str 'uid'" in str(caught.value)
+    assert "to_dict('records')" in str(caught.value)
+    with pytest.raises(TypeError, match=r"groups\[0\]: .* got Series"):
+        load_groups([series for _, series in frame.iterrows()])
 
 def test_dict_errors_name_the_position_like_file_errors():
     """Bad dicts -> InputError, one line per problem, ``groups[i] (uid, rollout_id): field:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
@@ -196,6 +197,24 @@ def test_a_search_may_list_its_passages_and_an_id_decides_identity():
     listed["actions"][0]["observation"] = P1
     single = compute_process_advantages([listed], FactUtilConfig(facts="retrieved"))
     assert [c.members for c in single.clusters] == [[["", "", "x"]]]
+
+
+def test_listed_passages_read_back_from_a_table_with_null_keys():
+    """Passages stored in a datasets/parquet table come back with every key of the column, null
+    where a passage had none (``"title": None``): the same passages, one fact each."""
+    rows = [{"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": rollout_id,
+             "actions": [{"action": "search", "query": "q", "passages": passages},
+                         {"action": "answer", "answer": answer}]}
+            for rollout_id, passages, answer in [
+                ("a", [{"id": "1", "title": "France", "text": "Paris is the capital."},
+                       {"contents": '"Lyon"\nLyon is a city.'}], "Paris"),
+                ("b", [{"contents": '"Lyon"\nLyon is a city.'}], "Lyon")]]
+    back = pa.Table.from_pylist(rows).to_pylist()
+    assert back[1]["actions"][0]["passages"][0]["title"] is None
+    result = compute_process_advantages(back, FactUtilConfig(facts="retrieved"))
+    # France (id 1) in a alone; Lyon (no id: its title and text) in a and b
+    assert sorted((c.members, c.n) for c in result.clusters) == [
+        ([["France", "id:1", "Paris is the capital."]], 1), ([["Lyon", "", "Lyon is a city."]], 2)]
 
 
 def test_a_listed_passage_without_text_is_an_error_naming_it():

@@ -456,3 +456,39 @@ def test_the_layouts_read_are_configuration():
                          ("research,research", "repeats a name")):
         with pytest.raises(ValueError, match=message):
             FactUtilConfig(layouts=bad)
+
+
+def test_a_cut_r1_searcher_block_ends_where_the_next_query_opens():
+    """An R1-Searcher documents block never closed ends at the next ``<|begin_of_query|>``, as a
+    Search-R1 block ends at the next tag: the next search is a turn of its own, with its block."""
+    response = ("<|begin_of_query|> q1<|end_of_query|>\n\n<|begin_of_documents|>\n(1)Alpha   alpha text\n"
+                "(2)Beta   beta te\n\n<|begin_of_query|> q2<|end_of_query|>\n\n<|begin_of_documents|>\n"
+                "(1)Gamma   gamma text\n<|end_of_documents|>\n\n<answer> X </answer>")
+    turns = split_turns(response)
+    assert [parse_action(text, observation).action for text, observation in turns] == [
+        "search", "search", "answer"]
+    # q1: Alpha whole, Beta cut by the missing closing tag; q2: Gamma
+    assert split_passages(turns[0][1]) == ([Passage("", "Alpha", "alpha text")], False, 1, 0)
+    assert split_passages(turns[1][1]) == ([Passage("", "Gamma", "gamma text")], False, 0, 0)
+
+
+def test_a_quoted_title_with_words_after_a_parenthesis_stays_whole():
+    """A quoted title runs to its closing quote: the 2Wiki paragraph "Fort Nelson (Parker Lake)
+    Water Aerodrome" keeps its whole title under Search-R1's header, and is the same fact as the
+    retrieval server's JSON gives."""
+    title = "Fort Nelson (Parker Lake) Water Aerodrome"
+    text = CORPUS[title]
+    found = split_passages(f'<information>Doc 1(Title: "{title}") {text}\nDoc 2(Title: "B") b</information>')
+    assert found.passages == [Passage("", title, text), Passage("", "B", "b")]
+    served = split_passages(json.dumps({"result": [[{"document": {"id": "", "contents": f'"{title}"\n{text}'}}]]}))
+    assert passage_key(passage_parts(found.passages[0])) == passage_key(passage_parts(served.passages[0]))
+
+
+@pytest.mark.parametrize("end", ["<|eot_id|><|end_of_text|>", "<|end_of_text|>", "</s>", "<end_of_turn>\n<eos>",
+                                 "<eos><pad><pad>"])
+def test_end_and_pad_tokens_after_the_answer_are_no_turn(end):
+    """A response decoded with its special tokens ends with the model's end of turn and padding
+    (Llama 3, Llama 2 / Mistral, Gemma): the template's text, not an invalid action."""
+    response = "<search> q </search>\n\n<information>Doc 1(Title: \"A\") a</information>\n\n<answer> a </answer>"
+    assert [text for text, _ in split_turns(response + end)] == [
+        "<search> q </search>", "\n\n<answer> a </answer>"]

@@ -164,6 +164,18 @@ def test_work_holds_each_distinct_fact_once_sorted_with_its_vectors():
         make_work([("a", "r", "o"), ("", "r", "o")], SEMANTIC, _clusterer())
 
 
+def test_a_fact_with_a_lone_surrogate_travels_as_work():
+    """A JSON assert can hold a cut escape ("\\ud83d": a lone surrogate) that the step accepts:
+    its work is made and read back with its vector, not refused (a worker's whole rollout lost)."""
+    clusterer = _clusterer()
+    triple = ("Paris \ud83d", "capital of", "France")
+    assert parse_action('<assert>[["Paris \\ud83d", "capital of", "France"]]</assert>').triples == [triple]
+    work = make_work([triple], SEMANTIC, clusterer)
+    given, counts, warnings = read_work(work_bytes(work), fit_key(SEMANTIC, "test:char-grams"), "cpu", 512)
+    assert (counts["work_unreadable"], warnings) == (0.0, [])
+    assert [tuple(parts) for parts in given[0]] == [triple]
+
+
 def test_assert_triples_reads_the_asserts_before_the_answer_within_max_turns():
     actions = [{"action": "assert", "triples": [["a", "r", "o"]]},
                parse_action('<assert>[["Ada", "born in", "London"]]</assert>'),
