@@ -188,10 +188,11 @@ GOLD_KEYS = ("golden_answers", "answers", "target", "answer", "ground_truth")  #
 def gold_key(row: Mapping[str, Any]) -> str | None:
     """The first of :data:`GOLD_KEYS` whose value in ``row`` is given: not None, nor a float NaN
     (pandas' missing value). None: no such key."""
-    return next((key for key in GOLD_KEYS if not _missing(row.get(key))), None)
+    return next((key for key in GOLD_KEYS if not missing(row.get(key))), None)
 
 
-def _missing(value: Any) -> bool:
+def missing(value: Any) -> bool:
+    """Whether a table's cell holds no value: None, or a float NaN (pandas' missing value)."""
     return value is None or isinstance(value, float) and math.isnan(value)
 
 
@@ -214,6 +215,6 @@ def golden_answers_from(value: Any) -> list[str]:
         value = value.tolist()
     if isinstance(value, (list, tuple)):
         return [answer for item in value for answer in golden_answers_from(item)]
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not _missing(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not missing(value):
         return [str(value)]
     return []

@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any
 
+import numpy as np
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -30,6 +31,7 @@ from factutil.actions import (  # noqa: F401  (the action models stay importable
 )
 from factutil.config import FactUtilConfig  # noqa: F401  (importable from here)
 from factutil.errors import close_match, number_value, short
+from factutil.metrics import missing
 from factutil.parse import parse_action
 from factutil.search_r1 import split_turns
 
@@ -74,6 +76,15 @@ def coerce_action(item: Any) -> Any:
     return item
 
 
+def _lists(value: Any) -> Any:
+    """A pandas table cell's numpy arrays (of arrays or of dicts, nested) as lists."""
+    if isinstance(value, np.ndarray):
+        return [_lists(item) for item in value.tolist()]
+    if isinstance(value, dict):
+        return {key: _lists(item) for key, item in value.items()}
+    return value
+
+
 def _golden_not_blank(values: list[str]) -> list[str]:
     for index, value in enumerate(values):
         if not value.strip():
@@ -103,6 +114,10 @@ class Rollout(BaseModel):
     def _collect_metadata(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        if any(isinstance(value, np.ndarray) for value in data.values()):  # a pandas table's row
+            data = {key: _lists(value) for key, value in data.items()}
+        if missing(data.get("response", "")) != missing(data.get("actions", "")):  # a table's null
+            data = {k: v for k, v in data.items() if not missing(v) or k not in ("response", "actions")}
         if "response" in data:  # the whole response: its turns are the actions
             data = dict(data)
             response = data.pop("response")

@@ -290,6 +290,22 @@ def test_rows_read_back_from_arrow_with_null_keys_are_the_same_rollouts():
     assert group.rollouts[1]["actions"][0]["answer"] == "Lyon"
 
 
+def test_rows_of_a_pandas_table_are_the_same_rollouts():
+    """A parquet/arrow table read with pandas gives list cells as numpy arrays (an assert's
+    triples an array of arrays) and a missing cell as None or NaN: read as the rows given."""
+    rows = [row(actions=[SEARCH, ASSERT, RIGHT]), row("q-1", actions=[SEARCH, WRONG])]
+    table = pa.Table.from_pylist(rows).to_pandas().to_dict("records")
+    assert isinstance(table[0]["golden_answers"], np.ndarray)
+    assert isinstance(table[0]["actions"][1]["triples"][0], np.ndarray)
+    assert load_groups(table) == load_groups(copy.deepcopy(rows))
+    # a table of whole responses and of actions: each row's other column is null (NaN in pandas)
+    mixed = pd.DataFrame([row(actions=[RIGHT]), {**row("q-1"), "actions": None,
+                                                 "response": "<answer> Lyon </answer>"}])
+    (group,), _ = load_groups(mixed.to_dict("records"))
+    assert [[(a["action"], a.get("answer")) for a in r["actions"]] for r in group.rollouts] == [
+        [("answer", RIGHT["answer"])], [("answer", "Lyon")]]
+
+
 def test_deeply_nested_unknown_keys():
     """A 100,000-deep list under an unknown key of a rollout and of an action -> accepted, the
     assert (no triple) invalid."""
