@@ -76,6 +76,9 @@ def coerce_action(item: Any) -> Any:
     return item
 
 
+_LISTS = ("golden_answers", "actions")  # a rollout's list fields
+
+
 def _lists(value: Any) -> Any:
     """A pandas table cell's numpy arrays (of arrays or of dicts, nested) as lists."""
     if isinstance(value, np.ndarray):
@@ -114,8 +117,8 @@ class Rollout(BaseModel):
     def _collect_metadata(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        if any(isinstance(value, np.ndarray) for value in data.values()):  # a pandas table's row
-            data = {key: _lists(value) for key, value in data.items()}
+        if any(isinstance(data.get(key), np.ndarray) for key in _LISTS):  # a pandas table's row
+            data = {key: _lists(value) if key in _LISTS else value for key, value in data.items()}
         if missing(data.get("response", "")) != missing(data.get("actions", "")):  # a table's null
             data = {k: v for k, v in data.items() if not missing(v) or k not in ("response", "actions")}
         if "response" in data:  # the whole response: its turns are the actions
