@@ -89,7 +89,8 @@ class ProcessAdvantagePatch:
         ``score_early``), before OpenRLHF computes their log-probs, keyed by their rows (sample
         indices, rewards, prompts, labels, payloads): :meth:`add_process_advantages` takes that
         score when its rows are the same. Nothing starts when no sample carries a payload or a
-        reward is not known yet (a reward model scores during the log-probs). Never raises."""
+        reward is not known yet (a reward model scores during the log-probs) or NaN (never
+        equal to itself: the key would never match). Never raises."""
         if not self.config.score_early:
             return
         try:
@@ -99,7 +100,7 @@ class ProcessAdvantagePatch:
             n = int(maker.strategy.args.rollout.n_samples_per_prompt)
             rewards = [experience.info.get("reward") for experience in experiences]
             rows, groups = _collect_rows(experiences, payloads, rewards, n)
-            if any(row["reward"] is None for row in rows.values()):
+            if any(row["reward"] is None or math.isnan(row["reward"]) for row in rows.values()):
                 return
             self.step.start(_rows_key(rows), lambda: self._score_groups(rows, groups))
         except Exception:
@@ -265,7 +266,6 @@ def _group_rollouts(
         problem = _payload_problem(row["payload"])
         if problem is not None:
             raise Unscorable(f"sample {row['index']}: {problem}")
-        reward = row["reward"]
         rollouts.append(
             trainer_rollout(
                 name=f"sample {row['index']}",
@@ -274,7 +274,7 @@ def _group_rollouts(
                 question=row["prompt"],
                 golden_answers=row["label"],
                 actions=row["payload"]["actions"],
-                reward=reward if reward is not None and math.isfinite(reward) else None,
+                reward=row["reward"],  # None: the core's; NaN: Unscorable, as in verl and TRL
             )
         )
     return rollouts

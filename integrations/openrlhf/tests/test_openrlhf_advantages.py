@@ -448,3 +448,44 @@ def test_length_penalties_keep_the_early_score_and_the_agents_reward(openrlhf, e
         for row, index in enumerate(after.index):
             width = after.advantages.shape[1]
             assert torch.equal(after.advantages[row], before.advantages[row] + torch.from_numpy(deltas[index][:width]))
+
+
+def test_a_sample_with_a_nan_reward_falls_back_with_its_group_alone():
+    """A NaN reward is no R to score: its group keeps OpenRLHF's advantages, named as verl and
+    TRL name it, and the other group is scored as if alone (not with the core's own F1 as R)."""
+    from factutil_openrlhf import patch
+
+    def payload(answer):
+        return {"actions": [{"action": "search", "query": "capital of France"},
+                            {"action": "answer", "answer": answer}], "spans": [[1, 4], [6, 9]]}
+
+    rows = {(0, r): {"index": r, "payload": payload(["Paris", "Lyon"][r % 2]), "prompt": "q?",
+                     "label": ["Paris"], "reward": [1.0, 0.0, float("nan"), 0.0][r]}
+            for r in range(4)}
+    groups = {0: [(0, 0), (0, 1)], 1: [(0, 2), (0, 3)]}
+    config = FactUtilConfig(omega=0.5, **EXACT)
+    batch = patch.ProcessAdvantagePatch(config)._score_groups(rows, groups)
+    assert batch.fallback == {1: "sample 2 has a reward that is no finite number: nan"}
+    alone = patch.ProcessAdvantagePatch(config)._score_groups(
+        {key: rows[key] for key in groups[0]}, {0: groups[0]})
+    assert batch.values.keys() == alone.values.keys() == {("0", "0"), ("0", "1")}
+    for key, values in alone.values.items():
+        assert batch.values[key].tobytes() == values.tobytes()
+
+
+def test_a_nan_reward_starts_no_early_score_whose_key_could_never_match():
+    """NaN != NaN: an early score keyed by a NaN reward would be thrown away with a warning that
+    the batch changed; the advantage step scores such a batch instead."""
+    from factutil_openrlhf import patch
+
+    experience = SimpleNamespace(
+        advantages=None, index=[0, 1], prompts=["q?", "q?"], labels=[["Paris"], ["Paris"]],
+        info={"factutil": [{"actions": [], "spans": []}] * 2,
+              "reward": torch.tensor([1.0, float("nan")])})
+    maker = SimpleNamespace(strategy=SimpleNamespace(args=make_args(n=2)))
+    active = patch.ProcessAdvantagePatch(FactUtilConfig(**EXACT))
+    active.start_early(maker, [experience])
+    assert active.step._early is None
+    experience.info["reward"] = torch.tensor([1.0, 0.0])
+    active.start_early(maker, [experience])
+    assert active.step._early is not None
