@@ -13,8 +13,8 @@ verl hands the trainer one row per *sample*. Two layouts are read:
   ``spans`` the k-th run of 1s in ``response_mask`` is the k-th action
   (:func:`factutil.advantages.scatter_rows_to_turns`), which holds only when there is exactly one
   run per action: fewer runs (two actions with no observation between them, a truncated row) and
-  explicit spans that run past the row or leave model tokens outside them cannot be placed
-  unambiguously, so the group falls back (counted in ``factutil/groups_fallback_turns`` too).
+  explicit spans that run past the row, leave model tokens outside them or hold none cannot be
+  placed unambiguously, so the group falls back (counted in ``factutil/groups_fallback_turns`` too).
 
 With ``algorithm.factutil.prepare_in_workers`` (default: on in semantic mode with asserted facts) a trajectory's
 last row may also hold ``work``: the per-fact work its agent-loop worker made
@@ -366,8 +366,8 @@ def _turn_tokens(
         values: (uid, rollout_id) -> float64 per-action values.
         mask: bool (B, T) response mask of the batch.
         fallback: uid -> reason; a plan with no values, or whose action tokens cannot be placed
-            (runs and actions differ in number; spans past the row's end or leaving model tokens
-            outside them), adds its group.
+            (runs and actions differ in number; spans past the row's end, leaving model tokens
+            outside them or holding none), adds its group.
         unplaced: when given, gets the uid of every group whose action tokens cannot be placed.
 
     Returns:
@@ -421,4 +421,7 @@ def _placed_on_spans(
         covered[start:end] = True
     if np.any(row_mask & ~covered):
         return "model tokens outside every span", None
+    for action, (start, end) in enumerate(spans.tolist()):
+        if end > start and not row_mask[start:end].any():  # its credit would land nowhere
+            return f"action {action}'s span [{start}, {end}) holds no model token", None
     return None, scatter_to_spans(action_values, spans, length, response_mask=row_mask)

@@ -404,6 +404,22 @@ def test_span_layout_explicit_spans_that_do_not_fit_fall_back(spans, reason):
     assert result.metrics["factutil/groups_fallback_turns"] == 1.0
 
 
+def test_span_layout_explicit_span_on_observation_tokens_only_falls_back():
+    """Every model token is inside a span, but the answer's span [5, 8) covers only observation
+    tokens (mask 0): its value would land nowhere while the search's is written, so the group
+    keeps verl's GRPO (0.25 on every token here), as TRL refuses such a span."""
+    rows = [
+        _span_row("q", 0, [SEARCH, ANSWER], [1, 1, 1, 1, 1, 0, 0, 0], 1.0),
+        _span_row("q", 1, [SEARCH, WRONG], [1, 1, 0, 0, 1, 1, 0, 0], 0.0),
+    ]
+    rows[0]["extra"]["factutil"]["spans"] = [[0, 5], [5, 8]]
+    rows[1]["extra"]["factutil"]["spans"] = [[0, 2], [4, 6]]
+    result, _ = _span_batch(rows)
+    assert result.fallback == {"q": "rollout 'q_0': action 1's span [5, 8) holds no model token"}
+    assert result.advantages.tolist() == [[0.25] * 8] * 2
+    assert result.metrics["factutil/groups_fallback_turns"] == 1.0
+
+
 def test_span_rows_scattered_at_once_equal_each_turn_span_filled_row_by_row():
     from factutil.advantages import scatter_to_spans
 
