@@ -178,6 +178,14 @@ class FactUtilGRPOTrainer(GRPOTrainer):
         lengths = output["completion_mask"].sum(dim=1).tolist()
         model = output.get("tool_mask")
         model = None if model is None else model.detach().cpu().numpy()
+        # each process sees its own rows' tokens; a group whose rows span processes falls back whole
+        misfits = gather_object([
+            None if (offset + i) // size in fallback else _misfit(
+                payloads[offset + i]["spans"], lengths[i], None if model is None else model[i])
+            for i in range(local)])
+        for row, misfit in enumerate(misfits):
+            if misfit is not None:
+                fallback.setdefault(row // size, f"row {row}: {misfit}")
         for i in range(local):
             row = offset + i
             group = row // size
@@ -186,10 +194,6 @@ class FactUtilGRPOTrainer(GRPOTrainer):
             process = values.get((str(group), str(row)))
             if process is None:
                 fallback[group] = f"row {row} was not scored"
-                continue
-            misfit = _misfit(payloads[row]["spans"], lengths[i], None if model is None else model[i])
-            if misfit is not None:
-                fallback[group] = f"row {row}: {misfit}"
                 continue
             delta = scatter_to_spans(
                 config.omega * process, payloads[row]["spans"], width, response_mask=token_mask[i]

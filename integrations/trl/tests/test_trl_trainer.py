@@ -354,3 +354,35 @@ def test_gold_answers_in_an_answer_column_train_as_under_golden_answers(
     assert entry["factutil/groups_scored"] == 2.0 and entry["factutil/groups_fallback"] == 0.0
     assert torch.equal(runs[0].outputs[0]["advantages"], runs[1].outputs[0]["advantages"])
     assert runs[1].outputs[0]["advantages"].abs().sum() > 0
+
+
+def test_a_group_split_over_processes_falls_back_whole_when_a_remote_row_misfits(monkeypatch):
+    """Process 0 of 2 holds rows 0-1 of the one group of 4; row 3, on process 1, has a span on
+    environment tokens only. Every process must drop the whole group: rows 0-1 keep TRL's A_out
+    (0.5, -0.5 on every token), not A_out + omega * A_proc while process 1 keeps TRL's."""
+    from types import SimpleNamespace
+
+    from factutil.integration import TrainerStep
+
+    import factutil_trl.trainer as trainer_module
+
+    def payload(answer):
+        return {"factutil": {"question": "q?", "spans": [[0, 2], [2, 4]], "actions": [
+            {"action": "assert", "triples": [["France", "capital", answer]]},
+            {"action": "answer", "answer": answer}]}, "golden_answers": ["Paris"]}
+
+    remote = iter([[payload("Lyon")["factutil"]] * 2, [["Paris"]] * 2,
+                   [None, "span [2, 4) holds no token the model wrote (env_mask 0)"]])
+    monkeypatch.setattr(trainer_module, "gather_object", lambda local: local + next(remote))
+    config = FactUtilConfig(omega=OMEGA, **EXACT)
+    fake = SimpleNamespace(
+        factutil_config=config, factutil_step=TrainerStep(config),
+        _factutil_rewards=torch.tensor([[1.0], [0.0], [0.0], [0.0]]),
+        reward_weights=torch.tensor([1.0]), num_generations=4,
+        accelerator=SimpleNamespace(process_index=0))
+    output = {"advantages": torch.tensor([0.5, -0.5]), "completion_mask": torch.ones(2, 4),
+              "tool_mask": torch.ones(2, 4)}
+    advantages, batch = trainer_module.FactUtilGRPOTrainer._factutil_advantages(
+        fake, [payload("Paris"), payload("Lyon")], output, "train")
+    assert batch.fallback == {0: "row 3: span [2, 4) holds no token the model wrote (env_mask 0)"}
+    assert advantages.tolist() == [[0.5] * 4, [-0.5] * 4]
