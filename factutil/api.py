@@ -17,7 +17,7 @@ import numpy as np
 
 from factutil.advantages import segment_normalize, total_advantages
 from factutil.cluster import Clusterer, ExactClusterer, SemanticClusterer, make_clusterer
-from factutil.columns import prepare
+from factutil.columns import one_warning, prepare
 from factutil.config import FactUtilConfig, as_config, clustering_fields, config_from_values
 from factutil.embed import device_type
 from factutil.load import GroupsInput, load_groups
@@ -159,8 +159,8 @@ def _compute(
     if on_invalid_group not in ("raise", "skip"):
         raise ValueError(f"on_invalid_group must be 'raise' or 'skip', got {on_invalid_group!r}")
     batch, skipped = load_groups(groups, skip_invalid=on_invalid_group == "skip")
-    for uid, reason in skipped.items():
-        warn(f"group {uid!r} skipped: {reason}")
+    if skipped:
+        warn(one_warning([f"group {uid!r} skipped: {reason}" for uid, reason in skipped.items()]))
     lap("load")
 
     # 1. Outcomes and the fact texts of every rollout (docs/method.md §1, §2.1).

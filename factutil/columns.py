@@ -130,6 +130,11 @@ def rollout_columns(
                           empty_store_answer, ignored_kinds, reasons, tuple(dropped))
 
 
+def one_warning(items: list[str]) -> str:
+    """The one warning of a kind in a step: its first item's, and how many more."""
+    return items[0] + (f" (and {len(items) - 1} more like it in this step)" if items[1:] else "")
+
+
 def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepared:
     """One pass over every rollout: outcomes, kinds, fact texts and occurrences (docs/method.md
     §1, §2.1), and what the records need (triples as written, ignored kinds, reasons)."""
@@ -226,8 +231,8 @@ def prepare(batch: list[GroupRows], config: FactUtilConfig, warn: Any) -> Prepar
         # a passage as a triple: its title, an empty relation, its text (docs/method.md §9)
         facts_per_group.append([Fact(parts[i][0], "", parts[i][2]) if retrieved else Fact._make(parts[i])
                                 for i in chosen])
-    for items in said.values():  # the first item's, and how many more
-        warn(items[0] + (f" (and {len(items) - 1} more like it in this step)" if items[1:] else ""))
+    for items in said.values():
+        warn(one_warning(items))
     (answers, empty_store, em_list, f1_list, rewards, successes, lengths, totals, occurrences,
      repeats) = map(list, zip(*per_rollout)) if per_rollout else ([] for _ in range(10))
     return Prepared(

@@ -122,6 +122,20 @@ def test_empty_group_is_a_validation_error_naming_rollouts():
         Group.from_rollouts([])
 
 
+def test_groups_skipped_give_one_warning_per_step(caplog):
+    """Three invalid groups beside a good one under on_invalid_group="skip": each skipped with its
+    reason, one warning naming the first (uid 'x') and how many more (2)."""
+    bad = [{"uid": uid, "question": "?", "golden_answers": ["Paris"], "rollouts": []}
+           for uid in ("x", "y", "z")]
+    with caplog.at_level("WARNING", logger="factutil"):
+        result = compute_process_advantages([*bad, row(uid="p")], EXACT, on_invalid_group="skip")
+    assert sorted(result.skipped) == ["x", "y", "z"]
+    said = [w for w in result.warnings if "skipped" in w]
+    assert len(said) == 1 and said[0].startswith("group 'x' skipped: ")
+    assert said[0].endswith(" (and 2 more like it in this step)")
+    assert [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()] == said
+
+
 def test_groups_of_one_rollout_give_one_warning_per_step(caplog):
     """Evaluation files hold one rollout per question: 3 such groups beside a group of 2 give one
     warning naming the first (uid 'a') and how many more (2), not one line per group."""
