@@ -504,3 +504,5 @@ def test_a_title_that_opens_with_a_quote_ends_at_its_own_parenthesis():
         assert found.passages[0].title.replace('"', "") == "Heroes (David Bowie album)"
     found = split_passages('<information>Doc 1 (Title: Fort Nelson (Parker Lake) Water Aerodrome) x (y) z</information>')
     assert found.passages == [Passage("", "Fort Nelson (Parker Lake) Water Aerodrome", "x (y) z")]
+    found = split_passages('<information>Doc 1(Title: "A (B (C)) D") x ("y") z</information>')  # nested: to the quote
+    assert found.passages == [Passage("", "A (B (C)) D", 'x ("y") z')]
