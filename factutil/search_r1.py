@@ -22,9 +22,10 @@ NO_PASSAGES = re.compile(r"\s*(?:No documents found\.|Search failed:|No search r
 """What factutil's retrieval client and verl's search tool write when a search retrieved no passage."""
 HEADERS = {
     # Doc 1(Title: "A") text | Doc 1 (Title: A)\ntext | Doc 1(docid: D, Title: T) text | Doc 1: text;
-    # a title ends at its closing quote, else at the first ")" before a space or the line's end
+    # a title ends at the first ")" before a space or the line's end outside its own (...) pairs,
+    # else at its closing quote
     "doc": r"Doc[ \t]*(?P<rank>\d+)[ \t]*(?:\((?:docid:[ \t]*(?P<id>[^,)\n]*?)[ \t]*,[ \t]*)?"
-           r"Title:[ \t]*(?P<title>\"[^\n]*?\"|[^\n]*?)\)(?=\s|$)|:)",
+           r"Title:[ \t]*(?P<title>(?:[^()\n]|\([^()\n]*\))*?|\"[^\n]*?\"|[^\n]*?)\)(?=\s|$)|:)",
     # [1] text | 1. text | 1) text | (1)text (R1-Searcher)
     "numbered": r"(?:\[(?P<rank>\d{1,3})\]|(?P<rank2>\d{1,3})[.)](?=[ \t])|\((?P<rank3>\d{1,3})\))",
 }

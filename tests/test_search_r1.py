@@ -492,3 +492,17 @@ def test_end_and_pad_tokens_after_the_answer_are_no_turn(end):
     response = "<search> q </search>\n\n<information>Doc 1(Title: \"A\") a</information>\n\n<answer> a </answer>"
     assert [text for text, _ in split_turns(response + end)] == [
         "<search> q </search>", "\n\n<answer> a </answer>"]
+
+
+def test_a_title_that_opens_with_a_quote_ends_at_its_own_parenthesis():
+    """A title that starts with a quote but is not wrapped in quotes ("Heroes" (David Bowie album),
+    unquoted layout) ends at the ")" closing the header, not at a later '")' of the passage text."""
+    text = '"Heroes" is an album ("Heroes") by Bowie.'
+    for header in ("Doc 1(Title: ", "Doc 1 (Title: "):
+        found = split_passages(f'<information>{header}"Heroes" (David Bowie album)) {text}\nDoc 2(Title: B) b</information>')
+        assert [p.text for p in found.passages] == [text, "b"]
+        assert found.passages[0].title.replace('"', "") == "Heroes (David Bowie album)"
+    found = split_passages('<information>Doc 1 (Title: Fort Nelson (Parker Lake) Water Aerodrome) x (y) z</information>')
+    assert found.passages == [Passage("", "Fort Nelson (Parker Lake) Water Aerodrome", "x (y) z")]
+    found = split_passages('<information>Doc 1(Title: "A (B (C)) D") x ("y") z</information>')  # nested: to the quote
+    assert found.passages == [Passage("", "A (B (C)) D", 'x ("y") z')]
