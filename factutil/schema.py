@@ -119,7 +119,7 @@ class Rollout(BaseModel):
             return data
         if any(isinstance(data.get(key), np.ndarray) for key in _LISTS):  # a pandas table's row
             data = {key: _lists(value) if key in _LISTS else value for key, value in data.items()}
-        if missing(data.get("response", "")) != missing(data.get("actions", "")):  # a table's null
+        if "response" in data and missing(data["response"]) != missing(data.get("actions", "")):
             data = {k: v for k, v in data.items() if not missing(v) or k not in ("response", "actions")}
         if "response" in data:  # the whole response: its turns are the actions
             data = dict(data)
