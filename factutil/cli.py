@@ -179,15 +179,11 @@ def _score(
 
 
 def _clusterer(config: FactUtilConfig) -> Clusterer:
-    """The step's clusterer, its model loaded (piped: without the loader's progress bars); exit 2
-    with one line naming the embedder's fields when it cannot load."""
+    """The step's clusterer, its model loaded; exit 2 with one line naming the embedder's fields
+    when it cannot load."""
     try:
         clusterer = make_clusterer(config)
         if isinstance(clusterer, SemanticClusterer):
-            if not errors.is_terminal and config.embedding_backend == "minilm":
-                from transformers.utils import logging as transformers_logging
-
-                transformers_logging.disable_progress_bar()
             clusterer.warmup()
     except Exception as error:  # noqa: BLE001 - failing to load is the config's or the machine's
         fields = ", ".join(f"{name}={getattr(config, name)!r}" for name in

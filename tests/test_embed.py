@@ -99,18 +99,30 @@ def test_default_embedder_is_minilm_offline_and_normalised(minilm):
 
 
 @pytest.mark.slow
-def test_loading_the_model_leaves_the_environment_as_it_was(monkeypatch):
+def test_loading_the_model_leaves_the_environment_as_it_was(monkeypatch, capfd):
     """A model load reads the bundled folder with ``local_files_only`` and sets no variable:
     with HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE unset (the caller's choice), a fresh embedder
-    loads and embeds, and ``os.environ`` is the same mapping after as before."""
+    loads and embeds, and ``os.environ`` is the same mapping after as before. It draws no
+    "Loading weights" bar on stderr, and transformers' bar switch is left as the caller set it."""
+    import sentence_transformers  # noqa: F401 - what its import sets (torch's cache dirs) is not a load's
+    from transformers.utils import logging as transformers_logging
+
     from factutil.embed import SentenceTransformerEmbedder
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     before = dict(os.environ)
-    vectors = SentenceTransformerEmbedder(device="cpu").encode(["a | b | c"])
-    assert vectors.shape == (1, 384)
+    try:
+        for shown in (True, False):
+            (transformers_logging.enable_progress_bar if shown
+             else transformers_logging.disable_progress_bar)()
+            vectors = SentenceTransformerEmbedder(device="cpu").encode(["a | b | c"])
+            assert vectors.shape == (1, 384)
+            assert transformers_logging.is_progress_bar_enabled() is shown
+    finally:
+        transformers_logging.enable_progress_bar()
     assert dict(os.environ) == before
+    assert "Loading weights" not in capfd.readouterr().err
 
 
 def test_rows_per_pass_are_part_of_a_fixed_shape_embedders_name():

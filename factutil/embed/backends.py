@@ -148,9 +148,18 @@ class SentenceTransformerEmbedder(_LoadsOnce):
         path = self.model if self.model is not None else default_model_path()
         try:
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
 
-            return SentenceTransformer(path, device=self.device or auto_device(),
-                                       local_files_only=True)
+            # No "Loading weights" bar on a trainer's stderr, once per process; the switch is
+            # transformers' global, so it is put back as it was.
+            bar = transformers_logging.is_progress_bar_enabled()
+            transformers_logging.disable_progress_bar()
+            try:
+                return SentenceTransformer(path, device=self.device or auto_device(),
+                                           local_files_only=True)
+            finally:
+                if bar:
+                    transformers_logging.enable_progress_bar()
         except Exception as error:
             raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
                                     f"[packages involved: {packages_involved(error)}]") from error
