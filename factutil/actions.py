@@ -18,6 +18,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from factutil.errors import short
+from factutil.search_r1 import quoted
 
 TRIPLE_PARTS = ("subject", "relation", "object")
 
@@ -150,8 +151,11 @@ class SearchAction(_ActionBase):
     @field_validator("passages", mode="before")
     @classmethod
     def _text_passages(cls, value: Any) -> Any:
+        # A listed string is a passage's text, or its Search-R1 contents ('"Title"\ntext').
         if isinstance(value, list):
-            return [{"text": item} if isinstance(item, str) else item for item in value]
+            return [item if not isinstance(item, str) else {"contents": item}
+                    if "\n" in item and quoted(item.partition("\n")[0].strip()) else {"text": item}
+                    for item in value]
         return value
 
 

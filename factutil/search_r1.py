@@ -260,9 +260,14 @@ def split_contents(contents: str) -> tuple[str, str]:
     """Search-R1 ``contents`` -> ``(title, text)``: the first line, unquoted, and the rest."""
     title, _, text = contents.partition("\n")
     title = title.strip()
-    if len(title) >= 2 and title[0] == title[-1] == '"':
+    if quoted(title):
         title = title[1:-1]
     return title, text.strip()
+
+
+def quoted(line: str) -> bool:
+    """Whether ``line`` is a title as Search-R1's ``contents`` writes it, in double quotes."""
+    return len(line) >= 2 and line[0] == line[-1] == '"'
 
 
 def document_passage(item: Any) -> Passage:

@@ -217,6 +217,25 @@ def test_listed_passages_read_back_from_a_table_with_null_keys():
         ([["France", "id:1", "Paris is the capital."]], 1), ([["Lyon", "", "Lyon is a city."]], 2)]
 
 
+def test_a_listed_string_in_search_r1_contents_form_keeps_its_title():
+    """A passage listed as a string is Search-R1's ``contents`` when its first line is a quoted
+    title ('"Lyon"\nLyon is a city.'): the same fact as the object form; any other string is
+    the passage's text, title-less, however many lines it has."""
+    def row(rollout_id, passages, answer):
+        return {"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": rollout_id,
+                "actions": [{"action": "search", "query": "q", "passages": passages},
+                            {"action": "answer", "answer": answer}]}
+
+    rows = [row("a", ['"Lyon"\nLyon is a city.', "Paris is big.\nIt has 2 million people."], "x"),
+            row("b", [{"contents": '"Lyon"\nLyon is a city.'}], "y"),
+            row("c", [{"text": "Paris is big.\nIt has 2 million people."}, '"Rome"'], "z")]
+    result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    assert sorted((c.members, c.n) for c in result.clusters) == [
+        ([["", "", '"Rome"']], 1),
+        ([["", "", "Paris is big.\nIt has 2 million people."]], 2),
+        ([["Lyon", "", "Lyon is a city."]], 2)]
+
+
 def test_a_listed_passage_without_text_is_an_error_naming_it():
     from factutil import InputError
 
