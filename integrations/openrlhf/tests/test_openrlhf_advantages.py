@@ -209,6 +209,8 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
         for row, index in enumerate(after.index):
             kept = index // N in (0, 1, 2)
             assert after.info["factutil/skipped"][row] == float(kept)
+            # the README's meaning: actions credited, none on a sample whose group kept OpenRLHF's
+            assert (after.info["factutil/actions"][row] == 0) == kept
             width = after.advantages.shape[1]
             want = before.advantages[row] + (0 if kept else torch.from_numpy(deltas[index][:width]))
             assert torch.equal(after.advantages[row], want)
