@@ -22,7 +22,7 @@ from factutil.config import FactUtilConfig, as_config, clustering_fields, config
 from factutil.embed import device_type
 from factutil.load import GroupsInput, load_groups
 from factutil.result import ActionRecord, ClusterRecord, ProcessAdvantages, Records, RolloutRecord
-from factutil.shaping import INVALID, PAD, action_gains, process_rewards
+from factutil.shaping import ASSERT, INVALID, PAD, action_gains, process_rewards
 from factutil.utility import PRIOR_RISK, PriorRiskWarning, batch_utilities
 from factutil.workers import fit_key, read_work, work_items
 
@@ -89,6 +89,14 @@ _NO_FACTS = {  # a step with answers and not one fact: most likely the wrong kin
     "retrieved": "no search brought a passage, so all {} answers came from an empty store: give each "
                  "search its retrieved text ('observation' or 'passages'), or whole responses",
 }
+
+# facts="retrieved" on rollouts that assert: their triples are not facts (§9), so not credited.
+ASSERTS_UNCREDITED = (
+    "rollouts assert triples, which facts='retrieved' does not credit (docs/method.md §9): with an "
+    "agent whose answer rests on what it asserts, passage credit trained below outcome-only from a "
+    "cold start in the credit ablation (benchmarks/README.md); facts='asserted' (the default) "
+    "credits the asserts"
+)
 
 
 @contextmanager
@@ -305,6 +313,8 @@ def _compute(
         names = ("observations_unsplit", "passages_cut", "passages_empty", "observations_unread")
         metrics.update(zip(names, map(float, prep.passages_dropped)))
         unsplit, cut, empty, unread = prep.passages_dropped
+        if np.any(prep.kinds == ASSERT):
+            warn(ASSERTS_UNCREDITED, UserWarning)
         if unsplit or cut or empty or unread:
             warn(f"search observations (docs/method.md §9): {unsplit} matched no passage layout and "
                  f"count as one passage each; {cut} passage(s) cut short and {empty} empty dropped; "

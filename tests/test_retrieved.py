@@ -103,6 +103,35 @@ def test_asserted_facts_ignore_observations_and_retrieved_facts_ignore_asserts()
     assert retrieved.per_rollout("penalty")[("q", "b")].tolist() == [-0.1]
 
 
+def test_an_asserting_agent_under_retrieved_facts_is_warned_once_that_its_asserts_get_no_credit():
+    """Under facts="retrieved" the asserts' triples are no facts (§9): a step whose rollouts
+    assert says so, once per process through Python's warnings (counted in every step's
+    ``warnings``), naming facts='asserted'; a step with no assert, or under facts="asserted",
+    says nothing of it."""
+    import warnings
+
+    from factutil import api
+    from factutil.api import ASSERTS_UNCREDITED
+
+    search = {"action": "search", "query": "x", "observation": P1}
+    answer = {"action": "answer", "answer": "Małgorzata Braunek"}
+    asserting = [{"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": rid,
+                  "actions": [search, {"action": "assert", "triples": [["a", "b", "c"]]}, answer]}
+                 for rid in "ab"]
+    searching = [{**row, "actions": [search, answer]} for row in asserting]
+    config = FactUtilConfig(facts="retrieved")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # once per process: from a fresh registry
+        vars(api).pop("__warningregistry__", None)
+        steps = [compute_process_advantages(asserting, config) for _ in range(3)]
+        quiet = compute_process_advantages(searching, config)
+        asserted = compute_process_advantages(asserting, FactUtilConfig(mode="exact"))
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert said == [ASSERTS_UNCREDITED] and "facts='asserted'" in said[0]
+    assert [step.metrics["warnings"] for step in steps] == [1.0, 1.0, 1.0]
+    assert quiet.metrics["warnings"] == asserted.metrics["warnings"] == 0.0
+
+
 def test_retrieved_facts_cluster_by_identity_by_default():
     assert FactUtilConfig(facts="retrieved").mode == "exact"
     assert FactUtilConfig(facts="retrieved", mode="semantic").mode == "semantic"
