@@ -149,7 +149,8 @@ class RunSpec:
 # field of "paper" each; every other run names the fields it changes, the process term included.
 RAW = {"process_norm": "none"}
 RUNS = (
-    RunSpec("outcome_only", "outcome-only (Ω=0)", {"omega": 0.0}),
+    # Ω = 0: the advantage is A_out alone, whatever the clusters, so exact clusters save the time.
+    RunSpec("outcome_only", "outcome-only (Ω=0)", {"omega": 0.0, "mode": "exact"}),
     RunSpec("default", "default (prior=group, process_norm=group)", {}),
     RunSpec("paper", "preset=paper (Beta prior, raw term)", {"preset": "paper"}),
     RunSpec("raw_term", "prior=group, raw term", RAW),
@@ -1044,7 +1045,9 @@ def _merge(paths: Sequence[Path], out: Path, target_em: float, compact_results: 
         "runs": [asdict(r) for r in RUNS if r.name in names],
         "seeds": sorted({result["seed"] for result in results}),
         "wall_s": sum(report["wall_s"] for report in reports),
-        "merged_from": [f"{Path(path).parent.name}/{Path(path).name}" for path in paths],  # no machine paths
+        # no machine paths; a merge merged again names the files it was made of
+        "merged_from": [name for path, report in zip(paths, reports) for name in
+                        report.get("merged_from") or [f"{Path(path).parent.name}/{Path(path).name}"]],
         "results": results,
     }
     return _write_report(merged, out, target_em)

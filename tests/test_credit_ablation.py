@@ -431,6 +431,9 @@ def test_more_seeds_join_an_earlier_run_with_merge(tmp_path):
     assert (tmp_path / "c/table.md").read_text() == (tmp_path / "m/table.md").read_text()
     assert (tmp_path / "cc/table.md").read_text() == (tmp_path / "m/table.md").read_text()
     small = json.loads((tmp_path / "c/results.json").read_text())["results"][0]["records"]
+    # merged again, a merge still names the runs' own files
+    assert json.loads((tmp_path / "cc/results.json").read_text())["merged_from"] == [
+        "a/results.json", "b/results.json"]
     assert {key for record in small for key in record} <= {
         "iteration", "heldout", "factutil_s", "factutil_share", "process_by_kind"}
     again = subprocess.run(
