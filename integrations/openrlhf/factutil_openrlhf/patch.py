@@ -52,7 +52,7 @@ PATCHED = "__factutil_patched__"
 WHITENING_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline")
 """Estimators whose advantages OpenRLHF whitens over the batch after computing them."""
 
-METRIC_KEYS = ("factutil/skipped", "factutil/actions", "factutil/process_adv_abs")
+METRIC_KEYS = ("factutil/skipped", "factutil/process_adv_abs")
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
 over samples): 1 on rows whose group kept OpenRLHF's advantages, the row's actions, its mean
 |omega * A_proc|. The step's ``factutil/*`` metrics (:func:`factutil.integration.batch_metrics`
@@ -158,7 +158,6 @@ class ProcessAdvantagePatch:
             # Only now, with every group's term computed, is any advantage touched.
             for (i, r), delta in deltas.items():
                 values = rows[(i, r)]["values"]
-                stats["factutil/actions"][i][r] = len(values)
                 stats["factutil/process_adv_abs"][i][r] = (
                     float(np.mean(np.abs(values))) if len(values) else 0.0
                 )

@@ -209,8 +209,8 @@ def test_a_group_that_cannot_be_scored_keeps_openrlhf_advantages(openrlhf, episo
         for row, index in enumerate(after.index):
             kept = index // N in (0, 1, 2)
             assert after.info["factutil/skipped"][row] == float(kept)
-            # the README's meaning: actions credited, none on a sample whose group kept OpenRLHF's
-            assert (after.info["factutil/actions"][row] == 0) == kept
+            if kept:  # no process term on a sample whose group kept OpenRLHF's advantages
+                assert after.info["factutil/process_adv_abs"][row] == 0
             width = after.advantages.shape[1]
             want = before.advantages[row] + (0 if kept else torch.from_numpy(deltas[index][:width]))
             assert torch.equal(after.advantages[row], want)
@@ -246,7 +246,9 @@ def test_metrics_reach_the_replay_buffer_split_and_payload_is_gone(openrlhf, epi
 
     patch.configure(FactUtilConfig(omega=0.5, **EXACT))
     maker = make_maker(openrlhf, episodes)
-    patched = maker.compute_advantages_and_returns(build_experiences(openrlhf, episodes, maker.args, maker))
+    batches = build_experiences(openrlhf, episodes, maker.args, maker)
+    recorded = sum(len(payload["spans"]) for batch in batches for payload in batch.info["factutil"])
+    patched = maker.compute_advantages_and_returns(batches)
     items = []
     for batch in patched:
         items.extend(openrlhf.experience.split_experience_batch(batch))  # what NaiveReplayBuffer.append does
@@ -255,8 +257,9 @@ def test_metrics_reach_the_replay_buffer_split_and_payload_is_gone(openrlhf, epi
     # As PolicyModelActor.training_step turns info lists into metrics:
     assert torch.tensor(merged.info["factutil/actions"], dtype=torch.float).shape == (8,)
     assert type(merged.info["factutil/actions"]) is type(merged.info["reward"])
+    # factutil/actions is the step's count of actions, on every sample (as verl and TRL log it)
     actions = torch.cat([batch.info["factutil/actions"] for batch in patched])
-    assert actions.sum() > 0
+    assert recorded > 0 and torch.all(actions == recorded)
     names = {key for key in patched[0].info if key.startswith("factutil/")}
     assert set(patch.METRIC_KEYS) | {"factutil/groups_fallback", "factutil/score_early_used",
                                      "factutil/time_trainer_ms"} <= names
