@@ -294,6 +294,8 @@ def input_json_schema() -> dict[str, Any]:
     actions = schema["properties"]["actions"]
     actions["items"] = {"anyOf": [actions["items"], {"$ref": "#/$defs/RawAction"}]}
     schema.setdefault("$defs", {})["RawAction"] = RawAction.model_json_schema()
+    listed = schema["$defs"]["SearchAction"]["properties"]["passages"]["anyOf"][0]  # the array
+    listed["items"] = {"anyOf": [{"type": "string"}, listed["items"]]}  # a string: text or contents
     schema["properties"]["response"] = {
         "type": "string", "description": "the whole response, instead of actions (§9)"}
     schema["required"].remove("actions")

@@ -246,7 +246,7 @@ def _headed(text: str, headers: list[re.Pattern[str]]) -> list[Passage] | None:
         for k, (match, _) in enumerate(heads):
             body = text[match.end(): heads[k + 1][0].start() if k + 1 < len(heads) else None]
             title, body = (match.groupdict().get("title") or "").strip().strip('"').strip(), body.strip()
-            if not title and re.match(r'"[^"\n]*"[ \t]*\n', body):  # Doc 1: "Title"\ntext
+            if not title and re.match(r'"[^\n]*"[ \t\r]*\n', body):  # Doc 1: "Title"\ntext
                 title, body = split_contents(body)
             elif match.groupdict().get("rank3") and (r1 := _R1_TITLE.match(body)):  # (1)T   text
                 title, body = (r1[1] if r1[1] is not None else r1[2]).strip(), body[r1.end():]

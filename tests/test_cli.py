@@ -105,6 +105,24 @@ def test_help_shows_values_by_name_not_python_types():
     assert "KEY=VALUE" in score and "OUT.jsonl" in score
 
 
+def test_schema_takes_a_search_listing_its_passages_as_strings_or_objects():
+    """The input line's schema accepts what the models accept: a search's passages listed as
+    strings (text, or Search-R1's contents) or as objects (docs/method.md §9), and no other item."""
+    from factutil.load import load_groups
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(runner.invoke(app, ["schema"]).output)
+    for passages, valid in ((['"Lyon"\nLyon is a city.', "Paris is big."], True),
+                            ([{"contents": '"Lyon"\nLyon is a city.'}, {"text": "x", "id": 3}], True),
+                            ([3], False), ([{"title": "no text", "txt": "x"}], False)):
+        row = {"uid": "q", "question": "Q?", "golden_answers": ["Lyon"], "rollout_id": "a",
+               "actions": [{"action": "search", "query": "q", "passages": passages},
+                           {"action": "answer", "answer": "Lyon"}]}
+        assert jsonschema.Draft202012Validator(schema).is_valid(row) is valid, passages
+        if valid:  # the models take it too
+            load_groups([row])
+
+
 def test_schema_describes_the_input_line():
     result = runner.invoke(app, ["schema"])
     schema = json.loads(result.output)

@@ -125,6 +125,36 @@ def test_loading_the_model_leaves_the_environment_as_it_was(monkeypatch, capfd):
     assert "Loading weights" not in capfd.readouterr().err
 
 
+@pytest.mark.slow
+def test_loading_the_model_leaves_huggingface_hubs_bars_as_the_caller_set_them(monkeypatch):
+    """The load turns transformers' own bar off, no huggingface_hub switch: a caller's hub bars
+    stay off (globally and for a group) after it, and with HF_HUB_DISABLE_PROGRESS_BARS=0 (hub
+    bars forced on) the load warns nothing."""
+    import importlib
+    import warnings
+
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging as transformers_logging
+
+    from factutil.embed import SentenceTransformerEmbedder
+
+    try:
+        transformers_logging.enable_progress_bar()
+        hub.disable_progress_bars()
+        hub.disable_progress_bars("huggingface_hub.xet")
+        SentenceTransformerEmbedder(device="cpu").encode(["a | b | c"])
+        assert transformers_logging.is_progress_bar_enabled()
+        assert hub.are_progress_bars_disabled() and hub.are_progress_bars_disabled("huggingface_hub.xet")
+    finally:
+        transformers_logging.enable_progress_bar()
+    monkeypatch.setattr(importlib.import_module("huggingface_hub.utils.tqdm"),
+                        "HF_HUB_DISABLE_PROGRESS_BARS", False)  # as the variable set to 0 does
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        SentenceTransformerEmbedder(device="cpu").encode(["a | b | c"])
+    assert not [str(w.message) for w in caught if "progress bars" in str(w.message)]
+
+
 def test_rows_per_pass_are_part_of_a_fixed_shape_embedders_name():
     """Vectors are only guaranteed bit-equal for equal pass shapes (32 rows vs 1 row differ on
     this CPU), so a cache or shipped per-fact work must never take one for the other."""

@@ -265,6 +265,23 @@ def test_a_listed_string_in_search_r1_contents_form_keeps_its_title():
         ([["Lyon", "", "Lyon is a city."]], 2)]
 
 
+def test_a_title_with_quotes_inside_is_one_fact_in_every_form():
+    """A title holding double quotes (The "Best" Film) keeps them in every form a passage comes
+    in: a listed string or ``contents`` ('"The "Best" Film"\nA film.', with "\n" or "\r\n"), a
+    Search-R1 ``Doc 1(Title: ...)`` header, a ``Doc i: contents`` block: one fact, one cluster."""
+    contents = '"The "Best" Film"\nA film.'
+    forms = [{"passages": [contents]}, {"passages": [contents.replace("\n", "\r\n")]},
+             {"passages": [{"contents": contents}]},
+             {"observation": '<information>Doc 1(Title: "The "Best" Film") A film.</information>'},
+             {"observation": f"<information>Doc 1: {contents}</information>"},
+             {"observation": "<information>Doc 1: " + contents.replace("\n", "\r\n") + "</information>"}]
+    rows = [{"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": str(k),
+             "actions": [{"action": "search", "query": "q", **form}, {"action": "answer", "answer": "x"}]}
+            for k, form in enumerate(forms)]
+    result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    assert [(c.members, c.n) for c in result.clusters] == [([["The \"Best\" Film", "", "A film."]], 6)]
+
+
 def test_a_listed_passage_without_text_is_an_error_naming_it():
     from factutil import InputError
 

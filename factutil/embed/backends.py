@@ -150,16 +150,14 @@ class SentenceTransformerEmbedder(_LoadsOnce):
             from sentence_transformers import SentenceTransformer
             from transformers.utils import logging as transformers_logging
 
-            # No "Loading weights" bar on a trainer's stderr, once per process; the switch is
-            # transformers' global, so it is put back as it was.
-            bar = transformers_logging.is_progress_bar_enabled()
-            transformers_logging.disable_progress_bar()
+            # No "Loading weights" bar on a trainer's stderr: transformers' own switch, put back as
+            # it was (its disable_progress_bar() would also flip and reset huggingface_hub's).
+            bar, transformers_logging._tqdm_active = transformers_logging._tqdm_active, False
             try:
                 return SentenceTransformer(path, device=self.device or auto_device(),
                                            local_files_only=True)
             finally:
-                if bar:
-                    transformers_logging.enable_progress_bar()
+                transformers_logging._tqdm_active = bar
         except Exception as error:
             raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
                                     f"[packages involved: {packages_involved(error)}]") from error
@@ -305,7 +303,7 @@ def distill_static(path: str, dims: int = 256, batch_size: int = 256, progress: 
         tokens = [token for token, _ in sorted(minilm_tokenizer().get_vocab().items(),
                                                key=lambda item: item[1])]
         embedder = SentenceTransformerEmbedder(batch_size=batch_size)
-        _ = embedder.max_tokens  # the model loads first: its loader's own bar ends before our line
+        _ = embedder.max_tokens  # loaded before our line: a load error is not printed on it
         if progress:
             print(f"factutil: distilling static vectors from the bundled MiniLM into {path} "
                   f"(once, {len(tokens)} tokens, under a minute on 2 CPU cores) ...", end="",

@@ -54,7 +54,7 @@ WHITENING_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline")
 
 METRIC_KEYS = ("factutil/skipped", "factutil/process_adv_abs")
 """Per-sample floats added to ``Experience.info`` on every call (logged as actor metrics, mean
-over samples): 1 on rows whose group kept OpenRLHF's advantages, the row's actions, its mean
+over samples): 1 on rows whose group kept OpenRLHF's advantages, and the row's mean
 |omega * A_proc|. The step's ``factutil/*`` metrics (:func:`factutil.integration.batch_metrics`
 and :meth:`factutil.integration.TrainerStep.finish`, the names verl and TRL log) are added too,
 the same value on every sample."""
