@@ -90,12 +90,10 @@ _NO_FACTS = {  # a step with answers and not one fact: most likely the wrong kin
                  "search its retrieved text ('observation' or 'passages'), or whole responses",
 }
 
-# facts="retrieved" on rollouts that assert: their triples are not facts (§9), so not credited.
 ASSERTS_UNCREDITED = (
-    "rollouts assert triples, which facts='retrieved' does not credit (docs/method.md §9): with an "
-    "agent whose answer rests on what it asserts, passage credit trained below outcome-only from a "
-    "cold start in the credit ablation (benchmarks/README.md); facts='asserted' (the default) "
-    "credits the asserts"
+    "rollouts assert triples, which facts='retrieved' does not credit (docs/method.md §9); an agent "
+    "that answers from its asserts trained below outcome-only on passage credit from a cold start "
+    "(benchmarks/README.md, credit ablation): facts='asserted' (the default) credits them"
 )
 
 

@@ -150,14 +150,17 @@ class SentenceTransformerEmbedder(_LoadsOnce):
             from sentence_transformers import SentenceTransformer
             from transformers.utils import logging as transformers_logging
 
-            # No "Loading weights" bar on a trainer's stderr: transformers' own switch, put back as
-            # it was (its disable_progress_bar() would also flip and reset huggingface_hub's).
-            bar, transformers_logging._tqdm_active = transformers_logging._tqdm_active, False
+            # No "Loading weights" bar on a trainer's stderr: transformers' own switch only (its
+            # disable_progress_bar() also resets huggingface_hub's), put back as it was.
+            bar = getattr(transformers_logging, "_tqdm_active", None)
+            if bar is not None:
+                transformers_logging._tqdm_active = False
             try:
                 return SentenceTransformer(path, device=self.device or auto_device(),
                                            local_files_only=True)
             finally:
-                transformers_logging._tqdm_active = bar
+                if bar is not None:
+                    transformers_logging._tqdm_active = bar
         except Exception as error:
             raise EmbedderLoadError(f"{type(error).__name__}: {' '.join(str(error).split())} "
                                     f"[packages involved: {packages_involved(error)}]") from error
