@@ -245,7 +245,7 @@ def _headed(text: str, headers: list[re.Pattern[str]]) -> list[Passage] | None:
         passages = []
         for k, (match, _) in enumerate(heads):
             body = text[match.end(): heads[k + 1][0].start() if k + 1 < len(heads) else None]
-            title, body = (match.groupdict().get("title") or "").strip().strip('"').strip(), body.strip()
+            title, body = split_contents(match.groupdict().get("title") or "")[0], body.strip()
             if not title and re.match(r'"[^\n]*"[ \t\r]*\n', body):  # Doc 1: "Title"\ntext
                 title, body = split_contents(body)
             elif match.groupdict().get("rank3") and (r1 := _R1_TITLE.match(body)):  # (1)T   text

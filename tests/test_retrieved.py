@@ -282,6 +282,21 @@ def test_a_title_with_quotes_inside_is_one_fact_in_every_form():
     assert [(c.members, c.n) for c in result.clusters] == [([["The \"Best\" Film", "", "A film."]], 6)]
 
 
+def test_a_title_that_opens_with_a_quote_keeps_it_under_a_title_header():
+    """wiki-18 writes the title "Weird Al" Yankovic as '""Weird Al" Yankovic"' (one pair around
+    it); Search-R1's header carries that line: one pair comes off in every form, not every quote."""
+    contents = '""Weird Al" Yankovic"\nAn American singer.'
+    forms = [{"passages": [{"contents": contents}]},
+             {"observation": '<information>Doc 1(Title: ""Weird Al" Yankovic") An American singer.'
+                             "</information>"}]
+    rows = [{"uid": "q", "question": QUESTION, "golden_answers": GOLD, "rollout_id": str(k),
+             "actions": [{"action": "search", "query": "q", **form}, {"action": "answer", "answer": "x"}]}
+            for k, form in enumerate(forms)]
+    result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
+    assert [(c.members, c.n) for c in result.clusters] == [
+        ([['"Weird Al" Yankovic', "", "An American singer."]], 2)]
+
+
 def test_a_listed_passage_without_text_is_an_error_naming_it():
     from factutil import InputError
 
