@@ -152,7 +152,7 @@ class SearchAction(_ActionBase):
     @classmethod
     def _text_passages(cls, value: Any) -> Any:
         # A listed string is a passage's text, or its Search-R1 contents ('"Title"\ntext').
-        if isinstance(value, list):
+        if isinstance(value, (list, tuple)):
             return [item if not isinstance(item, str) else {"contents": item}
                     if "\n" in item and quoted(item.partition("\n")[0].strip()) else {"text": item}
                     for item in value]

@@ -257,7 +257,7 @@ def test_a_listed_string_in_search_r1_contents_form_keeps_its_title():
 
     rows = [row("a", ['"Lyon"\nLyon is a city.', "Paris is big.\nIt has 2 million people."], "x"),
             row("b", [{"contents": '"Lyon"\nLyon is a city.'}], "y"),
-            row("c", [{"text": "Paris is big.\nIt has 2 million people."}, '"Rome"'], "z")]
+            row("c", ({"text": "Paris is big.\nIt has 2 million people."}, '"Rome"'), "z")]  # a tuple
     result = compute_process_advantages(rows, FactUtilConfig(facts="retrieved"))
     assert sorted((c.members, c.n) for c in result.clusters) == [
         ([["", "", '"Rome"']], 1),
