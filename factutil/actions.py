@@ -18,7 +18,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from factutil.errors import short
-from factutil.search_r1 import quoted
+from factutil.search_r1 import CONTENTS
 
 TRIPLE_PARTS = ("subject", "relation", "object")
 
@@ -153,9 +153,8 @@ class SearchAction(_ActionBase):
     def _text_passages(cls, value: Any) -> Any:
         # A listed string is a passage's text, or its Search-R1 contents ('"Title"\ntext').
         if isinstance(value, (list, tuple)):
-            return [item if not isinstance(item, str) else {"contents": item}
-                    if "\n" in item and quoted(item.partition("\n")[0].strip()) else {"text": item}
-                    for item in value]
+            return [item if not isinstance(item, str) else
+                    {"contents" if CONTENTS.match(item) else "text": item} for item in value]
         return value
 
 

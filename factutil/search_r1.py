@@ -246,7 +246,7 @@ def _headed(text: str, headers: list[re.Pattern[str]]) -> list[Passage] | None:
         for k, (match, _) in enumerate(heads):
             body = text[match.end(): heads[k + 1][0].start() if k + 1 < len(heads) else None]
             title, body = split_contents(match.groupdict().get("title") or "")[0], body.strip()
-            if not title and re.match(r'"[^\n]*"[ \t\r]*\n', body):  # Doc 1: "Title"\ntext
+            if not title and CONTENTS.match(body):  # Doc 1: "Title"\ntext
                 title, body = split_contents(body)
             elif match.groupdict().get("rank3") and (r1 := _R1_TITLE.match(body)):  # (1)T   text
                 title, body = (r1[1] if r1[1] is not None else r1[2]).strip(), body[r1.end():]
@@ -256,18 +256,16 @@ def _headed(text: str, headers: list[re.Pattern[str]]) -> list[Passage] | None:
     return None
 
 
+CONTENTS = re.compile(r'[ \t]*"[^\n]*"[ \t\r]*\n')  # Search-R1 contents: a quoted title line, text
+
+
 def split_contents(contents: str) -> tuple[str, str]:
     """Search-R1 ``contents`` -> ``(title, text)``: the first line, unquoted, and the rest."""
     title, _, text = contents.partition("\n")
     title = title.strip()
-    if quoted(title):
+    if len(title) >= 2 and title[0] == title[-1] == '"':
         title = title[1:-1]
     return title, text.strip()
-
-
-def quoted(line: str) -> bool:
-    """Whether ``line`` is a title as Search-R1's ``contents`` writes it, in double quotes."""
-    return len(line) >= 2 and line[0] == line[-1] == '"'
 
 
 def document_passage(item: Any) -> Passage:
